@@ -1,0 +1,69 @@
+// Define-by-run autograd. An op computes its output and, when grad mode is on and an input
+// requires grad, records a Node holding its backward rule. backward() walks the nodes in reverse
+// topological order and accumulates into leaves' grad().
+//
+// Invariants:
+// - A Node references its inputs' nodes (or leaf tensors), never its own output: a backward rule
+//   that needs the output saves output.detach(), which shares data but not history (no cycles).
+// - A backward rule returns fresh tensors (or grad_out itself); the engine never writes into a
+//   gradient it did not allocate, so aliasing grad_out is safe.
+// - After backward a node's saved tensors are freed; a second backward through it is an error.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/op.h"
+#include "core/tensor.h"
+
+namespace mod {
+
+bool grad_enabled();
+
+// Inside this scope no op records a node (evaluation, optimizer steps, sampling).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Which inputs of a node want a gradient; backward rules skip the work for the others.
+using NeedsGrad = std::vector<bool>;
+// Given d(loss)/d(output), returns d(loss)/d(input) per input (undefined where not needed).
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_out, const NeedsGrad&)>;
+
+struct Edge {
+  std::shared_ptr<Node> node;        // the input's producer, or
+  std::shared_ptr<TensorImpl> leaf;  // the input itself when it is a leaf requiring grad
+  Shape shape;                       // the input's shape, to check what backward returns
+  bool active() const { return node || leaf; }
+};
+
+struct Node {
+  Op op;
+  std::vector<Edge> inputs;
+  NeedsGrad needs;
+  BackwardFn backward;  // reset after it ran: frees saved tensors
+  bool released = false;
+};
+
+// True when grad mode is on and any input requires grad: the op must record a node.
+bool any_requires_grad(std::initializer_list<Tensor> inputs);
+
+// Attaches a node for `op` to `output` (call only when any_requires_grad(inputs)).
+void record(Tensor& output, Op op, const std::vector<Tensor>& inputs, BackwardFn backward);
+
+// Runs backward from root. A scalar root gets seed 1; a non-scalar root needs a seed of its shape.
+void backward(const Tensor& root, const Tensor& seed = Tensor());
+
+// A tensor sharing root's data with no history (for saving outputs and for detaching inputs).
+Tensor detach(const Tensor& t);
+
+}  // namespace mod

@@ -1,0 +1,161 @@
+// Backend: the kernels one device runs. Autograd and model code sit above this interface and
+// never name a device; backend(device) is the only place that picks the implementation.
+// The CPU backend implements each family in core/cpu/ops/<family>.cpp; a CUDA backend does the
+// same in core/cuda/ops/<family>.cu.
+//
+// Conventions for every kernel:
+// - Tensors are contiguous, on this backend's device, with float dtype f32 or f64 unless said
+//   otherwise (index tensors: i32 or i64). Callers (core/ops/*.cpp) validate shapes and dtypes;
+//   kernels trust them.
+// - Outputs are preallocated by the caller and overwritten, except where a kernel says it
+//   accumulates (+=).
+// Shape legend: B batch, T tokens (queries), S keys, H heads, Dh head dim, D width, V vocabulary,
+// N rows (all leading dims flattened), C selected rows per batch entry.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace mod {
+
+// C[batch] (+)= alpha * op(A[batch]) @ op(B[batch]); row-major, op = transpose when trans_*.
+// A is [M,K] ([K,M] when trans_a), B is [K,N] ([N,K] when trans_b), C is [M,N]. A batch stride
+// of 0 reuses the same matrix for every batch entry (a weight shared over the batch).
+struct GemmArgs {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between batch entries
+  double alpha = 1.0;
+  bool accumulate = false;  // beta = 1 instead of 0
+};
+
+enum class BinaryKind { Add, Sub, Mul };
+
+// How b is laid against a viewed as [outer, inner]:
+//   Same   b has a's shape;
+//   Inner  b is [inner], repeated over outer (a bias over the trailing dims);
+//   Outer  b is [outer], repeated over inner (a per-row scale such as the MoD router weight).
+enum class Broadcast { Same, Inner, Outer };
+
+struct AdamWArgs {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
+  int64_t step = 1;  // 1-based, for bias correction
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string describe() const = 0;  // e.g. the GEMM kernel in use
+
+  // --- memory (core/cpu/cpu_backend.cpp) ---
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* ptr) = 0;
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;     // same dtype and numel
+  virtual void convert(const Tensor& src, Tensor& dst) = 0;  // between float dtypes
+  virtual void fill(Tensor& dst, double value) = 0;
+
+  // --- matmul family (ops/matmul) ---
+  virtual void gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) = 0;
+
+  // --- elementwise family (ops/elementwise) ---
+  // out = a (op) b, b broadcast as described; out has a's shape.
+  virtual void binary(BinaryKind kind, Broadcast bcast, int64_t outer, int64_t inner,
+                      const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  virtual void scale(const Tensor& x, double alpha, Tensor& out) = 0;  // out = alpha * x
+  virtual void axpy(double alpha, const Tensor& x, Tensor& y) = 0;     // y += alpha * x
+
+  // --- reduction family (ops/reduce) ---
+  virtual void sum_all(const Tensor& x, Tensor& out) = 0;  // out: one element
+  // x viewed as [outer, inner]: sum over outer -> out [inner], or over inner -> out [outer].
+  virtual void sum_outer(int64_t outer, int64_t inner, const Tensor& x, Tensor& out) = 0;
+  virtual void sum_inner(int64_t outer, int64_t inner, const Tensor& x, Tensor& out) = 0;
+
+  // --- embedding family (ops/embedding) ---
+  // ids [N] (i32/i64, validated in range by the caller), table [V,D], out [N,D].
+  virtual void embedding_forward(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
+  // dtable [V,D] += scatter of dout [N,D] by ids; repeated ids accumulate.
+  virtual void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dtable) = 0;
+
+  // --- norm family (ops/norm); x,y [N,D]; forward caches per-row stats for backward ---
+  virtual void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
+                               Tensor& rstd /*[N]*/) = 0;
+  virtual void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                const Tensor& rstd, Tensor& dx, Tensor& dweight) = 0;
+  virtual void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                 double eps, Tensor& y, Tensor& mean /*[N]*/,
+                                 Tensor& rstd /*[N]*/) = 0;
+  virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                  const Tensor& mean, const Tensor& rstd, Tensor& dx,
+                                  Tensor& dweight, Tensor& dbias) = 0;
+
+  // --- activation family (ops/activation); elementwise over any shape ---
+  virtual void gelu_forward(const Tensor& x, Tensor& y) = 0;  // tanh approximation (GPT-2)
+  virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  virtual void silu_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  // y = silu(gate) * up
+  virtual void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& y) = 0;
+  virtual void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy,
+                               Tensor& dgate, Tensor& dup) = 0;
+
+  // --- softmax family (ops/softmax); rows [N,V] ---
+  virtual void softmax_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+  // losses[n] = logsumexp(logits[n]) - logits[n, target[n]], or 0 where target == ignore_index;
+  // lse [N] cached for backward.
+  virtual void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                     int64_t ignore_index, Tensor& losses, Tensor& lse) = 0;
+  // dlogits = grad_scale * (softmax(logits) - onehot(target)); zero rows where ignored.
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                                      const Tensor& lse, int64_t ignore_index,
+                                      double grad_scale, Tensor& dlogits) = 0;
+
+  // --- rope family (ops/rope) ---
+  // x,y [B,T,H,Dh], pos [B,T] (i32/i64). Rotates pairs (i, i + Dh/2) by angle
+  // pos * theta^(-2i/Dh); inverse rotates by the negative angle (the backward).
+  virtual void rope(const Tensor& x, const Tensor& pos, double theta, bool inverse,
+                    Tensor& y) = 0;
+
+  // --- attention family (ops/attention); flash-style tiling, no T x S buffer ---
+  // q [B,T,H,Dh], k,v [B,S,H,Dh], q_pos [B,T], k_pos [B,S] (each row strictly increasing).
+  // Query i attends to key j iff k_pos[j] <= q_pos[i]; scale 1/sqrt(Dh).
+  // out [B,T,H,Dh]; lse [B,H,T] (log-sum-exp of scaled scores) cached for backward.
+  virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& q_pos, const Tensor& k_pos, Tensor& out,
+                                 Tensor& lse) = 0;
+  virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& q_pos, const Tensor& k_pos, const Tensor& out,
+                                  const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
+                                  Tensor& dv) = 0;
+
+  // --- routing family (ops/routing): the MoD gather/scatter and top-k ---
+  // x [B,T,D], idx [B,C] (i32/i64, validated by the caller), out [B,C,D]: out[b,c] = x[b,idx[b,c]].
+  virtual void gather_rows(const Tensor& x, const Tensor& idx, Tensor& out) = 0;
+  // out [B,T,D] += scatter of src [B,C,D]: out[b, idx[b,c]] += src[b,c] (repeats accumulate).
+  virtual void scatter_add_rows(const Tensor& idx, const Tensor& src, Tensor& out) = 0;
+  // scores [B,T] -> idx [B,k] (i64): the k largest per row, sorted ascending by position;
+  // among equal scores the lower position wins.
+  virtual void topk_rows(const Tensor& scores, int64_t k, Tensor& idx) = 0;
+
+  // --- loss family (ops/loss) ---
+  // losses = max(x,0) - x*t + log(1 + exp(-|x|)), elementwise; targets same shape, float.
+  virtual void bce_with_logits_forward(const Tensor& logits, const Tensor& targets,
+                                       Tensor& losses) = 0;
+  // dlogits = grad_scale * (sigmoid(x) - t)
+  virtual void bce_with_logits_backward(const Tensor& logits, const Tensor& targets,
+                                        double grad_scale, Tensor& dlogits) = 0;
+
+  // --- optimizer family (ops/optim) ---
+  // In place: m,v moments (same shape as param); decoupled weight decay (AdamW).
+  virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                            const AdamWArgs& args) = 0;
+};
+
+// The backend for a device. Throws a clear error for CUDA in a build without CUDA.
+Backend& backend(Device device);
+inline Backend& backend_of(const Tensor& t) { return backend(t.device()); }
+
+}  // namespace mod

@@ -1,0 +1,78 @@
+// CPU backend: memory, copies and conversions; and backend(), the one place that maps a device
+// to its kernels.
+#include "core/cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "core/cpu/blas.h"
+#include "core/cpu/dispatch.h"
+
+namespace mod {
+
+namespace cpu {
+
+std::string CpuBackend::describe() const {
+  return "CPU: " + std::to_string(omp_get_max_threads()) + " OpenMP threads; GEMM: " +
+         blas_describe();
+}
+
+void* CpuBackend::allocate(size_t bytes) {
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+void CpuBackend::deallocate(void* ptr) { std::free(ptr); }
+
+void CpuBackend::copy(const Tensor& src, Tensor& dst) {
+  if (src.raw_data() != dst.raw_data()) std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+}
+
+void CpuBackend::convert(const Tensor& src, Tensor& dst) {
+  dispatch_float(src.dtype(), "convert", [&](auto s) {
+    using S = decltype(s);
+    dispatch_float(dst.dtype(), "convert", [&](auto d) {
+      using D = decltype(d);
+      const S* in = src.data<S>();
+      D* out = dst.data<D>();
+      const int64_t n = src.numel();
+#pragma omp parallel for simd if (n > kParallelElements)
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<D>(in[i]);
+    });
+  });
+}
+
+void CpuBackend::fill(Tensor& dst, double value) {
+  const int64_t n = dst.numel();
+  switch (dst.dtype()) {
+    case DType::I32: std::fill_n(dst.data<int32_t>(), n, static_cast<int32_t>(value)); return;
+    case DType::I64: std::fill_n(dst.data<int64_t>(), n, static_cast<int64_t>(value)); return;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) dst.set(i, value);
+      return;
+    default:
+      dispatch_float(dst.dtype(), "fill", [&](auto z) {
+        using T = decltype(z);
+        T* p = dst.data<T>();
+        const T v = static_cast<T>(value);
+#pragma omp parallel for simd if (n > kParallelElements)
+        for (int64_t i = 0; i < n; ++i) p[i] = v;
+      });
+  }
+}
+
+}  // namespace cpu
+
+Backend& backend(Device device) {
+  static cpu::CpuBackend cpu_backend;
+  if (device == Device::CPU) return cpu_backend;
+  throw std::runtime_error(
+      "tensor on cuda: this build has no CUDA op kernels; use the CPU (device cpu)");
+}
+
+}  // namespace mod

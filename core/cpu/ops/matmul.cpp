@@ -1,0 +1,35 @@
+// CPU GEMM: one BLAS call per batch entry. Large matrices use the BLAS's own threads; many small
+// ones (attention-sized, batched) run one per OpenMP thread with a single-threaded BLAS call.
+#include <omp.h>
+
+#include "core/cpu/blas.h"
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/dispatch.h"
+
+namespace mod::cpu {
+
+void CpuBackend::gemm(const GemmArgs& g, const Tensor& a, const Tensor& b, Tensor& c) {
+  dispatch_float(c.dtype(), "gemm", [&](auto z) {
+    using T = decltype(z);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* pc = c.data<T>();
+    const int64_t lda = g.trans_a ? g.m : g.k;
+    const int64_t ldb = g.trans_b ? g.k : g.n;
+    const T alpha = static_cast<T>(g.alpha), beta = g.accumulate ? T(1) : T(0);
+    auto one = [&](int64_t i) {
+      blas_gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, alpha, pa + i * g.stride_a, lda,
+                pb + i * g.stride_b, ldb, beta, pc + i * g.stride_c, g.n);
+    };
+    // OpenBLAS's OpenMP build runs single-threaded when called inside a parallel region.
+    const bool small = g.m * g.n * g.k < (int64_t{1} << 21);
+    if (g.batch > 1 && small) {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < g.batch; ++i) one(i);
+    } else {
+      for (int64_t i = 0; i < g.batch; ++i) one(i);
+    }
+  });
+}
+
+}  // namespace mod::cpu

@@ -1,0 +1,75 @@
+// The op catalogue: every op modtrain has, its name and whether it has a backward rule.
+// Adding an op means adding an enum entry and a row in kOpInfo (the static_assert fails until
+// both agree); the gradient-check harness then fails until a case for the op exists.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace mod {
+
+enum class Op : uint16_t {
+  Reshape,
+  MatMul,
+  Add,
+  Sub,
+  Mul,
+  Scale,
+  BiasAdd,
+  Sum,
+  Mean,
+  Embedding,
+  RMSNorm,
+  LayerNorm,
+  GELU,
+  SiLU,
+  SwiGLU,
+  Softmax,
+  CrossEntropy,
+  Rope,
+  Attention,
+  GatherRows,
+  ScatterAddRows,
+  TopK,
+  BCEWithLogits,
+  AdamW,
+  Count
+};
+
+struct OpInfo {
+  const char* name;
+  bool differentiable;  // false: forward only (selection, optimizer update)
+};
+
+inline constexpr std::array<OpInfo, static_cast<size_t>(Op::Count)> kOpInfo = {{
+    {"reshape", true},
+    {"matmul", true},
+    {"add", true},
+    {"sub", true},
+    {"mul", true},
+    {"scale", true},
+    {"bias_add", true},
+    {"sum", true},
+    {"mean", true},
+    {"embedding", true},
+    {"rmsnorm", true},
+    {"layernorm", true},
+    {"gelu", true},
+    {"silu", true},
+    {"swiglu", true},
+    {"softmax", true},
+    {"cross_entropy", true},
+    {"rope", true},
+    {"attention", true},
+    {"gather_rows", true},
+    {"scatter_add_rows", true},
+    {"topk", false},
+    {"bce_with_logits", true},
+    {"adamw", false},
+}};
+static_assert(kOpInfo.size() == static_cast<size_t>(Op::Count), "kOpInfo must list every Op");
+
+inline const char* op_name(Op op) { return kOpInfo[static_cast<size_t>(op)].name; }
+inline bool op_differentiable(Op op) { return kOpInfo[static_cast<size_t>(op)].differentiable; }
+
+}  // namespace mod

@@ -1,0 +1,15 @@
+// Pointwise activations, any shape.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace mod {
+
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's approximation.
+Tensor gelu(const Tensor& x);
+// x * sigmoid(x)
+Tensor silu(const Tensor& x);
+// silu(gate) * up; gate and up have the same shape (the two halves of a SwiGLU MLP).
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+
+}  // namespace mod

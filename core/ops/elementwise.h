@@ -1,0 +1,20 @@
+// Elementwise arithmetic with broadcasting over trailing dims. For a op b, b may have
+//   - a's shape;
+//   - a suffix of a's shape (repeated over the leading dims, e.g. a bias [D] on [B,T,D]);
+//   - a prefix of a's shape padded with trailing 1s (a per-row factor, e.g. [B,C,1] on [B,C,D]).
+// The output has a's shape. reshape is here too: a free view with a backward.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace mod {
+
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor scale(const Tensor& x, double alpha);
+// x [..., D] + bias [D]
+Tensor bias_add(const Tensor& x, const Tensor& bias);
+Tensor reshape(const Tensor& x, const Shape& shape);
+
+}  // namespace mod

@@ -1,0 +1,15 @@
+// Softmax over the last dim, and the fused softmax + cross-entropy over a vocabulary.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace mod {
+
+Tensor softmax(const Tensor& x);
+// logits [..., V], targets [...] (i32/i64). Mean over targets != ignore_index (a scalar); 0
+// when every target is ignored. Never materialises probabilities in the forward.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+
+}  // namespace mod

@@ -1,0 +1,253 @@
+// Tensor and Storage implementation: allocation, host element access, copies and views.
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+#include "core/autograd.h"
+#include "core/backend.h"
+
+namespace mod {
+
+namespace {
+constexpr size_t kAlignment = 64;  // cache line and AVX-512 register width
+
+uint16_t float_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits += 0x7FFF + ((bits >> 16) & 1);  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+float bf16_to_float(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+}  // namespace
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F64: return 8;
+    case DType::I32: return 4;
+    case DType::I64: return 8;
+    case DType::BF16: return 2;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F64: return "f64";
+    case DType::I32: return "i32";
+    case DType::I64: return "i64";
+    case DType::BF16: return "bf16";
+  }
+  return "?";
+}
+
+const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+bool is_floating(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::BF16; }
+bool is_index(DType t) { return t == DType::I32 || t == DType::I64; }
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) throw std::invalid_argument("negative dimension in shape " + shape_str(s));
+    n *= d;
+  }
+  return n;
+}
+
+std::string describe(const Tensor& t) {
+  if (!t.defined()) return "undefined tensor";
+  return std::string(dtype_name(t.dtype())) + shape_str(t.shape()) + " on " +
+         device_name(t.device());
+}
+
+Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
+  if (device == Device::CPU) {
+    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    data_ = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+    if (!data_) throw std::bad_alloc();
+  } else {
+    data_ = backend(device).allocate(bytes);
+  }
+}
+
+Storage::~Storage() {
+  if (device_ == Device::CPU) {
+    std::free(data_);
+  } else {
+    backend(device_).deallocate(data_);
+  }
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->device = device;
+  impl->storage = std::make_shared<Storage>(shape_numel(shape) * dtype_size(dtype), device);
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  backend(device).fill(t, 0.0);
+  return t;
+}
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  backend(device).fill(t, value);
+  return t;
+}
+
+Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape, DType dtype) {
+  if (static_cast<int64_t>(values.size()) != shape_numel(shape))
+    throw std::invalid_argument("from_vector: " + std::to_string(values.size()) +
+                                " values for shape " + shape_str(shape));
+  Tensor t = empty(shape, dtype);
+  for (size_t i = 0; i < values.size(); ++i) t.set(static_cast<int64_t>(i), values[i]);
+  return t;
+}
+
+Tensor Tensor::from_indices(const std::vector<int64_t>& values, const Shape& shape,
+                            DType dtype) {
+  if (!is_index(dtype)) throw std::invalid_argument("from_indices: dtype must be i32 or i64");
+  if (static_cast<int64_t>(values.size()) != shape_numel(shape))
+    throw std::invalid_argument("from_indices: " + std::to_string(values.size()) +
+                                " values for shape " + shape_str(shape));
+  Tensor t = empty(shape, dtype);
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::I32)
+      t.data<int32_t>()[i] = static_cast<int32_t>(values[i]);
+    else
+      t.data<int64_t>()[i] = values[i];
+  }
+  return t;
+}
+
+Tensor Tensor::scalar(double value, DType dtype) { return from_vector({value}, {}, dtype); }
+
+const Shape& Tensor::shape() const {
+  if (!impl_) throw std::logic_error("shape() of an undefined tensor");
+  return impl_->shape;
+}
+
+int64_t Tensor::size(int64_t axis) const {
+  int64_t n = dim();
+  int64_t a = axis < 0 ? axis + n : axis;
+  if (a < 0 || a >= n)
+    throw std::out_of_range("size(" + std::to_string(axis) + ") of " + describe(*this));
+  return shape()[a];
+}
+
+int64_t Tensor::numel() const { return shape_numel(shape()); }
+DType Tensor::dtype() const { return impl_->dtype; }
+Device Tensor::device() const { return impl_->device; }
+
+void* Tensor::raw_data() const {
+  if (!impl_) throw std::logic_error("data() of an undefined tensor");
+  return static_cast<char*>(impl_->storage->data()) + impl_->offset_bytes;
+}
+
+double Tensor::at(int64_t i) const {
+  if (device() != Device::CPU) throw std::logic_error("at(): tensor is on " + describe(*this));
+  if (i < 0 || i >= numel())
+    throw std::out_of_range("at(" + std::to_string(i) + ") of " + describe(*this));
+  switch (dtype()) {
+    case DType::F32: return data<float>()[i];
+    case DType::F64: return data<double>()[i];
+    case DType::I32: return data<int32_t>()[i];
+    case DType::I64: return static_cast<double>(data<int64_t>()[i]);
+    case DType::BF16: return bf16_to_float(data<uint16_t>()[i]);
+  }
+  return 0.0;
+}
+
+void Tensor::set(int64_t i, double v) {
+  if (device() != Device::CPU) throw std::logic_error("set(): tensor is on " + describe(*this));
+  if (i < 0 || i >= numel())
+    throw std::out_of_range("set(" + std::to_string(i) + ") of " + describe(*this));
+  switch (dtype()) {
+    case DType::F32: data<float>()[i] = static_cast<float>(v); break;
+    case DType::F64: data<double>()[i] = v; break;
+    case DType::I32: data<int32_t>()[i] = static_cast<int32_t>(v); break;
+    case DType::I64: data<int64_t>()[i] = static_cast<int64_t>(v); break;
+    case DType::BF16: data<uint16_t>()[i] = float_to_bf16(static_cast<float>(v)); break;
+  }
+}
+
+double Tensor::item() const {
+  if (numel() != 1) throw std::logic_error("item() of " + describe(*this) + ": needs one element");
+  return at(0);
+}
+
+std::vector<double> Tensor::to_vector() const {
+  std::vector<double> out(static_cast<size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i) out[static_cast<size_t>(i)] = at(i);
+  return out;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(shape(), dtype(), device());
+  t.copy_from(*this);
+  return t;
+}
+
+Tensor Tensor::to(DType target) const {
+  if (target == dtype()) return clone();
+  Tensor t = empty(shape(), target, device());
+  backend(device()).convert(*this, t);
+  return t;
+}
+
+Tensor Tensor::view(const Shape& new_shape) const {
+  if (shape_numel(new_shape) != numel())
+    throw std::invalid_argument("view: cannot view " + describe(*this) + " as " +
+                                shape_str(new_shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = new_shape;
+  impl->dtype = dtype();
+  impl->device = device();
+  impl->storage = impl_->storage;
+  impl->offset_bytes = impl_->offset_bytes;
+  return Tensor(std::move(impl));
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  if (src.numel() != numel() || src.dtype() != dtype())
+    throw std::invalid_argument("copy_from: " + describe(src) + " into " + describe(*this));
+  backend(device()).copy(src, *this);
+}
+
+bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
+
+Tensor& Tensor::set_requires_grad(bool value) {
+  if (value && !is_floating(dtype()))
+    throw std::invalid_argument("set_requires_grad: " + describe(*this) + " is not floating");
+  impl_->requires_grad = value;
+  return *this;
+}
+
+const Tensor& Tensor::grad() const { return impl_->grad; }
+void Tensor::zero_grad() { impl_->grad = Tensor(); }
+std::shared_ptr<Node> Tensor::grad_fn() const { return impl_ ? impl_->grad_fn : nullptr; }
+
+void Tensor::backward(const Tensor& seed) const { mod::backward(*this, seed); }
+
+}  // namespace mod

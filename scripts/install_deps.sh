@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs modtrain's build and test dependencies from Debian's packages. Idempotent:
+# apt-get skips what is already installed. The CUDA toolkit is expected under /usr/local/cuda.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libopenblas-openmp-dev libopenblas0-openmp   # GEMM backend (OpenMP build, runtime kernel pick)
+  libblis-openmp-dev libdnnl-dev               # other BLAS candidates, for benchmarks/blas_sgemm
+  catch2                                       # Catch2 v2 test framework
+  libprotobuf-dev protobuf-compiler            # config schema and checkpoint metadata
+  libboost-program-options-dev                 # command line
+  libopenmpi-dev openmpi-bin                   # CPU communicator
+  bible-kjv                                    # default corpus
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install_deps: installed ${missing[*]}"
