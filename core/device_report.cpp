@@ -19,7 +19,8 @@ int cuda_device_count() {
 std::string device_report() {
   std::string out = backend(Device::CPU).describe();
 #ifdef MOD_HAVE_CUDA
-  out += "\n" + cuda::describe_devices();
+  out += '\n';
+  out += cuda::describe_devices();
 #else
   out += "\nCUDA: not in this build (configure with -DMOD_USE_CUDA=ON)";
 #endif
