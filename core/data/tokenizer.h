@@ -1,0 +1,63 @@
+// Tokenizers: byte-level (vocabulary 256) and byte-level BPE trained on the corpus. Both map
+// any byte string to tokens and back losslessly. Saved as a small text file beside the shards:
+//   modtrain-tokenizer 1 / kind byte|bpe / vocab_size N / merges M / then M lines "left right".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace mod::data {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string kind() const = 0;
+  virtual uint32_t vocab_size() const = 0;
+  virtual std::vector<uint32_t> encode(std::string_view text) const = 0;
+  virtual std::string decode(const std::vector<uint32_t>& tokens) const = 0;
+  virtual void save(const std::string& path) const = 0;
+
+  // Reads a tokenizer file, checking every line; errors name the file and the line.
+  static std::unique_ptr<Tokenizer> load(const std::string& path);
+};
+
+class ByteTokenizer final : public Tokenizer {
+ public:
+  std::string kind() const override { return "byte"; }
+  uint32_t vocab_size() const override { return 256; }
+  std::vector<uint32_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<uint32_t>& tokens) const override;
+  void save(const std::string& path) const override;
+};
+
+class BpeTokenizer final : public Tokenizer {
+ public:
+  // Learns vocab_size - 256 merges from text. Merges never cross pre-token boundaries (a word
+  // with its leading space, a run of digits, of punctuation, or of whitespace).
+  static BpeTokenizer train(std::string_view text, uint32_t vocab_size);
+  explicit BpeTokenizer(std::vector<std::pair<uint32_t, uint32_t>> merges);
+
+  std::string kind() const override { return "bpe"; }
+  uint32_t vocab_size() const override { return 256 + static_cast<uint32_t>(merges_.size()); }
+  std::vector<uint32_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<uint32_t>& tokens) const override;
+  void save(const std::string& path) const override;
+  const std::vector<std::pair<uint32_t, uint32_t>>& merges() const { return merges_; }
+
+ private:
+  std::vector<uint32_t> encode_word(std::string_view word) const;
+
+  std::vector<std::pair<uint32_t, uint32_t>> merges_;  // merge i creates token 256 + i
+  std::unordered_map<uint64_t, uint32_t> rank_;         // (left << 32 | right) -> merge index
+  std::vector<std::string> bytes_;                      // token -> its bytes
+};
+
+// Splits text into pre-tokens (see BpeTokenizer::train); concatenated they give text back.
+std::vector<std::string_view> pretokenize(std::string_view text);
+
+}  // namespace mod::data
