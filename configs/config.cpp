@@ -1,0 +1,240 @@
+// RunConfig loading, overrides by reflection, and validation.
+#include "configs/config.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace mod::config {
+
+namespace pb = google::protobuf;
+
+namespace {
+
+class ErrorCollector : public pb::io::ErrorCollector {
+ public:
+  explicit ErrorCollector(std::string origin) : origin_(std::move(origin)) {}
+  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
+    if (first_.empty())
+      first_ = origin_ + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " +
+               message;
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string origin_, first_;
+};
+
+[[noreturn]] void bad_field(const std::string& field, const std::string& what) {
+  throw std::invalid_argument("config: " + field + ": " + what);
+}
+
+void set_scalar(pb::Message& msg, const pb::FieldDescriptor* f, const std::string& value,
+                const std::string& path) {
+  const pb::Reflection* r = msg.GetReflection();
+  const bool rep = f->is_repeated();
+  try {
+    switch (f->cpp_type()) {
+      case pb::FieldDescriptor::CPPTYPE_INT32: {
+        size_t used;
+        const int v = std::stoi(value, &used);
+        if (used != value.size()) throw std::invalid_argument(value);
+        rep ? r->AddInt32(&msg, f, v) : r->SetInt32(&msg, f, v);
+        return;
+      }
+      case pb::FieldDescriptor::CPPTYPE_INT64: {
+        const int64_t v = std::stoll(value);
+        rep ? r->AddInt64(&msg, f, v) : r->SetInt64(&msg, f, v);
+        return;
+      }
+      case pb::FieldDescriptor::CPPTYPE_UINT32: {
+        const uint32_t v = static_cast<uint32_t>(std::stoul(value));
+        rep ? r->AddUInt32(&msg, f, v) : r->SetUInt32(&msg, f, v);
+        return;
+      }
+      case pb::FieldDescriptor::CPPTYPE_UINT64: {
+        const uint64_t v = std::stoull(value);
+        rep ? r->AddUInt64(&msg, f, v) : r->SetUInt64(&msg, f, v);
+        return;
+      }
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE: {
+        size_t used;
+        const double v = std::stod(value, &used);
+        if (used != value.size()) throw std::invalid_argument(value);
+        rep ? r->AddDouble(&msg, f, v) : r->SetDouble(&msg, f, v);
+        return;
+      }
+      case pb::FieldDescriptor::CPPTYPE_FLOAT: {
+        const float v = std::stof(value);
+        rep ? r->AddFloat(&msg, f, v) : r->SetFloat(&msg, f, v);
+        return;
+      }
+      case pb::FieldDescriptor::CPPTYPE_BOOL: {
+        if (value != "true" && value != "false") throw std::invalid_argument(value);
+        rep ? r->AddBool(&msg, f, value == "true") : r->SetBool(&msg, f, value == "true");
+        return;
+      }
+      case pb::FieldDescriptor::CPPTYPE_STRING:
+        rep ? r->AddString(&msg, f, value) : r->SetString(&msg, f, value);
+        return;
+      case pb::FieldDescriptor::CPPTYPE_ENUM: {
+        const pb::EnumValueDescriptor* e = f->enum_type()->FindValueByName(value);
+        if (!e) {
+          std::string names;
+          for (int i = 0; i < f->enum_type()->value_count(); ++i)
+            names += (i ? ", " : "") + f->enum_type()->value(i)->name();
+          bad_field(path, "'" + value + "' is not one of " + names);
+        }
+        rep ? r->AddEnum(&msg, f, e) : r->SetEnum(&msg, f, e);
+        return;
+      }
+      case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+        bad_field(path, "is a message; set one of its fields (" + path + ".<field>=...)");
+    }
+  } catch (const std::invalid_argument& e) {
+    if (std::string(e.what()).rfind("config:", 0) == 0) throw;
+    bad_field(path, "cannot parse '" + value + "' as " + f->cpp_type_name());
+  } catch (const std::out_of_range&) {
+    bad_field(path, "'" + value + "' is out of range for " + std::string(f->cpp_type_name()));
+  }
+}
+
+std::vector<std::string> split_list(std::string v) {
+  if (!v.empty() && v.front() == '[' && v.back() == ']') v = v.substr(1, v.size() - 2);
+  std::vector<std::string> out;
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+  }
+  return out;
+}
+
+}  // namespace
+
+modtrain::RunConfig parse_text(const std::string& text, const std::string& origin) {
+  modtrain::RunConfig cfg;
+  pb::TextFormat::Parser parser;
+  ErrorCollector errors(origin);
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &cfg))
+    throw std::invalid_argument("config: " + (errors.first().empty() ? origin : errors.first()));
+  return cfg;
+}
+
+modtrain::RunConfig load_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("config: cannot open " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_text(ss.str(), path);
+}
+
+void apply_override(modtrain::RunConfig& cfg, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw std::invalid_argument("config: --set '" + assignment + "': expected path.to.field=value");
+  const std::string path = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  pb::Message* msg = &cfg;
+  std::stringstream ss(path);
+  std::string part, walked;
+  std::vector<std::string> parts;
+  while (std::getline(ss, part, '.')) parts.push_back(part);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const pb::Descriptor* d = msg->GetDescriptor();
+    const pb::FieldDescriptor* f = d->FindFieldByName(parts[i]);
+    const std::string here = walked.empty() ? parts[i] : walked + "." + parts[i];
+    if (!f) {
+      std::string names;
+      for (int k = 0; k < d->field_count(); ++k) names += (k ? ", " : "") + d->field(k)->name();
+      bad_field(here, "unknown field (" + d->name() + " has: " + names + ")");
+    }
+    if (i + 1 < parts.size()) {
+      if (f->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE || f->is_repeated())
+        bad_field(here, "is not a message, so it has no field '" + parts[i + 1] + "'");
+      msg = msg->GetReflection()->MutableMessage(msg, f);
+    } else if (f->is_repeated()) {
+      msg->GetReflection()->ClearField(msg, f);
+      for (const std::string& item : split_list(value)) set_scalar(*msg, f, item, here);
+    } else {
+      set_scalar(*msg, f, value, here);
+    }
+    walked = here;
+  }
+}
+
+void validate(const modtrain::RunConfig& cfg) {
+  const auto& m = cfg.model();
+  auto positive = [](const std::string& field, int64_t v) {
+    if (v <= 0) bad_field(field, std::to_string(v) + " must be positive");
+  };
+  positive("model.vocab_size", m.vocab_size());
+  positive("model.d_model", m.d_model());
+  positive("model.n_layers", m.n_layers());
+  positive("model.n_heads", m.n_heads());
+  positive("model.d_ff", m.d_ff());
+  positive("model.seq_len", m.seq_len());
+  if (m.d_model() % m.n_heads() != 0)
+    bad_field("model.n_heads", std::to_string(m.n_heads()) + " heads do not divide model.d_model " +
+                                   std::to_string(m.d_model()));
+  if ((m.d_model() / m.n_heads()) % 2 != 0)
+    bad_field("model.n_heads", "head dim d_model / n_heads = " +
+                                   std::to_string(m.d_model() / m.n_heads()) +
+                                   " must be even for rotary embeddings");
+  if (m.init_std() <= 0) bad_field("model.init_std", "must be positive");
+  const auto& mod = m.mod();
+  if (mod.capacity() <= 0 || mod.capacity() > 1)
+    bad_field("model.mod.capacity", std::to_string(mod.capacity()) + " must be in (0, 1]");
+  for (int i = 0; i < mod.block_capacity_size(); ++i)
+    if (mod.block_capacity(i) <= 0 || mod.block_capacity(i) > 1)
+      bad_field("model.mod.block_capacity[" + std::to_string(i) + "]",
+                std::to_string(mod.block_capacity(i)) + " must be in (0, 1]");
+  if (mod.schedule() == modtrain::MoDConfig::EVERY_KTH && mod.every_k() < 1)
+    bad_field("model.mod.every_k", std::to_string(mod.every_k()) + " must be >= 1");
+  for (int i = 0; i < mod.routed_blocks_size(); ++i)
+    if (mod.routed_blocks(i) < 0 || mod.routed_blocks(i) >= m.n_layers())
+      bad_field("model.mod.routed_blocks[" + std::to_string(i) + "]",
+                std::to_string(mod.routed_blocks(i)) + " is not a block in [0, " +
+                    std::to_string(m.n_layers()) + ")");
+  if (mod.causal().predictor_hidden() <= 0)
+    bad_field("model.mod.causal.predictor_hidden", "must be positive");
+  const auto& o = cfg.optimizer();
+  if (o.lr() <= 0) bad_field("optimizer.lr", std::to_string(o.lr()) + " must be positive");
+  if (o.min_lr() < 0 || o.min_lr() > o.lr())
+    bad_field("optimizer.min_lr", std::to_string(o.min_lr()) + " must be in [0, optimizer.lr]");
+  if (o.beta1() < 0 || o.beta1() >= 1) bad_field("optimizer.beta1", "must be in [0, 1)");
+  if (o.beta2() < 0 || o.beta2() >= 1) bad_field("optimizer.beta2", "must be in [0, 1)");
+  if (o.warmup_steps() < 0) bad_field("optimizer.warmup_steps", "must be >= 0");
+  if (o.grad_clip() < 0) bad_field("optimizer.grad_clip", "must be >= 0 (0 disables)");
+  const auto& t = cfg.train();
+  positive("train.steps", t.steps());
+  positive("train.batch_size", t.batch_size());
+  positive("train.grad_accum", t.grad_accum());
+  if (t.eval_every() < 0) bad_field("train.eval_every", "must be >= 0 (0: never)");
+  const auto& p = cfg.parallel();
+  positive("parallel.dp", p.dp());
+  positive("parallel.tp", p.tp());
+  positive("parallel.ep", p.ep());
+  if (t.batch_size() % p.dp() != 0)
+    bad_field("train.batch_size", std::to_string(t.batch_size()) +
+                                      " must be divisible by parallel.dp " + std::to_string(p.dp()));
+}
+
+modtrain::RunConfig load(const std::string& path, const std::vector<std::string>& overrides) {
+  modtrain::RunConfig cfg = load_text(path);
+  for (const auto& o : overrides) apply_override(cfg, o);
+  validate(cfg);
+  return cfg;
+}
+
+std::string to_text(const modtrain::RunConfig& cfg) {
+  std::string out;
+  pb::TextFormat::PrintToString(cfg, &out);
+  return out;
+}
+
+}  // namespace mod::config

@@ -1,0 +1,27 @@
+// Loading a RunConfig: a text-format recipe, then --set overrides, then validation. Every error
+// names the file or the field path (e.g. "model.mod.capacity") and what was expected.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "configs/modtrain.pb.h"
+
+namespace mod::config {
+
+// Parses a text-format RunConfig; unknown fields and syntax errors name the file and line.
+modtrain::RunConfig load_text(const std::string& path);
+modtrain::RunConfig parse_text(const std::string& text, const std::string& origin);
+
+// Applies "path.to.field=value" (repeated fields take "a,b,c" or "[a, b, c]").
+void apply_override(modtrain::RunConfig& cfg, const std::string& assignment);
+
+// Throws std::invalid_argument naming the first invalid field.
+void validate(const modtrain::RunConfig& cfg);
+
+// load_text + overrides + validate.
+modtrain::RunConfig load(const std::string& path, const std::vector<std::string>& overrides);
+
+std::string to_text(const modtrain::RunConfig& cfg);
+
+}  // namespace mod::config

@@ -1,0 +1,57 @@
+// Config loading: recipes parse and validate; overrides reach nested, enum and repeated
+// fields; every error names the field or file and what was expected.
+#include <catch2/catch.hpp>
+
+#include "configs/config.h"
+
+using namespace mod;
+using Catch::Matchers::Contains;
+
+namespace {
+const std::string kRecipes = MOD_SOURCE_DIR "/configs/recipes/";
+}
+
+TEST_CASE("the tiny recipes load and validate", "[config]") {
+  auto dense = config::load(kRecipes + "tiny_dense.textproto", {});
+  auto routed = config::load(kRecipes + "tiny_mod.textproto", {});
+  CHECK(dense.model().d_model() == 256);
+  CHECK_FALSE(dense.model().mod().enabled());
+  CHECK(routed.model().mod().enabled());
+  CHECK(routed.model().mod().capacity() == Approx(0.125));
+  CHECK(routed.model().mod().causal().method() == modtrain::CausalRoutingConfig::PREDICTOR);
+}
+
+TEST_CASE("--set overrides scalars, enums and repeated fields", "[config]") {
+  auto cfg = config::load(kRecipes + "tiny_mod.textproto",
+                          {"model.mod.capacity=0.25", "model.mod.schedule=EXPLICIT",
+                           "model.mod.routed_blocks=[1, 4]", "train.steps=7",
+                           "model.tie_embeddings=false", "data.dir=/tmp/x"});
+  CHECK(cfg.model().mod().capacity() == Approx(0.25));
+  CHECK(cfg.model().mod().schedule() == modtrain::MoDConfig::EXPLICIT);
+  CHECK(cfg.model().mod().routed_blocks_size() == 2);
+  CHECK(cfg.model().mod().routed_blocks(1) == 4);
+  CHECK(cfg.train().steps() == 7);
+  CHECK_FALSE(cfg.model().tie_embeddings());
+  CHECK(cfg.data().dir() == "/tmp/x");
+}
+
+TEST_CASE("config errors name the field and the expectation", "[config][errors]") {
+  const std::string r = kRecipes + "tiny_mod.textproto";
+  CHECK_THROWS_WITH(config::load(r, {"model.mod.capacity=1.5"}),
+                    Contains("model.mod.capacity") && Contains("(0, 1]"));
+  CHECK_THROWS_WITH(config::load(r, {"model.n_heads=3"}),
+                    Contains("model.n_heads") && Contains("do not divide"));
+  CHECK_THROWS_WITH(config::load(r, {"model.d_modl=3"}),
+                    Contains("model.d_modl") && Contains("unknown field"));
+  CHECK_THROWS_WITH(config::load(r, {"model.mlp=RELU"}),
+                    Contains("model.mlp") && Contains("GELU, SWIGLU"));
+  CHECK_THROWS_WITH(config::load(r, {"train.steps=ten"}),
+                    Contains("train.steps") && Contains("cannot parse"));
+  CHECK_THROWS_WITH(config::load(r, {"model.mod.routed_blocks=9"}),
+                    Contains("model.mod.routed_blocks[0]"));
+  CHECK_THROWS_WITH(config::load(r, {"capacity"}), Contains("path.to.field=value"));
+  CHECK_THROWS_WITH(config::parse_text("model { d_model: 64 colour: 3 }", "inline.textproto"),
+                    Contains("inline.textproto:1") && Contains("colour"));
+  CHECK_THROWS_WITH(config::load_text("/nonexistent/recipe.textproto"),
+                    Contains("/nonexistent/recipe.textproto"));
+}
