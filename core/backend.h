@@ -96,6 +96,8 @@ class Backend {
   virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
   virtual void silu_forward(const Tensor& x, Tensor& y) = 0;
   virtual void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  virtual void sigmoid_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void sigmoid_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
   // y = silu(gate) * up
   virtual void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& y) = 0;
   virtual void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy,

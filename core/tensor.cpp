@@ -229,6 +229,21 @@ Tensor Tensor::view(const Shape& new_shape) const {
   return Tensor(std::move(impl));
 }
 
+Tensor Tensor::narrow0(int64_t start, int64_t length) const {
+  if (dim() < 1 || start < 0 || length < 0 || start + length > size(0))
+    throw std::out_of_range("narrow0(" + std::to_string(start) + ", " + std::to_string(length) +
+                            ") of " + describe(*this));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape();
+  impl->shape[0] = length;
+  impl->dtype = dtype();
+  impl->device = device();
+  impl->storage = impl_->storage;
+  const int64_t row = shape_numel(Shape(shape().begin() + 1, shape().end()));
+  impl->offset_bytes = impl_->offset_bytes + static_cast<size_t>(start * row) * dtype_size(dtype());
+  return Tensor(std::move(impl));
+}
+
 void Tensor::copy_from(const Tensor& src) {
   if (src.numel() != numel() || src.dtype() != dtype())
     throw std::invalid_argument("copy_from: " + describe(src) + " into " + describe(*this));

@@ -87,6 +87,8 @@ class Tensor {
   Tensor to(DType dtype) const;
   // Shares storage; no autograd history (the differentiable reshape is mod::reshape).
   Tensor view(const Shape& shape) const;
+  // Shares storage: rows [start, start + length) along dim 0; no autograd history.
+  Tensor narrow0(int64_t start, int64_t length) const;
   // Copies values from src (same numel and dtype) into this tensor's storage.
   void copy_from(const Tensor& src);
 

@@ -38,6 +38,8 @@ class CpuBackend final : public Backend {
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
   void silu_forward(const Tensor& x, Tensor& y) override;
   void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void sigmoid_forward(const Tensor& x, Tensor& y) override;
+  void sigmoid_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
   void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& y) override;
   void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate,
                        Tensor& dup) override;

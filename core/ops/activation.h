@@ -9,6 +9,8 @@ namespace mod {
 Tensor gelu(const Tensor& x);
 // x * sigmoid(x)
 Tensor silu(const Tensor& x);
+// 1 / (1 + exp(-x)); the MoD router's optional gate.
+Tensor sigmoid(const Tensor& x);
 // silu(gate) * up; gate and up have the same shape (the two halves of a SwiGLU MLP).
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 

@@ -9,7 +9,8 @@ namespace mod {
 
 Tensor softmax(const Tensor& x);
 // logits [..., V], targets [...] (i32/i64). Mean over targets != ignore_index (a scalar); 0
-// when every target is ignored. Never materialises probabilities in the forward.
+// when every target is ignored. Never materialises probabilities in the forward. A target
+// outside [0, V) that is not ignore_index throws, naming its (flat) position and value.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 
 }  // namespace mod

@@ -21,7 +21,7 @@ TEST_CASE("the tiny recipes load and validate", "[config]") {
   CHECK(routed.model().mod().causal().method() == modtrain::CausalRoutingConfig::PREDICTOR);
 }
 
-TEST_CASE("--set overrides scalars, enums and repeated fields", "[config]") {
+TEST_CASE("overrides given with --set reach scalars, enums and repeated fields", "[config]") {
   auto cfg = config::load(kRecipes + "tiny_mod.textproto",
                           {"model.mod.capacity=0.25", "model.mod.schedule=EXPLICIT",
                            "model.mod.routed_blocks=[1, 4]", "train.steps=7",

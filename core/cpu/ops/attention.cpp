@@ -1,0 +1,395 @@
+// CPU fused causal attention, FlashAttention-2 style: scores exist only as one tile per thread
+// (at most kChunk x kTile), so extra memory is O(T + S) whatever T and S are. Positions are
+// sorted, so the tile products skip every 6x16 micro-block past the causal boundary and only
+// tiles straddling it are masked elementwise. Tile products run single-threaded inside OpenMP
+// loops: an AVX2 register-blocked micro-kernel for f32, the BLAS otherwise.
+//
+// FLOP convention (benchmarks): per visible (query, key) pair, forward does 2 GEMMs (S = QK^T,
+// O += PV) = 4*Dh FLOPs and backward 5 (S recomputed, dV, dP, dQ, dK) = 10*Dh FLOPs; causal
+// self-attention has T(T+1)/2 ~ T*S/2 visible pairs. Masked work is not counted.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#define MOD_ATTENTION_AVX2 1
+#include <immintrin.h>
+#endif
+
+#include "core/cpu/blas.h"
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/dispatch.h"
+#include "core/cpu/vec_math.h"
+
+namespace mod::cpu {
+
+namespace {
+constexpr int64_t kTile = 64;    // queries per forward task; keys and queries per backward tile
+constexpr int64_t kChunk = 256;  // keys per forward softmax step (one online rescale each)
+constexpr int64_t kParallelWork = int64_t{1} << 20;  // B*H*T*S*Dh below which one thread runs
+
+// One (b, h) slice of [B,L,H,Dh]: rows are Dh values, ld = H*Dh apart.
+struct Dims {
+  int64_t B, T, S, H, Dh;
+  int64_t ld() const { return H * Dh; }
+};
+
+std::vector<int64_t> positions(const Tensor& pos) {
+  std::vector<int64_t> p(static_cast<size_t>(pos.numel()));
+  dispatch_index(pos.dtype(), "attention", [&](auto zi) {
+    using I = decltype(zi);
+    const I* src = pos.data<I>();
+    for (size_t i = 0; i < p.size(); ++i) p[i] = src[i];
+  });
+  return p;
+}
+
+// First index in [p, p+n) with value > x (upper) or >= x (lower), as an offset.
+int64_t upper(const int64_t* p, int64_t n, int64_t x) {
+  return std::upper_bound(p, p + n, x) - p;
+}
+int64_t lower(const int64_t* p, int64_t n, int64_t x) {
+  return std::lower_bound(p, p + n, x) - p;
+}
+
+#ifdef MOD_ATTENTION_AVX2
+// C [MR,16] = alpha * sum_p A(i,p) B[p, 0:16] (+ C); A(i,p) = a[i*a_rs + p*a_cs]. 2*MR
+// accumulators stay in registers; 6 rows give 12 independent FMA chains.
+template <int MR>
+void micro_kernel(int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
+                  int64_t ldb, float alpha, bool accumulate, float* c, int64_t ldc) {
+  __m256 c0[MR], c1[MR];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < k; ++p) {
+    const __m256 b0 = _mm256_loadu_ps(b + p * ldb), b1 = _mm256_loadu_ps(b + p * ldb + 8);
+    const float* ap = a + p * a_cs;
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      const __m256 ai = _mm256_broadcast_ss(ap + i * a_rs);
+      c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
+      c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+    }
+  }
+  const __m256 va = _mm256_set1_ps(alpha);
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    float* ci = c + i * ldc;
+    __m256 r0 = _mm256_mul_ps(va, c0[i]), r1 = _mm256_mul_ps(va, c1[i]);
+    if (accumulate) {
+      r0 = _mm256_add_ps(r0, _mm256_loadu_ps(ci));
+      r1 = _mm256_add_ps(r1, _mm256_loadu_ps(ci + 8));
+    }
+    _mm256_storeu_ps(ci, r0);
+    _mm256_storeu_ps(ci + 8, r1);
+  }
+}
+
+template <int MR = 6>
+void micro_block(int64_t mr, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
+                 int64_t ldb, float alpha, bool acc, float* c, int64_t ldc) {
+  if constexpr (MR > 1)
+    if (mr < MR) return micro_block<MR - 1>(mr, k, a, a_rs, a_cs, b, ldb, alpha, acc, c, ldc);
+  micro_kernel<MR>(k, a, a_rs, a_cs, b, ldb, alpha, acc, c, ldc);
+}
+
+// dst [8, ldd] = src [8, lds]^T, one 8x8 block in registers.
+inline void transpose_8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+#endif
+
+using Span = std::pair<int64_t, int64_t>;
+constexpr auto kNoSkip = [](int64_t, int64_t, int64_t) { return false; };
+auto all_of(int64_t k) {
+  return [k](int64_t, int64_t) { return Span(0, k); };
+}
+
+// Tile GEMM with causal structure, B never transposed (NT products use a transposed copy):
+// C [m,n] = alpha * op(A) B (+ C when accumulate), op(A) = A^T when ta. For each block of up
+// to 6 rows at i0, range(i0, mr) gives the k interval that can be nonzero, and skip(i0, mr, j0)
+// says the 16 columns at j0 lie wholly past the causal boundary (left unwritten; the caller
+// masks them). Only the AVX2 micro-kernel (f32, n a multiple of 16) uses them; the BLAS
+// fallback computes the whole product, which is the same result.
+template <typename T, typename Range, typename Skip = decltype(kNoSkip)>
+void tile_gemm(bool ta, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+               const T* b, int64_t ldb, bool accumulate, T* c, int64_t ldc,
+               [[maybe_unused]] Range range, [[maybe_unused]] Skip skip = kNoSkip) {
+#ifdef MOD_ATTENTION_AVX2
+  if constexpr (std::is_same_v<T, float>) {
+    if (n % 16 == 0) {
+      const int64_t a_rs = ta ? 1 : lda, a_cs = ta ? lda : 1;
+      for (int64_t i0 = 0; i0 < m; i0 += 6) {
+        const int64_t mr = std::min<int64_t>(6, m - i0);
+        const auto [k0, k1] = range(i0, mr);
+        for (int64_t j0 = 0; j0 < n; j0 += 16)
+          if (!skip(i0, mr, j0))
+            micro_block(mr, std::max<int64_t>(k1 - k0, 0), a + i0 * a_rs + k0 * a_cs, a_rs, a_cs,
+                        b + k0 * ldb + j0, ldb, alpha, accumulate, c + i0 * ldc + j0, ldc);
+      }
+      return;
+    }
+  }
+#endif
+  blas_gemm(ta, false, m, n, k, alpha, a, lda, b, ldb, accumulate ? T(1) : T(0), c, ldc);
+}
+
+// dst [dh, kTile] = src [rows, dh]^T (src rows ld apart).
+template <typename T>
+void transpose_tile(const T* src, int64_t ld, int64_t rows, int64_t dh, T* dst) {
+#ifdef MOD_ATTENTION_AVX2
+  if constexpr (std::is_same_v<T, float>) {
+    if (rows % 8 == 0 && dh % 8 == 0) {
+      for (int64_t r = 0; r < rows; r += 8)
+        for (int64_t e = 0; e < dh; e += 8)
+          transpose_8x8(src + r * ld + e, ld, dst + e * kTile + r, kTile);
+      return;
+    }
+  }
+#endif
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t e = 0; e < dh; ++e) dst[e * kTile + r] = src[r * ld + e];
+}
+
+// Forward of one (b, h, query tile), on transposed scores St [keys, queries] so the softmax
+// over keys runs down columns, vectorised across queries; online rescale once per kChunk keys.
+// q,out at the tile's first row (ld); k,v at the slice's key 0 (ld); qp [rows]; kp [S];
+// lse [rows]. scratch: st [kChunk*kTile], qt [Dh*kTile], acc [kTile*Dh], m,l,mx,sum [kTile].
+template <typename T>
+void forward_tile(const Dims& d, int64_t rows, const T* q, const T* k, const T* v,
+                  const int64_t* qp, const int64_t* kp, T* out, T* lse, T* st, T* qt, T* acc, T* m,
+                  T* l, T* mx, T* sum) {
+  const int64_t ld = d.ld(), dh = d.Dh;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dh)));
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  transpose_tile(q, ld, rows, dh, qt);
+  std::fill(m, m + rows, neg_inf);
+  std::fill(l, l + rows, T(0));
+  std::fill(acc, acc + rows * dh, T(0));
+  const int64_t kend = upper(kp, d.S, qp[rows - 1]);
+  for (int64_t s0 = 0; s0 < kend; s0 += kChunk) {
+    const int64_t cols = std::min(kChunk, kend - s0);
+    const int64_t* kpc = kp + s0;
+    // St = scale K Q^T, skipping blocks whose first key is later than their last query.
+    tile_gemm(false, cols, rows, dh, scale, k + s0 * ld, ld, qt, kTile, false, st, kTile,
+              all_of(dh), [&](int64_t i0, int64_t, int64_t j0) { return kpc[i0] > qp[j0 + 15]; });
+    for (int64_t c = upper(kpc, cols, qp[0]); c < cols; ++c) {  // keys later than some query
+      T* sc = st + c * kTile;
+      const int64_t p = kpc[c];
+#pragma omp simd
+      for (int64_t r = 0; r < rows; ++r) sc[r] = p > qp[r] ? neg_inf : sc[r];
+    }
+    std::copy(m, m + rows, mx);
+    for (int64_t c = 0; c < cols; ++c) {
+      const T* sc = st + c * kTile;
+#pragma omp simd
+      for (int64_t r = 0; r < rows; ++r) mx[r] = sc[r] > mx[r] ? sc[r] : mx[r];
+    }
+    std::fill(sum, sum + rows, T(0));
+    for (int64_t c = 0; c < cols; ++c) {  // P = exp(S - max); every query sees key 0
+      T* sc = st + c * kTile;
+#pragma omp simd
+      for (int64_t r = 0; r < rows; ++r) {
+        sc[r] = exp_vec(sc[r] - mx[r]);
+        sum[r] += sc[r];
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const T corr = exp_vec(m[r] - mx[r]);  // 0 on the first chunk (m = -inf)
+      l[r] = l[r] * corr + sum[r];
+      m[r] = mx[r];
+      if (s0 == 0) continue;
+      T* ar = acc + r * dh;
+#pragma omp simd
+      for (int64_t e = 0; e < dh; ++e) ar[e] *= corr;
+    }
+    // acc += P V, each query block stopping at its last visible key.
+    tile_gemm(true, rows, dh, cols, T(1), st, kTile, v + s0 * ld, ld, true, acc, dh,
+              [&](int64_t i0, int64_t mr) { return Span(0, upper(kpc, cols, qp[i0 + mr - 1])); });
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const T inv = T(1) / l[r];
+    const T* ar = acc + r * dh;
+    T* orow = out + r * ld;
+#pragma omp simd
+    for (int64_t e = 0; e < dh; ++e) orow[e] = ar[e] * inv;
+    lse[r] = m[r] + std::log(l[r]);
+  }
+}
+
+// Backward of one (b, h), key tiles outer so dK, dV accumulate in contiguous tiles; dQ
+// accumulates in place (the slice belongs to this (b, h) alone). Pointers at the slice's row 0;
+// qp [T], kp [S], lse [T]. scratch: s,dp [kTile*kTile], kt,vt [Dh*kTile], dk,dv [kTile*Dh],
+// delta [T].
+template <typename T>
+void backward_head(const Dims& d, const T* q, const T* k, const T* v, const T* o, const T* dout,
+                   const T* lse, const int64_t* qp, const int64_t* kp, T* dq, T* dk, T* dv, T* s,
+                   T* dp, T* kt, T* vt, T* dk_acc, T* dv_acc, T* delta) {
+  const int64_t ld = d.ld(), dh = d.Dh;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dh)));
+  for (int64_t t = 0; t < d.T; ++t) {  // delta_t = rowsum(dO * O), and dQ starts at zero
+    const T* orow = o + t * ld;
+    const T* grow = dout + t * ld;
+    T* dqrow = dq + t * ld;
+    T sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t e = 0; e < dh; ++e) {
+      sum += orow[e] * grow[e];
+      dqrow[e] = T(0);
+    }
+    delta[t] = sum;
+  }
+  for (int64_t s0 = 0; s0 < d.S; s0 += kTile) {
+    const int64_t cols = std::min(kTile, d.S - s0);
+    const int64_t* kpt = kp + s0;
+    std::fill(dk_acc, dk_acc + cols * dh, T(0));
+    std::fill(dv_acc, dv_acc + cols * dh, T(0));
+    // Query tiles start at the first query that sees this tile's first key.
+    const int64_t t_first = lower(qp, d.T, kpt[0]);
+    if (t_first < d.T) {
+      transpose_tile(k + s0 * ld, ld, cols, dh, kt);
+      transpose_tile(v + s0 * ld, ld, cols, dh, vt);
+    }
+    for (int64_t t0 = t_first; t0 < d.T; t0 += kTile) {
+      const int64_t rows = std::min(kTile, d.T - t0);
+      const int64_t* qpt = qp + t0;
+      const T* qt = q + t0 * ld;
+      const T* gt = dout + t0 * ld;
+      const bool boundary = kpt[cols - 1] > qpt[0];
+      // Score-shaped products [rows, cols] skip blocks wholly past the boundary; key-row
+      // products start at the first query that sees the block, query-row products stop at
+      // the last key the block sees.
+      auto past = [&](int64_t i0, int64_t mr, int64_t j0) { return kpt[j0] > qpt[i0 + mr - 1]; };
+      auto from_query = [&](int64_t i0, int64_t) { return Span(lower(qpt, rows, kpt[i0]), rows); };
+      auto to_key = [&](int64_t i0, int64_t mr) {
+        return Span(0, upper(kpt, cols, qpt[i0 + mr - 1]));
+      };
+      auto mask = [&](T* x, T masked) {
+        for (int64_t r = 0; r < rows; ++r) {
+          T* xr = x + r * kTile;
+          const int64_t p = qpt[r];
+#pragma omp simd
+          for (int64_t c = 0; c < cols; ++c) xr[c] = kpt[c] > p ? masked : xr[c];
+        }
+      };
+      tile_gemm(false, rows, cols, dh, scale, qt, ld, kt, kTile, false, s, kTile, all_of(dh), past);
+      if (boundary) mask(s, -std::numeric_limits<T>::infinity());
+      for (int64_t r = 0; r < rows; ++r) {  // P = exp(S - lse)
+        T* sr = s + r * kTile;
+        const T lr = lse[t0 + r];
+#pragma omp simd
+        for (int64_t c = 0; c < cols; ++c) sr[c] = exp_vec(sr[c] - lr);
+      }
+      // dV += P^T dO;  dP = dO V^T
+      tile_gemm(true, cols, dh, rows, T(1), s, kTile, gt, ld, true, dv_acc, dh, from_query);
+      tile_gemm(false, rows, cols, dh, T(1), gt, ld, vt, kTile, false, dp, kTile, all_of(dh), past);
+      if (boundary) mask(dp, T(0));         // skipped blocks hold garbage
+      for (int64_t r = 0; r < rows; ++r) {  // dS = P * (dP - delta)
+        const T* sr = s + r * kTile;
+        T* dr = dp + r * kTile;
+        const T dl = delta[t0 + r];
+#pragma omp simd
+        for (int64_t c = 0; c < cols; ++c) dr[c] = sr[c] * (dr[c] - dl);
+      }
+      // dQ += scale dS K;  dK += dS^T Q (scaled once at the end)
+      tile_gemm(false, rows, dh, cols, scale, dp, kTile, k + s0 * ld, ld, true, dq + t0 * ld, ld,
+                to_key);
+      tile_gemm(true, cols, dh, rows, T(1), dp, kTile, qt, ld, true, dk_acc, dh, from_query);
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      T* dkrow = dk + (s0 + c) * ld;
+      T* dvrow = dv + (s0 + c) * ld;
+      const T* ka = dk_acc + c * dh;
+      const T* va = dv_acc + c * dh;
+#pragma omp simd
+      for (int64_t e = 0; e < dh; ++e) {
+        dkrow[e] = scale * ka[e];
+        dvrow[e] = va[e];
+      }
+    }
+  }
+}
+}  // namespace
+
+// q [B,T,H,Dh], k,v [B,S,H,Dh], q_pos [B,T], k_pos [B,S] -> out [B,T,H,Dh], lse [B,H,T].
+// Parallel over (b, h, query tile); later query tiles see more keys, so scheduled dynamically.
+void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& q_pos, const Tensor& k_pos, Tensor& out,
+                                   Tensor& lse) {
+  const Dims d{q.size(0), q.size(1), k.size(1), q.size(2), q.size(3)};
+  const std::vector<int64_t> qp = positions(q_pos), kp = positions(k_pos);
+  const int64_t qtiles = (d.T + kTile - 1) / kTile;
+  const int64_t tasks = d.B * d.H * qtiles;
+  dispatch_float(q.dtype(), "attention_forward", [&](auto z) {
+    using T = decltype(z);
+    const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>();
+    T *po = out.data<T>(), *pl = lse.data<T>();
+#pragma omp parallel if (d.B * d.H * d.T * d.S * d.Dh > kParallelWork)
+    {
+      std::vector<T> st(kChunk * kTile), qt(d.Dh * kTile), acc(kTile * d.Dh), stats(4 * kTile);
+      T* st4 = stats.data();
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < tasks; ++task) {
+        // Heaviest (last) query tiles first, for a better dynamic balance.
+        const int64_t qtile = qtiles - 1 - task % qtiles, bh = task / qtiles;
+        const int64_t b = bh / d.H, h = bh % d.H, t0 = qtile * kTile;
+        const int64_t rows = std::min(kTile, d.T - t0);
+        const int64_t qoff = ((b * d.T + t0) * d.H + h) * d.Dh;
+        const int64_t koff = (b * d.S * d.H + h) * d.Dh;
+        forward_tile<T>(d, rows, pq + qoff, pk + koff, pv + koff, qp.data() + b * d.T + t0,
+                        kp.data() + b * d.S, po + qoff, pl + bh * d.T + t0, st.data(), qt.data(),
+                        acc.data(), st4, st4 + kTile, st4 + 2 * kTile, st4 + 3 * kTile);
+      }
+    }
+  });
+}
+
+// Parallel over (b, h): each task owns its slices of dq, dk, dv, so there are no write races.
+void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& q_pos, const Tensor& k_pos, const Tensor& out,
+                                    const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
+                                    Tensor& dv) {
+  const Dims d{q.size(0), q.size(1), k.size(1), q.size(2), q.size(3)};
+  const std::vector<int64_t> qp = positions(q_pos), kp = positions(k_pos);
+  dispatch_float(q.dtype(), "attention_backward", [&](auto z) {
+    using T = decltype(z);
+    const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>(), *po = out.data<T>();
+    const T *pg = dout.data<T>(), *pl = lse.data<T>();
+    T *pdq = dq.data<T>(), *pdk = dk.data<T>(), *pdv = dv.data<T>();
+#pragma omp parallel if (d.B * d.H * d.T * d.S * d.Dh > kParallelWork)
+    {
+      std::vector<T> s(kTile * kTile), dp(kTile * kTile), kt(d.Dh * kTile), vt(d.Dh * kTile),
+          dk_acc(kTile * d.Dh), dv_acc(kTile * d.Dh), delta(static_cast<size_t>(d.T));
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t bh = 0; bh < d.B * d.H; ++bh) {
+        const int64_t b = bh / d.H, h = bh % d.H;
+        const int64_t qoff = (b * d.T * d.H + h) * d.Dh;
+        const int64_t koff = (b * d.S * d.H + h) * d.Dh;
+        backward_head<T>(d, pq + qoff, pk + koff, pv + koff, po + qoff, pg + qoff, pl + bh * d.T,
+                         qp.data() + b * d.T, kp.data() + b * d.S, pdq + qoff, pdk + koff,
+                         pdv + koff, s.data(), dp.data(), kt.data(), vt.data(), dk_acc.data(),
+                         dv_acc.data(), delta.data());
+      }
+    }
+  });
+}
+
+}  // namespace mod::cpu

@@ -1,0 +1,39 @@
+// CPU AdamW: one fused pass over param, grad and both moments, in place. Bias corrections are
+// computed once in double; the per-element math runs in the parameter's dtype.
+#include <cmath>
+
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/dispatch.h"
+
+namespace mod::cpu {
+
+// param, grad, m, v: same shape. Decoupled weight decay (p *= 1 - lr*wd) precedes the Adam step.
+void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                              const AdamWArgs& args) {
+  dispatch_float(param.dtype(), "adamw_update", [&](auto z) {
+    using T = decltype(z);
+    T* p = param.data<T>();
+    const T* g = grad.data<T>();
+    T* pm = m.data<T>();
+    T* pv = v.data<T>();
+    const double step = static_cast<double>(args.step);
+    const T decay = static_cast<T>(1.0 - args.lr * args.weight_decay);
+    const T b1 = static_cast<T>(args.beta1), b2 = static_cast<T>(args.beta2);
+    const T one_b1 = static_cast<T>(1.0 - args.beta1), one_b2 = static_cast<T>(1.0 - args.beta2);
+    // p -= lr * (m / bc1) / (sqrt(v / bc2) + eps), with the two corrections folded in.
+    const T step_size = static_cast<T>(args.lr / (1.0 - std::pow(args.beta1, step)));
+    const T rsqrt_bc2 = static_cast<T>(1.0 / std::sqrt(1.0 - std::pow(args.beta2, step)));
+    const T eps = static_cast<T>(args.eps);
+    const int64_t n = param.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
+    for (int64_t i = 0; i < n; ++i) {
+      const T mi = b1 * pm[i] + one_b1 * g[i];
+      const T vi = b2 * pv[i] + one_b2 * g[i] * g[i];
+      pm[i] = mi;
+      pv[i] = vi;
+      p[i] = decay * p[i] - step_size * mi / (std::sqrt(vi) * rsqrt_bc2 + eps);
+    }
+  });
+}
+
+}  // namespace mod::cpu

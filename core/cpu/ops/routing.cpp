@@ -1,0 +1,105 @@
+// CPU routing kernels for Mixture-of-Depths: per-row top-k selection, row gather and row
+// scatter-add. Scatter-add is race-free without atomics: each task owns one batch entry and a
+// range of D columns, so two selected rows hitting the same token never meet in two threads.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/dispatch.h"
+
+namespace mod::cpu {
+
+namespace {
+// x [B,T,D], idx [B,C] -> out [B,C,D]; one row copy per (b, c).
+template <typename T, typename I>
+void gather_rows_copy(const T* x, const I* idx, T* out, int64_t b, int64_t t, int64_t c,
+                      int64_t d) {
+  const int64_t rows = b * c;
+#pragma omp parallel for schedule(static) if (rows * d > kParallelElements)
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(out + r * d, x + ((r / c) * t + static_cast<int64_t>(idx[r])) * d,
+                static_cast<size_t>(d) * sizeof(T));
+}
+
+// out [B,T,D] += src [B,C,D] scattered by idx [B,C]. Tasks are (b, column tile) pairs: about
+// four per thread when B is small, tiles of whole 64-byte lines, repeats added in c order.
+template <typename T, typename I>
+void scatter_add_rows_tiled(const I* idx, const T* src, T* out, int64_t b, int64_t t, int64_t c,
+                            int64_t d) {
+  if (b * c * d == 0) return;
+  constexpr int64_t kLine = 64 / sizeof(T);
+  const int64_t threads = omp_get_max_threads();
+  const int64_t want = std::clamp<int64_t>((4 * threads + b - 1) / b, 1, (d + kLine - 1) / kLine);
+  const int64_t per_tile = (d + want - 1) / want;
+  const int64_t tile = std::min(d, (per_tile + kLine - 1) / kLine * kLine);
+  const int64_t tiles = (d + tile - 1) / tile;
+#pragma omp parallel for schedule(static) if (b * c * d > kParallelElements)
+  for (int64_t task = 0; task < b * tiles; ++task) {
+    const int64_t bi = task / tiles, lo = (task % tiles) * tile, hi = std::min(d, lo + tile);
+    for (int64_t ci = 0; ci < c; ++ci) {
+      T* dst = out + (bi * t + static_cast<int64_t>(idx[bi * c + ci])) * d;
+      const T* row = src + (bi * c + ci) * d;
+#pragma omp simd
+      for (int64_t j = lo; j < hi; ++j) dst[j] += row[j];
+    }
+  }
+}
+
+// scores [B,T] -> idx [B,k]: per row an O(T) selection under (score desc, position asc), then
+// the chosen positions sorted ascending. Scores are NaN-free (the wrapper checks), so the order
+// is a strict weak order.
+template <typename T>
+void topk_select_rows(const T* scores, int64_t b, int64_t t, int64_t k, int64_t* idx) {
+  // Selection costs tens of ns per element, so parallelise well below the elementwise threshold.
+#pragma omp parallel if (b > 1 && b * t > kParallelElements / 16)
+  {
+    std::vector<int64_t> pos(static_cast<size_t>(t));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < b; ++r) {
+      const T* row = scores + r * t;
+      std::iota(pos.begin(), pos.end(), int64_t{0});
+      auto better = [row](int64_t i, int64_t j) {
+        return row[i] > row[j] || (row[i] == row[j] && i < j);
+      };
+      if (k < t) std::nth_element(pos.begin(), pos.begin() + k, pos.end(), better);
+      std::sort(pos.begin(), pos.begin() + k);
+      std::copy(pos.begin(), pos.begin() + k, idx + r * k);
+    }
+  }
+}
+}  // namespace
+
+void CpuBackend::gather_rows(const Tensor& x, const Tensor& idx, Tensor& out) {
+  dispatch_float(x.dtype(), "gather_rows", [&](auto z) {
+    using T = decltype(z);
+    dispatch_index(idx.dtype(), "gather_rows", [&](auto zi) {
+      using I = decltype(zi);
+      gather_rows_copy(x.data<T>(), idx.data<I>(), out.data<T>(), x.size(0), x.size(1), idx.size(1),
+                       x.size(2));
+    });
+  });
+}
+
+void CpuBackend::scatter_add_rows(const Tensor& idx, const Tensor& src, Tensor& out) {
+  dispatch_float(out.dtype(), "scatter_add_rows", [&](auto z) {
+    using T = decltype(z);
+    dispatch_index(idx.dtype(), "scatter_add_rows", [&](auto zi) {
+      using I = decltype(zi);
+      scatter_add_rows_tiled(idx.data<I>(), src.data<T>(), out.data<T>(), out.size(0), out.size(1),
+                             idx.size(1), out.size(2));
+    });
+  });
+}
+
+void CpuBackend::topk_rows(const Tensor& scores, int64_t k, Tensor& idx) {
+  dispatch_float(scores.dtype(), "topk_rows", [&](auto z) {
+    using T = decltype(z);
+    topk_select_rows(scores.data<T>(), scores.size(0), scores.size(1), k, idx.data<int64_t>());
+  });
+}
+
+}  // namespace mod::cpu

@@ -1,0 +1,90 @@
+// Module parameter registry and the basic layers.
+#include "core/nn/module.h"
+
+#include <stdexcept>
+
+#include "core/ops.h"
+
+namespace mod::nn {
+
+namespace {
+void check_name(const std::string& name) {
+  if (name.empty() || name.find('.') != std::string::npos)
+    throw std::invalid_argument("module: name '" + name + "' must be non-empty without '.'");
+}
+}  // namespace
+
+Tensor Module::register_parameter(const std::string& name, Tensor t) {
+  check_name(name);
+  for (const auto& [n, _] : params_)
+    if (n == name) throw std::invalid_argument("module: parameter '" + name + "' registered twice");
+  t.set_requires_grad(true);
+  params_.emplace_back(name, t);
+  return t;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> child) {
+  check_name(name);
+  for (const auto& [n, _] : children_)
+    if (n == name) throw std::invalid_argument("module: child '" + name + "' registered twice");
+  children_.emplace_back(name, std::move(child));
+}
+
+void Module::collect(const std::string& prefix,
+                     std::vector<std::pair<std::string, Tensor>>& out) const {
+  for (const auto& [name, t] : params_) out.emplace_back(prefix + name, t);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [_, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+Tensor Module::parameter(const std::string& path) const {
+  for (auto& [name, t] : named_parameters())
+    if (name == path) return t;
+  throw std::out_of_range("module: no parameter named '" + path + "'");
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& [_, t] : named_parameters()) n += t.numel();
+  return n;
+}
+
+void Module::zero_grad() {
+  for (auto& [_, t] : named_parameters()) t.zero_grad();
+}
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Rng& rng, double init_std,
+               DType dtype) {
+  weight_ = register_parameter("weight", randn({out_features, in_features}, rng, dtype, init_std));
+  if (bias) bias_ = register_parameter("bias", Tensor::zeros({out_features}, dtype));
+}
+
+Tensor Linear::forward(const Tensor& x) const {
+  Tensor y = linear(x, weight_);
+  return bias_.defined() ? bias_add(y, bias_) : y;
+}
+
+Embedding::Embedding(int64_t vocab, int64_t dim, Rng& rng, double init_std, DType dtype) {
+  weight_ = register_parameter("weight", randn({vocab, dim}, rng, dtype, init_std));
+}
+
+Tensor Embedding::forward(const Tensor& ids) const { return embedding(ids, weight_); }
+
+RMSNorm::RMSNorm(int64_t dim, double eps, DType dtype) : eps_(eps) {
+  weight_ = register_parameter("weight", Tensor::full({dim}, 1.0, dtype));
+}
+
+Tensor RMSNorm::forward(const Tensor& x) const { return rmsnorm(x, weight_, eps_); }
+
+}  // namespace mod::nn

@@ -1,0 +1,91 @@
+// Modules own named parameters. A parameter's name is its path from the root module
+// ("blocks.1.attn.wq.weight"): the key in checkpoints and the unit of tensor-parallel sharding
+// metadata. Children are registered in order, so named_parameters() is deterministic.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/random.h"
+#include "core/tensor.h"
+
+namespace mod::nn {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+
+  // Every parameter in this module and its children, depth first in registration order.
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  Tensor parameter(const std::string& path) const;  // throws naming the path if absent
+  int64_t num_parameters() const;
+  void zero_grad();
+
+ protected:
+  // Marks t as a trainable leaf; returns it for the caller to keep.
+  Tensor register_parameter(const std::string& name, Tensor t);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> child) {
+    add_child(name, child);
+    return child;
+  }
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> child);
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
+
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+// An ordered list of child modules named "0", "1", ... ("blocks.3.attn.wq.weight").
+class ModuleList : public Module {
+ public:
+  template <typename M>
+  std::shared_ptr<M> add(std::shared_ptr<M> child) {
+    return register_module(std::to_string(size_++), std::move(child));
+  }
+  size_t size() const { return size_; }
+
+ private:
+  size_t size_ = 0;
+};
+
+// y = x W^T (+ b); W [out, in] initialised normal(0, init_std).
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias, Rng& rng, double init_std,
+         DType dtype = DType::F32);
+  Tensor forward(const Tensor& x) const;
+  const Tensor& weight() const { return weight_; }
+
+ private:
+  Tensor weight_, bias_;
+};
+
+// ids [...] -> [..., D]; table [V, D] initialised normal(0, init_std).
+class Embedding : public Module {
+ public:
+  Embedding(int64_t vocab, int64_t dim, Rng& rng, double init_std, DType dtype = DType::F32);
+  Tensor forward(const Tensor& ids) const;
+  const Tensor& weight() const { return weight_; }
+
+ private:
+  Tensor weight_;
+};
+
+// RMSNorm over the last dim with a learned gain initialised to 1.
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(int64_t dim, double eps = 1e-5, DType dtype = DType::F32);
+  Tensor forward(const Tensor& x) const;
+
+ private:
+  Tensor weight_;
+  double eps_;
+};
+
+}  // namespace mod::nn

@@ -1,0 +1,104 @@
+// The Mixture-of-Depths routing primitives (shape legend: B batch, T tokens, C selected rows per
+// batch entry, D width). topk_rows is a selection and records nothing; gather_rows and
+// scatter_add_rows are each other's backward.
+#include "core/ops/routing.h"
+
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/backend.h"
+#include "core/ops/check.h"
+
+namespace mod {
+
+namespace {
+void same_device(const char* op, const Tensor& a, const char* a_name, const Tensor& b,
+                 const char* b_name) {
+  if (a.device() != b.device())
+    check::fail(op, std::string(a_name) + " is " + describe(a) + " but " + b_name + " is " +
+                        describe(b) + ": both must be on one device");
+}
+
+// x [B,T,D] and idx_BC [B,C] with every entry in [0,T).
+void check_rows(const char* op, const Tensor& x, const Tensor& idx_BC) {
+  check::floating(op, x, "x");
+  check::dim(op, x, 3, "x");
+  check::index(op, idx_BC, "idx");
+  same_device(op, x, "x", idx_BC, "idx");
+  if (idx_BC.dim() != 2 || idx_BC.size(0) != x.size(0))
+    check::fail(op, "idx " + shape_str(idx_BC.shape()) + " must be [B,C] with B = " +
+                        std::to_string(x.size(0)) + " from x " + shape_str(x.shape()));
+  check::indices_in_range(op, idx_BC, x.size(1), "idx");
+}
+
+// The first NaN in scores [B,T], named by row and position (host tensors only).
+template <typename T>
+void reject_nan(const T* s, int64_t b, int64_t t) {
+  for (int64_t r = 0; r < b; ++r)
+    for (int64_t i = 0; i < t; ++i)
+      if (std::isnan(s[r * t + i]))
+        check::fail("topk", "scores row " + std::to_string(r) + " position " + std::to_string(i) +
+                                " is NaN");
+}
+}  // namespace
+
+Tensor topk_rows(const Tensor& scores, int64_t k) {
+  check::floating("topk", scores, "scores");
+  check::dim("topk", scores, 2, "scores");
+  const int64_t b = scores.size(0), t = scores.size(1);
+  if (k < 1 || k > t)
+    check::fail("topk", "k = " + std::to_string(k) + " must be in [1, T] with T = " +
+                            std::to_string(t) + " from scores " + shape_str(scores.shape()));
+  if (scores.device() == Device::CPU) {
+    if (scores.dtype() == DType::F32)
+      reject_nan(scores.data<float>(), b, t);
+    else
+      reject_nan(scores.data<double>(), b, t);
+  }
+  Tensor idx_BK = Tensor::empty({b, k}, DType::I64, scores.device());
+  backend_of(scores).topk_rows(scores, k, idx_BK);
+  return idx_BK;  // no node: a selection has no gradient
+}
+
+Tensor gather_rows(const Tensor& x, const Tensor& idx) {
+  check_rows("gather_rows", x, idx);
+  const int64_t b = x.size(0), t = x.size(1), d = x.size(2), c = idx.size(1);
+  Tensor out_BCD = Tensor::empty({b, c, d}, x.dtype(), x.device());
+  backend_of(x).gather_rows(x, idx, out_BCD);
+  if (any_requires_grad({x})) {
+    record(out_BCD, Op::GatherRows, {x}, [idx, b, t, d](const Tensor& g, const NeedsGrad&) {
+      Tensor dx_BTD = Tensor::zeros({b, t, d}, g.dtype(), g.device());
+      backend_of(g).scatter_add_rows(idx, g, dx_BTD);
+      return std::vector<Tensor>{dx_BTD};
+    });
+  }
+  return out_BCD;
+}
+
+Tensor scatter_add_rows(const Tensor& x, const Tensor& idx, const Tensor& src) {
+  constexpr const char* kOp = "scatter_add_rows";
+  check_rows(kOp, x, idx);
+  check::floating(kOp, src, "src");
+  check::same_dtype_device(kOp, x, "x", src, "src");
+  const Shape want = {x.size(0), idx.size(1), x.size(2)};
+  if (src.shape() != want)
+    check::fail(kOp, "src " + shape_str(src.shape()) + " must be [B,C,D] = " + shape_str(want) +
+                         " from x " + shape_str(x.shape()) + " and idx " + shape_str(idx.shape()));
+  Tensor out_BTD = x.clone();
+  backend_of(x).scatter_add_rows(idx, src, out_BTD);
+  if (any_requires_grad({x, src})) {
+    record(out_BTD, Op::ScatterAddRows, {x, src},
+           [idx, want](const Tensor& g, const NeedsGrad& needs) {
+             Tensor dx, dsrc;
+             if (needs[0]) dx = g;  // the identity path
+             if (needs[1]) {        // each src row receives the gradient of the row it landed on
+               dsrc = Tensor::empty(want, g.dtype(), g.device());
+               backend_of(g).gather_rows(g, idx, dsrc);
+             }
+             return std::vector<Tensor>{dx, dsrc};
+           });
+  }
+  return out_BTD;
+}
+
+}  // namespace mod

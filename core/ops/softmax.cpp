@@ -1,0 +1,109 @@
+// Softmax over the last dim, and the fused cross-entropy: logits [..., V] are viewed as rows
+// [N,V]; the forward caches per-row lse [N] and never materialises probabilities; the backward
+// recomputes them from lse. The loss is the mean over targets != ignore_index (0 if none).
+#include "core/ops/softmax.h"
+
+#include "core/autograd.h"
+#include "core/backend.h"
+#include "core/ops/check.h"
+
+namespace mod {
+
+namespace {
+
+int64_t leading_numel(const Tensor& x) {
+  return x.size(-1) == 0 ? 0 : x.numel() / x.size(-1);
+}
+
+// Number of targets != ignore_index; throws naming the first one outside [0, v).
+int64_t count_targets(const char* op, const Tensor& targets, int64_t v, int64_t ignore_index) {
+  if (targets.device() != Device::CPU)
+    check::fail(op, "counting targets needs them on the host; got " + describe(targets));
+  const int64_t n = targets.numel();
+  int64_t count = 0;
+  auto scan = [&](const auto* p) {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t t = static_cast<int64_t>(p[i]);
+      if (t == ignore_index) continue;
+      if (t < 0 || t >= v)
+        check::fail(op, "targets[" + std::to_string(i) + "] = " + std::to_string(t) +
+                            " is out of range [0, " + std::to_string(v) +
+                            ") and is not ignore_index (" + std::to_string(ignore_index) + ")");
+      ++count;
+    }
+  };
+  if (targets.dtype() == DType::I32)
+    scan(targets.data<int32_t>());
+  else
+    scan(targets.data<int64_t>());
+  return count;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x) {
+  const char* op = op_name(Op::Softmax);
+  check::floating(op, x, "x");
+  if (x.dim() < 1) check::fail(op, "x " + shape_str(x.shape()) + " needs at least one dim");
+  const Shape rows{leading_numel(x), x.size(-1)};
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor y2 = y.view(rows);
+  backend_of(x).softmax_forward(x.view(rows), y2);
+  if (any_requires_grad({x})) {
+    record(y, Op::Softmax, {x}, [ys = detach(y2)](const Tensor& g, const NeedsGrad&) {
+      Tensor dx = Tensor::empty(g.shape(), g.dtype(), g.device());
+      Tensor dx2 = dx.view(ys.shape());
+      backend_of(g).softmax_backward(ys, g.view(ys.shape()), dx2);
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return y;
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  const char* op = op_name(Op::CrossEntropy);
+  check::floating(op, logits, "logits");
+  check::index(op, targets, "targets");
+  if (logits.dim() < 1 || logits.size(-1) == 0)
+    check::fail(op, "logits " + shape_str(logits.shape()) + " needs a non-empty last dim V");
+  const Shape lead(logits.shape().begin(), logits.shape().end() - 1);
+  if (targets.shape() != lead)
+    check::fail(op, "targets " + shape_str(targets.shape()) + " must have logits' leading shape " +
+                        shape_str(lead) + " (logits " + shape_str(logits.shape()) + ")");
+  if (targets.device() != logits.device())
+    check::fail(op, "targets are " + describe(targets) + " but logits are " + describe(logits));
+  const int64_t v = logits.size(-1), n = targets.numel();
+  const int64_t count = count_targets(op, targets, v, ignore_index);
+
+  const Tensor logits2 = logits.view({n, v}), targets1 = targets.view({n});
+  Tensor losses = Tensor::empty({n}, logits.dtype(), logits.device());
+  Tensor lse = Tensor::empty({n}, logits.dtype(), logits.device());
+  Backend& be = backend_of(logits);
+  be.cross_entropy_forward(logits2, targets1, ignore_index, losses, lse);
+  Tensor loss = Tensor::empty({}, logits.dtype(), logits.device());
+  be.sum_all(losses, loss);
+  const double inv_count = count == 0 ? 0.0 : 1.0 / static_cast<double>(count);
+  be.scale(loss, inv_count, loss);
+
+  if (any_requires_grad({logits})) {
+    // Targets are copied (N indices, cheap): callers often refill their batch buffer before
+    // running backward.
+    record(loss, Op::CrossEntropy, {logits},
+           [logits2, targets1 = targets1.clone(), lse, ignore_index, inv_count,
+            shape = logits.shape()](const Tensor& g, const NeedsGrad&) {
+             Tensor dlogits = Tensor::empty(shape, g.dtype(), g.device());
+             Tensor d2 = dlogits.view(logits2.shape());
+             Backend& b = backend_of(g);
+             // The incoming scalar folds into grad_scale on the host; on a device it would
+             // need a copy back, so there it is applied as one more pass instead.
+             const bool host = g.device() == Device::CPU;
+             const double scale = host ? inv_count * g.item() : inv_count;
+             b.cross_entropy_backward(logits2, targets1, lse, ignore_index, scale, d2);
+             if (!host) b.binary(BinaryKind::Mul, Broadcast::Inner, d2.numel(), 1, d2, g, d2);
+             return std::vector<Tensor>{dlogits};
+           });
+  }
+  return loss;
+}
+
+}  // namespace mod

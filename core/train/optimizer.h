@@ -1,0 +1,50 @@
+// AdamW over a model's named parameters, with the learning-rate schedule and global-norm
+// clipping. Decay groups by name: biases, norm gains and embeddings are not decayed unless the
+// config says so. The state (moments, step) is exposed for checkpoints.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "configs/modtrain.pb.h"
+#include "core/tensor.h"
+
+namespace mod::train {
+
+// Linear warm-up from lr/warmup to lr over warmup_steps, then cosine decay to min_lr at
+// total_steps. step is 0-based.
+double learning_rate(const modtrain::OptimizerConfig& cfg, int64_t step, int64_t total_steps);
+
+// Scales every gradient by min(1, max_norm / norm) when max_norm > 0; returns the norm before
+// clipping (computed in double).
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+class AdamW {
+ public:
+  AdamW(std::vector<std::pair<std::string, Tensor>> named_params,
+        const modtrain::OptimizerConfig& cfg);
+  // One update at learning rate lr; parameters without a gradient are left alone.
+  void step(double lr);
+  bool decays(size_t i) const { return decay_[i]; }
+  int64_t steps_taken() const { return step_; }
+
+  struct Slot {
+    std::string name;
+    Tensor param, m, v;
+  };
+  const std::vector<Slot>& slots() const { return slots_; }
+  std::vector<Slot>& slots() { return slots_; }
+  void set_steps_taken(int64_t s) { step_ = s; }
+
+ private:
+  modtrain::OptimizerConfig cfg_;
+  std::vector<Slot> slots_;
+  std::vector<bool> decay_;
+  int64_t step_ = 0;
+};
+
+// True for parameters that take weight decay under cfg (matrices of linear layers, by name).
+bool takes_weight_decay(const std::string& name, const modtrain::OptimizerConfig& cfg);
+
+}  // namespace mod::train

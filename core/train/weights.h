@@ -1,0 +1,27 @@
+// The weights file that train writes and eval/sample read (until checkpoints carry more):
+// model.safetensors with every parameter by name and metadata {format: modtrain-weights-1,
+// config: the RunConfig in text format, step: N}. Loading checks every name and shape.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "configs/modtrain.pb.h"
+#include "core/model/transformer.h"
+
+namespace mod::train {
+
+void save_weights(const std::string& path, const model::Transformer& model,
+                  const modtrain::RunConfig& cfg, int64_t step);
+
+struct LoadedModel {
+  modtrain::RunConfig config;
+  std::unique_ptr<model::Transformer> model;
+  int64_t step = 0;
+};
+LoadedModel load_weights(const std::string& path);
+
+// Copies tensors into the model's parameters; every parameter must be present with its shape.
+void assign_parameters(model::Transformer& model, const std::string& path);
+
+}  // namespace mod::train

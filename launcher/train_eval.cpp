@@ -1,0 +1,78 @@
+// modtrain train / eval / flops: configs in, a run directory or a table out.
+#include <cstdio>
+#include <filesystem>
+
+#include "configs/config.h"
+#include "core/model/flops.h"
+#include "core/train/trainer.h"
+#include "core/train/weights.h"
+#include "launcher/cli.h"
+
+namespace mod::cli {
+
+namespace {
+void add_config_options(po::options_description& o) {
+  o.add_options()
+      ("config", po::value<std::string>()->required(), "text-format RunConfig, e.g. configs/recipes/tiny_mod.textproto")
+      ("set", po::value<std::vector<std::string>>()->composing(), "override: path.to.field=value (repeatable)");
+}
+
+modtrain::RunConfig load_config(const po::variables_map& vm) {
+  std::vector<std::string> sets;
+  if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
+  return config::load(vm["config"].as<std::string>(), sets);
+}
+}  // namespace
+
+int train(int argc, char** argv) {
+  po::options_description o("modtrain train options");
+  add_config_options(o);
+  o.add_options()("run-dir", po::value<std::string>()->required(), "output directory, e.g. runs/tiny_mod")
+      ("data", po::value<std::string>(), "token shard directory (overrides data.dir)");
+  po::variables_map vm;
+  if (!parse(argc, argv, "usage: modtrain train --config FILE --run-dir DIR [--set f=v ...]", o, vm))
+    return 0;
+  modtrain::RunConfig cfg = load_config(vm);
+  if (vm.count("data")) cfg.mutable_data()->set_dir(vm["data"].as<std::string>());
+  train::Trainer trainer(cfg, vm["run-dir"].as<std::string>());
+  trainer.run();
+  return 0;
+}
+
+int eval(int argc, char** argv) {
+  po::options_description o("modtrain eval options");
+  o.add_options()("checkpoint", po::value<std::string>()->required(), "weights file, e.g. runs/tiny_mod/model.safetensors")
+      ("data", po::value<std::string>(), "token shard directory (default: the run's data.dir)")
+      ("batches", po::value<int64_t>()->default_value(16), "validation batches")
+      ("batch-size", po::value<int64_t>()->default_value(8), "sequences per batch");
+  po::variables_map vm;
+  if (!parse(argc, argv, "usage: modtrain eval --checkpoint FILE", o, vm)) return 0;
+  auto loaded = train::load_weights(vm["checkpoint"].as<std::string>());
+  const auto& cfg = loaded.config;
+  const std::string dir = vm.count("data") ? vm["data"].as<std::string>() : cfg.data().dir();
+  const auto data = train::load_splits(dir, cfg.model().vocab_size());
+  const int64_t batches = vm["batches"].as<int64_t>(), bs = vm["batch-size"].as<int64_t>();
+  const auto top_c = train::evaluate(*loaded.model, *data.val, cfg.model().seq_len(), bs, batches,
+                                     model::RoutingMode::TopC);
+  std::printf("%s (step %lld) on %s/val.bin, %lld tokens\n", cfg.name().c_str(),
+              static_cast<long long>(loaded.step), dir.c_str(), static_cast<long long>(top_c.tokens));
+  std::printf("  validation loss, top-C routing (training):  %.4f\n", top_c.loss);
+  if (cfg.model().mod().enabled()) {
+    const auto causal = train::evaluate(*loaded.model, *data.val, cfg.model().seq_len(), bs,
+                                        batches, model::RoutingMode::Causal);
+    std::printf("  validation loss, causal routing (sampling): %.4f\n", causal.loss);
+  }
+  return 0;
+}
+
+int flops(int argc, char** argv) {
+  po::options_description o("modtrain flops options");
+  add_config_options(o);
+  po::variables_map vm;
+  if (!parse(argc, argv, "usage: modtrain flops --config FILE [--set f=v ...]", o, vm)) return 0;
+  const modtrain::RunConfig cfg = load_config(vm);
+  std::printf("%s\n%s", cfg.name().c_str(), model::describe_flops(cfg.model()).c_str());
+  return 0;
+}
+
+}  // namespace mod::cli

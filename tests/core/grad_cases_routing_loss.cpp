@@ -1,0 +1,73 @@
+// Gradient cases for embedding, the routing gather/scatter-add and the BCE routing loss. Index
+// inputs include repeats and unsorted rows, since those are where scatter gradients go wrong.
+#include "core/ops.h"
+#include "tests/core/grad_check.h"
+
+namespace mod::test {
+namespace {
+
+Tensor leaf(const Shape& s, Rng& rng) {
+  return randn(s, rng, DType::F64).set_requires_grad(true);
+}
+
+GradCase embedding_case(const char* name, int64_t vocab, int64_t d, std::vector<int64_t> ids,
+                        Shape ids_shape, DType index_dtype) {
+  return {name, Op::Embedding,
+          [=](Rng& rng) {
+            return std::vector<Tensor>{Tensor::from_indices(ids, ids_shape, index_dtype),
+                                       leaf({vocab, d}, rng)};
+          },
+          [](const std::vector<Tensor>& in) { return embedding(in[0], in[1]); }};
+}
+
+GradCase gather_case(const char* name, Shape x, std::vector<int64_t> idx, Shape idx_shape) {
+  return {name, Op::GatherRows,
+          [=](Rng& rng) {
+            return std::vector<Tensor>{leaf(x, rng), Tensor::from_indices(idx, idx_shape)};
+          },
+          [](const std::vector<Tensor>& in) { return gather_rows(in[0], in[1]); }};
+}
+
+GradCase scatter_case(const char* name, Shape x, std::vector<int64_t> idx, Shape idx_shape,
+                      DType index_dtype = DType::I64) {
+  const Shape src = {x[0], idx_shape[1], x[2]};
+  return {name, Op::ScatterAddRows,
+          [=](Rng& rng) {
+            return std::vector<Tensor>{
+                leaf(x, rng), Tensor::from_indices(idx, idx_shape, index_dtype), leaf(src, rng)};
+          },
+          [](const std::vector<Tensor>& in) { return scatter_add_rows(in[0], in[1], in[2]); }};
+}
+
+// targets fixed (no grad): hard 0/1 labels, or fractional ones in [0, 1].
+GradCase bce_case(const char* name, Shape s, bool hard) {
+  return {name, Op::BCEWithLogits,
+          [=](Rng& rng) {
+            Tensor logits = randn(s, rng, DType::F64, 2.0).set_requires_grad(true);
+            Tensor targets = rand_uniform(s, rng, DType::F64);
+            if (hard)
+              for (int64_t i = 0; i < targets.numel(); ++i)
+                targets.set(i, targets.at(i) < 0.5 ? 0.0 : 1.0);
+            return std::vector<Tensor>{logits, targets};
+          },
+          [](const std::vector<Tensor>& in) { return bce_with_logits(in[0], in[1]); }};
+}
+
+const bool registered = register_grad_cases({
+    embedding_case("embedding [2,5] ids into [7,13] with repeats", 7, 13,
+                   {3, 0, 3, 6, 3, 1, 1, 0, 6, 2}, {2, 5}, DType::I64),
+    embedding_case("embedding i32 [9] ids into [5,33] with repeats", 5, 33,
+                   {4, 4, 0, 2, 4, 1, 0, 2, 2}, {9}, DType::I32),
+    gather_case("gather_rows [2,9,13] by [2,5] repeated unsorted", {2, 9, 13},
+                {7, 2, 2, 8, 0, 4, 4, 4, 1, 6}, {2, 5}),
+    gather_case("gather_rows [3,6,33] by [3,2]", {3, 6, 33}, {5, 0, 1, 3, 2, 2}, {3, 2}),
+    scatter_case("scatter_add_rows [2,9,13] by [2,4] repeated", {2, 9, 13},
+                 {5, 1, 5, 5, 0, 8, 3, 0}, {2, 4}),
+    scatter_case("scatter_add_rows i32 [3,5,17] by [3,3] unsorted", {3, 5, 17},
+                 {4, 0, 2, 1, 1, 3, 0, 4, 2}, {3, 3}, DType::I32),
+    bce_case("bce_with_logits [3,17] hard targets", {3, 17}, true),
+    bce_case("bce_with_logits [2,5,13] fractional targets", {2, 5, 13}, false),
+});
+
+}  // namespace
+}  // namespace mod::test

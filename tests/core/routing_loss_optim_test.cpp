@@ -1,0 +1,281 @@
+// Forward of embedding, the MoD routing primitives (top-k, gather, scatter-add), the BCE routing
+// loss and AdamW against naive references written here, plus their argument errors.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <tuple>
+
+#include "core/ops.h"
+#include "core/random.h"
+
+using namespace mod;
+using Catch::Matchers::Contains;
+
+namespace {
+void check_close(const Tensor& got, const std::vector<double>& want, double tol) {
+  REQUIRE(got.numel() == static_cast<int64_t>(want.size()));
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    INFO("element " << i);
+    CHECK(got.at(i) == Approx(want[static_cast<size_t>(i)]).margin(tol).epsilon(tol));
+  }
+}
+
+// Exact equality, reported only at the first mismatch so a broken kernel prints one line.
+void check_equal(const Tensor& got, const std::vector<double>& want) {
+  REQUIRE(got.numel() == static_cast<int64_t>(want.size()));
+  int64_t bad = -1;
+  for (int64_t i = 0; i < got.numel() && bad < 0; ++i)
+    if (got.at(i) != want[static_cast<size_t>(i)]) bad = i;
+  INFO("first mismatch at " << bad);
+  CHECK(bad == -1);
+}
+
+std::vector<int64_t> random_indices(int64_t n, int64_t limit, Rng& rng) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = rng.below(limit);
+  return v;
+}
+
+// Top-k of one row by a full sort under (score desc, position asc), then ascending positions.
+std::vector<int64_t> naive_topk(const std::vector<double>& row, int64_t k) {
+  std::vector<int64_t> pos(row.size());
+  std::iota(pos.begin(), pos.end(), int64_t{0});
+  std::stable_sort(pos.begin(), pos.end(), [&](int64_t a, int64_t b) { return row[a] > row[b]; });
+  pos.resize(static_cast<size_t>(k));
+  std::sort(pos.begin(), pos.end());
+  return pos;
+}
+
+std::vector<int64_t> row_of(const Tensor& idx, int64_t r) {
+  const int64_t k = idx.size(1);
+  std::vector<int64_t> out(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j) out[j] = static_cast<int64_t>(idx.at(r * k + j));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("embedding forward copies table rows, also past the parallel threshold", "[forward]") {
+  Rng rng(11);
+  for (auto [n, vocab, d, dt] : {std::tuple{10, 7, 13, DType::I64}, {6000, 300, 33, DType::I32}}) {
+    DYNAMIC_SECTION("N=" << n << " V=" << vocab << " D=" << d) {
+      Tensor table = randn({vocab, d}, rng);
+      std::vector<int64_t> ids = random_indices(n, vocab, rng);
+      Tensor out = embedding(Tensor::from_indices(ids, {2, n / 2}, dt), table);
+      CHECK(out.shape() == Shape{2, n / 2, d});
+      std::vector<double> want(static_cast<size_t>(n * d));
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < d; ++j) want[i * d + j] = table.at(ids[i] * d + j);
+      check_equal(out, want);
+    }
+  }
+}
+
+TEST_CASE("embedding backward accumulates repeated ids, also in parallel", "[forward]") {
+  Rng rng(12);
+  const int64_t n = 3000, vocab = 50, d = 40;  // 120000 gradient elements: the parallel path
+  Tensor table = randn({vocab, d}, rng).set_requires_grad(true);
+  std::vector<int64_t> ids = random_indices(n, vocab, rng);
+  Tensor seed = randn({n, d}, rng);
+  embedding(Tensor::from_indices(ids, {n}), table).backward(seed);
+  std::vector<double> want(static_cast<size_t>(vocab * d), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) want[ids[i] * d + j] += seed.at(i * d + j);
+  check_close(table.grad(), want, 1e-4);
+}
+
+TEST_CASE("gather_rows and scatter_add_rows match naive references", "[forward]") {
+  Rng rng(13);
+  // The 2nd and 4th shapes cross the parallel threshold; B=1 splits D into column tiles.
+  for (auto [b, t, c, d] :
+       {std::tuple{2, 9, 5, 13}, {8, 700, 512, 40}, {3, 64, 200, 33}, {1, 300, 1000, 100}}) {
+    DYNAMIC_SECTION("B=" << b << " T=" << t << " C=" << c << " D=" << d) {
+      Tensor x = randn({b, t, d}, rng), src = randn({b, c, d}, rng);
+      std::vector<int64_t> idx = random_indices(b * c, t, rng);  // repeats and any order
+      Tensor idx_t = Tensor::from_indices(idx, {b, c});
+      const std::vector<double> x_before = x.to_vector();
+      std::vector<double> want_g(static_cast<size_t>(b * c * d));
+      std::vector<double> want_s = x.to_vector();
+      for (int64_t bi = 0; bi < b; ++bi)
+        for (int64_t ci = 0; ci < c; ++ci) {
+          const int64_t row = bi * t + idx[bi * c + ci];
+          for (int64_t j = 0; j < d; ++j) {
+            want_g[(bi * c + ci) * d + j] = x.at(row * d + j);
+            want_s[row * d + j] += src.at((bi * c + ci) * d + j);
+          }
+        }
+      Tensor g = gather_rows(x, idx_t);
+      CHECK(g.shape() == Shape{b, c, d});
+      check_equal(g, want_g);
+      Tensor s = scatter_add_rows(x, idx_t, src);
+      CHECK(s.shape() == x.shape());
+      check_close(s, want_s, 1e-5);
+      CHECK(x.to_vector() == x_before);  // out-of-place: x itself is untouched
+    }
+  }
+}
+
+TEST_CASE("bce_with_logits matches a naive mean, also at extreme logits", "[forward]") {
+  Rng rng(14);
+  for (int64_t n : {int64_t{17}, int64_t{40000}}) {
+    Tensor x = randn({n}, rng, DType::F32, 4.0), t = rand_uniform({n}, rng);
+    x.set(0, 120.0);  // exp(120) overflows f32: the stable form must not
+    x.set(1, -120.0);
+    double want = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double xi = x.at(i), ti = t.at(i);
+      want += std::max(xi, 0.0) - xi * ti + std::log1p(std::exp(-std::abs(xi)));
+    }
+    want /= static_cast<double>(n);
+    Tensor loss = bce_with_logits(x, t);
+    CHECK(loss.dim() == 0);
+    CHECK(loss.item() == Approx(want).epsilon(1e-5));
+
+    Tensor xg = x.clone().set_requires_grad(true);
+    bce_with_logits(xg, t).backward();
+    std::vector<double> want_dx(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      want_dx[i] = (1.0 / (1.0 + std::exp(-x.at(i))) - t.at(i)) / static_cast<double>(n);
+    check_close(xg.grad(), want_dx, 1e-6);
+  }
+}
+
+TEST_CASE("topk_rows selects exactly k per row, ascending, ties to the lower position",
+          "[forward]") {
+  SECTION("all-equal scores give 0..k-1") {
+    Tensor idx = topk_rows(Tensor::full({3, 10}, 0.5), 4);
+    CHECK(idx.dtype() == DType::I64);
+    CHECK(idx.shape() == Shape{3, 4});
+    for (int64_t r = 0; r < 3; ++r) CHECK(row_of(idx, r) == std::vector<int64_t>{0, 1, 2, 3});
+  }
+  SECTION("explicit ties at the cut") {
+    // The 3 largest: 9 at 4, then 5 at positions 1, 3, 6: positions 1 and 3 win the tie.
+    Tensor s = Tensor::from_vector({1, 5, 0, 5, 9, 2, 5, 4}, {1, 8});
+    CHECK(row_of(topk_rows(s, 3), 0) == std::vector<int64_t>{1, 3, 4});
+    CHECK(row_of(topk_rows(s, 1), 0) == std::vector<int64_t>{4});
+    CHECK(row_of(topk_rows(s, 8), 0) == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+    Tensor neg = Tensor::from_vector({-1, -3, -1, -2, -1}, {1, 5}, DType::F64);
+    CHECK(row_of(topk_rows(neg, 2), 0) == std::vector<int64_t>{0, 2});
+  }
+  SECTION("rows are independent: never a top-k across the batch") {
+    // Row 0 has all the large scores; row 1 must still select its own k.
+    Tensor s = Tensor::from_vector({10, 11, 12, 13, 14, 0, 0.3, 0.1, 0.2, 0}, {2, 5});
+    Tensor idx = topk_rows(s, 2);
+    CHECK(row_of(idx, 0) == std::vector<int64_t>{3, 4});
+    CHECK(row_of(idx, 1) == std::vector<int64_t>{1, 3});
+    Tensor alone = topk_rows(Tensor::from_vector({0, 0.3, 0.1, 0.2, 0}, {1, 5}), 2);
+    CHECK(row_of(alone, 0) == row_of(idx, 1));
+  }
+  SECTION("forward only: no history") {
+    Tensor s = Tensor::from_vector({1, 2, 3}, {1, 3}).set_requires_grad(true);
+    Tensor idx = topk_rows(s, 2);
+    CHECK_FALSE(idx.requires_grad());
+    CHECK(idx.grad_fn() == nullptr);
+  }
+}
+
+TEST_CASE("topk_rows on B=8, T=4096 matches a full sort", "[forward]") {
+  Rng rng(15);
+  const int64_t b = 8, t = 4096;
+  Tensor s = randn({b, t}, rng);
+  for (int64_t i = 0; i < b * t; i += 7) s.set(i, 0.25);  // plenty of ties
+  for (int64_t k : {int64_t{1}, int64_t{512}, int64_t{2048}, int64_t{4095}}) {
+    Tensor idx = topk_rows(s, k);
+    REQUIRE(idx.shape() == Shape{b, k});
+    for (int64_t r = 0; r < b; ++r) {
+      std::vector<double> row(static_cast<size_t>(t));
+      for (int64_t i = 0; i < t; ++i) row[i] = s.at(r * t + i);
+      INFO("k " << k << " row " << r);
+      CHECK(row_of(idx, r) == naive_topk(row, k));
+    }
+  }
+}
+
+TEST_CASE("adamw_update matches a naive double reference over 3 steps", "[forward]") {
+  Rng rng(16);
+  for (int64_t n : {int64_t{37}, int64_t{50000}}) {
+    Tensor p = randn({n}, rng), m = Tensor::zeros({n}), v = Tensor::zeros({n});
+    std::vector<double> rp = p.to_vector(), rm(static_cast<size_t>(n)), rv(static_cast<size_t>(n));
+    AdamWArgs a;
+    a.lr = 1e-2;
+    a.beta1 = 0.9;
+    a.beta2 = 0.95;
+    a.eps = 1e-8;
+    a.weight_decay = 0.1;
+    for (int64_t step = 1; step <= 3; ++step) {
+      Tensor g = randn({n}, rng);
+      a.step = step;
+      adamw_update(p, g, m, v, a);
+      for (int64_t i = 0; i < n; ++i) {
+        const double gi = g.at(i);
+        rp[i] -= a.lr * a.weight_decay * rp[i];
+        rm[i] = a.beta1 * rm[i] + (1 - a.beta1) * gi;
+        rv[i] = a.beta2 * rv[i] + (1 - a.beta2) * gi * gi;
+        const double mhat = rm[i] / (1 - std::pow(a.beta1, step));
+        const double vhat = rv[i] / (1 - std::pow(a.beta2, step));
+        rp[i] -= a.lr * mhat / (std::sqrt(vhat) + a.eps);
+      }
+    }
+    check_close(p, rp, 1e-5);
+    check_close(m, rm, 1e-5);
+    check_close(v, rv, 1e-5);
+  }
+}
+
+TEST_CASE("routing, loss and optimizer ops reject bad input naming it", "[errors]") {
+  Rng rng(17);
+  Tensor table = randn({7, 4}, rng);
+  CHECK_THROWS_WITH(embedding(Tensor::from_indices({1, 7, 2}, {3}), table),
+                    Contains("embedding") && Contains("ids[1] = 7") && Contains("[0, 7)"));
+  CHECK_THROWS_WITH(embedding(Tensor::from_indices({-1}, {1}, DType::I32), table),
+                    Contains("embedding") && Contains("ids[0] = -1"));
+  CHECK_THROWS_WITH(embedding(Tensor::from_vector({1, 2}, {2}), table),
+                    Contains("embedding") && Contains("f32"));
+  CHECK_THROWS_WITH(embedding(Tensor::from_indices({1}, {1}), randn({7}, rng)),
+                    Contains("embedding") && Contains("[7]"));
+
+  Tensor x = randn({2, 5, 3}, rng);
+  Tensor idx = Tensor::from_indices({0, 4, 1, 2}, {2, 2});
+  CHECK_THROWS_WITH(gather_rows(x, Tensor::from_indices({0, 4, 5, 1}, {2, 2})),
+                    Contains("gather_rows") && Contains("idx[2] = 5") && Contains("[0, 5)"));
+  CHECK_THROWS_WITH(gather_rows(x, Tensor::from_indices({0, 1, 2}, {3, 1})),
+                    Contains("gather_rows") && Contains("[3, 1]"));
+  CHECK_THROWS_WITH(gather_rows(randn({10, 3}, rng), idx),
+                    Contains("gather_rows") && Contains("[10, 3]"));
+  CHECK_THROWS_WITH(gather_rows(x, Tensor::from_vector({0, 1, 2, 3}, {2, 2})),
+                    Contains("gather_rows") && Contains("f32"));
+  CHECK_THROWS_WITH(scatter_add_rows(x, idx, randn({2, 3, 3}, rng)),
+                    Contains("scatter_add_rows") && Contains("[2, 3, 3]"));
+  CHECK_THROWS_WITH(scatter_add_rows(x, idx, randn({2, 2, 3}, rng, DType::F64)),
+                    Contains("scatter_add_rows") && Contains("f64"));
+  CHECK_THROWS_WITH(
+      scatter_add_rows(x, Tensor::from_indices({0, 9, 1, 2}, {2, 2}), randn({2, 2, 3}, rng)),
+      Contains("scatter_add_rows") && Contains("idx[1] = 9"));
+
+  Tensor scores = randn({2, 6}, rng);
+  CHECK_THROWS_WITH(topk_rows(scores, 7), Contains("topk") && Contains("k = 7"));
+  CHECK_THROWS_WITH(topk_rows(scores, 0), Contains("topk") && Contains("k = 0"));
+  scores.set(9, std::numeric_limits<double>::quiet_NaN());
+  CHECK_THROWS_WITH(topk_rows(scores, 2),
+                    Contains("topk") && Contains("row 1") && Contains("position 3"));
+  CHECK_THROWS_WITH(topk_rows(randn({12}, rng), 2), Contains("topk") && Contains("[12]"));
+
+  CHECK_THROWS_WITH(bce_with_logits(randn({3, 4}, rng), randn({4, 3}, rng)),
+                    Contains("bce_with_logits") && Contains("[3, 4]") && Contains("[4, 3]"));
+  CHECK_THROWS_WITH(bce_with_logits(randn({3}, rng), randn({3}, rng, DType::F64)),
+                    Contains("bce_with_logits") && Contains("f64"));
+
+  Tensor p = randn({4, 3}, rng), m = Tensor::zeros({4, 3}), v = Tensor::zeros({4, 3});
+  AdamWArgs a;
+  CHECK_THROWS_WITH(adamw_update(p, randn({3, 4}, rng), m, v, a),
+                    Contains("adamw") && Contains("[3, 4]"));
+  CHECK_THROWS_WITH(adamw_update(p, randn({4, 3}, rng, DType::F64), m, v, a),
+                    Contains("adamw") && Contains("f64"));
+  Tensor v_bad = Tensor::zeros({12});
+  CHECK_THROWS_WITH(adamw_update(p, randn({4, 3}, rng), m, v_bad, a),
+                    Contains("adamw") && Contains("[12]"));
+  a.step = 0;
+  CHECK_THROWS_WITH(adamw_update(p, randn({4, 3}, rng), m, v, a),
+                    Contains("adamw") && Contains("step = 0"));
+}
