@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# End-to-end check of the modtrain command line on a small corpus: prep (byte and BPE), a short
+# MoD training run whose loss falls, eval with both routings, sample, flops; and bad input that
+# must fail with a message naming the culprit. Usage: cli_test.sh MODTRAIN SOURCE_DIR
+set -euo pipefail
+modtrain=$1
+src=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "cli_test: $*" >&2; exit 1; }
+
+# A corpus of ~200 KB from the repository's own docs and sources (always present).
+cat "$src"/core/*.cpp "$src"/core/*.h "$src"/docs/*.md > "$work/corpus.txt"
+"$modtrain" prep --input "$work/corpus.txt" --out "$work/data" --val-fraction 0.1 > "$work/prep.log"
+grep -q "train.bin" "$work/prep.log" || fail "prep did not report its shards"
+"$modtrain" prep --input "$work/corpus.txt" --out "$work/bpe" --tokenizer bpe --vocab-size 300 > /dev/null
+grep -q "vocab_size 300" "$work/bpe/tokenizer.txt" || fail "BPE tokenizer not written"
+
+"$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" --run-dir "$work/run" \
+  --data "$work/data" --set model.d_model=64 --set model.n_heads=2 --set model.d_ff=128 \
+  --set model.n_layers=2 --set model.seq_len=64 --set train.steps=30 --set train.eval_every=15 \
+  --set optimizer.warmup_steps=5 --set optimizer.lr=3e-3 > "$work/train.log"
+first=$(awk -F, 'NR==2 {print $2}' "$work/run/metrics.csv")
+last=$(awk -F, 'END {print $2}' "$work/run/metrics.csv")
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' || fail "loss did not fall: $first -> $last"
+ls "$work/run/tb/"events.out.tfevents.* > /dev/null || fail "no TensorBoard event file"
+[ -s "$work/run/model.safetensors" ] || fail "no weights file"
+grep -q "ETA" "$work/train.log" || fail "no progress line"
+
+"$modtrain" eval --checkpoint "$work/run/model.safetensors" --data "$work/data" --batches 2 \
+  > "$work/eval.log"
+grep -q "top-C routing" "$work/eval.log" && grep -q "causal routing" "$work/eval.log" \
+  || fail "eval did not print both routings"
+"$modtrain" sample --checkpoint "$work/run/model.safetensors" --tokenizer "$work/data/tokenizer.txt" \
+  --prompt "int main" --max-new-tokens 20 > "$work/sample.log" 2> "$work/sample.err"
+grep -q "^int main" "$work/sample.log" || fail "sample did not continue the prompt"
+grep -q "tokens/s" "$work/sample.err" || fail "sample did not report tokens/s"
+"$modtrain" flops --config "$src/configs/recipes/tiny_mod.textproto" | grep -q "training" \
+  || fail "flops printed no total"
+
+# Bad input: non-zero exit and a message naming the field, file or option.
+expect_error() {  # expect_error PATTERN command...
+  local pattern=$1; shift
+  if "$@" > "$work/out.log" 2> "$work/err.log"; then fail "succeeded: $*"; fi
+  grep -q -- "$pattern" "$work/err.log" || fail "error for '$*' lacks '$pattern': $(cat "$work/err.log")"
+}
+expect_error "model.mod.capacity" "$modtrain" flops --config "$src/configs/recipes/tiny_mod.textproto" --set model.mod.capacity=0
+expect_error "nope.textproto" "$modtrain" flops --config "$work/nope.textproto"
+expect_error "model.vocab_size" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" \
+  --run-dir "$work/r2" --data "$work/bpe" --set train.steps=1
+expect_error "train.bin" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" \
+  --run-dir "$work/r3" --data "$work/missing"
+expect_error "run-dir" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto"
+expect_error "unknown command" "$modtrain" frobnicate
+echo "cli_test: all checks passed"
