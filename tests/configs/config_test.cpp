@@ -2,6 +2,8 @@
 // fields; every error names the field or file and what was expected.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
 #include "configs/config.h"
 
 using namespace mod;
@@ -19,6 +21,17 @@ TEST_CASE("the tiny recipes load and validate", "[config]") {
   CHECK(routed.model().mod().enabled());
   CHECK(routed.model().mod().capacity() == Approx(0.125));
   CHECK(routed.model().mod().causal().method() == modtrain::CausalRoutingConfig::PREDICTOR);
+}
+
+TEST_CASE("every recipe in configs/recipes loads and validates", "[config]") {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kRecipes)) {
+    if (entry.path().extension() != ".textproto") continue;
+    INFO(entry.path());
+    CHECK_NOTHROW(config::load(entry.path().string(), {}));
+    ++n;
+  }
+  CHECK(n >= 4);
 }
 
 TEST_CASE("overrides given with --set reach scalars, enums and repeated fields", "[config]") {
