@@ -128,8 +128,10 @@ struct blas_library {
     bli_thread_set_num_threads_fn bli_thread_set_num_threads = nullptr;
 
     void set_threads(int threads) const {
-        // All three link the same libgomp as this binary, so the OpenMP ICV
-        // is shared; OpenBLAS's OpenMP build also re-reads it on every call.
+        // All three link the same libgomp as this binary. oneDNN and OpenBLAS's
+        // OpenMP build take their thread count from the OpenMP ICV at call time
+        // (openblas_set_num_threads rewrites that ICV, so the last call wins);
+        // BLIS ignores the ICV and defaults to 1 thread without its own setter.
         omp_set_num_threads(threads);
         if (openblas_set_num_threads) openblas_set_num_threads(threads);
         if (bli_thread_set_num_threads) bli_thread_set_num_threads(threads);

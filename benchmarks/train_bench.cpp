@@ -1,0 +1,348 @@
+// train_bench: the single-process workflow, dense twin against the MoD model of one config.
+// Checks before it times (one step's loss at init is finite and near ln V; every parameter gets
+// a gradient), then times full training steps (zero_grad, forward with targets, backward,
+// clip_grad_norm, AdamW) and sampling, and prints them next to the napkin math: FLOP ratio
+// from count_flops, MFU against the measured SGEMM rate. Targets: MoD speed-up >= 95% of the
+// FLOP ratio; MoD sampling >= 1.6x dense with the predictor admitting ~capacity of the tokens.
+//
+// Dense and MoD steps are timed interleaved (one of each per round) so that load from other
+// processes falls on both; best and median of the rounds are printed.
+#include <omp.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "configs/config.h"
+#include "core/autograd.h"
+#include "core/device_report.h"
+#include "core/model/flops.h"
+#include "core/model/sampler.h"
+#include "core/model/transformer.h"
+#include "core/ops.h"
+#include "core/random.h"
+#include "core/train/optimizer.h"
+#include "core/train/trainer.h"
+
+using namespace mod;
+namespace po = boost::program_options;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Timing {
+  std::vector<double> s;
+  double best() const { return *std::min_element(s.begin(), s.end()); }
+  double median() const {
+    std::vector<double> v = s;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  }
+};
+
+void fail(const std::string& what) {
+  std::fprintf(stderr, "train_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+// tokens [B,T] uniform in [0, V).
+Tensor random_tokens(int64_t b, int64_t t, int64_t v, Rng& rng) {
+  std::vector<int64_t> ids(b * t);
+  for (auto& id : ids) id = rng.below(v);
+  return Tensor::from_indices(ids, {b, t});
+}
+
+// One model with its optimizer, stepping on a fixed random batch.
+struct Trainee {
+  std::string label;
+  modtrain::RunConfig cfg;
+  model::FlopCount flops;
+  std::unique_ptr<model::Transformer> model;
+  std::unique_ptr<train::AdamW> opt;
+  Tensor tokens, targets;
+  double last_grad_norm = 0;
+
+  Trainee(std::string name, const modtrain::RunConfig& c, Rng& rng) : label(std::move(name)), cfg(c) {
+    flops = model::count_flops(cfg.model());
+    model = std::make_unique<model::Transformer>(cfg.model(), cfg.train().seed());
+    opt = std::make_unique<train::AdamW>(model->named_parameters(), cfg.optimizer());
+    const int64_t b = cfg.train().batch_size(), t = cfg.model().seq_len(), v = cfg.model().vocab_size();
+    tokens = random_tokens(b, t, v, rng);
+    targets = random_tokens(b, t, v, rng);
+  }
+  int64_t tokens_per_step() const { return tokens.numel(); }
+
+  // The trainer's step for one micro-batch; returns the LM loss.
+  double step() {
+    model->zero_grad();
+    model::ForwardResult r = model->forward(tokens, targets);
+    r.loss.backward();
+    last_grad_norm = train::clip_grad_norm(model->parameters(), cfg.optimizer().grad_clip());
+    opt->step(cfg.optimizer().lr());
+    return r.lm_loss.item();
+  }
+};
+
+// Before timing: the first step's loss is finite and near ln V (uniform prediction; the tied
+// embedding lifts the input token's own logit at init, hence the loose bound), the gradient
+// norm is finite, and every parameter (routers and predictors included) received a gradient.
+void check_first_step(Trainee& m) {
+  const double loss = m.step(), ln_v = std::log(static_cast<double>(m.cfg.model().vocab_size()));
+  int64_t missing = 0;
+  for (const auto& [name, p] : m.model->named_parameters())
+    if (!p.grad().defined()) {
+      std::fprintf(stderr, "  no gradient: %s\n", name.c_str());
+      ++missing;
+    }
+  const bool ok = std::isfinite(loss) && std::abs(loss - ln_v) < 0.25 * ln_v &&
+                  std::isfinite(m.last_grad_norm) && m.last_grad_norm > 0 && missing == 0;
+  std::printf("  check %-5s first step: loss %.4f (ln V = %.4f), grad norm %.3g, %lld params "
+              "without gradient  %s\n",
+              m.label.c_str(), loss, ln_v, m.last_grad_norm, static_cast<long long>(missing),
+              ok ? "ok" : "WRONG");
+  if (!ok) fail(m.label + ": the first training step is wrong; not timing it");
+}
+
+// Copies the weights of block b of `from` into the standalone block `to`.
+void copy_block(const model::Transformer& from, int b, model::Block& to) {
+  const std::string prefix = "blocks." + std::to_string(b) + ".";
+  for (auto& [name, p] : to.named_parameters()) {
+    Tensor dst = p;
+    dst.copy_from(from.parameter(prefix + name));
+  }
+}
+
+// Sets each routed block's predictor output bias so that the predictor admits `fraction` of
+// the tokens of random sequences: runs the causal-routing forward block by block on standalone
+// copies of the blocks, and at each routed block sets the bias to minus the (1 - fraction)
+// quantile of the predictor logits on that block's actual inputs. Returns the biases.
+std::vector<double> calibrate_predictors(model::Transformer& m, double fraction, Rng& rng) {
+  const auto& cfg = m.config();
+  NoGradGuard no_grad;
+  const int64_t b = 16, t = cfg.seq_len();
+  Tensor x = embedding(random_tokens(b, t, cfg.vocab_size(), rng), m.parameter("embed.weight"));
+  std::vector<int64_t> pos_v(b * t);
+  for (int64_t i = 0; i < b * t; ++i) pos_v[i] = i % t;
+  const Tensor pos = Tensor::from_indices(pos_v, {b, t});
+  std::vector<double> biases;
+  for (int blk_i = 0; blk_i < cfg.n_layers(); ++blk_i) {
+    Rng unused(0);
+    model::Block blk(cfg, m.routed(blk_i), unused);
+    copy_block(m, blk_i, blk);
+    if (!m.routed(blk_i)) {
+      x = add(x, blk.delta(x, pos));
+      continue;
+    }
+    if (!blk.predictor()) fail("calibration needs causal.method PREDICTOR");
+    const std::string bias_name = "blocks." + std::to_string(blk_i) + ".predictor.out.bias";
+    Tensor bias = m.parameter(bias_name);
+    bias.set(0, 0.0);
+    blk.parameter("predictor.out.bias").set(0, 0.0);
+    const std::vector<double> logits = blk.predictor()->logits(x).to_vector();
+    std::vector<double> sorted = logits;
+    const size_t q = std::min(sorted.size() - 1,
+                              static_cast<size_t>(std::llround((1.0 - fraction) * sorted.size())));
+    std::nth_element(sorted.begin(), sorted.begin() + q, sorted.end());
+    const double threshold = sorted[q];
+    bias.set(0, -threshold);
+    biases.push_back(-threshold);
+    // This block in causal mode (transformer.cpp routed_causal), sequence by sequence.
+    Tensor r = blk.router()->scores(x);
+    Tensor next = Tensor::empty(x.shape(), x.dtype());
+    for (int64_t s = 0; s < b; ++s) {
+      std::vector<int64_t> chosen;
+      for (int64_t i = 0; i < t; ++i)
+        if (logits[s * t + i] - threshold > 0) chosen.push_back(i);
+      Tensor xs = x.narrow0(s, 1).clone();
+      if (!chosen.empty()) {
+        const int64_t c = static_cast<int64_t>(chosen.size());
+        Tensor idx = Tensor::from_indices(chosen, {1, c});
+        Tensor rs = reshape(r.narrow0(s, 1).clone(), {1, t, 1});
+        Tensor g = gather_rows(rs, idx);
+        if (cfg.mod().router().gate() == modtrain::RouterConfig::SIGMOID) g = sigmoid(g);
+        xs = scatter_add_rows(xs, idx, mul(blk.delta(gather_rows(xs, idx), idx), g));
+      }
+      next.narrow0(s, 1).copy_from(xs);
+    }
+    x = next;
+  }
+  return biases;
+}
+
+struct SampleResult {
+  double tokens_per_s = 0;
+  std::vector<double> admitted_fraction;  // per routed block
+};
+
+SampleResult time_sampling(const model::Transformer& m, int64_t new_tokens, int reps, Rng& rng) {
+  SampleResult out;
+  model::SamplingParams params;  // temperature 1: the generated text varies as in real use
+  double best = 1e30;
+  std::vector<int64_t> admitted, seen;
+  for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up
+    params.seed = 1 + rep;
+    const auto g = model::generate(m, {rng.below(m.config().vocab_size())}, new_tokens, params);
+    if (rep == 0) continue;
+    best = std::min(best, g.seconds / static_cast<double>(g.tokens.size()));
+    admitted.resize(g.admitted.size());
+    seen.resize(g.seen.size());
+    for (size_t i = 0; i < g.admitted.size(); ++i) {
+      admitted[i] += g.admitted[i];
+      seen[i] += g.seen[i];
+    }
+  }
+  out.tokens_per_s = 1.0 / best;
+  for (size_t i = 0; i < admitted.size(); ++i)
+    out.admitted_fraction.push_back(static_cast<double>(admitted[i]) / seen[i]);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  po::options_description o("train_bench options");
+  o.add_options()("help", "show this help")
+      ("config", po::value<std::string>()->default_value("configs/recipes/tiny_mod.textproto"), "MoD RunConfig; the dense twin sets model.mod.enabled=false")
+      ("set", po::value<std::vector<std::string>>()->composing(), "override: path.to.field=value (repeatable)")
+      ("steps", po::value<int>()->default_value(10), "timed training steps per model")
+      ("warmup", po::value<int>()->default_value(2), "untimed training steps per model first")
+      ("sample-reps", po::value<int>()->default_value(3), "timed generations per model (0: no sampling)")
+      ("sample-tokens", po::value<int64_t>()->default_value(0), "tokens per generation (0: seq_len - 1)");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv)
+                  .options(o)
+                  .style(po::command_line_style::unix_style ^ po::command_line_style::allow_short)
+                  .run(),
+              vm);
+    if (vm.count("help")) {
+      std::cout << "usage: train_bench [--config FILE] [--set f=v ...] [--steps N]\n" << o << "\n";
+      return 0;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "train_bench: %s (see --help)\n", e.what());
+    return 2;
+  }
+  std::vector<std::string> sets;
+  if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
+
+  modtrain::RunConfig mod_cfg;
+  try {
+    mod_cfg = config::load(vm["config"].as<std::string>(), sets);
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+  if (!mod_cfg.model().mod().enabled()) fail("the config has model.mod.enabled false: nothing to compare");
+  modtrain::RunConfig dense_cfg = mod_cfg;
+  dense_cfg.mutable_model()->mutable_mod()->set_enabled(false);
+
+  const int steps = vm["steps"].as<int>(), warmup = vm["warmup"].as<int>();
+  if (steps < 1 || warmup < 0) fail("--steps must be >= 1 and --warmup >= 0");
+  const auto& mc = mod_cfg.model();
+  std::printf("%s\n", device_report().c_str());
+  const double peak = train::measured_peak_flops();
+  std::printf("config %s: d_model %d, %d layers, %d heads, d_ff %d, seq %d, vocab %d, batch %d, "
+              "capacity %.3f; OpenMP threads %d; SGEMM ceiling %.1f GFLOP/s (1024^3, measured)\n",
+              mod_cfg.name().c_str(), mc.d_model(), mc.n_layers(), mc.n_heads(), mc.d_ff(),
+              mc.seq_len(), mc.vocab_size(), mod_cfg.train().batch_size(), mc.mod().capacity(),
+              omp_get_max_threads(), peak / 1e9);
+  if (mod_cfg.train().grad_accum() > 1)
+    std::printf("note: train.grad_accum %d ignored; one micro-batch per step\n",
+                mod_cfg.train().grad_accum());
+
+  Rng rng(mod_cfg.train().seed());
+  Trainee dense("dense", dense_cfg, rng), routed("MoD", mod_cfg, rng);
+
+  std::printf("\n== training step: zero_grad, forward, backward, clip, AdamW (random tokens) ==\n");
+  check_first_step(dense);
+  check_first_step(routed);
+  for (int i = 0; i < warmup; ++i) {
+    dense.step();
+    routed.step();
+  }
+  Timing td, tm;
+  for (int i = 0; i < steps; ++i) {
+    auto t0 = Clock::now();
+    dense.step();
+    td.s.push_back(seconds_since(t0));
+    t0 = Clock::now();
+    routed.step();
+    tm.s.push_back(seconds_since(t0));
+  }
+  const double tok = static_cast<double>(dense.tokens_per_step());
+  auto line = [&](const Trainee& m, const Timing& t) {
+    const double flops_step = m.flops.training_per_token * tok;
+    const double tok_s = tok / t.median();
+    std::printf("  %-5s step best %7.1f ms, median %7.1f ms | %.3g FLOP/step (%.4g/token) | "
+                "%7.0f tok/s | %5.1f GFLOP/s, MFU %4.1f%%\n",
+                m.label.c_str(), 1e3 * t.best(), 1e3 * t.median(), flops_step,
+                m.flops.training_per_token, tok_s, flops_step / t.median() / 1e9,
+                100 * flops_step / t.median() / peak);
+  };
+  line(dense, td);
+  line(routed, tm);
+  const double flop_ratio = dense.flops.training_per_token / routed.flops.training_per_token;
+  const double speedup_best = td.best() / tm.best(), speedup_med = td.median() / tm.median();
+  const double eff = speedup_med / flop_ratio;
+  std::printf("  speed-up dense/MoD: %.2fx (median), %.2fx (best); FLOP ratio %.2fx; speed-up / "
+              "FLOP ratio %.0f%% (target >= 95%%: %s)\n",
+              speedup_med, speedup_best, flop_ratio, 100 * eff, eff >= 0.95 ? "met" : "BELOW TARGET");
+  // One machine-readable line for benchmarks/compare_pytorch.sh.
+  std::printf("RESULT train_tokens_per_s dense %.1f mod %.1f\n", tok / td.median(), tok / tm.median());
+
+  const int reps = vm["sample-reps"].as<int>();
+  if (reps > 0) {
+    int64_t n = vm["sample-tokens"].as<int64_t>();
+    if (n <= 0) n = mc.seq_len() - 1;
+    std::printf("\n== sampling: generate %lld tokens, batch 1, KV cache, temperature 1 ==\n",
+                static_cast<long long>(n));
+    const double cap = mc.mod().capacity();
+    const auto biases = calibrate_predictors(*routed.model, cap, rng);
+    std::printf("  predictor output bias set to admit %.1f%% of random sequences' tokens:",
+                100 * cap);
+    for (double b : biases) std::printf(" %.4g", b);
+    std::printf("\n");
+    const SampleResult sd = time_sampling(*dense.model, n, reps, rng);
+    const SampleResult sm = time_sampling(*routed.model, n, reps, rng);
+    std::printf("  admitted fraction while sampling, per routed block:");
+    for (double f : sm.admitted_fraction) std::printf(" %.1f%%", 100 * f);
+    std::printf("\n");
+    // Napkin math: per token a dense block costs (proj + mlp) matmul FLOPs; a routed block costs
+    // that times the admitted fraction plus its router and predictor.
+    double dense_fl = 0, mod_fl = 0;
+    {
+      const double d = mc.d_model(), ff = mc.d_ff(), h = mc.mod().causal().predictor_hidden();
+      const double blk = 2.0 * (4 * d * d + 2 * d * ff);
+      size_t k = 0;
+      for (int b = 0; b < mc.n_layers(); ++b) {
+        dense_fl += blk;
+        if (!routed.model->routed(b)) {
+          mod_fl += blk;
+        } else {
+          const double f = k < sm.admitted_fraction.size() ? sm.admitted_fraction[k++] : cap;
+          mod_fl += f * blk + 2 * d + 2 * d * h + 2 * h;
+        }
+      }
+      dense_fl += 2.0 * d * mc.vocab_size();
+      mod_fl += 2.0 * d * mc.vocab_size();
+    }
+    std::printf("  dense %7.0f tok/s | MoD %7.0f tok/s | MoD/dense %.2fx (target >= 1.6x: %s); "
+                "matmul FLOP/token dense %.3g, MoD %.3g (ratio %.2fx, the ceiling if decode "
+                "were FLOP-bound)\n",
+                sd.tokens_per_s, sm.tokens_per_s, sm.tokens_per_s / sd.tokens_per_s,
+                sm.tokens_per_s / sd.tokens_per_s >= 1.6 ? "met" : "BELOW TARGET", dense_fl,
+                mod_fl, dense_fl / mod_fl);
+  }
+  return 0;
+}
