@@ -92,8 +92,8 @@ def load_config(path, overrides):
         cfg[key] = parse_value(value)
     if cfg["model.mlp"] != "GELU" or not cfg["model.tie_embeddings"]:
         sys.exit("pytorch_reference: only mlp GELU with tied embeddings is written here")
-    if cfg["model.mod.enabled"] and cfg["model.mod.schedule"] != "EVERY_OTHER":
-        sys.exit("pytorch_reference: only mod.schedule EVERY_OTHER is written here")
+    if cfg["model.mod.schedule"] != "EVERY_OTHER" or cfg["model.mod.causal.method"] != "PREDICTOR":
+        sys.exit("pytorch_reference: only mod.schedule EVERY_OTHER with causal.method PREDICTOR is written here")
     return cfg
 
 
@@ -292,7 +292,8 @@ def main():
     args = ap.parse_args()
 
     mod_cfg = load_config(args.config, args.set)
-    mod_cfg["model.mod.enabled"] = True
+    if not mod_cfg["model.mod.enabled"]:
+        sys.exit("pytorch_reference: the config has model.mod.enabled false: nothing to compare")
     dense_cfg = dict(mod_cfg, **{"model.mod.enabled": False})
     default_threads = torch.get_num_threads()
     b, t = mod_cfg["train.batch_size"], mod_cfg["model.seq_len"]

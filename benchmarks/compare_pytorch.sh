@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# compare_pytorch: modtrain's training-step throughput against the same models in PyTorch
+# (benchmarks/pytorch_reference.py), dense and MoD, same config, batch, random tokens and thread
+# count, in one run. Target: modtrain >= 1.5x PyTorch's tokens/s for dense and for MoD.
+#
+# Usage: benchmarks/compare_pytorch.sh [--config FILE] [--set f=v ...]
+# Environment: BUILD_DIR (default build), THREADS (default 2), STEPS timed steps (default 10),
+#   TRIAL_STEPS for PyTorch's set-up search (default 2; 0: no search), PYTHON (default
+#   /usr/bin/python3, which has Debian's python3-torch).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUILD_DIR:-build}
+THREADS=${THREADS:-2}
+STEPS=${STEPS:-10}
+TRIAL_STEPS=${TRIAL_STEPS:-2}
+PYTHON=${PYTHON:-/usr/bin/python3}
+BENCH="$BUILD_DIR/benchmarks/train_bench"
+
+[[ -x "$BENCH" ]] || { echo "compare_pytorch: $BENCH missing: build it (cmake --build $BUILD_DIR --target train_bench)" >&2; exit 1; }
+"$PYTHON" -c 'import torch' 2>/dev/null ||
+  { echo "compare_pytorch: $PYTHON cannot import torch: apt-get install -y python3-torch" >&2; exit 1; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+echo "== modtrain (train_bench, OMP_NUM_THREADS=$THREADS) =="
+OMP_NUM_THREADS=$THREADS "$BENCH" --steps "$STEPS" --sample-reps 0 "$@" | tee "$tmp/ours"
+echo
+echo "== PyTorch (pytorch_reference.py, $THREADS threads) =="
+"$PYTHON" benchmarks/pytorch_reference.py --threads "$THREADS" --steps "$STEPS" \
+  --trial-steps "$TRIAL_STEPS" "$@" | tee "$tmp/theirs"
+
+read -r our_dense our_mod < <(awk '/^RESULT train_tokens_per_s/ {print $4, $6}' "$tmp/ours")
+read -r pt_dense pt_mod < <(awk '/^RESULT pytorch_tokens_per_s/ {print $4, $6}' "$tmp/theirs")
+echo
+echo "== modtrain / PyTorch, training tokens/s (median step; target >= 1.5x) =="
+awk -v od="$our_dense" -v om="$our_mod" -v pd="$pt_dense" -v pm="$pt_mod" 'BEGIN {
+  split("dense MoD", name, " "); ours[1] = od; ours[2] = om; pt[1] = pd; pt[2] = pm
+  printf "  %-6s %12s %12s %8s\n", "model", "modtrain", "PyTorch", "ratio"
+  for (i = 1; i <= 2; ++i) {
+    r = ours[i] / pt[i]
+    printf "  %-6s %12.0f %12.0f %7.2fx  %s\n", name[i], ours[i], pt[i], r, (r >= 1.5 ? "target met" : "BELOW TARGET")
+  }
+}'
+echo "(timings share the machine with whatever else runs: compare within one run, rerun if loaded)"
