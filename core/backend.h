@@ -52,7 +52,7 @@ class Backend {
 
   // --- memory (core/cpu/cpu_backend.cpp) ---
   virtual void* allocate(size_t bytes) = 0;
-  virtual void deallocate(void* ptr) = 0;
+  virtual void deallocate(void* ptr, size_t bytes) = 0;  // bytes as allocated
   virtual void copy(const Tensor& src, Tensor& dst) = 0;     // same dtype and numel
   virtual void convert(const Tensor& src, Tensor& dst) = 0;  // between float dtypes
   virtual void fill(Tensor& dst, double value) = 0;

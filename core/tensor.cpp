@@ -12,8 +12,6 @@
 namespace mod {
 
 namespace {
-constexpr size_t kAlignment = 64;  // cache line and AVX-512 register width
-
 uint16_t float_to_bf16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
@@ -78,22 +76,10 @@ std::string describe(const Tensor& t) {
 }
 
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
-  if (device == Device::CPU) {
-    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    data_ = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-    if (!data_) throw std::bad_alloc();
-  } else {
-    data_ = backend(device).allocate(bytes);
-  }
+  data_ = backend(device).allocate(bytes);  // 64-byte aligned on every backend
 }
 
-Storage::~Storage() {
-  if (device_ == Device::CPU) {
-    std::free(data_);
-  } else {
-    backend(device_).deallocate(data_);
-  }
-}
+Storage::~Storage() { backend(device_).deallocate(data_, bytes_); }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   auto impl = std::make_shared<TensorImpl>();

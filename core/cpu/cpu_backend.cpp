@@ -10,6 +10,7 @@
 
 #include "core/cpu/blas.h"
 #include "core/cpu/dispatch.h"
+#include "core/cpu/host_allocator.h"
 
 namespace mod {
 
@@ -20,14 +21,9 @@ std::string CpuBackend::describe() const {
          blas_describe();
 }
 
-void* CpuBackend::allocate(size_t bytes) {
-  size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (!p) throw std::bad_alloc();
-  return p;
-}
+void* CpuBackend::allocate(size_t bytes) { return host_allocate(bytes); }
 
-void CpuBackend::deallocate(void* ptr) { std::free(ptr); }
+void CpuBackend::deallocate(void* ptr, size_t bytes) { host_deallocate(ptr, bytes); }
 
 void CpuBackend::copy(const Tensor& src, Tensor& dst) {
   if (src.raw_data() != dst.raw_data()) std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
@@ -69,8 +65,9 @@ void CpuBackend::fill(Tensor& dst, double value) {
 }  // namespace cpu
 
 Backend& backend(Device device) {
-  static cpu::CpuBackend cpu_backend;
-  if (device == Device::CPU) return cpu_backend;
+  // Leaked on purpose: tensors in static storage may be freed after static destructors ran.
+  static cpu::CpuBackend* cpu_backend = new cpu::CpuBackend;
+  if (device == Device::CPU) return *cpu_backend;
   throw std::runtime_error(
       "tensor on cuda: this build has no CUDA op kernels; use the CPU (device cpu)");
 }

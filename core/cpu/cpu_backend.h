@@ -11,7 +11,7 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::CPU; }
   std::string describe() const override;
   void* allocate(size_t bytes) override;
-  void deallocate(void* ptr) override;
+  void deallocate(void* ptr, size_t bytes) override;
   void copy(const Tensor& src, Tensor& dst) override;
   void convert(const Tensor& src, Tensor& dst) override;
   void fill(Tensor& dst, double value) override;

@@ -58,6 +58,19 @@ TEST_CASE("matmul forward matches a naive reference in f32", "[forward]") {
         check_close(c, naive_matmul(a, b, 3, ta, tb), 1e-4);
       }
     }
+  SECTION("one row and one column (the GEMV path), every transpose") {
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 9}, {17, 1}, {1, 1}}) {
+          INFO("m=" << m << " n=" << n << " ta=" << ta << " tb=" << tb);
+          Tensor a = randn(ta ? Shape{33, m} : Shape{m, 33}, rng);
+          Tensor b = randn(tb ? Shape{n, 33} : Shape{33, n}, rng);
+          check_close(matmul(a, b, ta, tb), naive_matmul(a, b, 1, ta, tb), 1e-4);
+          Tensor a3 = randn(ta ? Shape{2, 33, m} : Shape{2, m, 33}, rng);
+          Tensor b3 = randn(tb ? Shape{2, n, 33} : Shape{2, 33, n}, rng);
+          check_close(matmul(a3, b3, ta, tb), naive_matmul(a3, b3, 2, ta, tb), 1e-4);
+        }
+  }
   SECTION("linear layer [2,3,19] x [5,19]^T") {
     Tensor x = randn({2, 3, 19}, rng), w = randn({5, 19}, rng);
     Tensor y = linear(x, w);

@@ -26,6 +26,8 @@ const bool registered = register_grad_cases({
     matmul_case("matmul tn [7,5]^Tx[7,3]", {7, 5}, {7, 3}, true, false),
     matmul_case("matmul tt [7,5]^Tx[3,7]^T", {7, 5}, {3, 7}, true, true),
     matmul_case("matmul linear [2,3,9]x[4,9]^T", {2, 3, 9}, {4, 9}, false, true),
+    matmul_case("matmul one row [1,9]x[4,9]^T (GEMV)", {1, 9}, {4, 9}, false, true),
+    matmul_case("matmul one column tn [7,5]^Tx[7,1] (GEMV)", {7, 5}, {7, 1}, true, false),
     matmul_case("matmul batched [3,4,5]x[3,5,6]", {3, 4, 5}, {3, 5, 6}, false, false),
     matmul_case("matmul batched tt [2,5,4]^Tx[2,3,5]^T", {2, 5, 4}, {2, 3, 5}, true, true),
     binary_case("add same [3,17]", Op::Add, {3, 17}, {3, 17}, add),
