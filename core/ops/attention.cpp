@@ -27,8 +27,7 @@ std::vector<int64_t> check_positions(const Tensor& pos, const char* arg, const S
   if (pos.shape() != expected)
     check::fail(kOp, std::string(arg) + " " + shape_str(pos.shape()) + " must be " + dims + " = " +
                          shape_str(expected) + " for q " + shape_str(q.shape()));
-  if (pos.device() != q.device())
-    check::fail(kOp, std::string(arg) + " is " + describe(pos) + " but q is " + describe(q));
+  check::same_device(kOp, pos, arg, q, "q");
   if (pos.device() != Device::CPU) return {};
   std::vector<int64_t> p(static_cast<size_t>(pos.numel()));
   for (int64_t i = 0; i < pos.numel(); ++i)

@@ -44,6 +44,13 @@ void same_dtype_device(const char* op, const Tensor& a, const char* a_name, cons
                  describe(b) + ": dtype and device must match");
 }
 
+void same_device(const char* op, const Tensor& a, const char* a_name, const Tensor& b,
+                 const char* b_name) {
+  if (a.device() != b.device())
+    fail(op, std::string(a_name) + " is " + describe(a) + " but " + b_name + " is " + describe(b) +
+                 ": both must be on one device");
+}
+
 void indices_in_range(const char* op, const Tensor& idx, int64_t limit, const char* arg) {
   index(op, idx, arg);
   if (idx.device() != Device::CPU) return;  // device kernels check on the device

@@ -17,6 +17,8 @@ void same_shape(const char* op, const Tensor& a, const char* a_name, const Tenso
                 const char* b_name);
 void same_dtype_device(const char* op, const Tensor& a, const char* a_name, const Tensor& b,
                        const char* b_name);
+void same_device(const char* op, const Tensor& a, const char* a_name, const Tensor& b,
+                 const char* b_name);
 // Every entry of idx in [0, limit); names the first bad entry and its position.
 void indices_in_range(const char* op, const Tensor& idx, int64_t limit, const char* arg);
 

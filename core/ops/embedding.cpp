@@ -16,9 +16,7 @@ Tensor embedding(const Tensor& ids, const Tensor& table) {
   check::index(kOp, ids, "ids");
   check::floating(kOp, table, "table");
   check::dim(kOp, table, 2, "table");
-  if (ids.device() != table.device())
-    check::fail(kOp, "ids is " + describe(ids) + " but table is " + describe(table) +
-                         ": both must be on one device");
+  check::same_device(kOp, ids, "ids", table, "table");
   const int64_t vocab = table.size(0), d = table.size(1), n = ids.numel();
   check::indices_in_range(kOp, ids, vocab, "ids");
 

@@ -40,8 +40,7 @@ Tensor rope(const Tensor& x, const Tensor& pos, double theta) {
   if (pos.shape() != Shape{x.size(0), x.size(1)})
     check::fail(kOp, "pos " + shape_str(pos.shape()) + " must be [B,T] = " +
                          shape_str({x.size(0), x.size(1)}) + " for x " + shape_str(x.shape()));
-  if (pos.device() != x.device())
-    check::fail(kOp, "pos is " + describe(pos) + " but x is " + describe(x));
+  check::same_device(kOp, pos, "pos", x, "x");
   if (!(theta > 0.0) || !std::isfinite(theta))
     check::fail(kOp, "theta = " + std::to_string(theta) + " must be positive and finite");
   check_nonnegative(pos);

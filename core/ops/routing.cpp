@@ -12,19 +12,12 @@
 namespace mod {
 
 namespace {
-void same_device(const char* op, const Tensor& a, const char* a_name, const Tensor& b,
-                 const char* b_name) {
-  if (a.device() != b.device())
-    check::fail(op, std::string(a_name) + " is " + describe(a) + " but " + b_name + " is " +
-                        describe(b) + ": both must be on one device");
-}
-
 // x [B,T,D] and idx_BC [B,C] with every entry in [0,T).
 void check_rows(const char* op, const Tensor& x, const Tensor& idx_BC) {
   check::floating(op, x, "x");
   check::dim(op, x, 3, "x");
   check::index(op, idx_BC, "idx");
-  same_device(op, x, "x", idx_BC, "idx");
+  check::same_device(op, x, "x", idx_BC, "idx");
   if (idx_BC.dim() != 2 || idx_BC.size(0) != x.size(0))
     check::fail(op, "idx " + shape_str(idx_BC.shape()) + " must be [B,C] with B = " +
                         std::to_string(x.size(0)) + " from x " + shape_str(x.shape()));

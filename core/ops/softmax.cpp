@@ -70,8 +70,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   if (targets.shape() != lead)
     check::fail(op, "targets " + shape_str(targets.shape()) + " must have logits' leading shape " +
                         shape_str(lead) + " (logits " + shape_str(logits.shape()) + ")");
-  if (targets.device() != logits.device())
-    check::fail(op, "targets are " + describe(targets) + " but logits are " + describe(logits));
+  check::same_device(op, targets, "targets", logits, "logits");
   const int64_t v = logits.size(-1), n = targets.numel();
   const int64_t count = count_targets(op, targets, v, ignore_index);
 
