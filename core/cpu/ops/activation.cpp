@@ -10,98 +10,80 @@ namespace mod::cpu {
 namespace {
 constexpr double kGeluC0 = 0.7978845608028654;  // sqrt(2/pi)
 constexpr double kGeluC1 = 0.044715;
+
+// y[i] = f(x[i]); f is a generic lambda taking the element, instantiated per float type.
+template <typename F>
+void map_forward(const char* name, const Tensor& x, Tensor& y, F f) {
+  dispatch_float(x.dtype(), name, [&](auto z) {
+    using T = decltype(z);
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
+    for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
+  });
+}
+
+// dx[i] = dy[i] * f'(x[i]); fprime takes the element and returns the local derivative.
+template <typename F>
+void map_backward(const char* name, const Tensor& x, const Tensor& dy, Tensor& dx, F fprime) {
+  dispatch_float(x.dtype(), name, [&](auto z) {
+    using T = decltype(z);
+    const T* px = x.data<T>();
+    const T* pdy = dy.data<T>();
+    T* pdx = dx.data<T>();
+    const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
+    for (int64_t i = 0; i < n; ++i) pdx[i] = pdy[i] * fprime(px[i]);
+  });
+}
 }  // namespace
 
-// x, y: any shape, same numel. y = x sigmoid(2u), u = c0 (x + c1 x^3).
+// y = x sigmoid(2u), u = c0 (x + c1 x^3).
 void CpuBackend::gelu_forward(const Tensor& x, Tensor& y) {
-  dispatch_float(x.dtype(), "gelu_forward", [&](auto z) {
-    using T = decltype(z);
-    const T* px = x.data<T>();
-    T* py = y.data<T>();
-    const int64_t n = x.numel();
-    const T c0 = static_cast<T>(kGeluC0), c1 = static_cast<T>(kGeluC1);
-#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
-    for (int64_t i = 0; i < n; ++i) {
-      const T v = px[i];
-      const T u = c0 * (v + c1 * v * v * v);
-      py[i] = v * sigmoid_vec(T(2) * u);
-    }
+  map_forward("gelu_forward", x, y, [](auto v) {
+    using T = decltype(v);
+    const T u = T(kGeluC0) * (v + T(kGeluC1) * v * v * v);
+    return v * sigmoid_vec(T(2) * u);
   });
 }
 
-// x, dy, dx: same numel. With s = sigmoid(2u): dy/dx = s + 2 x s (1 - s) du/dx.
+// With s = sigmoid(2u): dy/dx = s + 2 x s (1 - s) du/dx.
 void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
-  dispatch_float(x.dtype(), "gelu_backward", [&](auto z) {
-    using T = decltype(z);
-    const T* px = x.data<T>();
-    const T* pdy = dy.data<T>();
-    T* pdx = dx.data<T>();
-    const int64_t n = x.numel();
-    const T c0 = static_cast<T>(kGeluC0), c1 = static_cast<T>(kGeluC1);
-#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
-    for (int64_t i = 0; i < n; ++i) {
-      const T v = px[i];
-      const T u = c0 * (v + c1 * v * v * v);
-      const T du = c0 * (T(1) + T(3) * c1 * v * v);
-      const T s = sigmoid_vec(T(2) * u);
-      pdx[i] = pdy[i] * (s + T(2) * v * s * (T(1) - s) * du);
-    }
+  map_backward("gelu_backward", x, dy, dx, [](auto v) {
+    using T = decltype(v);
+    const T c0 = T(kGeluC0), c1 = T(kGeluC1);
+    const T u = c0 * (v + c1 * v * v * v);
+    const T du = c0 * (T(1) + T(3) * c1 * v * v);
+    const T s = sigmoid_vec(T(2) * u);
+    return s + T(2) * v * s * (T(1) - s) * du;
   });
 }
 
-// x, y: same numel. y = sigmoid(x).
+// y = sigmoid(x).
 void CpuBackend::sigmoid_forward(const Tensor& x, Tensor& y) {
-  dispatch_float(x.dtype(), "sigmoid_forward", [&](auto z) {
-    using T = decltype(z);
-    const T* px = x.data<T>();
-    T* py = y.data<T>();
-    const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
-    for (int64_t i = 0; i < n; ++i) py[i] = sigmoid_vec(px[i]);
-  });
+  map_forward("sigmoid_forward", x, y, [](auto v) { return sigmoid_vec(v); });
 }
 
-// x, dy, dx: same numel. dx = dy s (1 - s), s = sigmoid(x) recomputed from the input.
+// dsigmoid/dx = s (1 - s), s recomputed from the input.
 void CpuBackend::sigmoid_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
-  dispatch_float(x.dtype(), "sigmoid_backward", [&](auto z) {
-    using T = decltype(z);
-    const T* px = x.data<T>();
-    const T* pdy = dy.data<T>();
-    T* pdx = dx.data<T>();
-    const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
-    for (int64_t i = 0; i < n; ++i) {
-      const T s = sigmoid_vec(px[i]);
-      pdx[i] = pdy[i] * s * (T(1) - s);
-    }
+  map_backward("sigmoid_backward", x, dy, dx, [](auto v) {
+    const auto s = sigmoid_vec(v);
+    return s * (decltype(v)(1) - s);
   });
 }
 
-// x, y: same numel. y = x sigmoid(x).
+// y = x sigmoid(x).
 void CpuBackend::silu_forward(const Tensor& x, Tensor& y) {
-  dispatch_float(x.dtype(), "silu_forward", [&](auto z) {
-    using T = decltype(z);
-    const T* px = x.data<T>();
-    T* py = y.data<T>();
-    const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
-    for (int64_t i = 0; i < n; ++i) py[i] = px[i] * sigmoid_vec(px[i]);
-  });
+  map_forward("silu_forward", x, y, [](auto v) { return v * sigmoid_vec(v); });
 }
 
-// x, dy, dx: same numel. d silu/dx = s (1 + x (1 - s)), s = sigmoid(x).
+// dsilu/dx = s (1 + x (1 - s)), s = sigmoid(x).
 void CpuBackend::silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
-  dispatch_float(x.dtype(), "silu_backward", [&](auto z) {
-    using T = decltype(z);
-    const T* px = x.data<T>();
-    const T* pdy = dy.data<T>();
-    T* pdx = dx.data<T>();
-    const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
-    for (int64_t i = 0; i < n; ++i) {
-      const T s = sigmoid_vec(px[i]);
-      pdx[i] = pdy[i] * s * (T(1) + px[i] * (T(1) - s));
-    }
+  map_backward("silu_backward", x, dy, dx, [](auto v) {
+    using T = decltype(v);
+    const T s = sigmoid_vec(v);
+    return s * (T(1) + v * (T(1) - s));
   });
 }
 
