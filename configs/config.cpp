@@ -4,6 +4,7 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -222,6 +223,17 @@ void validate(const modtrain::RunConfig& cfg) {
   if (t.batch_size() % p.dp() != 0)
     bad_field("train.batch_size", std::to_string(t.batch_size()) +
                                       " must be divisible by parallel.dp " + std::to_string(p.dp()));
+  const auto& c = cfg.checkpoint();
+  if (c.every_steps() < 0)
+    bad_field("checkpoint.every_steps", std::to_string(c.every_steps()) + " must be >= 0 (0: off)");
+  if (!(c.every_minutes() >= 0) || !std::isfinite(c.every_minutes()))
+    bad_field("checkpoint.every_minutes",
+              std::to_string(c.every_minutes()) + " must be a finite number >= 0 (0: off)");
+  if (c.keep_last() < 0)
+    bad_field("checkpoint.keep_last",
+              std::to_string(c.keep_last()) + " must be >= 0 (0 keeps all)");
+  if (c.keep_every() < 0)
+    bad_field("checkpoint.keep_every", std::to_string(c.keep_every()) + " must be >= 0 (0: none)");
 }
 
 modtrain::RunConfig load(const std::string& path, const std::vector<std::string>& overrides) {

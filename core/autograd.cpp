@@ -63,7 +63,7 @@ void record(Tensor& output, Op op, const std::vector<Tensor>& inputs, BackwardFn
   output.impl()->requires_grad = true;
 }
 
-void backward(const Tensor& root, const Tensor& seed_in) {
+void backward(const Tensor& root, const Tensor& seed_in, const LeafGradReady& on_leaf_ready) {
   if (!root.defined()) throw std::logic_error("backward: undefined tensor");
   if (!root.requires_grad())
     throw std::logic_error("backward: " + describe(root) +
@@ -89,6 +89,7 @@ void backward(const Tensor& root, const Tensor& seed_in) {
 
   if (!root.grad_fn()) {
     accumulate_leaf(*root.impl(), seed);
+    if (on_leaf_ready) on_leaf_ready(root);
     return;
   }
 
@@ -107,6 +108,13 @@ void backward(const Tensor& root, const Tensor& seed_in) {
       stack.pop_back();
     }
   }
+
+  // Contributions still to come per leaf, so on_leaf_ready fires after the last one.
+  std::unordered_map<TensorImpl*, int> pending;
+  if (on_leaf_ready)
+    for (Node* node : order)
+      for (const Edge& e : node->inputs)
+        if (e.leaf) ++pending[e.leaf.get()];
 
   std::unordered_map<Node*, Tensor> grads;
   grads[root.grad_fn().get()] = seed;
@@ -137,6 +145,7 @@ void backward(const Tensor& root, const Tensor& seed_in) {
       check_grad_shape(*node, gi, e.shape);
       if (e.leaf) {
         accumulate_leaf(*e.leaf, gi);
+        if (on_leaf_ready && --pending[e.leaf.get()] == 0) on_leaf_ready(Tensor(e.leaf));
       } else {
         auto [slot, fresh] = grads.try_emplace(e.node.get(), gi);
         if (!fresh) slot->second = add_out_of_place(slot->second, gi);

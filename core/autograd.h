@@ -60,8 +60,14 @@ bool any_requires_grad(std::initializer_list<Tensor> inputs);
 // Attaches a node for `op` to `output` (call only when any_requires_grad(inputs)).
 void record(Tensor& output, Op op, const std::vector<Tensor>& inputs, BackwardFn backward);
 
+// Called once per leaf when backward has finished accumulating into its grad(): the leaf gets
+// no more contributions from this backward. Data-parallel gradient buckets start their
+// all-reduce from it while the rest of backward runs.
+using LeafGradReady = std::function<void(const Tensor& leaf)>;
+
 // Runs backward from root. A scalar root gets seed 1; a non-scalar root needs a seed of its shape.
-void backward(const Tensor& root, const Tensor& seed = Tensor());
+void backward(const Tensor& root, const Tensor& seed = Tensor(),
+              const LeafGradReady& on_leaf_ready = nullptr);
 
 // A tensor sharing root's data with no history (for saving outputs and for detaching inputs).
 Tensor detach(const Tensor& t);

@@ -34,12 +34,21 @@ enum class Op : uint16_t {
   TopK,
   BCEWithLogits,
   AdamW,
+  // Tensor-parallel collectives (parallel/tp_mappings.h); see OpInfo::collective.
+  CopyToTp,
+  ReduceFromTp,
+  GatherFromTp,
+  ScatterToTp,
+  VocabParallelCrossEntropy,
   Count
 };
 
 struct OpInfo {
   const char* name;
   bool differentiable;  // false: forward only (selection, optimizer update)
+  // true: talks to a communicator; its gradient cases live in tests/parallel (run at world size
+  // one and under mpirun), not in the core harness.
+  bool collective = false;
 };
 
 inline constexpr std::array<OpInfo, static_cast<size_t>(Op::Count)> kOpInfo = {{
@@ -68,10 +77,16 @@ inline constexpr std::array<OpInfo, static_cast<size_t>(Op::Count)> kOpInfo = {{
     {"topk", false},
     {"bce_with_logits", true},
     {"adamw", false},
+    {"copy_to_tp", true, true},
+    {"reduce_from_tp", true, true},
+    {"gather_from_tp", true, true},
+    {"scatter_to_tp", true, true},
+    {"vocab_parallel_cross_entropy", true, true},
 }};
 static_assert(kOpInfo.size() == static_cast<size_t>(Op::Count), "kOpInfo must list every Op");
 
 inline const char* op_name(Op op) { return kOpInfo[static_cast<size_t>(op)].name; }
 inline bool op_differentiable(Op op) { return kOpInfo[static_cast<size_t>(op)].differentiable; }
+inline bool op_collective(Op op) { return kOpInfo[static_cast<size_t>(op)].collective; }
 
 }  // namespace mod

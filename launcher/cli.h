@@ -20,5 +20,6 @@ int train(int argc, char** argv);
 int eval(int argc, char** argv);
 int sample(int argc, char** argv);
 int flops(int argc, char** argv);
+int export_checkpoint(int argc, char** argv);  // `modtrain export` (export is a keyword)
 
 }  // namespace mod::cli

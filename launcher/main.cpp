@@ -1,10 +1,11 @@
-// modtrain: one program, one subcommand per job (prep, train, eval, sample, flops).
+// modtrain: one program, one subcommand per job (prep, train, eval, sample, flops, export).
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
 
 #include "launcher/cli.h"
+#include "parallel/world.h"
 
 namespace {
 constexpr const char* kUsage =
@@ -16,6 +17,7 @@ constexpr const char* kUsage =
     "  eval    validation loss with top-C and with causal routing, side by side\n"
     "  sample  generate text with a KV cache (routed blocks admit tokens causally)\n"
     "  flops   parameters and FLOPs per token of a config\n"
+    "  export  a checkpoint -> one safetensors file of the whole model\n"
     "\n"
     "`modtrain <command> --help` lists the command's options.\n";
 }
@@ -26,16 +28,28 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
-  try {
+  const auto run = [&]() -> int {
     if (command == "prep") return mod::cli::prep(argc - 1, argv + 1);
     if (command == "train") return mod::cli::train(argc - 1, argv + 1);
     if (command == "eval") return mod::cli::eval(argc - 1, argv + 1);
     if (command == "sample") return mod::cli::sample(argc - 1, argv + 1);
     if (command == "flops") return mod::cli::flops(argc - 1, argv + 1);
+    if (command == "export") return mod::cli::export_checkpoint(argc - 1, argv + 1);
     std::fprintf(stderr, "modtrain: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 2;
+  };
+  // Under mpirun or srun every rank runs this; a world of one otherwise.
+  mod::parallel::init_world(&argc, &argv);
+  int code = 1;
+  try {
+    code = run();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "modtrain %s: error: %s\n", command.c_str(), e.what());
+    const std::string message = "modtrain " + command + ": error: " + e.what();
+    // One failing rank must not leave the others waiting in a collective: end the whole job.
+    if (mod::parallel::world().size() > 1) mod::parallel::world().abort(message, 1);
+    std::fprintf(stderr, "%s\n", message.c_str());
     return 1;
   }
+  mod::parallel::finalize_world();
+  return code;
 }

@@ -1,12 +1,14 @@
 // modtrain train / eval / flops: configs in, a run directory or a table out.
 #include <cstdio>
 #include <filesystem>
+#include <stdexcept>
 
 #include "configs/config.h"
 #include "core/model/flops.h"
 #include "core/train/trainer.h"
 #include "core/train/weights.h"
 #include "launcher/cli.h"
+#include "parallel/world.h"
 
 namespace mod::cli {
 
@@ -28,13 +30,24 @@ int train(int argc, char** argv) {
   po::options_description o("modtrain train options");
   add_config_options(o);
   o.add_options()("run-dir", po::value<std::string>()->required(), "output directory, e.g. runs/tiny_mod")
-      ("data", po::value<std::string>(), "token shard directory (overrides data.dir)");
+      ("data", po::value<std::string>(), "token shard directory (overrides data.dir)")
+      ("rank-logs", po::value<std::string>(), "directory where ranks > 0 write rank_<r>.log (default: they print nothing)");
   po::variables_map vm;
-  if (!parse(argc, argv, "usage: modtrain train --config FILE --run-dir DIR [--set f=v ...]", o, vm))
+  if (!parse(argc, argv, "usage: [mpirun -np N] modtrain train --config FILE --run-dir DIR [--set f=v ...]", o, vm))
     return 0;
   modtrain::RunConfig cfg = load_config(vm);
   if (vm.count("data")) cfg.mutable_data()->set_dir(vm["data"].as<std::string>());
-  train::Trainer trainer(cfg, vm["run-dir"].as<std::string>());
+  const int rank = parallel::world().rank();
+  bool quiet = rank != 0;
+  if (rank != 0 && vm.count("rank-logs")) {
+    const std::string dir = vm["rank-logs"].as<std::string>();
+    std::filesystem::create_directories(dir);
+    const std::string log = dir + "/rank_" + std::to_string(rank) + ".log";
+    if (!std::freopen(log.c_str(), "w", stdout) || !std::freopen(log.c_str(), "a", stderr))
+      throw std::runtime_error("--rank-logs: cannot write " + log);
+    quiet = false;
+  }
+  train::Trainer trainer(cfg, vm["run-dir"].as<std::string>(), quiet);
   trainer.run();
   return 0;
 }

@@ -1,7 +1,7 @@
 // Run metrics for people and plots: metrics.csv (first columns step, loss; one row per logged
 // step, columns fixed by the first row) and a TensorBoard event file with the same scalars.
-// Both append, so a resumed run continues the same files; rows at or before `resume_step` are
-// never written twice.
+// Both continue a resumed run: call the writers' truncate_after(checkpoint step) before opening,
+// so the steps after the checkpoint, which the resumed run writes again, appear once.
 #pragma once
 
 #include <cstdint>
@@ -14,10 +14,14 @@ namespace mod::metrics {
 
 class TensorBoardWriter {
  public:
-  explicit TensorBoardWriter(const std::string& dir);  // events.out.tfevents.<time>.modtrain
+  // A new file dir/events.out.tfevents.<time>.modtrain.<pid>[.<n>] (never an existing one).
+  explicit TensorBoardWriter(const std::string& dir);
   void scalar(const std::string& tag, double value, int64_t step);
   void flush();
   const std::string& path() const { return path_; }
+  // Rewrites every event file in dir without the events of steps > last_kept, and without a
+  // torn record at the end (a crash mid-write). Files are replaced atomically (temp + rename).
+  static void truncate_after(const std::string& dir, int64_t last_kept);
 
  private:
   void write_record(const std::string& bytes);
@@ -31,7 +35,8 @@ class CsvWriter {
   CsvWriter(const std::string& path, std::vector<std::string> columns);
   // Values by column name; a missing one is left empty.
   void row(int64_t step, double loss, const std::map<std::string, double>& values);
-  // Drops rows with step > last_kept (a resumed run rewrites them).
+  // Drops rows with step > last_kept (a resumed run rewrites them) and a torn last line (a crash
+  // mid-write); the file is replaced atomically. A missing file is fine.
   static void truncate_after(const std::string& path, int64_t last_kept);
 
  private:

@@ -81,7 +81,7 @@ Tensor apply_gate(modtrain::RouterConfig::Gate gate, const Tensor& r) {
 // --- layers ---
 
 Attention::Attention(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype)
-    : heads_(cfg.n_heads()), head_dim_(cfg.d_model() / cfg.n_heads()), rope_theta_(cfg.rope_theta()) {
+    : head_dim_(cfg.d_model() / cfg.n_heads()), rope_theta_(cfg.rope_theta()) {
   const int64_t d = cfg.d_model();
   const double std = cfg.init_std(), out_std = std / std::sqrt(2.0 * cfg.n_layers());
   wq_ = register_module("wq", std::make_shared<nn::Linear>(d, d, false, rng, std, dtype));
@@ -92,7 +92,8 @@ Attention::Attention(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype)
 
 Tensor Attention::forward(const Tensor& x, const Tensor& pos, KvCache* cache) const {
   const int64_t b = x.size(0), t = x.size(1);
-  const Shape heads{b, t, heads_, head_dim_};
+  const int64_t local_heads = wq_->weight().size(0) / head_dim_;  // H / tp under tensor parallelism
+  const Shape heads{b, t, local_heads, head_dim_};
   Tensor q = rope(reshape(wq_->forward(x), heads), pos, rope_theta_);
   Tensor k = rope(reshape(wk_->forward(x), heads), pos, rope_theta_);
   Tensor v = reshape(wv_->forward(x), heads);
@@ -109,11 +110,11 @@ Tensor Attention::forward(const Tensor& x, const Tensor& pos, KvCache* cache) co
     cache->k.narrow0(n, t).copy_from(k);
     cache->v.narrow0(n, t).copy_from(v);
     for (int64_t i = 0; i < t; ++i) cache->pos.push_back(static_cast<int64_t>(pos.at(i)));
-    const Shape kv{1, n + t, heads_, head_dim_};
+    const Shape kv{1, n + t, local_heads, head_dim_};
     a = attention(q, cache->k.narrow0(0, n + t).view(kv), cache->v.narrow0(0, n + t).view(kv), pos,
                   Tensor::from_indices(cache->pos, {1, n + t}));
   }
-  return wo_->forward(reshape(a, {b, t, heads_ * head_dim_}));
+  return wo_->forward(reshape(a, {b, t, local_heads * head_dim_}));
 }
 
 Mlp::Mlp(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype)
@@ -192,7 +193,7 @@ int64_t Transformer::capacity(size_t block, int64_t seq_len) const {
 
 Tensor Transformer::head(const Tensor& h) const {
   Tensor n = final_norm_->forward(h);
-  return lm_head_ ? lm_head_->forward(n) : linear(n, embed_->weight());
+  return lm_head_ ? lm_head_->forward(n) : embed_->attend(n);
 }
 
 TopCRouting route_top_c(const Block& blk, const Tensor& x, const Tensor& pos, int64_t capacity,
@@ -225,6 +226,7 @@ Tensor Transformer::routed_top_c(size_t b, const Tensor& x, const Tensor& pos,
       result.aux_loss = add_defined(result.aux_loss, scale(bce_with_logits(r, member), causal.aux_weight()));
     decision = detach(r);
   }
+  result.routed_idx.push_back(idx);
   RoutedBlockStats s;
   s.block = static_cast<int>(b);
   fill_stats(s, detach(r), decision, member);
@@ -283,7 +285,7 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets,
   }
   result.logits = head(x);
   if (targets.defined()) {
-    result.lm_loss = cross_entropy(result.logits, targets);
+    result.lm_loss = lm_loss_ ? lm_loss_(result.logits, targets) : cross_entropy(result.logits, targets);
     result.loss = result.aux_loss.defined() ? add(result.lm_loss, result.aux_loss) : result.lm_loss;
   }
   return result;

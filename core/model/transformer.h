@@ -10,6 +10,7 @@
 // - causal routing (sampling, causal eval) decides per token from that token's input alone.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -33,11 +34,12 @@ struct RoutedBlockStats {
 };
 
 struct ForwardResult {
-  Tensor logits;   // [B,T,V]
+  Tensor logits;   // [B,T,V] ([B,T,V/tp], this rank's vocabulary slice, under tensor parallelism)
   Tensor lm_loss;  // scalar; undefined without targets
   Tensor aux_loss; // scalar: predictor BCE + weighted router BCE; undefined if none
   Tensor loss;     // lm_loss (+ aux_loss): what backward runs on
   std::vector<RoutedBlockStats> stats;
+  std::vector<Tensor> routed_idx;  // top-C mode: [B,C] i64 per routed block, in block order
 };
 
 // Per-block KV cache for sampling: a routed block stores only the tokens that entered it.
@@ -55,7 +57,7 @@ class Attention : public nn::Module {
   Tensor forward(const Tensor& x, const Tensor& pos, KvCache* cache = nullptr) const;
 
  private:
-  int64_t heads_, head_dim_;
+  int64_t head_dim_;
   double rope_theta_;
   std::shared_ptr<nn::Linear> wq_, wk_, wv_, wo_;
 };
@@ -134,6 +136,10 @@ class Transformer : public nn::Module {
 
   const modtrain::ModelConfig& config() const { return cfg_; }
   bool routed(size_t block) const { return routed_[block]; }
+  // Replaces cross_entropy(logits, targets) for the LM loss (the vocabulary-parallel loss under
+  // tensor parallelism, where logits hold this rank's slice of the vocabulary).
+  using LmLoss = std::function<Tensor(const Tensor& logits, const Tensor& targets)>;
+  void set_lm_loss(LmLoss fn) { lm_loss_ = std::move(fn); }
 
  private:
   Tensor run_blocks(Tensor x, RoutingMode mode, ForwardResult& result) const;
@@ -148,6 +154,7 @@ class Transformer : public nn::Module {
   std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<nn::RMSNorm> final_norm_;
   std::shared_ptr<nn::Linear> lm_head_;  // null when tied
+  LmLoss lm_loss_;                       // null: cross_entropy
 };
 
 }  // namespace mod::model

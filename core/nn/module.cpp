@@ -23,6 +23,24 @@ Tensor Module::register_parameter(const std::string& name, Tensor t) {
   return t;
 }
 
+Tensor Module::replace_parameter(const std::string& name, Tensor t) {
+  for (auto& [n, p] : params_)
+    if (n == name) {
+      t.set_requires_grad(true);
+      p = t;
+      return t;
+    }
+  throw std::invalid_argument("module: no parameter '" + name + "' to replace");
+}
+
+std::shared_ptr<Module> Module::find_module(const std::string& path) const {
+  const size_t dot = path.find('.');
+  const std::string head = path.substr(0, dot);
+  for (const auto& [name, child] : children_)
+    if (name == head) return dot == std::string::npos ? child : child->find_module(path.substr(dot + 1));
+  return nullptr;
+}
+
 void Module::add_child(const std::string& name, std::shared_ptr<Module> child) {
   check_name(name);
   for (const auto& [n, _] : children_)
@@ -71,15 +89,35 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Rng& rng, d
 }
 
 Tensor Linear::forward(const Tensor& x) const {
-  Tensor y = linear(x, weight_);
+  Tensor y = linear(input_ ? input_(x) : x, weight_);
+  if (output_) y = output_(y);
   return bias_.defined() ? bias_add(y, bias_) : y;
+}
+
+void Linear::shard(Tensor weight, Tensor bias, TensorHook input, TensorHook output) {
+  weight_ = replace_parameter("weight", std::move(weight));
+  if (bias_.defined()) bias_ = replace_parameter("bias", std::move(bias));
+  input_ = std::move(input);
+  output_ = std::move(output);
 }
 
 Embedding::Embedding(int64_t vocab, int64_t dim, Rng& rng, double init_std, DType dtype) {
   weight_ = register_parameter("weight", randn({vocab, dim}, rng, dtype, init_std));
 }
 
-Tensor Embedding::forward(const Tensor& ids) const { return embedding(ids, weight_); }
+Tensor Embedding::forward(const Tensor& ids) const {
+  return lookup_ ? lookup_(ids, weight_) : embedding(ids, weight_);
+}
+
+Tensor Embedding::attend(const Tensor& h) const {
+  return linear(attend_input_ ? attend_input_(h) : h, weight_);
+}
+
+void Embedding::shard(Tensor table, Lookup lookup, TensorHook attend_input) {
+  weight_ = replace_parameter("weight", std::move(table));
+  lookup_ = std::move(lookup);
+  attend_input_ = std::move(attend_input);
+}
 
 RMSNorm::RMSNorm(int64_t dim, double eps, DType dtype) : eps_(eps) {
   weight_ = register_parameter("weight", Tensor::full({dim}, 1.0, dtype));

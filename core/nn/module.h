@@ -3,6 +3,7 @@
 // metadata. Children are registered in order, so named_parameters() is deterministic.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -23,10 +24,14 @@ class Module {
   Tensor parameter(const std::string& path) const;  // throws naming the path if absent
   int64_t num_parameters() const;
   void zero_grad();
+  // The child module at a dotted path ("blocks.1.attn.wq"); null when absent.
+  std::shared_ptr<Module> find_module(const std::string& path) const;
 
  protected:
   // Marks t as a trainable leaf; returns it for the caller to keep.
   Tensor register_parameter(const std::string& name, Tensor t);
+  // Swaps a registered parameter for another tensor (a tensor-parallel shard) under the same name.
+  Tensor replace_parameter(const std::string& name, Tensor t);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> child) {
     add_child(name, child);
@@ -54,16 +59,26 @@ class ModuleList : public Module {
   size_t size_ = 0;
 };
 
+// Hooks tensor parallelism (parallel/parallelize.cpp) wraps a layer's product with, so that
+// modules stay unaware of parallelism: typically an identity-forward / all-reduce-backward on
+// the input of a column-parallel layer and an all-reduce on the output of a row-parallel one.
+using TensorHook = std::function<Tensor(const Tensor&)>;
+
 // y = x W^T (+ b); W [out, in] initialised normal(0, init_std).
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias, Rng& rng, double init_std,
          DType dtype = DType::F32);
+  // output(input(x) W^T) (+ b); the hooks are identities until shard() sets them.
   Tensor forward(const Tensor& x) const;
   const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }
+  // Replaces weight and bias by this rank's shards (bias may be undefined) and sets the hooks.
+  void shard(Tensor weight, Tensor bias, TensorHook input, TensorHook output);
 
  private:
   Tensor weight_, bias_;
+  TensorHook input_, output_;
 };
 
 // ids [...] -> [..., D]; table [V, D] initialised normal(0, init_std).
@@ -71,10 +86,18 @@ class Embedding : public Module {
  public:
   Embedding(int64_t vocab, int64_t dim, Rng& rng, double init_std, DType dtype = DType::F32);
   Tensor forward(const Tensor& ids) const;
+  // h [..., D] -> h table^T [..., V]: the tied LM head.
+  Tensor attend(const Tensor& h) const;
   const Tensor& weight() const { return weight_; }
+  // Replaces the table by this rank's rows; lookup(ids, table) replaces forward's lookup and
+  // attend_input runs on h before attend's product.
+  using Lookup = std::function<Tensor(const Tensor& ids, const Tensor& table)>;
+  void shard(Tensor table, Lookup lookup, TensorHook attend_input);
 
  private:
   Tensor weight_;
+  Lookup lookup_;
+  TensorHook attend_input_;
 };
 
 // RMSNorm over the last dim with a learned gain initialised to 1.

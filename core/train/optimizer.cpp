@@ -18,7 +18,7 @@ double learning_rate(const modtrain::OptimizerConfig& cfg, int64_t step, int64_t
   return cfg.min_lr() + 0.5 * (cfg.lr() - cfg.min_lr()) * (1.0 + std::cos(std::numbers::pi * progress));
 }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+double grad_sq_sum(const std::vector<Tensor>& params) {
   double sq = 0;
   for (const Tensor& p : params) {
     const Tensor& g = p.grad();
@@ -30,14 +30,21 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     be.sum_all(g2, s);
     sq += s.item();
   }
-  const double norm = std::sqrt(sq);
-  if (max_norm > 0 && norm > max_norm) {
-    const double factor = max_norm / (norm + 1e-6);
-    for (const Tensor& p : params) {
-      Tensor g = p.grad();
-      if (g.defined()) backend_of(g).scale(g, factor, g);
-    }
+  return sq;
+}
+
+void clip_to_norm(const std::vector<Tensor>& params, double norm, double max_norm) {
+  if (!(max_norm > 0 && norm > max_norm)) return;
+  const double factor = max_norm / (norm + 1e-6);
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (g.defined()) backend_of(g).scale(g, factor, g);
   }
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  const double norm = std::sqrt(grad_sq_sum(params));
+  clip_to_norm(params, norm, max_norm);
   return norm;
 }
 

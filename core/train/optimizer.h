@@ -19,6 +19,10 @@ double learning_rate(const modtrain::OptimizerConfig& cfg, int64_t step, int64_t
 // Scales every gradient by min(1, max_norm / norm) when max_norm > 0; returns the norm before
 // clipping (computed in double).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// The pieces of clip_grad_norm, for a norm summed over ranks: the sum of squared gradient
+// entries, and the clip itself given the global norm.
+double grad_sq_sum(const std::vector<Tensor>& params);
+void clip_to_norm(const std::vector<Tensor>& params, double norm, double max_norm);
 
 class AdamW {
  public:

@@ -2,6 +2,7 @@
 #include "core/train/trainer.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -36,6 +37,18 @@ std::string format_duration(double seconds) {
                   static_cast<long long>(s % 60));
   return buf;
 }
+// Fault injection for the dead-rank test: world rank MOD_FAULT_EXIT_RANK exits with code 3 in
+// the middle of step MOD_FAULT_EXIT_STEP (1-based), between its forward and backward, as a
+// crashed or OOM-killed process would.
+void maybe_exit_for_test(int world_rank, int64_t step) {
+  const char* rank = std::getenv("MOD_FAULT_EXIT_RANK");
+  const char* at = std::getenv("MOD_FAULT_EXIT_STEP");
+  if (rank && at && std::atoi(rank) == world_rank && std::atoll(at) == step + 1) {
+    std::fprintf(stderr, "modtrain: rank %d: exiting mid-step %lld (MOD_FAULT_EXIT_STEP)\n",
+                 world_rank, static_cast<long long>(step + 1));
+    std::_Exit(3);
+  }
+}
 }  // namespace
 
 DataSplits load_splits(const std::string& dir, int64_t model_vocab) {
@@ -54,19 +67,24 @@ DataSplits load_splits(const std::string& dir, int64_t model_vocab) {
 }
 
 EvalResult evaluate(const model::Transformer& model, const std::vector<uint32_t>& tokens,
-                    int64_t seq_len, int64_t batch, int64_t max_batches, model::RoutingMode mode) {
+                    int64_t seq_len, int64_t batch, int64_t max_batches, model::RoutingMode mode,
+                    parallel::Communicator* dp) {
   NoGradGuard no_grad;
-  EvalResult r;
   const auto batches = data::sequential_batches(tokens, seq_len, batch, max_batches);
   if (batches.empty())
     throw std::invalid_argument("evaluate: " + std::to_string(tokens.size()) +
                                 " validation tokens cannot fill one batch of " +
                                 std::to_string(batch) + " x " + std::to_string(seq_len));
-  for (const auto& b : batches) {
-    r.loss += model.forward(b.inputs, b.targets, mode).lm_loss.item();
-    r.tokens += b.inputs.numel();
+  const size_t stride = dp ? dp->size() : 1, first = dp ? dp->rank() : 0;
+  Tensor sums = Tensor::zeros({2}, DType::F64);  // loss sum, tokens
+  for (size_t i = first; i < batches.size(); i += stride) {
+    sums.data<double>()[0] += model.forward(batches[i].inputs, batches[i].targets, mode).lm_loss.item();
+    sums.data<double>()[1] += static_cast<double>(batches[i].inputs.numel());
   }
-  r.loss /= static_cast<double>(batches.size());
+  if (dp) dp->all_reduce(sums);
+  EvalResult r;
+  r.loss = sums.data<double>()[0] / static_cast<double>(batches.size());
+  r.tokens = static_cast<int64_t>(sums.data<double>()[1]);
   return r;
 }
 
@@ -85,16 +103,83 @@ double measured_peak_flops() {
   return peak;
 }
 
-Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet)
-    : cfg_(std::move(cfg)), run_dir_(std::move(run_dir)), quiet_(quiet) {
+Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
+                 parallel::Communicator& world)
+    : cfg_(std::move(cfg)), run_dir_(std::move(run_dir)), quiet_(quiet),
+      writer_(world.rank() == 0) {
   config::validate(cfg_);
+  const auto dims = parallel::ParallelDims::from_config(cfg_.parallel());
+  dims.validate(world.size());
+  dims.validate_model(cfg_.model());
+  mesh_ = std::make_unique<parallel::DeviceMesh>(world, dims);
   data_ = load_splits(cfg_.data().dir(), cfg_.model().vocab_size());
   model_ = std::make_unique<model::Transformer>(cfg_.model(), cfg_.train().seed());
-  optimizer_ = std::make_unique<AdamW>(model_->named_parameters(), cfg_.optimizer());
+  shards_ = parallel::parallelize_tensor(*model_, *mesh_);
+  const auto params = model_->named_parameters();
+  if (dims.dp > 1)
+    buckets_ = std::make_unique<parallel::GradBucketer>(params, mesh_->dp(), cfg_.parallel().bucket_mb());
+  if (cfg_.parallel().zero1()) {
+    std::vector<parallel::ShardedAdamW::Param> zp;
+    for (const auto& [name, t] : params) zp.push_back({name, t, takes_weight_decay(name, cfg_.optimizer())});
+    zero1_ = std::make_unique<parallel::ShardedAdamW>(std::move(zp), cfg_.optimizer(), mesh_->dp());
+  } else {
+    optimizer_ = std::make_unique<AdamW>(params, cfg_.optimizer());
+  }
+  const int64_t rows = cfg_.train().batch_size() / dims.dp;
+  row_begin_ = mesh_->dp_rank() * rows;
+  row_end_ = row_begin_ + rows;
   loader_ = std::make_unique<data::WindowLoader>(data_.train, cfg_.model().seq_len(),
                                                  cfg_.train().batch_size(), cfg_.train().seed());
-  fs::create_directories(run_dir_);
-  std::ofstream(run_dir_ + "/config.textproto") << config::to_text(cfg_);
+  const char* check = std::getenv("MOD_CHECK_TP_ROUTING");
+  check_routing_ = check && std::string(check) == "1";
+  if (writer_) {
+    fs::create_directories(run_dir_);
+    std::ofstream(run_dir_ + "/config.textproto") << config::to_text(cfg_);
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> Trainer::full_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [name, t] : model_->named_parameters())
+    out.emplace_back(name, parallel::gather_parameter(t, shards_.at(name), mesh_->tp()));
+  return out;
+}
+
+// The norm over the whole model: tp-sharded gradients are summed over the tp group, replicated
+// ones (identical on every tp rank) counted once. Gradients are already averaged over dp.
+double Trainer::global_grad_norm_and_clip() {
+  std::vector<Tensor> sharded, replicated, all;
+  for (const auto& [name, t] : model_->named_parameters()) {
+    (shards_.at(name).dim >= 0 ? sharded : replicated).push_back(t);
+    all.push_back(t);
+  }
+  Tensor sq = Tensor::scalar(grad_sq_sum(sharded), DType::F64);
+  if (mesh_->tp().size() > 1) mesh_->tp().all_reduce(sq);
+  const double norm = std::sqrt(sq.item() + grad_sq_sum(replicated));
+  clip_to_norm(all, norm, cfg_.optimizer().grad_clip());
+  return norm;
+}
+
+// Every dp rank saw its own rows: the step's loss and routing statistics are dp means (each
+// rank's share of tokens is equal).
+void Trainer::reduce_step_metrics(double& loss, double& aux) {
+  if (mesh_->dp().size() == 1) return;
+  std::vector<double> v = {loss, aux};
+  for (const auto& s : last_stats_) {
+    for (double x : {s.router_mean, s.router_std, s.accuracy, s.precision, s.recall}) v.push_back(x);
+    for (double x : s.routed_fraction_by_bucket) v.push_back(x);
+  }
+  Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64);
+  mesh_->dp().all_reduce(t);
+  const double inv = 1.0 / mesh_->dp().size();
+  size_t k = 0;
+  auto next = [&] { return t.data<double>()[k++] * inv; };
+  loss = next();
+  aux = next();
+  for (auto& s : last_stats_) {
+    for (double* x : {&s.router_mean, &s.router_std, &s.accuracy, &s.precision, &s.recall}) *x = next();
+    for (double& x : s.routed_fraction_by_bucket) x = next();
+  }
 }
 
 double Trainer::train_step(int64_t step) {
@@ -102,20 +187,30 @@ double Trainer::train_step(int64_t step) {
   model_->zero_grad();
   double loss = 0, aux = 0;
   for (int micro = 0; micro < accum; ++micro) {
-    data::Batch batch = loader_->next();
+    data::Batch batch = loader_->next(row_begin_, row_end_);
     model::ForwardResult r = model_->forward(batch.inputs, batch.targets);
-    scale(r.loss, 1.0 / accum).backward();
+    if (check_routing_) parallel::check_same_routing(r, mesh_->tp());
+    maybe_exit_for_test(mesh_->world().rank(), step);
+    const bool last = micro == accum - 1;
+    // Buckets all-reduce during the last micro-batch's backward; earlier ones accumulate.
+    backward(scale(r.loss, 1.0 / accum), Tensor(),
+             last && buckets_ ? buckets_->ready_hook() : LeafGradReady());
     loss += r.lm_loss.item() / accum;
     if (r.aux_loss.defined()) aux += r.aux_loss.item() / accum;
-    if (micro == accum - 1) last_stats_ = std::move(r.stats);
+    if (last) last_stats_ = std::move(r.stats);
   }
-  const auto params = model_->parameters();
-  last_grad_norm_ = clip_grad_norm(params, cfg_.optimizer().grad_clip());
+  if (buckets_) buckets_->finish();
+  reduce_step_metrics(loss, aux);
+  last_grad_norm_ = global_grad_norm_and_clip();
   if (!std::isfinite(loss) || !std::isfinite(last_grad_norm_))
     throw std::runtime_error("training diverged at step " + std::to_string(step) + ": loss " +
                              std::to_string(loss) + ", gradient norm " +
                              std::to_string(last_grad_norm_) + " (lower optimizer.lr?)");
-  optimizer_->step(learning_rate(cfg_.optimizer(), step, cfg_.train().steps()));
+  const double lr = learning_rate(cfg_.optimizer(), step, cfg_.train().steps());
+  if (zero1_)
+    zero1_->step(lr);
+  else
+    optimizer_->step(lr);
   last_aux_ = aux;
   return loss;
 }
@@ -126,12 +221,21 @@ double Trainer::run() {
   const double tokens_per_step =
       static_cast<double>(t.batch_size()) * t.grad_accum() * cfg_.model().seq_len();
   const model::FlopCount flops = model::count_flops(cfg_.model());
-  const double peak = measured_peak_flops();
-  if (!quiet_)
+  // MFU is against every process's share of the machine: the SGEMM rate one rank measures
+  // (while the others do the same) times the world size.
+  const int world = mesh_->world().size();
+  const double peak = measured_peak_flops() * world;
+  if (!quiet_) {
     std::printf("%s\nmodel %s: %.2fM parameters, %.3g training FLOPs/token; MFU against the "
                 "measured SGEMM rate %.1f GFLOP/s\n",
                 device_report().c_str(), cfg_.name().c_str(), flops.parameters / 1e6,
                 flops.training_per_token, peak / 1e9);
+    if (world > 1)
+      std::printf("parallel: %d processes (%s) = dp %d x tp %d%s, %zu gradient buckets\n", world,
+                  parallel::launch_info().source.c_str(), mesh_->dims().dp, mesh_->dims().tp,
+                  zero1_ ? ", ZeRO-1 optimizer sharding" : "",
+                  buckets_ ? buckets_->num_buckets() : size_t{0});
+  }
 
   std::vector<std::string> columns = {"lm_loss", "aux_loss", "val_loss", "lr", "grad_norm",
                                       "tokens_per_s", "mfu"};
@@ -139,8 +243,13 @@ double Trainer::run() {
     if (model_->routed(b))
       for (const char* k : {"router_mean", "router_std", "predictor_acc", "precision", "recall"})
         columns.push_back("block" + std::to_string(b) + "_" + k);
-  metrics::CsvWriter csv(run_dir_ + "/metrics.csv", columns);
-  metrics::TensorBoardWriter tb(run_dir_ + "/tb");
+  // Only world rank 0 writes; the others compute the same reduced metrics and drop them.
+  std::unique_ptr<metrics::CsvWriter> csv;
+  std::unique_ptr<metrics::TensorBoardWriter> tb;
+  if (writer_) {
+    csv = std::make_unique<metrics::CsvWriter>(run_dir_ + "/metrics.csv", columns);
+    tb = std::make_unique<metrics::TensorBoardWriter>(run_dir_ + "/tb");
+  }
 
   const auto start = Clock::now();
   double loss = 0;
@@ -164,19 +273,21 @@ double Trainer::run() {
       m[p + "predictor_acc"] = s.accuracy;
       m[p + "precision"] = s.precision;
       m[p + "recall"] = s.recall;
-      for (size_t k = 0; k < s.routed_fraction_by_bucket.size(); ++k)
-        tb.scalar("routing/" + p + "routed_frac_bucket" + std::to_string(k),
+      for (size_t k = 0; tb && k < s.routed_fraction_by_bucket.size(); ++k)
+        tb->scalar("routing/" + p + "routed_frac_bucket" + std::to_string(k),
                   s.routed_fraction_by_bucket[k], step + 1);
     }
     const bool last = step + 1 == steps;
     if (t.eval_every() > 0 && ((step + 1) % t.eval_every() == 0 || last)) {
       m["val_loss"] = evaluate(*model_, *data_.val, cfg_.model().seq_len(), t.batch_size(),
-                               t.eval_batches(), model::RoutingMode::TopC)
+                               t.eval_batches(), model::RoutingMode::TopC, &mesh_->dp())
                           .loss;
     }
-    csv.row(step + 1, loss, m);
-    for (const auto& [k, v] : m) tb.scalar(k == "lm_loss" ? "loss" : k, v, step + 1);
-    tb.flush();
+    if (writer_) {
+      csv->row(step + 1, loss, m);
+      for (const auto& [k, v] : m) tb->scalar(k == "lm_loss" ? "loss" : k, v, step + 1);
+      tb->flush();
+    }
     if (!quiet_ && ((step + 1) % t.log_every() == 0 || last)) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       const double eta = elapsed / (step + 1) * (steps - step - 1);
@@ -188,7 +299,8 @@ double Trainer::run() {
       std::fflush(stdout);
     }
   }
-  save_weights(run_dir_ + "/model.safetensors", *model_, cfg_, steps);
+  const auto full = full_parameters();
+  if (writer_) save_weights(run_dir_ + "/model.safetensors", full, cfg_, steps);
   if (!quiet_) std::printf("wrote %s/model.safetensors\n", run_dir_.c_str());
   return loss;
 }

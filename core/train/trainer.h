@@ -1,7 +1,12 @@
-// The single-process training loop: data, model, AdamW, schedule, clipping, gradient
-// accumulation, periodic validation, a progress line, metrics.csv and TensorBoard scalars, and
-// the final weights file. The run directory holds config.textproto, metrics.csv, tb/ and
-// model.safetensors.
+// The training loop on one process or many: data, model, AdamW (or ZeRO-1), schedule,
+// clipping, gradient accumulation, periodic validation, a progress line, metrics.csv and
+// TensorBoard scalars, and the final weights file. The run directory holds config.textproto,
+// metrics.csv, tb/ and model.safetensors, written by world rank 0.
+//
+// Parallel layout (parallel.dp x parallel.tp = world size): the model is built whole on every
+// rank from the same seed, then tensor-parallelised; each dp rank trains on its rows of every
+// global batch, and gradients are averaged over dp in buckets during backward. Losses and
+// metrics are reduced over dp, so every layout logs what one process would.
 #pragma once
 
 #include <memory>
@@ -12,6 +17,11 @@
 #include "core/data/loader.h"
 #include "core/model/transformer.h"
 #include "core/train/optimizer.h"
+#include "parallel/data_parallel.h"
+#include "parallel/mesh.h"
+#include "parallel/parallelize.h"
+#include "parallel/world.h"
+#include "parallel/zero1.h"
 
 namespace mod::train {
 
@@ -26,30 +36,47 @@ struct EvalResult {
   double loss = 0;       // mean over the evaluated batches
   int64_t tokens = 0;
 };
+// Under data parallelism (dp given), rank r of dp evaluates batches r, r + dp, ... and the
+// result is reduced over dp; every rank returns the same value.
 EvalResult evaluate(const model::Transformer& model, const std::vector<uint32_t>& tokens,
-                    int64_t seq_len, int64_t batch, int64_t max_batches, model::RoutingMode mode);
+                    int64_t seq_len, int64_t batch, int64_t max_batches, model::RoutingMode mode,
+                    parallel::Communicator* dp = nullptr);
 
 // The FLOP rate MFU is measured against: the SGEMM rate of this machine, measured once.
 double measured_peak_flops();
 
 class Trainer {
  public:
-  Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet = false);
-  // Runs every step; returns the final training loss.
+  // Collective over world (every rank constructs a Trainer with the same config). quiet: no
+  // progress lines on stdout (the launcher sets it on ranks > 0 unless they log to files).
+  Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet = false,
+          parallel::Communicator& world = parallel::world());
+  // Runs every step; returns the final training loss (reduced over dp).
   double run();
   const model::Transformer& model() const { return *model_; }
   const std::vector<double>& losses() const { return losses_; }  // one per step
+  // Every parameter in full (tensor-parallel shards gathered). Collective over the tp group.
+  std::vector<std::pair<std::string, Tensor>> full_parameters() const;
+  const parallel::DeviceMesh& mesh() const { return *mesh_; }
 
  private:
   double train_step(int64_t step);
+  double global_grad_norm_and_clip();
+  void reduce_step_metrics(double& loss, double& aux);
 
   modtrain::RunConfig cfg_;
   std::string run_dir_;
-  bool quiet_;
+  bool quiet_, writer_;  // writer_: world rank 0 writes files and prints progress
+  std::unique_ptr<parallel::DeviceMesh> mesh_;
   DataSplits data_;
   std::unique_ptr<model::Transformer> model_;
-  std::unique_ptr<AdamW> optimizer_;
+  parallel::ShardMap shards_;
+  std::unique_ptr<AdamW> optimizer_;                 // unless ZeRO-1
+  std::unique_ptr<parallel::ShardedAdamW> zero1_;    // parallel.zero1
+  std::unique_ptr<parallel::GradBucketer> buckets_;  // dp > 1
   std::unique_ptr<data::WindowLoader> loader_;
+  int64_t row_begin_ = 0, row_end_ = 0;  // this dp rank's rows of each global batch
+  bool check_routing_ = false;           // MOD_CHECK_TP_ROUTING=1
   std::vector<double> losses_;
   std::vector<model::RoutedBlockStats> last_stats_;
   double last_aux_ = 0, last_grad_norm_ = 0;

@@ -10,7 +10,13 @@ namespace mod::train {
 
 void save_weights(const std::string& path, const model::Transformer& model,
                   const modtrain::RunConfig& cfg, int64_t step) {
-  save_safetensors(path, model.named_parameters(),
+  save_weights(path, model.named_parameters(), cfg, step);
+}
+
+void save_weights(const std::string& path,
+                  const std::vector<std::pair<std::string, Tensor>>& params,
+                  const modtrain::RunConfig& cfg, int64_t step) {
+  save_safetensors(path, params,
                    {{"format", "modtrain-weights-1"},
                     {"config", config::to_text(cfg)},
                     {"step", std::to_string(step)}});

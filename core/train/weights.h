@@ -5,6 +5,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "configs/modtrain.pb.h"
 #include "core/model/transformer.h"
@@ -12,6 +14,10 @@
 namespace mod::train {
 
 void save_weights(const std::string& path, const model::Transformer& model,
+                  const modtrain::RunConfig& cfg, int64_t step);
+// The same file from named full tensors (a tensor-parallel model's gathered parameters).
+void save_weights(const std::string& path,
+                  const std::vector<std::pair<std::string, Tensor>>& params,
                   const modtrain::RunConfig& cfg, int64_t step);
 
 struct LoadedModel {

@@ -1,0 +1,88 @@
+// The communicator every parallel code path talks to: collectives and point-to-point on
+// contiguous CPU tensors over one group of ranks. Backends: a local stand-in for a group of one
+// (every collective is a copy or a no-op, so each parallel path runs on a CPU-only machine),
+// Open MPI for CPU tensors, and (GPU issue) NCCL behind the same interface.
+//
+// Invariants:
+// - Every rank of the group calls the same collectives in the same order with the same shapes
+//   and dtypes; a mismatch that can be seen locally is an error naming the collective.
+// - A collective never hangs silently: one that does not finish within collective_timeout()
+//   aborts every rank with a message naming the collective, the group and the rank.
+// - Results are bitwise identical on every rank of the group (TP ranks rely on it to route the
+//   same tokens).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace mod::parallel {
+
+enum class ReduceOp { Sum, Max, Min };
+const char* reduce_op_name(ReduceOp op);
+
+// A started non-blocking collective; wait() returns once its result is in place (or aborts the
+// job on timeout). Destroying an unwaited Work waits for it.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The group's role in messages: "world", "dp", "tp".
+  virtual const std::string& name() const = 0;
+
+  // t <- op over the group's t, in place. Same shape and dtype on every rank.
+  virtual void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
+  // in [size * n, ...] -> out [n, ...]: out = op over ranks of in's chunk number rank().
+  virtual void reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op = ReduceOp::Sum) = 0;
+  // in [n, ...] -> out [size * n, ...]: chunk r of out is rank r's in.
+  virtual void all_gather(const Tensor& in, const Tensor& out) = 0;
+  // in, out [size * n, ...]: chunk j of in goes to rank j; chunk j of out came from rank j.
+  virtual void all_to_all(const Tensor& in, const Tensor& out) = 0;
+  virtual void broadcast(const Tensor& t, int root) = 0;
+  virtual void barrier() = 0;
+  virtual void send(const Tensor& t, int dst, int tag = 0) = 0;
+  virtual void recv(const Tensor& t, int src, int tag = 0) = 0;
+
+  // A sub-group of the ranks that pass the same color, ordered by key (MPI_Comm_split).
+  // Collective over this group.
+  virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
+
+  // Prints "modtrain: rank R: message" to stderr and ends every rank of the job with `code`.
+  [[noreturn]] virtual void abort(const std::string& message, int code = 1) = 0;
+};
+
+// A group of one: collectives copy or do nothing; send/recv are errors.
+std::unique_ptr<Communicator> make_local_communicator(const std::string& name = "world");
+
+// Seconds a blocking collective (or Work::wait) may take before it aborts the job:
+// MOD_COLLECTIVE_TIMEOUT_S, default 600.
+double collective_timeout();
+
+// Checks every backend makes before it communicates. Each throws std::invalid_argument whose
+// message starts with collective_where() and names the tensors.
+namespace detail {
+// "all_gather on 'dp' (rank 1 of 2)".
+std::string collective_where(const char* collective, const Communicator& comm);
+// t is defined; a reduction also needs a dtype MPI can reduce (not bf16).
+void check_tensor(const char* collective, const Communicator& comm, const Tensor& t,
+                  bool reduction);
+// in [size * n, ...] -> out [n, ...]; same dtype and device; disjoint buffers.
+void check_reduce_scatter(const Communicator& comm, const Tensor& in, const Tensor& out);
+// in [n, ...] -> out [size * n, ...]; same dtype and device; disjoint buffers.
+void check_all_gather(const Communicator& comm, const Tensor& in, const Tensor& out);
+// in, out [size * n, ...]; same dtype and device; disjoint buffers.
+void check_all_to_all(const Communicator& comm, const Tensor& in, const Tensor& out);
+// 0 <= peer < size; `self_ok` false also rejects peer == rank() (send/recv to oneself).
+void check_peer(const char* what, const Communicator& comm, int peer, bool self_ok);
+}  // namespace detail
+
+}  // namespace mod::parallel

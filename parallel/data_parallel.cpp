@@ -1,0 +1,94 @@
+// Bucketed, overlapped gradient all-reduce (see data_parallel.h).
+#include "parallel/data_parallel.h"
+
+#include <unordered_map>
+
+#include "core/backend.h"
+
+namespace mod::parallel {
+
+GradBucketer::GradBucketer(std::vector<std::pair<std::string, Tensor>> params, Communicator& dp,
+                           double bucket_mb)
+    : params_(std::move(params)), bucket_of_(params_.size()), dp_(dp) {
+  const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024));
+  int64_t filled = 0;
+  for (size_t k = params_.size(); k-- > 0;) {
+    const Tensor& p = params_[k].second;
+    if (buckets_.empty() || filled >= cap) {
+      buckets_.emplace_back();
+      filled = 0;
+    }
+    buckets_.back().members.push_back(k);
+    bucket_of_[k] = buckets_.size() - 1;
+    filled += static_cast<int64_t>(p.nbytes());
+  }
+  for (Bucket& b : buckets_) {
+    int64_t n = 0;
+    for (size_t k : b.members) n += params_[k].second.numel();
+    b.flat = Tensor::empty({n}, params_[b.members.front()].second.dtype());
+    b.pending = static_cast<int>(b.members.size());
+  }
+}
+
+GradBucketer::~GradBucketer() {
+  for (Bucket& b : buckets_)
+    if (b.work) b.work->wait();
+}
+
+LeafGradReady GradBucketer::ready_hook() {
+  auto index = std::make_shared<std::unordered_map<TensorImpl*, size_t>>();
+  for (size_t k = 0; k < params_.size(); ++k) (*index)[params_[k].second.impl()] = k;
+  return [this, index](const Tensor& leaf) {
+    auto it = index->find(leaf.impl());
+    if (it == index->end()) return;
+    --buckets_[bucket_of_[it->second]].pending;
+    launch_ready();
+  };
+}
+
+void GradBucketer::launch_ready() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0)
+    launch(buckets_[next_launch_++]);
+}
+
+void GradBucketer::launch(Bucket& b) {
+  int64_t at = 0;
+  for (size_t k : b.members) {
+    const Tensor& p = params_[k].second;
+    Tensor dst = b.flat.narrow0(at, p.numel());
+    if (p.grad().defined())
+      dst.copy_from(p.grad());
+    else
+      backend_of(dst).fill(dst, 0.0);
+    at += p.numel();
+  }
+  bytes_reduced_ += static_cast<int64_t>(b.flat.nbytes());
+  b.work = dp_.all_reduce_async(b.flat);
+}
+
+void GradBucketer::finish() {
+  for (Bucket& b : buckets_) b.pending = 0;  // whatever was not final is final now
+  launch_ready();
+  const double inv = 1.0 / dp_.size();
+  for (Bucket& b : buckets_) {
+    b.work->wait();
+    b.work.reset();
+    backend_of(b.flat).scale(b.flat, inv, b.flat);
+    int64_t at = 0;
+    for (size_t k : b.members) {
+      const Tensor& p = params_[k].second;
+      const Tensor avg = b.flat.narrow0(at, p.numel()).view(p.shape());
+      if (p.grad().defined()) {
+        Tensor g = p.grad();
+        g.copy_from(avg);
+      } else {
+        p.impl()->grad = avg.clone();
+      }
+      at += p.numel();
+    }
+    b.pending = static_cast<int>(b.members.size());
+  }
+  next_launch_ = 0;
+}
+
+}  // namespace mod::parallel

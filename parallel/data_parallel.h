@@ -1,0 +1,53 @@
+// Data-parallel gradient averaging in buckets, overlapped with backward. Parameters are packed
+// into buckets of about bucket_mb in reverse registration order (the order backward finishes
+// them); a bucket's all-reduce starts as soon as its last gradient is final, while backward
+// goes on. Buckets start strictly in index order, so every dp rank issues the same sequence of
+// collectives.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/autograd.h"
+#include "parallel/communicator.h"
+
+namespace mod::parallel {
+
+class GradBucketer {
+ public:
+  GradBucketer(std::vector<std::pair<std::string, Tensor>> params, Communicator& dp,
+               double bucket_mb);
+  ~GradBucketer();
+
+  // Pass to backward() on the micro-batch that ends the step (earlier micro-batches only
+  // accumulate locally, as with DDP's no_sync).
+  LeafGradReady ready_hook();
+  // Starts what is left, waits for every bucket, and leaves each gradient averaged over dp.
+  // A parameter that got no gradient this step contributes zeros.
+  void finish();
+
+  size_t num_buckets() const { return buckets_.size(); }
+  // Bytes this rank handed to all-reduce in the last finish() (for the benchmarks).
+  int64_t bytes_reduced() const { return bytes_reduced_; }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> members;  // indices into params_
+    Tensor flat;                  // [sum of numel]
+    int pending = 0;              // members whose gradient is not final yet
+    std::unique_ptr<Work> work;
+  };
+  void launch_ready();
+  void launch(Bucket& b);
+
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<size_t> bucket_of_;  // per parameter
+  std::vector<Bucket> buckets_;
+  size_t next_launch_ = 0;
+  Communicator& dp_;
+  int64_t bytes_reduced_ = 0;
+};
+
+}  // namespace mod::parallel

@@ -1,0 +1,156 @@
+// Tensor parallelism applied to a built model (see parallelize.h).
+#include "parallel/parallelize.h"
+
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+
+#include "core/nn/module.h"
+#include "parallel/tp_mappings.h"
+#include "parallel/vocab_parallel.h"
+
+namespace mod::parallel {
+
+namespace {
+// copy_to_tp once per input tensor: wq, wk and wv (and mlp up and gate) read the same tensor,
+// so they share one copy node and backward all-reduces their summed input gradient once.
+class SharedCopyToTp {
+ public:
+  explicit SharedCopyToTp(Communicator& tp) : tp_(tp) {}
+  Tensor operator()(const Tensor& x) {
+    auto in = last_in_.lock();
+    auto out = last_out_.lock();
+    if (in && out && in == x.impl_ptr()) return Tensor(out);
+    Tensor y = copy_to_tp(x, tp_);
+    last_in_ = x.impl_ptr();
+    last_out_ = y.impl_ptr();
+    return y;
+  }
+
+ private:
+  Communicator& tp_;
+  std::weak_ptr<TensorImpl> last_in_, last_out_;  // weak: never extends a graph's life
+};
+
+struct Sharder {
+  model::Transformer& model;
+  Communicator& tp;
+  ShardMap specs;
+
+  std::shared_ptr<nn::Linear> linear(const std::string& path) {
+    auto m = std::dynamic_pointer_cast<nn::Linear>(model.find_module(path));
+    if (!m) throw std::logic_error("parallelize: no linear layer at " + path);
+    return m;
+  }
+  Tensor shard(const std::string& name, const Tensor& full, int dim) {
+    const int64_t len = full.size(dim) / tp.size(), offset = tp.rank() * len;
+    specs[name] = {dim, full.shape(), offset};
+    return slice_dim(full, dim, offset, len);
+  }
+  void column(const std::string& path, const std::shared_ptr<SharedCopyToTp>& copy) {
+    auto l = linear(path);
+    Tensor w = shard(path + ".weight", l->weight(), 0);
+    Tensor b = l->bias().defined() ? shard(path + ".bias", l->bias(), 0) : Tensor();
+    l->shard(w, b, [copy](const Tensor& x) { return (*copy)(x); }, nullptr);
+  }
+  void row(const std::string& path) {
+    auto l = linear(path);
+    Tensor w = shard(path + ".weight", l->weight(), 1);
+    Communicator* c = &tp;
+    l->shard(w, l->bias(), nullptr, [c](const Tensor& y) { return reduce_from_tp(y, *c); });
+  }
+};
+}  // namespace
+
+Tensor slice_dim(const Tensor& t, int dim, int64_t offset, int64_t len) {
+  if (dim < 0 || dim >= t.dim() || offset < 0 || offset + len > t.size(dim))
+    throw std::invalid_argument("slice_dim: [" + std::to_string(offset) + ", +" +
+                                std::to_string(len) + ") along dim " + std::to_string(dim) +
+                                " of " + describe(t));
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < dim; ++i) outer *= t.size(i);
+  for (int64_t i = dim + 1; i < t.dim(); ++i) inner *= t.size(i);
+  Shape shape = t.shape();
+  shape[dim] = len;
+  Tensor out = Tensor::empty(shape, t.dtype(), t.device());
+  const size_t es = dtype_size(t.dtype()), chunk = len * inner * es;
+  const char* src = static_cast<const char*>(t.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(dst + o * chunk, src + (o * t.size(dim) + offset) * inner * es, chunk);
+  return out;
+}
+
+ShardMap parallelize_tensor(model::Transformer& model, const DeviceMesh& mesh) {
+  mesh.dims().validate_model(model.config());
+  Sharder s{model, mesh.tp(), {}};
+  for (const auto& [name, p] : model.named_parameters()) s.specs[name] = {-1, p.shape(), 0};
+  if (mesh.tp().size() == 1) return s.specs;
+
+  const auto& cfg = model.config();
+  for (int b = 0; b < cfg.n_layers(); ++b) {
+    const std::string blk = "blocks." + std::to_string(b) + ".";
+    auto attn_in = std::make_shared<SharedCopyToTp>(mesh.tp());
+    for (const char* w : {"wq", "wk", "wv"}) s.column(blk + "attn." + w, attn_in);
+    s.row(blk + "attn.wo");
+    auto mlp_in = std::make_shared<SharedCopyToTp>(mesh.tp());
+    s.column(blk + "mlp.up", mlp_in);
+    if (cfg.mlp() == modtrain::ModelConfig::SWIGLU) s.column(blk + "mlp.gate", mlp_in);
+    s.row(blk + "mlp.down");
+  }
+
+  Communicator* tp = &mesh.tp();
+  auto embed = std::dynamic_pointer_cast<nn::Embedding>(model.find_module("embed"));
+  Tensor table = s.shard("embed.weight", embed->weight(), 0);
+  const int64_t vocab_start = s.specs["embed.weight"].offset;
+  auto head_in = std::make_shared<SharedCopyToTp>(mesh.tp());
+  embed->shard(
+      table,
+      [tp, vocab_start](const Tensor& ids, const Tensor& t) {
+        return vocab_parallel_embedding(ids, t, vocab_start, *tp);
+      },
+      [head_in](const Tensor& h) { return (*head_in)(h); });
+  if (!cfg.tie_embeddings()) s.column("lm_head", head_in);
+  model.set_lm_loss([tp, vocab_start](const Tensor& logits, const Tensor& targets) {
+    return vocab_parallel_cross_entropy(logits, targets, vocab_start, *tp);
+  });
+  return s.specs;
+}
+
+Tensor gather_parameter(const Tensor& local, const ShardSpec& spec, Communicator& tp) {
+  if (spec.dim < 0 || tp.size() == 1) return local;
+  Shape parts_shape = local.shape();
+  parts_shape.insert(parts_shape.begin(), tp.size());
+  Tensor parts = Tensor::empty(parts_shape, local.dtype());
+  tp.all_gather(local.view({1, local.numel()}), parts.view({tp.size(), local.numel()}));
+  Tensor full = Tensor::empty(spec.global_shape, local.dtype());
+  // Rank r's part goes to [r * len, (r + 1) * len) along spec.dim.
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < spec.dim; ++i) outer *= local.size(i);
+  for (int64_t i = spec.dim + 1; i < local.dim(); ++i) inner *= local.size(i);
+  const int64_t len = local.size(spec.dim);
+  const size_t es = dtype_size(local.dtype()), chunk = len * inner * es;
+  const char* src = static_cast<const char*>(parts.raw_data());
+  char* dst = static_cast<char*>(full.raw_data());
+  for (int r = 0; r < tp.size(); ++r)
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(dst + (o * spec.global_shape[spec.dim] + r * len) * inner * es,
+                  src + (static_cast<int64_t>(r) * local.numel() + o * len * inner) * es, chunk);
+  return full;
+}
+
+void check_same_routing(const model::ForwardResult& result, Communicator& tp) {
+  if (tp.size() == 1) return;
+  for (size_t i = 0; i < result.routed_idx.size(); ++i) {
+    const Tensor& idx = result.routed_idx[i];
+    Tensor all = Tensor::empty({tp.size(), idx.numel()}, DType::I64);
+    tp.all_gather(idx.view({1, idx.numel()}), all);
+    for (int r = 1; r < tp.size(); ++r)
+      if (std::memcmp(all.data<int64_t>(), all.data<int64_t>() + r * idx.numel(), idx.nbytes()) != 0)
+        throw std::runtime_error("tensor parallelism: routed block " + std::to_string(i) +
+                                 " chose different tokens on tp rank " + std::to_string(r) +
+                                 " than on tp rank 0 (their residual streams differ)");
+  }
+}
+
+}  // namespace mod::parallel

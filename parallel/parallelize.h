@@ -1,0 +1,47 @@
+// Applies Megatron-style tensor parallelism to a built Transformer. Every rank builds the full
+// model from the same seed, then keeps its shard of each split parameter, so a layout starts
+// from exactly the single-process initialisation.
+//
+//   parameter (global shape)          split    tp rank r keeps             hooks
+//   attn.wq/wk/wv.weight [D, D]       column   rows of heads r*H/tp..      copy_to_tp on input
+//   attn.wo.weight [D, D]             row      columns of those heads      reduce_from_tp on output
+//   mlp.up/gate.weight [F, D]         column   rows r*F/tp..               copy_to_tp on input
+//   mlp.down.weight [D, F]            row      columns r*F/tp..            reduce_from_tp on output
+//   embed.weight [V, D]               vocab    rows r*V/tp..               masked lookup + reduce
+//   lm_head.weight [V, D] (or tied)   vocab    rows r*V/tp..               copy_to_tp; vocab-parallel CE
+//   norms, routers, predictors        replicated (same inputs on every tp rank, same routing)
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "core/model/transformer.h"
+#include "parallel/mesh.h"
+
+namespace mod::parallel {
+
+// Where a parameter's local tensor sits in its global tensor: the slice [offset, offset +
+// local.size(dim)) along dim. dim -1: replicated (local is the whole tensor).
+struct ShardSpec {
+  int dim = -1;
+  Shape global_shape;
+  int64_t offset = 0;
+};
+// Every parameter by name.
+using ShardMap = std::map<std::string, ShardSpec>;
+
+// Shards model in place for mesh.tp() (nothing to do at tp = 1) and returns every parameter's
+// spec.
+ShardMap parallelize_tensor(model::Transformer& model, const DeviceMesh& mesh);
+
+// Debug check: every tp rank chose the same tokens in every routed block (they must, since
+// their inputs are bitwise equal). Throws naming the block and the first differing rank.
+void check_same_routing(const model::ForwardResult& result, Communicator& tp);
+
+// The global tensor of a parameter, assembled on every tp rank (all-gather over mesh.tp()).
+Tensor gather_parameter(const Tensor& local, const ShardSpec& spec, Communicator& tp);
+
+// Copy of the slice [offset, offset + len) of t along dim.
+Tensor slice_dim(const Tensor& t, int dim, int64_t offset, int64_t len);
+
+}  // namespace mod::parallel

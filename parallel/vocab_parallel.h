@@ -1,0 +1,23 @@
+// The vocabulary-parallel embedding and cross-entropy: each tp rank holds rows
+// [vocab_start, vocab_start + V/tp) of the table (and of the LM head), and full logits are never
+// gathered. Shapes: ids, targets [B,T]; table [V/tp, D]; logits [B,T,V/tp].
+#pragma once
+
+#include "core/tensor.h"
+#include "parallel/communicator.h"
+
+namespace mod::parallel {
+
+// Rows of ids outside this rank's range are zero here; the all-reduce (reduce_from_tp) sums
+// the one rank that holds each id. ids [B,T] -> [B,T,D], replicated.
+Tensor vocab_parallel_embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start,
+                                Communicator& tp);
+
+// Mean cross-entropy over targets != ignore_index, from this rank's logit slice. Three
+// all-reduces of one value per row (max, sum of exponentials, target logit); the backward
+// needs none: d logits = (softmax - onehot) / N on the local slice.
+Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
+                                    int64_t vocab_start, Communicator& tp,
+                                    int64_t ignore_index = -100);
+
+}  // namespace mod::parallel

@@ -1,0 +1,207 @@
+// The job's layout from the launcher's environment, and the world communicator built from it.
+// Invariant: once MPI is started, every way out of a rank other than finalize_world (an uncaught
+// exception, abort_on_exception, a timed-out collective) ends the whole job, so no rank is left
+// waiting for a peer that has gone.
+#include "parallel/world.h"
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+#if MOD_HAVE_MPI
+#include "parallel/mpi_communicator.h"
+#endif
+
+namespace mod::parallel {
+
+namespace {
+
+struct WorldState {
+  bool info_read = false;
+  LaunchInfo info;
+  std::unique_ptr<Communicator> world;
+  bool initialised = false;  // init_world ran
+  bool finalised = false;    // finalize_world ran after it
+  bool mpi_started = false;  // we called MPI_Init_thread, so we finalise
+  std::terminate_handler previous_terminate = nullptr;
+};
+
+WorldState& state() {
+  static WorldState s;
+  return s;
+}
+
+// A non-negative decimal int, the whole string; errors name the variable.
+int parse_env_int(const char* var, const char* text) {
+  const std::string s(text);
+  int value = -1;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || value < 0)
+    throw std::runtime_error("environment: " + std::string(var) + "='" + s +
+                             "' is not a non-negative integer");
+  return value;
+}
+
+const char* require_env(const char* var, const char* because) {
+  const char* text = std::getenv(var);
+  if (text == nullptr)
+    throw std::runtime_error("environment: " + std::string(because) + " is set but " + var +
+                             " is not");
+  return text;
+}
+
+// rank/local_rank/size from three variables of one launcher, checked against each other.
+LaunchInfo read_triple(const char* rank_var, const char* local_var, const char* size_var,
+                       const char* source) {
+  LaunchInfo info;
+  info.source = source;
+  info.rank = parse_env_int(rank_var, std::getenv(rank_var));
+  info.local_rank = parse_env_int(local_var, require_env(local_var, rank_var));
+  info.size = parse_env_int(size_var, require_env(size_var, rank_var));
+  if (info.size < 1)
+    throw std::runtime_error("environment: " + std::string(size_var) + "=" +
+                             std::to_string(info.size) + " must be at least 1");
+  if (info.rank >= info.size || info.local_rank >= info.size)
+    throw std::runtime_error("environment: " + std::string(rank_var) + "=" +
+                             std::to_string(info.rank) + " and " + local_var + "=" +
+                             std::to_string(info.local_rank) + " must be below " + size_var + "=" +
+                             std::to_string(info.size));
+  return info;
+}
+
+#if MOD_HAVE_MPI
+[[noreturn]] void abort_on_terminate() {
+  std::string what = "terminate called without an active exception";
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      what = std::string("uncaught exception: ") + x.what();
+    } catch (...) {
+      what = "uncaught exception of a non-standard type";
+    }
+  }
+  world().abort(what, 1);
+  std::_Exit(1);  // not reached: abort() ends the process (GCC cannot see through the virtual)
+}
+#endif
+
+}  // namespace
+
+LaunchInfo launch_info_from_env() {
+  if (std::getenv("OMPI_COMM_WORLD_RANK") != nullptr)
+    return read_triple("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE",
+                       "Open MPI");
+  if (std::getenv("SLURM_PROCID") != nullptr)
+    return read_triple("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "Slurm");
+  if (const char* pmix = std::getenv("PMIX_RANK")) {
+    LaunchInfo info;
+    info.source = "PMIx";
+    info.rank = parse_env_int("PMIX_RANK", pmix);
+    info.size = info.rank + 1;  // a lower bound; init_world takes the size from MPI
+    return info;
+  }
+  return LaunchInfo{};
+}
+
+namespace {
+
+LaunchInfo& cached_launch_info() {
+  WorldState& s = state();
+  if (!s.info_read) {
+    s.info = launch_info_from_env();
+    s.info_read = true;
+  }
+  return s.info;
+}
+
+}  // namespace
+
+const LaunchInfo& launch_info() {
+  return cached_launch_info();
+}
+
+void init_world(int* argc, char*** argv) {
+  WorldState& s = state();
+  if (s.initialised) return;
+  if (s.finalised) throw std::logic_error("init_world after finalize_world: MPI cannot restart");
+  LaunchInfo& info = cached_launch_info();
+  collective_timeout();  // a bad MOD_COLLECTIVE_TIMEOUT_S throws here, before MPI starts
+  const bool launched = info.size > 1 || info.source == "Open MPI" || info.source == "PMIx";
+#if MOD_HAVE_MPI
+  if (launched) {
+    int already = 0;
+    MPI_Initialized(&already);
+    if (!already) {
+      int provided = 0;
+      MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);  // errors here are fatal
+      s.mpi_started = true;
+      if (provided < MPI_THREAD_FUNNELED) {
+        std::fprintf(stderr,
+                     "modtrain: rank %d: MPI provides thread level %d, below "
+                     "MPI_THREAD_FUNNELED\n",
+                     info.rank, provided);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+      }
+    }
+    MPI_Comm dup = MPI_COMM_NULL;
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &dup) != MPI_SUCCESS) {
+      std::fprintf(stderr, "modtrain: rank %d: MPI_Comm_dup(MPI_COMM_WORLD) failed\n", info.rank);
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    s.world = std::make_unique<MpiCommunicator>(dup, "world");
+    if (info.source == "PMIx") info.size = s.world->size();
+    if (s.world->rank() != info.rank || s.world->size() != info.size)
+      s.world->abort("MPI says rank " + std::to_string(s.world->rank()) + " of " +
+                         std::to_string(s.world->size()) + " but the " + info.source +
+                         " environment says rank " + std::to_string(info.rank) + " of " +
+                         std::to_string(info.size),
+                     2);
+    s.previous_terminate = std::set_terminate(abort_on_terminate);
+  }
+#else
+  (void)argc;
+  (void)argv;
+  if (launched && info.size > 1) {
+    std::fprintf(stderr,
+                 "modtrain: rank %d: started as rank %d of %d by %s, but this build has no MPI; "
+                 "rebuild with -DMOD_USE_MPI=ON\n",
+                 info.rank, info.rank, info.size, info.source.c_str());
+    std::fflush(stderr);
+    std::exit(2);
+  }
+#endif
+  if (!s.world) s.world = make_local_communicator("world");
+  s.initialised = true;
+}
+
+Communicator& world() {
+  WorldState& s = state();
+  if (!s.world) s.world = make_local_communicator("world");
+  return *s.world;
+}
+
+void finalize_world() {
+  WorldState& s = state();
+  s.world.reset();
+  if (s.previous_terminate != nullptr) {
+    std::set_terminate(s.previous_terminate);
+    s.previous_terminate = nullptr;
+  }
+#if MOD_HAVE_MPI
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (s.mpi_started && !finalized) MPI_Finalize();
+#endif
+  s.mpi_started = false;
+  s.finalised = s.initialised;
+  s.initialised = false;
+}
+
+void abort_on_exception(const std::exception& e, int code) {
+  world().abort(e.what(), code);
+  std::_Exit(code);  // not reached, as above
+}
+
+}  // namespace mod::parallel

@@ -1,0 +1,97 @@
+// ZeRO-1 sharded AdamW (see zero1.h).
+#include "parallel/zero1.h"
+
+#include "core/autograd.h"
+#include "core/backend.h"
+#include "core/ops/optim.h"
+
+namespace mod::parallel {
+
+ShardedAdamW::ShardedAdamW(std::vector<Param> params, const modtrain::OptimizerConfig& cfg,
+                           Communicator& dp)
+    : params_(std::move(params)), cfg_(cfg), dp_(dp) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i].tensor;
+    m_.push_back(Tensor::zeros({chunk(i)}, p.dtype()));
+    v_.push_back(Tensor::zeros({chunk(i)}, p.dtype()));
+    total_chunk_ += chunk(i);
+  }
+}
+
+int64_t ShardedAdamW::chunk(size_t i) const {
+  const int64_t n = params_[i].tensor.numel();
+  return (n + dp_.size() - 1) / dp_.size();
+}
+
+std::pair<int64_t, int64_t> ShardedAdamW::owned(size_t i) const {
+  const int64_t n = params_[i].tensor.numel(), c = chunk(i);
+  const int64_t begin = std::min(n, dp_.rank() * c);
+  return {begin, std::min(n, begin + c)};
+}
+
+void ShardedAdamW::step(double lr) {
+  ++step_;
+  NoGradGuard no_grad;
+  const DType dtype = params_.front().tensor.dtype();
+  Tensor send = Tensor::zeros({total_chunk_}, dtype);
+  int64_t at = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i].tensor;
+    const auto [begin, end] = owned(i);
+    const int64_t len = end - begin;
+    Tensor flat = p.view({p.numel()});
+    Tensor mine = flat.narrow0(begin, len);
+    if (p.grad().defined() && len > 0) {
+      AdamWArgs args;
+      args.lr = lr;
+      args.beta1 = cfg_.beta1();
+      args.beta2 = cfg_.beta2();
+      args.eps = cfg_.eps();
+      args.weight_decay = params_[i].decays ? cfg_.weight_decay() : 0.0;
+      args.step = step_;
+      Tensor g = p.grad().view({p.numel()}).narrow0(begin, len);
+      Tensor m = m_[i].narrow0(0, len), v = v_[i].narrow0(0, len);
+      adamw_update(mine, g, m, v, args);
+    }
+    if (len > 0) send.narrow0(at, len).copy_from(mine);
+    at += chunk(i);
+  }
+  Tensor all = Tensor::empty({dp_.size() * total_chunk_}, dtype);
+  dp_.all_gather(send, all);
+  // Rank r's slice of parameter i sits at r * total_chunk_ + (offset of i in the send buffer).
+  at = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i].tensor;
+    Tensor flat = p.view({p.numel()});
+    const int64_t n = p.numel(), c = chunk(i);
+    for (int r = 0; r < dp_.size(); ++r) {
+      const int64_t begin = std::min(n, r * c), len = std::min(n, begin + c) - begin;
+      if (len > 0) flat.narrow0(begin, len).copy_from(all.narrow0(r * total_chunk_ + at, len));
+    }
+    at += c;
+  }
+}
+
+std::pair<Tensor, Tensor> ShardedAdamW::full_moments(size_t i) const {
+  const Tensor& p = params_[i].tensor;
+  const int64_t c = chunk(i), n = p.numel();
+  auto gather = [&](const Tensor& mine) {
+    Tensor all = Tensor::empty({dp_.size() * c}, mine.dtype());
+    dp_.all_gather(mine, all);
+    return all.narrow0(0, n).clone().view(p.shape());
+  };
+  return {gather(m_[i]), gather(v_[i])};
+}
+
+void ShardedAdamW::load_moments(size_t i, const Tensor& m, const Tensor& v) {
+  const auto [begin, end] = owned(i);
+  const Tensor& p = params_[i].tensor;
+  backend_of(m_[i]).fill(m_[i], 0.0);
+  backend_of(v_[i]).fill(v_[i], 0.0);
+  if (end > begin) {
+    m_[i].narrow0(0, end - begin).copy_from(m.view({p.numel()}).narrow0(begin, end - begin));
+    v_[i].narrow0(0, end - begin).copy_from(v.view({p.numel()}).narrow0(begin, end - begin));
+  }
+}
+
+}  // namespace mod::parallel

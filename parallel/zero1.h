@@ -1,0 +1,51 @@
+// ZeRO-1: AdamW with its moments sharded over the data-parallel group. Rank r owns elements
+// [r * ceil(n / dp), ...) of every parameter's flattened (tp-local) tensor, keeps m and v for
+// those only, updates them from the dp-averaged gradient, and one all-gather per step brings
+// every rank's updated slices back. Each element sees exactly the AdamW arithmetic of the
+// unsharded optimizer, so the result matches it.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "configs/modtrain.pb.h"
+#include "parallel/communicator.h"
+
+namespace mod::parallel {
+
+class ShardedAdamW {
+ public:
+  struct Param {
+    std::string name;
+    Tensor tensor;
+    bool decays = true;  // takes weight decay
+  };
+  ShardedAdamW(std::vector<Param> params, const modtrain::OptimizerConfig& cfg, Communicator& dp);
+
+  // Updates this rank's slice of every parameter with a gradient, then all-gathers them.
+  void step(double lr);
+  int64_t steps_taken() const { return step_; }
+  void set_steps_taken(int64_t s) { step_ = s; }
+
+  size_t size() const { return params_.size(); }
+  const Param& param(size_t i) const { return params_[i]; }
+  // The moments of parameter i in full (the parameter's shape), gathered over dp. Collective.
+  std::pair<Tensor, Tensor> full_moments(size_t i) const;
+  // Keeps this rank's slice of full moments m, v (the parameter's shape).
+  void load_moments(size_t i, const Tensor& m, const Tensor& v);
+  // Elements of parameter i this rank owns: [begin, end) of the flattened tensor.
+  std::pair<int64_t, int64_t> owned(size_t i) const;
+
+ private:
+  int64_t chunk(size_t i) const;  // ceil(numel / dp)
+
+  std::vector<Param> params_;
+  std::vector<Tensor> m_, v_;  // [chunk] each
+  modtrain::OptimizerConfig cfg_;
+  Communicator& dp_;
+  int64_t step_ = 0;
+  int64_t total_chunk_ = 0;  // sum of chunks: the all-gather's per-rank length
+};
+
+}  // namespace mod::parallel
