@@ -5,6 +5,7 @@
 
 #include "configs/config.h"
 #include "core/model/flops.h"
+#include "core/train/stop_signal.h"
 #include "core/train/trainer.h"
 #include "core/train/weights.h"
 #include "launcher/cli.h"
@@ -31,7 +32,9 @@ int train(int argc, char** argv) {
   add_config_options(o);
   o.add_options()("run-dir", po::value<std::string>()->required(), "output directory, e.g. runs/tiny_mod")
       ("data", po::value<std::string>(), "token shard directory (overrides data.dir)")
-      ("rank-logs", po::value<std::string>(), "directory where ranks > 0 write rank_<r>.log (default: they print nothing)");
+      ("rank-logs", po::value<std::string>(), "directory where ranks > 0 write rank_<r>.log (default: they print nothing)")
+      ("resume", po::value<std::string>(), "auto (the run dir's latest checkpoint, if any) or a checkpoint/run directory")
+      ("init-from", po::value<std::string>(), "start from the parameters of a safetensors file (modtrain export)");
   po::variables_map vm;
   if (!parse(argc, argv, "usage: [mpirun -np N] modtrain train --config FILE --run-dir DIR [--set f=v ...]", o, vm))
     return 0;
@@ -48,8 +51,10 @@ int train(int argc, char** argv) {
     quiet = false;
   }
   train::Trainer trainer(cfg, vm["run-dir"].as<std::string>(), quiet);
+  if (vm.count("init-from")) trainer.init_from(vm["init-from"].as<std::string>());
+  if (vm.count("resume")) trainer.resume(vm["resume"].as<std::string>());
   trainer.run();
-  return 0;
+  return trainer.stopped() ? train::kExitCheckpointedStop : 0;
 }
 
 int eval(int argc, char** argv) {

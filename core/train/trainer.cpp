@@ -18,6 +18,7 @@
 #include "core/metrics/metrics_writer.h"
 #include "core/model/flops.h"
 #include "core/ops.h"
+#include "core/train/stop_signal.h"
 #include "core/train/weights.h"
 
 namespace mod::train {
@@ -247,13 +248,21 @@ double Trainer::run() {
   std::unique_ptr<metrics::CsvWriter> csv;
   std::unique_ptr<metrics::TensorBoardWriter> tb;
   if (writer_) {
+    // A resumed run rewrites the steps after its checkpoint; a fresh one starts empty files.
+    metrics::CsvWriter::truncate_after(run_dir_ + "/metrics.csv", start_step_);
+    metrics::TensorBoardWriter::truncate_after(run_dir_ + "/tb", start_step_);
     csv = std::make_unique<metrics::CsvWriter>(run_dir_ + "/metrics.csv", columns);
     tb = std::make_unique<metrics::TensorBoardWriter>(run_dir_ + "/tb");
   }
 
+  install_stop_handlers();
+  const bool checkpointing = cfg_.checkpoint().every_steps() > 0 || cfg_.checkpoint().every_minutes() > 0;
   const auto start = Clock::now();
+  auto last_save = start;
+  auto elapsed = [&] { return elapsed_before_ + std::chrono::duration<double>(Clock::now() - start).count(); };
   double loss = 0;
-  for (int64_t step = 0; step < steps; ++step) {
+  for (int64_t step = start_step_; step < steps; ++step) {
+    if (checkpointer_) checkpointer_->wait();  // a background save commits at a step boundary
     const auto t0 = Clock::now();
     loss = train_step(step);
     losses_.push_back(loss);
@@ -289,8 +298,8 @@ double Trainer::run() {
       tb->flush();
     }
     if (!quiet_ && ((step + 1) % t.log_every() == 0 || last)) {
-      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      const double eta = elapsed / (step + 1) * (steps - step - 1);
+      const double run_s = std::chrono::duration<double>(Clock::now() - start).count();
+      const double eta = run_s / (step + 1 - start_step_) * (steps - step - 1);
       std::printf("step %5lld/%lld | loss %.4f", static_cast<long long>(step + 1),
                   static_cast<long long>(steps), loss);
       if (m.count("val_loss")) std::printf(" | val %.4f", m["val_loss"]);
@@ -298,7 +307,24 @@ double Trainer::run() {
                   format_duration(eta).c_str());
       std::fflush(stdout);
     }
+    // Every rank learns whether any rank was signalled, so all of them stop after this step.
+    const bool stop = any_rank_stopping();
+    const double since_save = std::chrono::duration<double>(Clock::now() - last_save).count() / 60;
+    if (stop || (checkpointing && (last || checkpoint_due(step + 1, since_save)))) {
+      save_checkpoint(step + 1, elapsed());
+      last_save = Clock::now();
+    }
+    if (stop) {
+      if (checkpointer_) checkpointer_->wait();
+      stopped_ = true;
+      if (!quiet_)
+        std::printf("stopping after step %lld on SIGTERM/SIGUSR1: checkpoint written, exit %d; "
+                    "continue with --resume auto\n",
+                    static_cast<long long>(step + 1), kExitCheckpointedStop);
+      return loss;
+    }
   }
+  if (checkpointer_) checkpointer_->wait();
   const auto full = full_parameters();
   if (writer_) save_weights(run_dir_ + "/model.safetensors", full, cfg_, steps);
   if (!quiet_) std::printf("wrote %s/model.safetensors\n", run_dir_.c_str());

@@ -16,6 +16,7 @@
 #include "configs/modtrain.pb.h"
 #include "core/data/loader.h"
 #include "core/model/transformer.h"
+#include "core/checkpoint/writer.h"
 #include "core/train/optimizer.h"
 #include "parallel/data_parallel.h"
 #include "parallel/mesh.h"
@@ -51,10 +52,20 @@ class Trainer {
   // progress lines on stdout (the launcher sets it on ranks > 0 unless they log to files).
   Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet = false,
           parallel::Communicator& world = parallel::world());
-  // Runs every step; returns the final training loss (reduced over dp).
+  // Continues from a checkpoint before run(): "auto" takes the run directory's latest (and
+  // starts fresh when there is none); anything else is a checkpoint or run directory. The
+  // checkpoint may come from any dp x tp layout, with or without ZeRO-1. Collective.
+  void resume(const std::string& spec);
+  // Starts from the full parameters in a safetensors file (modtrain export, model.safetensors).
+  void init_from(const std::string& safetensors_path);
+
+  // Runs the remaining steps; returns the last training loss (reduced over dp). Stops early,
+  // after a checkpoint, when any rank got SIGTERM or SIGUSR1 (then stopped() is true).
   double run();
+  bool stopped() const { return stopped_; }
+  int64_t start_step() const { return start_step_; }  // steps done before run() (resume)
   const model::Transformer& model() const { return *model_; }
-  const std::vector<double>& losses() const { return losses_; }  // one per step
+  const std::vector<double>& losses() const { return losses_; }  // one per step run here
   // Every parameter in full (tensor-parallel shards gathered). Collective over the tp group.
   std::vector<std::pair<std::string, Tensor>> full_parameters() const;
   const parallel::DeviceMesh& mesh() const { return *mesh_; }
@@ -63,6 +74,11 @@ class Trainer {
   double train_step(int64_t step);
   double global_grad_norm_and_clip();
   void reduce_step_metrics(double& loss, double& aux);
+  // Checkpoints (trainer_checkpoint.cpp).
+  std::vector<ckpt::TensorEntry> checkpoint_entries();
+  void save_checkpoint(int64_t steps_done, double elapsed);
+  bool checkpoint_due(int64_t steps_done, double minutes_since_save);  // same answer on every rank
+  bool any_rank_stopping();
 
   modtrain::RunConfig cfg_;
   std::string run_dir_;
@@ -77,6 +93,10 @@ class Trainer {
   std::unique_ptr<data::WindowLoader> loader_;
   int64_t row_begin_ = 0, row_end_ = 0;  // this dp rank's rows of each global batch
   bool check_routing_ = false;           // MOD_CHECK_TP_ROUTING=1
+  std::unique_ptr<ckpt::Checkpointer> checkpointer_;
+  int64_t start_step_ = 0;
+  double elapsed_before_ = 0;  // seconds trained before a resume
+  bool stopped_ = false;
   std::vector<double> losses_;
   std::vector<model::RoutedBlockStats> last_stats_;
   double last_aux_ = 0, last_grad_norm_ = 0;

@@ -6,69 +6,18 @@
 // Tolerance: float32 throughout; a layout changes only the order of sums (row-parallel partial
 // products, dp averaging), so per-step losses must agree to a relative 1e-5, and each final
 // parameter to a relative 1e-5 in norm (||p - p_ref|| / ||p_ref||).
-#include <catch2/catch.hpp>
-
-#include <cmath>
-#include <cstdlib>
-#include <filesystem>
-#include <string>
-#include <vector>
-
-#include "configs/config.h"
-#include "core/data/shard.h"
-#include "core/random.h"
-#include "core/train/trainer.h"
-#include "parallel/world.h"
+#include "tests/parallel/tiny_runs.h"
 
 using namespace mod;
-namespace fs = std::filesystem;
+using test::relative_norm_diff;
+using test::temp_dir;
 
 namespace {
 constexpr double kTolerance = 1e-5;
 constexpr int kSteps = 20;
 
-// A private directory per rank and per call: CTest runs several MPI jobs at once.
-std::string temp_dir(const std::string& tag) {
-  std::string pattern = (fs::temp_directory_path() / ("modtrain_parity_" + tag + "_XXXXXX")).string();
-  REQUIRE(mkdtemp(pattern.data()) != nullptr);
-  return pattern;
-}
-
-// A byte corpus with structure (a random first-order Markov chain over 256 symbols, each with 4
-// likely successors), identical on every rank, so the loss falls within 20 steps.
-std::string write_corpus() {
-  static std::string dir;
-  if (!dir.empty()) return dir;
-  dir = temp_dir("data_r" + std::to_string(parallel::world().rank()));
-  Rng rng(7);
-  std::vector<uint32_t> next(256 * 4);
-  for (auto& n : next) n = static_cast<uint32_t>(rng.below(256));
-  auto chain = [&](size_t n) {
-    std::vector<uint32_t> t(n);
-    uint32_t s = 0;
-    for (auto& x : t) {
-      s = rng.below(8) == 0 ? static_cast<uint32_t>(rng.below(256)) : next[s * 4 + rng.below(4)];
-      x = s;
-    }
-    return t;
-  };
-  data::write_shard(dir + "/train.bin", chain(200000), 256);
-  data::write_shard(dir + "/val.bin", chain(20000), 256);
-  return dir;
-}
-
 modtrain::RunConfig recipe(const std::string& name, const std::string& layout) {
-  // The recipes' models as they are; a 4 x 128 batch (instead of 8 x 256) keeps 4 oversubscribed
-  // ranks on 2 cores within a minute.
-  std::vector<std::string> sets = {"train.steps=" + std::to_string(kSteps), "train.eval_every=0",
-                                   "train.batch_size=4", "model.seq_len=128",
-                                   "parallel.bucket_mb=0.25", "data.dir=" + write_corpus()};
-  for (const char* field : {"dp", "tp", "zero1"}) {
-    const auto at = layout.find(std::string(field) + "=");
-    if (at == std::string::npos) continue;
-    sets.push_back("parallel." + layout.substr(at, layout.find(' ', at) - at));
-  }
-  return config::load(std::string(MOD_SOURCE_DIR) + "/configs/recipes/" + name + ".textproto", sets);
+  return test::tiny_recipe(name, kSteps, layout);
 }
 
 struct RunResult {
@@ -77,7 +26,7 @@ struct RunResult {
 };
 
 RunResult train(const modtrain::RunConfig& cfg, parallel::Communicator& world) {
-  train::Trainer trainer(cfg, temp_dir("run_r" + std::to_string(parallel::world().rank())),
+  train::Trainer trainer(cfg, temp_dir("parity_run"),
                          /*quiet=*/true, world);
   trainer.run();
   return {trainer.losses(), trainer.full_parameters()};
@@ -103,15 +52,6 @@ RunResult reference(const std::string& name) {
   }
   for (auto& [n, p] : ref.params) world.broadcast(p, 0);
   return ref;
-}
-
-double relative_norm_diff(const Tensor& a, const Tensor& b) {
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    diff += (a.at(i) - b.at(i)) * (a.at(i) - b.at(i));
-    norm += b.at(i) * b.at(i);
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
 }
 
 std::vector<std::string> layouts(int world) {

@@ -1,0 +1,679 @@
+// parallel_bench: what one training step sends between ranks and how long it waits, for each
+// dp x tp layout of tiny_dense and tiny_mod, next to the minimum the model config implies.
+//   ./build/benchmarks/parallel_bench                                   (1 rank: dp1)
+//   mpirun -n 2 --oversubscribe ./build/benchmarks/parallel_bench       (dp2, tp2, dp2+zero1)
+//   mpirun -n 4 --oversubscribe ./build/benchmarks/parallel_bench       (dp2xtp2, dp4, tp4)
+// As root, add --allow-run-as-root to mpirun. docs/parallel.md has measured figures.
+//
+// Checks before it reports: world rank 0 trains the 1-rank reference alone (on every core, the
+// other ranks asleep); each layout's losses must equal it to a relative 1e-5 (the parity tests'
+// tolerance), the warm-up steps before the timed run starts, then every step of it.
+// Warm-up is excluded by differencing: every configuration is trained by two fresh Trainers,
+// for W and for W + N steps, and (second - first) / N is one step, so start-up, the final
+// parameter gather and the file writes cancel. Bytes are counted by CountingCommunicator with
+// the ring formulas of parallel/counting_communicator.h, per group (dp, tp, world).
+//
+// Napkin minimum per step and rank; f32 = 4 B, f64 = 8 B; B global batch, T seq_len, D d_model,
+// a micro-batches per step; P_local = P_split / tp + P_replicated parameters live on a rank
+// (P_split: the 4 attention and 2-3 MLP matrices of every block, the embedding and an untied
+// LM head; P_replicated: norms, routers, predictors):
+//   dp group  2 (dp - 1) / dp x 4 B x P_local                  ring all-reduce of every gradient
+//             + (dp - 1) / dp x 4 B x P_local with ZeRO-1      all-gather of updated parameters
+//   tp group  2 (tp - 1) / tp x a x B / dp x [4 B x D x (4 sum_b T_b + 2 T) + 8 B x 3 T]
+//             per block 4 all-reduces of [B/dp, T_b, D], T_b = T (dense) or C (routed): forward
+//             after attn.wo and mlp.down, backward at the shared copy_to_tp of the QKV input and
+//             of the MLP input; 2 of [B/dp, T, D]: the vocabulary-parallel embedding (forward)
+//             and the tied LM head's input (backward); 3 f64 per token in the vocabulary-
+//             parallel cross-entropy (row max, sum of exponentials, target logit).
+// The dp group also reduces the step's loss and router statistics and the tp group the gradient
+// norm, and every rank agrees each step on whether to stop (world): small, not in the minimum.
+#include <omp.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "configs/config.h"
+#include "core/data/shard.h"
+#include "core/device_report.h"
+#include "core/model/flops.h"
+#include "core/model/transformer.h"
+#include "core/random.h"
+#include "core/train/trainer.h"
+#include "parallel/counting_communicator.h"
+#include "parallel/world.h"
+
+using namespace mod;
+using parallel::Collective;
+using parallel::Communicator;
+using parallel::CountingCommunicator;
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr double kTolerance = 1e-5;  // relative, per step loss (tests/parallel/parity_test.cpp)
+const char* const kGroups[] = {"dp", "tp", "world"};
+
+Communicator& world() {
+  return parallel::world();
+}
+
+bool leader() {
+  return world().rank() == 0;
+}
+
+// Ends every rank of the job; the message names this benchmark.
+[[noreturn]] void fail(const std::string& what) {
+  world().abort("parallel_bench: " + what, 1);
+  std::_Exit(1);  // not reached
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// ---- layouts ----
+
+struct Layout {
+  int dp = 1, tp = 1;
+  bool zero1 = false;
+
+  std::string label() const {
+    std::string s;
+    if (dp > 1 || tp == 1) s = "dp" + std::to_string(dp);
+    if (tp > 1) s += (s.empty() ? "" : "x") + std::string("tp") + std::to_string(tp);
+    return zero1 ? s + "+zero1" : s;
+  }
+};
+
+// "dp2", "tp2", "dp2xtp2", "dp2+zero1".
+Layout parse_layout(const std::string& text) {
+  Layout l;
+  std::string body = text;
+  if (const auto plus = body.find('+'); plus != std::string::npos) {
+    if (body.substr(plus) != "+zero1")
+      throw std::invalid_argument("layout '" + text + "': only '+zero1' may follow a '+'");
+    l.zero1 = true;
+    body = body.substr(0, plus);
+  }
+  std::stringstream parts(body);
+  std::string part;
+  bool any = false;
+  while (std::getline(parts, part, 'x')) {
+    const bool is_dp = part.rfind("dp", 0) == 0, is_tp = part.rfind("tp", 0) == 0;
+    const std::string digits = part.size() > 2 ? part.substr(2) : "";
+    if ((!is_dp && !is_tp) || digits.empty() ||
+        digits.find_first_not_of("0123456789") != std::string::npos)
+      throw std::invalid_argument("layout '" + text + "': expected dpN, tpN or dpNxtpM (+zero1)");
+    (is_dp ? l.dp : l.tp) = std::stoi(digits);
+    any = true;
+  }
+  if (!any || l.dp < 1 || l.tp < 1)
+    throw std::invalid_argument("layout '" + text + "': expected dpN, tpN or dpNxtpM (+zero1)");
+  return l;
+}
+
+std::vector<Layout> default_layouts(int n) {
+  if (n == 1) return {{1, 1, false}};
+  if (n == 2) return {{2, 1, false}, {1, 2, false}, {2, 1, true}};
+  if (n == 4) return {{2, 2, false}, {4, 1, false}, {1, 4, false}};
+  return {{n, 1, false}, {n, 1, true}};
+}
+
+// ---- the napkin minimum ----
+
+struct Napkin {
+  int64_t params = 0, split = 0, replicated = 0;
+  double local = 0;  // P_local
+  double dp_bytes = 0, tp_bytes = 0;
+  std::string params_formula, dp_formula, tp_formula;
+};
+
+std::string fmt(const char* format, double a = 0, double b = 0, double c = 0, double d = 0,
+                double e = 0, double f = 0) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, format, a, b, c, d, e, f);
+  return buf;
+}
+
+Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l) {
+  const auto& m = cfg.model();
+  const int64_t d = m.d_model(), f = m.d_ff(), v = m.vocab_size(), layers = m.n_layers();
+  const int64_t t = m.seq_len(), b = cfg.train().batch_size(), a = cfg.train().grad_accum();
+  const int mlp_mats = m.mlp() == modtrain::ModelConfig::SWIGLU ? 3 : 2;
+  Napkin n;
+  n.params = model::count_flops(m).parameters;
+  n.split = layers * (4 * d * d + mlp_mats * d * f) + v * d * (m.tie_embeddings() ? 1 : 2);
+  n.replicated = n.params - n.split;
+  n.local = static_cast<double>(n.split) / l.tp + static_cast<double>(n.replicated);
+  n.params_formula =
+      fmt("P_local = P_split / tp + P_replicated = %.0f / %.0f + %.0f = %.0f",
+          static_cast<double>(n.split), l.tp, static_cast<double>(n.replicated), n.local);
+
+  const double dp = l.dp, tp = l.tp;
+  const double ring = 2 * (dp - 1) / dp * 4 * n.local, gather = (dp - 1) / dp * 4 * n.local;
+  n.dp_bytes = ring + (l.zero1 ? gather : 0);
+  n.dp_formula = l.zero1 ? fmt("(2 + 1)(dp - 1) / dp x 4 B x P_local = 3 x %.0f / %.0f x 4 x %.0f "
+                               "= %.3f MB (all-reduce + all-gather)",
+                               dp - 1, dp, n.local, n.dp_bytes / 1e6)
+                         : fmt("2 (dp - 1) / dp x 4 B x P_local = 2 x %.0f / %.0f x 4 x %.0f = "
+                               "%.3f MB",
+                               dp - 1, dp, n.local, n.dp_bytes / 1e6);
+
+  int64_t sum_tb = 0, routed = 0, c = t;
+  for (int blk = 0; blk < layers; ++blk) {
+    sum_tb += model::block_capacity(m, blk);
+    if (model::routed_blocks(m)[blk]) {
+      ++routed;
+      c = model::block_capacity(m, blk);
+    }
+  }
+  const double rows = static_cast<double>(b) / dp;
+  const double inner = 4.0 * d * (4.0 * sum_tb + 2.0 * t) + 8.0 * 3 * t;
+  n.tp_bytes = 2 * (tp - 1) / tp * a * rows * inner;
+  const std::string tb =
+      routed == 0 ? fmt("sum T_b = %.0f x %.0f", layers, t)
+                  : fmt("sum T_b = %.0f x %.0f + %.0f x C %.0f", layers - routed, t, routed, c);
+  n.tp_formula =
+      fmt("2 (tp - 1) / tp x a x B / dp x [4 B x D x (4 sum T_b + 2 T) + 8 B x 3 T] = 2 x %.0f / "
+          "%.0f x %.0f x %.0f x [4 x %.0f x ",
+          tp - 1, tp, a, rows, d) +
+      fmt("(4 x %.0f + 2 x %.0f) + 8 x 3 x %.0f] = %.3f MB (", sum_tb, t, t, n.tp_bytes / 1e6) +
+      tb + ")";
+  return n;
+}
+
+// ---- data, configs, runs ----
+
+std::string make_temp_dir(const std::string& tag) {
+  std::string pattern = (fs::temp_directory_path() / ("modtrain_parallel_bench_" + tag + "_r" +
+                                                      std::to_string(world().rank()) + "_XXXXXX"))
+                            .string();
+  if (::mkdtemp(pattern.data()) == nullptr) fail("cannot create a directory like " + pattern);
+  return pattern;
+}
+
+// A byte-level corpus with structure (a random first-order Markov chain, each symbol with 4
+// likely successors), the same on every rank, so losses fall within a few steps; as in
+// tests/parallel/parity_test.cpp.
+void write_corpus(const std::string& dir, uint32_t vocab) {
+  Rng rng(7);
+  std::vector<uint32_t> next(static_cast<size_t>(vocab) * 4);
+  for (auto& x : next) x = static_cast<uint32_t>(rng.below(vocab));
+  auto chain = [&](size_t n) {
+    std::vector<uint32_t> t(n);
+    uint32_t s = 0;
+    for (auto& x : t) {
+      s = rng.below(8) == 0 ? static_cast<uint32_t>(rng.below(vocab)) : next[s * 4 + rng.below(4)];
+      x = s;
+    }
+    return t;
+  };
+  data::write_shard(dir + "/train.bin", chain(400000), vocab);
+  data::write_shard(dir + "/val.bin", chain(20000), vocab);
+}
+
+modtrain::RunConfig layout_config(modtrain::RunConfig cfg, const Layout& l, int steps) {
+  auto* p = cfg.mutable_parallel();
+  p->set_dp(l.dp);
+  p->set_tp(l.tp);
+  p->set_zero1(l.zero1);
+  cfg.mutable_train()->set_steps(steps);
+  cfg.mutable_train()->set_eval_every(0);
+  cfg.mutable_checkpoint()->set_every_steps(0);
+  cfg.mutable_checkpoint()->set_every_minutes(0);
+  return cfg;
+}
+
+struct Run {
+  std::vector<double> losses;
+  double seconds = 0;  // Trainer::run on this rank
+  parallel::Stats stats;
+};
+
+// One fresh Trainer on `comm`; `sync` (uncounted) lines the ranks up before the clock starts.
+Run train_once(const modtrain::RunConfig& cfg, CountingCommunicator& comm, Communicator& sync) {
+  const std::string dir = make_temp_dir("run");
+  Run r;
+  {
+    train::Trainer trainer(cfg, dir, /*quiet=*/true, comm);
+    sync.barrier();
+    comm.reset_stats();
+    const auto t0 = Clock::now();
+    trainer.run();
+    r.seconds = seconds_since(t0);
+    r.stats = comm.stats();
+    r.losses = trainer.losses();
+  }
+  fs::remove_all(dir);
+  return r;
+}
+
+// Largest |got - want| / |want| over the first got.size() steps.
+double max_rel_diff(const std::vector<double>& got, const std::vector<double>& want) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::abs(got[i] - want[i]) / std::max(std::abs(want[i]), 1e-30));
+  return worst;
+}
+
+void check_losses(const std::string& what, const std::vector<double>& got,
+                  const std::vector<double>& ref) {
+  const double diff = max_rel_diff(got, ref);
+  bool finite = true;
+  for (double x : got) finite = finite && std::isfinite(x);
+  const bool ok = finite && got.size() <= ref.size() && diff <= kTolerance;
+  if (leader())
+    std::printf(
+        "  check %s: %zu losses vs the 1-rank run: max |diff| / |ref| %.1e (tolerance "
+        "%.0e)  %s\n",
+        what.c_str(), got.size(), diff, kTolerance, ok ? "ok" : "WRONG");
+  if (!ok) fail(what + ": losses differ from the 1-rank run; not timing it");
+}
+
+// Per-step figures of a layout, averaged over the ranks.
+struct StepFigures {
+  double seconds = 0, in_calls = 0, waiting = 0;
+  std::map<std::string, double> bytes, calls;  // by group
+  parallel::Stats rank0;                       // world rank 0's difference, for the breakdown
+  double sent() const {
+    double s = 0;
+    for (const auto& [g, b] : bytes) s += b;
+    return s;
+  }
+  double compute() const { return seconds - in_calls - waiting; }
+};
+
+StepFigures per_step(const Run& a, const Run& b, int steps) {
+  const parallel::Stats d = b.stats - a.stats;
+  const parallel::CollectiveStats total = d.total();
+  std::vector<double> v = {b.seconds - a.seconds, total.seconds, total.wait_seconds};
+  for (const char* g : kGroups) {
+    const auto s = d.group(g).total();
+    v.push_back(static_cast<double>(s.bytes_sent));
+    v.push_back(static_cast<double>(s.calls));
+  }
+  Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64);
+  world().all_reduce(t);
+  const double scale = 1.0 / (world().size() * static_cast<double>(steps));
+  StepFigures f;
+  f.seconds = t.at(0) * scale;
+  f.in_calls = t.at(1) * scale;
+  f.waiting = t.at(2) * scale;
+  size_t k = 3;
+  for (const char* g : kGroups) {
+    f.bytes[g] = t.at(static_cast<int64_t>(k++)) * scale;
+    f.calls[g] = t.at(static_cast<int64_t>(k++)) * scale;
+  }
+  f.rank0 = d;
+  return f;
+}
+
+// ---- threads and cores ----
+
+int online_cpus() {
+  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+int allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return online_cpus();
+  return CPU_COUNT(&set);
+}
+
+// For the 1-rank reference inside an mpirun job: this rank may use every core (mpirun -n 2
+// binds each rank to one) with `threads` OpenMP threads; both restored at the end of the scope.
+class WholeMachine {
+ public:
+  explicit WholeMachine(int threads) : threads_(omp_get_max_threads()) {
+    CPU_ZERO(&saved_);
+    saved_ok_ = sched_getaffinity(0, sizeof saved_, &saved_) == 0;
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
+    sched_setaffinity(0, sizeof all, &all);  // the kernel keeps the CPUs that exist
+    omp_set_num_threads(threads);
+  }
+  ~WholeMachine() {
+    omp_set_num_threads(threads_);
+    if (saved_ok_) sched_setaffinity(0, sizeof saved_, &saved_);
+  }
+  WholeMachine(const WholeMachine&) = delete;
+  WholeMachine& operator=(const WholeMachine&) = delete;
+
+ private:
+  int threads_;
+  cpu_set_t saved_;
+  bool saved_ok_ = false;
+};
+
+// ---- one model ----
+
+struct Row {
+  std::string model, layout;
+  double sent = 0, minimum = 0, seconds = 0, compute = 0, in_calls = 0, waiting = 0,
+         tokens_per_s = 0, vs_one = 1;
+};
+
+struct Options {
+  int warmup = 2, steps = 6, baseline_threads = 0;
+  std::vector<Layout> layouts;
+};
+
+std::string mb(double bytes) {
+  return fmt("%.3f MB", bytes / 1e6);
+}
+
+// The per-kind breakdown of one group from rank 0's figures: "2 x all_reduce_async 19.150 MB
+// (launch 0.4 ms, waiting 20.1 ms)".
+std::string breakdown(const parallel::Stats& d, const std::string& group, int steps) {
+  const parallel::GroupStats g = d.group(group);
+  std::string out;
+  for (size_t k = 0; k < parallel::kCollectiveCount; ++k) {
+    const auto& s = g.by_kind[k];
+    if (s.calls == 0) continue;
+    const auto kind = static_cast<Collective>(k);
+    if (!out.empty()) out += ", ";
+    out += fmt("%.3g x ", static_cast<double>(s.calls) / steps) + parallel::collective_name(kind) +
+           " " + mb(static_cast<double>(s.bytes_sent) / steps);
+    out += kind == Collective::AllReduceAsync
+               ? fmt(" (launch %.1f ms, waiting %.1f ms)", 1e3 * s.seconds / steps,
+                     1e3 * s.wait_seconds / steps)
+               : fmt(" (%.1f ms)", 1e3 * s.seconds / steps);
+  }
+  return out.empty() ? "-" : out;
+}
+
+std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig& base,
+                             const Options& o) {
+  const auto& m = base.model();
+  const int n = world().size();
+  const double tokens =
+      static_cast<double>(base.train().batch_size()) * base.train().grad_accum() * m.seq_len();
+  const Napkin ref_napkin = napkin(base, Layout{});
+  int routed = 0;
+  for (bool r : model::routed_blocks(m)) routed += r;
+  if (leader()) {
+    std::printf(
+        "\n== %s (%s): %d layers (%d routed), D %d, H %d, F %d, V %d; %.3fM parameters, "
+        "%.3fM of them split by tp; global batch %d x %d = %.0f tokens/step ==\n",
+        base.name().c_str(), path.c_str(), m.n_layers(), routed, m.d_model(), m.n_heads(), m.d_ff(),
+        m.vocab_size(), ref_napkin.params / 1e6, ref_napkin.split / 1e6, base.train().batch_size(),
+        m.seq_len(), tokens);
+  }
+
+  // Napkin check: the config's parameter count is the built model's.
+  {
+    model::Transformer built(m, 0);
+    int64_t count = 0;
+    for (const auto& [name, p] : built.named_parameters()) count += p.numel();
+    const bool ok = count == ref_napkin.params;
+    if (leader())
+      std::printf("  check parameter count from the config %lld = the built model's %lld  %s\n",
+                  static_cast<long long>(ref_napkin.params), static_cast<long long>(count),
+                  ok ? "ok" : "WRONG");
+    if (!ok) fail("count_flops(cfg).parameters disagrees with the built model");
+  }
+
+  // The 1-rank reference: on world rank 0 alone when there are other ranks.
+  const int w = o.warmup, total = o.warmup + o.steps;
+  const Layout one{1, 1, false};
+  std::vector<double> ref(static_cast<size_t>(total) + 2);  // losses, step seconds, deterministic
+  int ref_threads = omp_get_max_threads();
+  if (leader()) {
+    std::unique_ptr<WholeMachine> machine;
+    if (n > 1) {
+      ref_threads = o.baseline_threads > 0 ? o.baseline_threads : online_cpus();
+      machine = std::make_unique<WholeMachine>(ref_threads);
+    }
+    CountingCommunicator solo(parallel::make_local_communicator());
+    const Run a = train_once(layout_config(base, one, w), solo, solo);
+    const Run b = train_once(layout_config(base, one, total), solo, solo);
+    std::copy(b.losses.begin(), b.losses.end(), ref.begin());
+    ref[total] = (b.seconds - a.seconds) / o.steps;
+    ref[total + 1] = std::equal(a.losses.begin(), a.losses.end(), b.losses.begin()) ? 1 : 0;
+  }
+  if (n > 1) {
+    Tensor t = Tensor::from_vector(ref, {static_cast<int64_t>(ref.size())}, DType::F64);
+    world().broadcast(t, 0);  // the other ranks sleep-poll here while rank 0 trains
+    ref = t.to_vector();
+  }
+  const std::vector<double> ref_losses(ref.begin(), ref.begin() + total);
+  const double ref_step = ref[total];
+  bool finite = true;
+  for (double x : ref_losses) finite = finite && std::isfinite(x);
+  const bool learns = ref_losses.back() < ref_losses.front();
+  const bool deterministic = ref[total + 1] == 1;
+  if (leader()) {
+    std::printf(
+        "1 rank x %d thread%s%s: %d steps, losses %.4f -> %.4f (finite %s, falling %s); "
+        "first %d equal bitwise in a second run: %s\n",
+        ref_threads, ref_threads == 1 ? "" : "s",
+        n > 1 ? " (world rank 0 alone on every core, the other ranks asleep)" : "", total,
+        ref_losses.front(), ref_losses.back(), finite ? "ok" : "WRONG", learns ? "ok" : "WRONG", w,
+        deterministic ? "ok" : "WRONG");
+    std::printf("  step %.1f ms | %.0f tok/s\n", 1e3 * ref_step, tokens / ref_step);
+  }
+  if (!finite || !learns || !deterministic) fail(base.name() + ": the 1-rank reference is wrong");
+
+  std::vector<Row> rows;
+  rows.push_back({base.name(), n > 1 ? "1 rank" : "dp1", 0, 0, ref_step, ref_step, 0, 0,
+                  tokens / ref_step, 1.0});
+  CountingCommunicator counted(world());
+  for (const Layout& l : o.layouts) {
+    if (n == 1) break;  // a world of one: dp1 is the reference above
+    const Napkin nk = napkin(base, l);
+    if (leader())
+      std::printf("\nlayout %s (%d ranks x %d thread%s):\n", l.label().c_str(), n,
+                  omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
+    const Run a = train_once(layout_config(base, l, w), counted, world());
+    check_losses(l.label() + " warm-up", a.losses, ref_losses);
+    const Run b = train_once(layout_config(base, l, total), counted, world());
+    check_losses(l.label(), b.losses, ref_losses);
+    const StepFigures f = per_step(a, b, o.steps);
+    const double minimum = nk.dp_bytes + nk.tp_bytes;
+    if (leader()) {
+      for (const char* g : kGroups)
+        std::printf("  sent per step  %-5s %12s  %s\n", g, mb(f.bytes.at(g)).c_str(),
+                    breakdown(f.rank0, g, o.steps).c_str());
+      std::printf("  minimum        dp    %12s  %s\n", mb(nk.dp_bytes).c_str(),
+                  l.dp > 1 ? nk.dp_formula.c_str() : "(dp = 1)");
+      if (l.dp > 1)
+        std::printf("                                    %s\n", nk.params_formula.c_str());
+      std::printf("  minimum        tp    %12s  %s\n", mb(nk.tp_bytes).c_str(),
+                  l.tp > 1 ? nk.tp_formula.c_str() : "(tp = 1)");
+      if (l.zero1)
+        std::printf(
+            "  (a ZeRO-1 that reduce-scattered the gradients instead of all-reducing them "
+            "would send %s, as much as plain dp)\n",
+            mb(nk.dp_bytes * 2 / 3).c_str());
+      std::printf("  measured / minimum: %.4fx (%s sent of %s)\n", f.sent() / minimum,
+                  mb(f.sent()).c_str(), mb(minimum).c_str());
+      std::printf(
+          "  step %.1f ms = compute %.1f + in calls %.1f + waiting %.1f | %.0f tok/s | "
+          "%.2fx the 1-rank run\n",
+          1e3 * f.seconds, 1e3 * f.compute(), 1e3 * f.in_calls, 1e3 * f.waiting, tokens / f.seconds,
+          ref_step / f.seconds);
+      std::fflush(stdout);
+    }
+    rows.push_back({base.name(), l.label(), f.sent(), minimum, f.seconds, f.compute(), f.in_calls,
+                    f.waiting, tokens / f.seconds, ref_step / f.seconds});
+  }
+  return rows;
+}
+
+std::string resolve(const std::string& path) {
+  if (fs::exists(path) || fs::path(path).is_absolute()) return path;
+  const std::string in_source = std::string(MOD_SOURCE_DIR) + "/" + path;
+  return fs::exists(in_source) ? in_source : path;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  parallel::init_world(&argc, &argv);
+  po::options_description desc("parallel_bench options");
+  desc.add_options()("help", "show this help")(
+      "config",
+      po::value<std::vector<std::string>>()->composing()->default_value(
+          {"configs/recipes/tiny_dense.textproto", "configs/recipes/tiny_mod.textproto"},
+          "tiny_dense and tiny_mod"),
+      "RunConfig recipe (repeatable)")(
+      "set", po::value<std::vector<std::string>>()->composing(),
+      "override for every config: path.to.field=value (repeatable)")(
+      "layouts", po::value<std::string>()->default_value(""),
+      "comma-separated, e.g. dp2,tp2,dp2+zero1,dp2xtp2 (default: those of the world size)")(
+      "steps", po::value<int>()->default_value(6), "timed steps per layout")(
+      "warmup", po::value<int>()->default_value(2), "warm-up steps per layout, not timed")(
+      "data", po::value<std::string>()->default_value(""),
+      "prepared corpus directory (default: a synthetic Markov-chain corpus)")(
+      "threads-per-rank", po::value<int>()->default_value(0),
+      "OpenMP threads per rank (default: 1 under mpirun, all cores alone)")(
+      "baseline-threads", po::value<int>()->default_value(0),
+      "threads of the 1-rank reference inside an mpirun job (default: every online CPU)");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv)
+                  .options(desc)
+                  .style(po::command_line_style::unix_style ^ po::command_line_style::allow_short)
+                  .run(),
+              vm);
+    if (vm.count("help")) {
+      if (leader())
+        std::cout << "usage: [mpirun -n N --oversubscribe] parallel_bench [--config F ...] "
+                     "[--set f=v ...] [--layouts L,...]\n"
+                  << desc << "\n";
+      parallel::finalize_world();
+      return 0;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    if (leader()) std::fprintf(stderr, "parallel_bench: %s (see --help)\n", e.what());
+    parallel::finalize_world();
+    return 2;
+  }
+
+  try {
+    const int n = world().size();
+    Options o;
+    o.steps = vm["steps"].as<int>();
+    o.warmup = vm["warmup"].as<int>();
+    o.baseline_threads = vm["baseline-threads"].as<int>();
+    if (o.steps < 1 || o.warmup < 1) fail("--steps and --warmup must be >= 1");
+    std::vector<std::string> sets;
+    if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
+    const std::string layouts = vm["layouts"].as<std::string>();
+    if (layouts.empty()) {
+      o.layouts = default_layouts(n);
+    } else {
+      std::stringstream ss(layouts);
+      std::string item;
+      while (std::getline(ss, item, ',')) o.layouts.push_back(parse_layout(item));
+    }
+    for (const Layout& l : o.layouts)
+      if (l.dp * l.tp != n)
+        fail("layout " + l.label() + " needs dp x tp = " + std::to_string(l.dp) + " x " +
+             std::to_string(l.tp) + " = " + std::to_string(l.dp * l.tp) + " ranks, the world has " +
+             std::to_string(n));
+
+    // Threads: one per rank under mpirun. More threads than cores make OpenMP's spinning
+    // workers and the ranks' polling waits take cores from each other.
+    int threads = vm["threads-per-rank"].as<int>();
+    if (threads <= 0 && n > 1) threads = 1;
+    if (threads > 0) omp_set_num_threads(threads);
+    Tensor cpus = Tensor::from_vector({static_cast<double>(allowed_cpus())}, {1}, DType::F64);
+    world().all_reduce(cpus, parallel::ReduceOp::Min);
+    const double peak = train::measured_peak_flops();  // once, before anything is timed
+    if (leader()) {
+      std::printf("parallel_bench: %d rank%s (%s) on %d online CPUs; %d OpenMP thread%s per rank\n",
+                  n, n == 1 ? "" : "s", parallel::launch_info().source.c_str(), online_cpus(),
+                  omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
+      std::printf("%s\nSGEMM 1024^3 on rank 0: %.1f GFLOP/s\n", device_report().c_str(),
+                  peak / 1e9);
+      if (n > 1) {
+        std::printf(
+            "threads: OMP_NUM_THREADS=1 per rank (omp_set_num_threads; --threads-per-rank "
+            "to change): with %d ranks on %d CPUs, more threads than cores would make "
+            "OpenMP's spinning workers and the ranks' polling waits fight for cores.\n",
+            n, online_cpus());
+        if (cpus.at(0) < online_cpus())
+          std::printf(
+              "binding: mpirun bound a rank to %.0f of %d CPUs; rank 0 widens its own "
+              "mask to every CPU for the 1-rank reference and restores it after.\n",
+              cpus.at(0), online_cpus());
+      }
+      std::printf(
+          "timing: per step = (run of %d + %d steps - run of %d steps) / %d, fresh "
+          "trainers, so warm-up and start-up cancel; bytes per rank as the ring "
+          "algorithms send them (parallel/counting_communicator.h); 'in calls' is time "
+          "inside collectives (waiting for slower peers included), 'waiting' is time "
+          "blocked in Work::wait of the overlapped dp all-reduce.\n",
+          o.warmup, o.steps, o.warmup, o.steps);
+    }
+
+    std::vector<std::string> configs = vm["config"].as<std::vector<std::string>>();
+    const std::string data_dir = vm["data"].as<std::string>();
+    std::map<uint32_t, std::string> corpora;  // vocabulary -> synthetic corpus directory
+    std::vector<Row> rows;
+    for (const std::string& path : configs) {
+      modtrain::RunConfig cfg = config::load(resolve(path), sets);
+      if (!data_dir.empty()) {
+        cfg.mutable_data()->set_dir(data_dir);
+      } else {
+        const auto vocab = static_cast<uint32_t>(cfg.model().vocab_size());
+        if (!corpora.count(vocab)) {
+          corpora[vocab] = make_temp_dir("data");
+          write_corpus(corpora[vocab], vocab);
+        }
+        cfg.mutable_data()->set_dir(corpora[vocab]);
+      }
+      for (Row& r : bench_model(path, cfg, o)) rows.push_back(r);
+    }
+    for (const auto& [vocab, dir] : corpora) fs::remove_all(dir);
+
+    if (leader()) {
+      std::printf("\n== summary: per step and rank (MB sent over dp + tp + world) ==\n");
+      std::printf("%-12s %-14s %9s %9s %7s %8s %8s %8s %8s %8s %9s\n", "model", "layout", "sent MB",
+                  "min MB", "ratio", "step ms", "compute", "calls", "waiting", "tok/s",
+                  "vs 1 rank");
+      for (const Row& r : rows)
+        std::printf("%-12s %-14s %9.3f %9.3f %7s %8.1f %8.1f %8.1f %8.1f %8.0f %8.2fx\n",
+                    r.model.c_str(), r.layout.c_str(), r.sent / 1e6, r.minimum / 1e6,
+                    r.minimum > 0 ? fmt("%.4f", r.sent / r.minimum).c_str() : "-", 1e3 * r.seconds,
+                    1e3 * r.compute, 1e3 * r.in_calls, 1e3 * r.waiting, r.tokens_per_s, r.vs_one);
+      if (n > 1) {
+        std::printf(
+            "\nscaling 1 -> %d ranks on a %d-core machine (tokens/s over the 1-rank run "
+            "on every core, same job):",
+            n, online_cpus());
+        for (const Row& r : rows)
+          if (r.layout != "1 rank")
+            std::printf(" %s %s %.2fx;", r.model.c_str(), r.layout.c_str(), r.vs_one);
+        std::printf("\n");
+      } else {
+        std::printf(
+            "\n1 rank: the reference only; run under mpirun -n 2 --oversubscribe for "
+            "the layouts and the scaling\n");
+      }
+    }
+  } catch (const std::exception& e) {
+    parallel::abort_on_exception(e);
+  }
+  parallel::finalize_world();
+  return 0;
+}

@@ -1,0 +1,20 @@
+// Graceful stop on SIGTERM or SIGUSR1 (Slurm's --signal, scancel, a preemption notice). The
+// handler only sets a flag; the trainer reduces it over every rank once per step, so all ranks
+// agree to finish the step, checkpoint and exit with kExitCheckpointedStop. A second signal
+// while the checkpoint is written only sets the flag again: nothing is interrupted.
+#pragma once
+
+namespace mod::train {
+
+// Exit status of a run stopped by a signal after its checkpoint was committed (EX_TEMPFAIL:
+// "try again"); a requeued job started with --resume auto continues from it.
+constexpr int kExitCheckpointedStop = 75;
+
+// Installs the handlers for SIGTERM and SIGUSR1 (idempotent).
+void install_stop_handlers();
+// The signal received on this process, or 0.
+int stop_signal_received();
+// Forgets a received signal (tests run several trainings in one process).
+void clear_stop_signal();
+
+}  // namespace mod::train

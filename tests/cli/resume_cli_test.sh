@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Checkpoint, stop and resume through the command line: SIGTERM mid-run (and SIGUSR1 to mpirun
+# with 2 ranks) makes the trainer checkpoint and exit 75; `--resume auto` continues, and the
+# final weights and per-step losses equal an uninterrupted run's bit for bit; export writes a
+# safetensors file that eval reads and --init-from starts from.
+# Usage: resume_cli_test.sh MODTRAIN SOURCE_DIR [MPIEXEC]
+set -euo pipefail
+modtrain=$1
+src=$2
+mpiexec=${3:-}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "resume_cli_test: $*" >&2; exit 1; }
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+cat "$src"/core/*.cpp "$src"/core/*.h "$src"/docs/*.md > "$work/corpus.txt"
+"$modtrain" prep --input "$work/corpus.txt" --out "$work/data" --val-fraction 0.1 > /dev/null
+steps=400
+small=(--config "$src/configs/recipes/tiny_mod.textproto" --data "$work/data"
+  --set model.d_model=64 --set model.n_heads=2 --set model.d_ff=128 --set model.n_layers=2
+  --set model.seq_len=64 --set train.steps=$steps --set train.eval_every=100
+  --set optimizer.warmup_steps=5 --set checkpoint.every_steps=100)
+losses() { cut -d, -f1,2 "$1/metrics.csv"; }
+
+"$modtrain" train "${small[@]}" --run-dir "$work/whole" > /dev/null
+
+# Signals `pid` once metrics.csv of `run` has more than 20 rows, waits for it, sets rc.
+stop_midway() {  # stop_midway RUN_DIR SIGNAL PID
+  for _ in $(seq 1 600); do
+    [ -f "$1/metrics.csv" ] && [ "$(wc -l < "$1/metrics.csv")" -gt 20 ] && break
+    sleep 0.05
+  done
+  kill -"$2" "$3"
+  set +e; wait "$3"; rc=$?; set -e
+}
+
+# One process, SIGTERM.
+"$modtrain" train "${small[@]}" --run-dir "$work/cut" > "$work/cut.log" 2>&1 &
+stop_midway "$work/cut" TERM $!
+[ "$rc" -eq 75 ] || fail "SIGTERM: exit $rc, expected 75: $(cat "$work/cut.log")"
+grep -q "stopping after step" "$work/cut.log" || fail "no stop message"
+at=$(cat "$work/cut/checkpoints/latest")
+[ "$at" != "step_00000400" ] || fail "the run finished before the signal arrived; nothing tested"
+"$modtrain" train "${small[@]}" --run-dir "$work/cut" --resume auto > "$work/resume.log"
+grep -q "resumed from .*$at" "$work/resume.log" || fail "did not resume from $at: $(cat "$work/resume.log")"
+cmp -s <(losses "$work/whole") <(losses "$work/cut") || fail "losses differ after resume: $(diff <(losses "$work/whole") <(losses "$work/cut") | head)"
+cmp -s "$work/whole/model.safetensors" "$work/cut/model.safetensors" || fail "final weights differ after resume"
+
+# kill -9 while a checkpoint is written (fault injection at each point of the save): `latest`
+# still names the previous checkpoint, and resuming from it ends where the whole run ended.
+for point in after_shard after_metadata after_rename; do
+  run="$work/crash_$point"
+  mkdir -p "$run/checkpoints"
+  cp -r "$work/whole/checkpoints/step_00000200" "$run/checkpoints/"
+  echo step_00000200 > "$run/checkpoints/latest"
+  set +e
+  MOD_CHECKPOINT_FAULT=$point "$modtrain" train "${small[@]}" --run-dir "$run" --resume auto > /dev/null 2>&1
+  rc=$?
+  set -e
+  [ "$rc" -eq 137 ] || fail "$point: expected death by SIGKILL (137), got $rc"
+  [ "$(cat "$run/checkpoints/latest")" = "step_00000200" ] || fail "$point: latest moved to $(cat "$run/checkpoints/latest")"
+  "$modtrain" train "${small[@]}" --run-dir "$run" --resume auto > /dev/null
+  cmp -s "$work/whole/model.safetensors" "$run/model.safetensors" || fail "$point: weights differ after crash + resume"
+done
+
+# Export, eval and init-from.
+"$modtrain" export --checkpoint "$work/cut" --format safetensors --out "$work/export.safetensors" > /dev/null
+"$modtrain" eval --checkpoint "$work/export.safetensors" --data "$work/data" --batches 2 | grep -q "top-C" \
+  || fail "eval cannot read the export"
+"$modtrain" train "${small[@]}" --set train.steps=5 --set checkpoint.every_steps=0 \
+  --run-dir "$work/init" --init-from "$work/export.safetensors" > /dev/null
+first=$(awk -F, 'NR==2 {print $2}' "$work/init/metrics.csv")
+awk -v a="$first" 'BEGIN { exit !(a < 3.0) }' || fail "--init-from did not start from the trained weights (loss $first)"
+
+# Two ranks under mpirun (tp=2): SIGUSR1 to mpirun reaches both, both checkpoint, exit 75;
+# the resume under dp=2 finishes.
+if [ -n "$mpiexec" ]; then
+  "$mpiexec" -n 2 --oversubscribe "$modtrain" train "${small[@]}" --set parallel.tp=2 \
+    --run-dir "$work/mpi" > "$work/mpi.log" 2>&1 &
+  stop_midway "$work/mpi" USR1 $!
+  [ "$rc" -eq 75 ] || fail "mpirun + SIGUSR1: exit $rc, expected 75: $(cat "$work/mpi.log")"
+  "$mpiexec" -n 2 --oversubscribe "$modtrain" train "${small[@]}" --set parallel.dp=2 \
+    --run-dir "$work/mpi" --resume auto > "$work/mpi_resume.log" 2>&1 \
+    || fail "resume under dp=2 failed: $(cat "$work/mpi_resume.log")"
+  [ "$(cat "$work/mpi/checkpoints/latest")" = "step_00000400" ] || fail "the resumed mpi run did not finish"
+fi
+echo "resume_cli_test: all checks passed (stopped at $at)"
