@@ -28,6 +28,9 @@ class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
+  // Lets the collective progress without blocking (MPI moves non-blocking collectives only
+  // inside MPI calls); true once it is complete. The default knows nothing: false.
+  virtual bool test() { return false; }
 };
 
 class Communicator {

@@ -43,6 +43,9 @@ LeafGradReady GradBucketer::ready_hook() {
     if (it == index->end()) return;
     --buckets_[bucket_of_[it->second]].pending;
     launch_ready();
+    // Drive the buckets in flight while backward computes: MPI progresses them only in calls.
+    for (size_t b = 0; b < next_launch_; ++b)
+      if (buckets_[b].work) buckets_[b].work->test();
   };
 }
 

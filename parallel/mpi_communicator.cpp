@@ -73,6 +73,12 @@ class MpiWork final : public Work {
   void wait() override {
     if (request_ != MPI_REQUEST_NULL) comm_.wait(request_, "all_reduce_async");
   }
+  bool test() override {
+    if (request_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    if (MPI_Test(&request_, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) wait();  // wait() reports it
+    return done != 0;
+  }
 
  private:
   MpiCommunicator& comm_;

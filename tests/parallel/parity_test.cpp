@@ -61,6 +61,7 @@ std::vector<std::string> layouts(int world) {
 }
 
 void check_layouts(const std::string& name) {
+  setenv("MOD_CHECK_TP_ROUTING", "1", 1);  // every step: all tp ranks chose the same tokens
   auto& world = parallel::world();
   const RunResult ref = reference(name);
   INFO(name << " on " << world.size() << " ranks, world rank " << world.rank());

@@ -146,3 +146,14 @@ TEST_CASE("gather_parameter reassembles shards along dim 0 and dim 1", "[mpi]") 
     CHECK(max_abs_diff(full, w) == 0.0);
   }
 }
+
+TEST_CASE("the tp routing check catches ranks that route differently", "[mpi]") {
+  auto& tp = world();
+  model::ForwardResult same, differs;
+  same.routed_idx = {Tensor::from_indices({0, 2, 5, 1, 3, 4}, {2, 3})};
+  CHECK_NOTHROW(check_same_routing(same, tp));
+  differs.routed_idx = {Tensor::from_indices({0, 2, 5, 1, 3, 4 + tp.rank()}, {2, 3})};
+  if (tp.size() > 1)
+    CHECK_THROWS_WITH(check_same_routing(differs, tp),
+                      Catch::Contains("routed block 0 chose different tokens on tp rank 1"));
+}
