@@ -53,6 +53,7 @@
 #include "core/random.h"
 #include "core/train/trainer.h"
 #include "parallel/counting_communicator.h"
+#include "parallel/mesh.h"
 #include "parallel/world.h"
 
 using namespace mod;
@@ -93,10 +94,14 @@ struct Layout {
   bool zero1 = false;
 
   std::string label() const {
-    std::string s;
-    if (dp > 1 || tp == 1) s = "dp" + std::to_string(dp);
-    if (tp > 1) s += (s.empty() ? "" : "x") + std::string("tp") + std::to_string(tp);
-    return zero1 ? s + "+zero1" : s;
+    char s[64];
+    if (tp == 1)
+      std::snprintf(s, sizeof s, "dp%d", dp);
+    else if (dp == 1)
+      std::snprintf(s, sizeof s, "tp%d", tp);
+    else
+      std::snprintf(s, sizeof s, "dp%dxtp%d", dp, tp);
+    return std::string(s) + (zero1 ? "+zero1" : "");
   }
 };
 
@@ -312,8 +317,8 @@ StepFigures per_step(const Run& a, const Run& b, int steps) {
   const double scale = 1.0 / (world().size() * static_cast<double>(steps));
   StepFigures f;
   f.seconds = t.at(0) * scale;
-  f.in_calls = t.at(1) * scale;
-  f.waiting = t.at(2) * scale;
+  f.in_calls = std::max(0.0, t.at(1) * scale);  // differences: noise may dip below zero
+  f.waiting = std::max(0.0, t.at(2) * scale);
   size_t k = 3;
   for (const char* g : kGroups) {
     f.bytes[g] = t.at(static_cast<int64_t>(k++)) * scale;
@@ -323,7 +328,76 @@ StepFigures per_step(const Run& a, const Run& b, int steps) {
   return f;
 }
 
+// ---- the ceiling: the same collectives alone on this machine ----
+
+// Best of 5 blocking calls (after 2 untimed) of `kind` moving `tensor_bytes` of f32 on `comm`
+// (all_gather: that many bytes out).
+double collective_seconds(Communicator& comm, Collective kind, int64_t tensor_bytes) {
+  const int64_t per_rank = std::max<int64_t>(1, tensor_bytes / 4 / comm.size());
+  Tensor a = Tensor::zeros({kind == Collective::AllGather ? per_rank : per_rank * comm.size()});
+  Tensor out = Tensor::zeros({per_rank * comm.size()});
+  double best = 1e30;
+  for (int rep = 0; rep < 7; ++rep) {
+    comm.barrier();
+    const auto t0 = Clock::now();
+    if (kind == Collective::AllGather)
+      comm.all_gather(a, out);
+    else
+      comm.all_reduce(a);
+    if (rep >= 2) best = std::min(best, seconds_since(t0));
+  }
+  return best;
+}
+
+// Seconds per step the layout's dp and tp collectives take when timed alone, one kind at a
+// time at its mean message size (world rank 0's counts). Collective over the world.
+struct Ceiling {
+  double seconds = 0;
+  std::string detail;
+};
+Ceiling comm_ceiling(const parallel::Stats& per_run, int steps, const Layout& l) {
+  struct Item {
+    const char* group;
+    Collective kind;
+  };
+  const Item items[] = {{"dp", Collective::AllReduceAsync},
+                        {"dp", Collective::AllReduce},
+                        {"dp", Collective::AllGather},
+                        {"tp", Collective::AllReduce},
+                        {"tp", Collective::AllGather}};
+  std::vector<double> v;  // calls per step, mean tensor bytes; rank 0's, sent to all ranks
+  for (const Item& it : items) {
+    const parallel::CollectiveStats s = per_run.group(it.group)[it.kind];
+    v.push_back(static_cast<double>(s.calls) / steps);
+    v.push_back(s.calls ? static_cast<double>(s.tensor_bytes) / static_cast<double>(s.calls) : 0);
+  }
+  Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64);
+  world().broadcast(t, 0);
+  parallel::DeviceMesh mesh(world(), parallel::ParallelDims{l.dp, l.tp, 1});
+  Ceiling c;
+  for (size_t i = 0; i < std::size(items); ++i) {
+    const double calls = t.at(static_cast<int64_t>(2 * i)),
+                 bytes = t.at(static_cast<int64_t>(2 * i + 1));
+    if (calls == 0) continue;
+    Communicator& group = std::string(items[i].group) == "dp" ? mesh.dp() : mesh.tp();
+    const double each = collective_seconds(group, items[i].kind, static_cast<int64_t>(bytes));
+    c.seconds += calls * each;
+    if (!c.detail.empty()) c.detail += ", ";
+    c.detail += fmt("%.3g x ", calls) + items[i].group + " " +
+                parallel::collective_name(items[i].kind) +
+                fmt(" of %.3f MB: %.2f ms each", bytes / 1e6, 1e3 * each);
+  }
+  return c;
+}
+
 // ---- threads and cores ----
+
+// The 1-minute load average: above ~1 on this 2-core class something else runs, and timings
+// (not bytes) are unreliable.
+double load_average() {
+  double load[1] = {-1};
+  return getloadavg(load, 1) == 1 ? load[0] : -1;
+}
 
 int online_cpus() {
   return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
@@ -366,7 +440,7 @@ class WholeMachine {
 
 struct Row {
   std::string model, layout;
-  double sent = 0, minimum = 0, seconds = 0, compute = 0, in_calls = 0, waiting = 0,
+  double sent = 0, minimum = 0, seconds = 0, compute = 0, in_calls = 0, waiting = 0, ceiling = 0,
          tokens_per_s = 0, vs_one = 1;
 };
 
@@ -383,6 +457,8 @@ std::string mb(double bytes) {
 // (launch 0.4 ms, waiting 20.1 ms)".
 std::string breakdown(const parallel::Stats& d, const std::string& group, int steps) {
   const parallel::GroupStats g = d.group(group);
+  // Differences of two runs: a few microseconds of noise can come out below zero.
+  auto ms = [steps](double seconds) { return std::max(0.0, 1e3 * seconds / steps); };
   std::string out;
   for (size_t k = 0; k < parallel::kCollectiveCount; ++k) {
     const auto& s = g.by_kind[k];
@@ -392,9 +468,8 @@ std::string breakdown(const parallel::Stats& d, const std::string& group, int st
     out += fmt("%.3g x ", static_cast<double>(s.calls) / steps) + parallel::collective_name(kind) +
            " " + mb(static_cast<double>(s.bytes_sent) / steps);
     out += kind == Collective::AllReduceAsync
-               ? fmt(" (launch %.1f ms, waiting %.1f ms)", 1e3 * s.seconds / steps,
-                     1e3 * s.wait_seconds / steps)
-               : fmt(" (%.1f ms)", 1e3 * s.seconds / steps);
+               ? fmt(" (launch %.1f ms, waiting %.1f ms)", ms(s.seconds), ms(s.wait_seconds))
+               : fmt(" (%.1f ms)", ms(s.seconds));
   }
   return out.empty() ? "-" : out;
 }
@@ -472,7 +547,7 @@ std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig&
   if (!finite || !learns || !deterministic) fail(base.name() + ": the 1-rank reference is wrong");
 
   std::vector<Row> rows;
-  rows.push_back({base.name(), n > 1 ? "1 rank" : "dp1", 0, 0, ref_step, ref_step, 0, 0,
+  rows.push_back({base.name(), n > 1 ? "1 rank" : "dp1", 0, 0, ref_step, ref_step, 0, 0, 0,
                   tokens / ref_step, 1.0});
   CountingCommunicator counted(world());
   for (const Layout& l : o.layouts) {
@@ -486,10 +561,11 @@ std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig&
     const Run b = train_once(layout_config(base, l, total), counted, world());
     check_losses(l.label(), b.losses, ref_losses);
     const StepFigures f = per_step(a, b, o.steps);
+    const Ceiling ceiling = comm_ceiling(f.rank0, o.steps, l);
     const double minimum = nk.dp_bytes + nk.tp_bytes;
     if (leader()) {
       for (const char* g : kGroups)
-        std::printf("  sent per step  %-5s %12s  %s\n", g, mb(f.bytes.at(g)).c_str(),
+        std::printf("  sent per step  %-5s %12s  rank 0: %s\n", g, mb(f.bytes.at(g)).c_str(),
                     breakdown(f.rank0, g, o.steps).c_str());
       std::printf("  minimum        dp    %12s  %s\n", mb(nk.dp_bytes).c_str(),
                   l.dp > 1 ? nk.dp_formula.c_str() : "(dp = 1)");
@@ -505,6 +581,10 @@ std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig&
       std::printf("  measured / minimum: %.4fx (%s sent of %s)\n", f.sent() / minimum,
                   mb(f.sent()).c_str(), mb(minimum).c_str());
       std::printf(
+          "  ceiling        the same collectives alone on this machine (best of 5 at the "
+          "mean message size): %.1f ms per step (%s)\n",
+          1e3 * ceiling.seconds, ceiling.detail.c_str());
+      std::printf(
           "  step %.1f ms = compute %.1f + in calls %.1f + waiting %.1f | %.0f tok/s | "
           "%.2fx the 1-rank run\n",
           1e3 * f.seconds, 1e3 * f.compute(), 1e3 * f.in_calls, 1e3 * f.waiting, tokens / f.seconds,
@@ -512,9 +592,36 @@ std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig&
       std::fflush(stdout);
     }
     rows.push_back({base.name(), l.label(), f.sent(), minimum, f.seconds, f.compute(), f.in_calls,
-                    f.waiting, tokens / f.seconds, ref_step / f.seconds});
+                    f.waiting, ceiling.seconds, tokens / f.seconds, ref_step / f.seconds});
   }
   return rows;
+}
+
+// --napkin-only: the minimum of each layout that fits the model, with its formulas.
+void print_napkins(const modtrain::RunConfig& cfg, const std::vector<Layout>& layouts) {
+  const auto& m = cfg.model();
+  std::printf(
+      "\n== %s: D %d, %d layers, F %d, V %d, T %d, global batch %d x %d micro-batches "
+      "==\n",
+      cfg.name().c_str(), m.d_model(), m.n_layers(), m.d_ff(), m.vocab_size(), m.seq_len(),
+      cfg.train().batch_size(), cfg.train().grad_accum());
+  for (const Layout& l : layouts) {
+    try {
+      parallel::ParallelDims{l.dp, l.tp, 1}.validate_model(m);
+      if (cfg.train().batch_size() % l.dp != 0)
+        throw std::invalid_argument("train.batch_size is not divisible by dp");
+    } catch (const std::exception& e) {
+      std::printf("%-14s does not fit: %s\n", l.label().c_str(), e.what());
+      continue;
+    }
+    const Napkin nk = napkin(cfg, l);
+    std::printf("%-14s %s per step and rank: dp %s, tp %s\n", l.label().c_str(),
+                mb(nk.dp_bytes + nk.tp_bytes).c_str(), mb(nk.dp_bytes).c_str(),
+                mb(nk.tp_bytes).c_str());
+    if (l.dp > 1)
+      std::printf("    dp: %s\n        %s\n", nk.dp_formula.c_str(), nk.params_formula.c_str());
+    if (l.tp > 1) std::printf("    tp: %s\n", nk.tp_formula.c_str());
+  }
 }
 
 std::string resolve(const std::string& path) {
@@ -545,7 +652,10 @@ int main(int argc, char** argv) {
       "threads-per-rank", po::value<int>()->default_value(0),
       "OpenMP threads per rank (default: 1 under mpirun, all cores alone)")(
       "baseline-threads", po::value<int>()->default_value(0),
-      "threads of the 1-rank reference inside an mpirun job (default: every online CPU)");
+      "threads of the 1-rank reference inside an mpirun job (default: every online CPU)")(
+      "napkin-only",
+      "print the minimum bytes of --layouts for the configs and exit (no training; "
+      "any layout, e.g. dp8,dp4xtp2 for a cluster)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv)
@@ -585,6 +695,14 @@ int main(int argc, char** argv) {
       std::string item;
       while (std::getline(ss, item, ',')) o.layouts.push_back(parse_layout(item));
     }
+    std::vector<std::string> configs = vm["config"].as<std::vector<std::string>>();
+    if (vm.count("napkin-only")) {
+      if (leader())
+        for (const std::string& path : configs)
+          print_napkins(config::load(resolve(path), sets), o.layouts);
+      parallel::finalize_world();
+      return 0;
+    }
     for (const Layout& l : o.layouts)
       if (l.dp * l.tp != n)
         fail("layout " + l.label() + " needs dp x tp = " + std::to_string(l.dp) + " x " +
@@ -595,16 +713,23 @@ int main(int argc, char** argv) {
     // workers and the ranks' polling waits take cores from each other.
     int threads = vm["threads-per-rank"].as<int>();
     if (threads <= 0 && n > 1) threads = 1;
-    if (threads > 0) omp_set_num_threads(threads);
+    if (threads > 0) {
+      omp_set_num_threads(threads);
+      // OpenBLAS reads the variable when it loads (at the first GEMM, below); later calls follow
+      // omp_set_num_threads, but its own report would show the start-up count.
+      setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+    }
     Tensor cpus = Tensor::from_vector({static_cast<double>(allowed_cpus())}, {1}, DType::F64);
     world().all_reduce(cpus, parallel::ReduceOp::Min);
+    const double start_load = load_average();
     const double peak = train::measured_peak_flops();  // once, before anything is timed
     if (leader()) {
       std::printf("parallel_bench: %d rank%s (%s) on %d online CPUs; %d OpenMP thread%s per rank\n",
                   n, n == 1 ? "" : "s", parallel::launch_info().source.c_str(), online_cpus(),
                   omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
-      std::printf("%s\nSGEMM 1024^3 on rank 0: %.1f GFLOP/s\n", device_report().c_str(),
-                  peak / 1e9);
+      std::printf("%s\nSGEMM 1024^3 on rank 0: %.1f GFLOP/s; load average (1 min) %.2f%s\n",
+                  device_report().c_str(), peak / 1e9, start_load,
+                  start_load > 1 ? ": the machine is busy, timings will be noisy" : "");
       if (n > 1) {
         std::printf(
             "threads: OMP_NUM_THREADS=1 per rank (omp_set_num_threads; --threads-per-rank "
@@ -622,11 +747,11 @@ int main(int argc, char** argv) {
           "trainers, so warm-up and start-up cancel; bytes per rank as the ring "
           "algorithms send them (parallel/counting_communicator.h); 'in calls' is time "
           "inside collectives (waiting for slower peers included), 'waiting' is time "
-          "blocked in Work::wait of the overlapped dp all-reduce.\n",
+          "blocked in Work::wait of the overlapped dp all-reduce; step figures are means over "
+          "the ranks, the per-collective breakdown is rank 0's.\n",
           o.warmup, o.steps, o.warmup, o.steps);
     }
 
-    std::vector<std::string> configs = vm["config"].as<std::vector<std::string>>();
     const std::string data_dir = vm["data"].as<std::string>();
     std::map<uint32_t, std::string> corpora;  // vocabulary -> synthetic corpus directory
     std::vector<Row> rows;
@@ -648,14 +773,20 @@ int main(int argc, char** argv) {
 
     if (leader()) {
       std::printf("\n== summary: per step and rank (MB sent over dp + tp + world) ==\n");
-      std::printf("%-12s %-14s %9s %9s %7s %8s %8s %8s %8s %8s %9s\n", "model", "layout", "sent MB",
-                  "min MB", "ratio", "step ms", "compute", "calls", "waiting", "tok/s",
-                  "vs 1 rank");
+      std::printf("%-12s %-13s %8s %8s %7s %8s %8s %8s %8s %8s %7s %9s\n", "model", "layout",
+                  "sent MB", "min MB", "ratio", "step ms", "compute", "calls", "waiting", "ceiling",
+                  "tok/s", "vs 1 rank");
       for (const Row& r : rows)
-        std::printf("%-12s %-14s %9.3f %9.3f %7s %8.1f %8.1f %8.1f %8.1f %8.0f %8.2fx\n",
+        std::printf("%-12s %-13s %8.3f %8.3f %7s %8.1f %8.1f %8.1f %8.1f %8.1f %7.0f %8.2fx\n",
                     r.model.c_str(), r.layout.c_str(), r.sent / 1e6, r.minimum / 1e6,
                     r.minimum > 0 ? fmt("%.4f", r.sent / r.minimum).c_str() : "-", 1e3 * r.seconds,
-                    1e3 * r.compute, 1e3 * r.in_calls, 1e3 * r.waiting, r.tokens_per_s, r.vs_one);
+                    1e3 * r.compute, 1e3 * r.in_calls, 1e3 * r.waiting, 1e3 * r.ceiling,
+                    r.tokens_per_s, r.vs_one);
+      std::printf(
+          "(ms per step: compute = step - calls - waiting; calls: inside collectives; "
+          "waiting: in Work::wait; ceiling: the same collectives timed alone)\n");
+      std::printf("load average (1 min): %.2f at the start, %.2f at the end\n", start_load,
+                  load_average());
       if (n > 1) {
         std::printf(
             "\nscaling 1 -> %d ranks on a %d-core machine (tokens/s over the 1-rank run "

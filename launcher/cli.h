@@ -21,5 +21,6 @@ int eval(int argc, char** argv);
 int sample(int argc, char** argv);
 int flops(int argc, char** argv);
 int export_checkpoint(int argc, char** argv);  // `modtrain export` (export is a keyword)
+int grid(int argc, char** argv);               // `modtrain grid plan|run|submit|collect`
 
 }  // namespace mod::cli

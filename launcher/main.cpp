@@ -1,4 +1,4 @@
-// modtrain: one program, one subcommand per job (prep, train, eval, sample, flops, export).
+// modtrain: one program, one subcommand per job (prep, train, eval, sample, flops, export, grid).
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -18,6 +18,7 @@ constexpr const char* kUsage =
     "  sample  generate text with a KV cache (routed blocks admit tokens causally)\n"
     "  flops   parameters and FLOPs per token of a config\n"
     "  export  a checkpoint -> one safetensors file of the whole model\n"
+    "  grid    isoFLOP grids: plan, run here, submit to Slurm, collect losses and plots\n"
     "\n"
     "`modtrain <command> --help` lists the command's options.\n";
 }
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
     if (command == "sample") return mod::cli::sample(argc - 1, argv + 1);
     if (command == "flops") return mod::cli::flops(argc - 1, argv + 1);
     if (command == "export") return mod::cli::export_checkpoint(argc - 1, argv + 1);
+    if (command == "grid") return mod::cli::grid(argc - 1, argv + 1);
     std::fprintf(stderr, "modtrain: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 2;
   };

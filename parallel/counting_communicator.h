@@ -13,8 +13,8 @@
 // Bytes sent by this rank per call, for a group of n ranks and the tensor sizes S below. These
 // are the volumes of the bandwidth-optimal algorithms (ring all-reduce, ring all-gather and
 // reduce-scatter; NCCL's "bus bandwidth" and the Megatron-LM / ZeRO papers count the same way),
-// so measured bytes compare directly with napkin math; they are not what Open MPI's chosen
-// algorithm happens to put on the wire (for n = 2 the two agree):
+// so measured bytes compare directly with napkin math; they are not necessarily what Open MPI's
+// chosen algorithm moves (for n = 2, ring and recursive doubling move exactly this):
 //   all_reduce, all_reduce_async   2 (n - 1) / n x S    S = bytes of t
 //   reduce_scatter                 (n - 1) / n x S      S = bytes of in  (n x out)
 //   all_gather                     (n - 1) / n x S      S = bytes of out (n x in)
@@ -70,7 +70,8 @@ struct GroupStats {
   int size = 1;  // ranks in the group
   std::array<CollectiveStats, kCollectiveCount> by_kind{};
 
-  const CollectiveStats& operator[](Collective c) const { return by_kind[static_cast<size_t>(c)]; }
+  // By value, so `stats.group("dp")[kind]` is safe to bind to a const reference.
+  CollectiveStats operator[](Collective c) const { return by_kind[static_cast<size_t>(c)]; }
   CollectiveStats& operator[](Collective c) { return by_kind[static_cast<size_t>(c)]; }
   CollectiveStats total() const;  // over every kind
 };

@@ -93,7 +93,11 @@ LaunchInfo launch_info_from_env() {
   if (std::getenv("OMPI_COMM_WORLD_RANK") != nullptr)
     return read_triple("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE",
                        "Open MPI");
-  if (std::getenv("SLURM_PROCID") != nullptr)
+  // A batch script's own process has SLURM_PROCID=0 and the allocation's SLURM_NTASKS but no
+  // step: only srun's tasks form a world, so a process started there directly is one process.
+  const bool slurm_batch_process =
+      std::getenv("SLURM_JOB_ID") != nullptr && std::getenv("SLURM_STEP_ID") == nullptr;
+  if (std::getenv("SLURM_PROCID") != nullptr && !slurm_batch_process)
     return read_triple("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "Slurm");
   if (const char* pmix = std::getenv("PMIX_RANK")) {
     LaunchInfo info;

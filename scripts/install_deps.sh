@@ -12,6 +12,9 @@ packages=(
   libboost-program-options-dev                 # command line
   libopenmpi-dev openmpi-bin                   # CPU communicator
   bible-kjv                                    # default corpus
+  gnuplot-nox                                  # isoFLOP plots (modtrain grid collect)
+  slurmctld slurmd slurm-client munge          # Slurm + munge, for scripts/slurm_test_cluster.sh
+  libpmix-dev                                  # libpmix.so, dlopened by srun --mpi=pmix
 )
 
 missing=()
