@@ -15,8 +15,10 @@ struct LaunchInfo {
   int rank = 0, local_rank = 0, size = 1;
   std::string source = "single process";  // "Open MPI", "Slurm", "PMIx" or "single process"
 };
-// Reads OMPI_COMM_WORLD_{RANK,LOCAL_RANK,SIZE}, then SLURM_{PROCID,LOCALID,NTASKS}, then
-// PMIX_RANK; environment errors (a rank beyond the size, non-numbers) name the variable.
+// Reads OMPI_COMM_WORLD_{RANK,LOCAL_RANK,SIZE}, then SLURM_{PROCID,LOCALID,NTASKS} (only inside
+// a job step, i.e. started by srun: a batch script's own shell has SLURM_JOB_ID but no
+// SLURM_STEP_ID and is one process), then PMIX_RANK; environment errors (a rank beyond the
+// size, non-numbers) name the variable.
 LaunchInfo launch_info_from_env();
 
 // Starts MPI when the launch info asks for more than one process (idempotent). Aborts with a

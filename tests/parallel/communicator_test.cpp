@@ -404,7 +404,8 @@ TEST_CASE("collective_timeout reads MOD_COLLECTIVE_TIMEOUT_S", "[mpi]") {
 
 TEST_CASE("launch_info_from_env reads Open MPI, Slurm and PMIx variables", "[mpi]") {
   EnvGuard guard({"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE",
-                  "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "PMIX_RANK"});
+                  "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "PMIX_RANK",
+                  "SLURM_JOB_ID", "SLURM_STEP_ID"});
   LaunchInfo info = launch_info_from_env();
   CHECK(info.source == "single process");
   CHECK(info.size == 1);
@@ -423,6 +424,16 @@ TEST_CASE("launch_info_from_env reads Open MPI, Slurm and PMIx variables", "[mpi
   setenv("SLURM_NTASKS", "2", 1);
   CHECK_THROWS_WITH(launch_info_from_env(),
                     Contains("SLURM_PROCID=2") && Contains("SLURM_NTASKS=2"));
+  // A batch script's own shell (a job, no step): one process, whatever the job's task count.
+  unsetenv("PMIX_RANK");
+  setenv("SLURM_JOB_ID", "17", 1);
+  info = launch_info_from_env();
+  CHECK(info.source == "single process");
+  CHECK(info.size == 1);
+  setenv("SLURM_STEP_ID", "0", 1);  // started by srun: a step of the job
+  setenv("SLURM_NTASKS", "4", 1);
+  info = launch_info_from_env();
+  CHECK((info.source == "Slurm" && info.size == 4));
 
   setenv("OMPI_COMM_WORLD_RANK", "1", 1);
   setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
