@@ -1,9 +1,12 @@
 // parallel_bench: what one training step sends between ranks and how long it waits, for each
 // dp x tp layout of tiny_dense and tiny_mod, next to the minimum the model config implies.
 //   ./build/benchmarks/parallel_bench                                   (1 rank: dp1)
-//   mpirun -n 2 --oversubscribe ./build/benchmarks/parallel_bench       (dp2, tp2, dp2+zero1)
+//   mpirun -n 2 --oversubscribe --bind-to none ./build/benchmarks/parallel_bench  (dp2, tp2,
+//                                                                                   dp2+zero1)
 //   mpirun -n 4 --oversubscribe ./build/benchmarks/parallel_bench       (dp2xtp2, dp4, tp4)
-// As root, add --allow-run-as-root to mpirun. docs/parallel.md has measured figures.
+// As root, add --allow-run-as-root to mpirun. --bind-to none keeps Open MPI from pinning each of
+// 2 ranks to one core, which slows the 2-thread 1-rank reference (see main). Figures:
+// docs/parallel.md.
 //
 // Checks before it reports: world rank 0 trains the 1-rank reference alone (on every core, the
 // other ranks asleep); each layout's losses must equal it to a relative 1e-5 (the parity tests'
@@ -691,8 +694,8 @@ int main(int argc, char** argv) {
               vm);
     if (vm.count("help")) {
       if (leader())
-        std::cout << "usage: [mpirun -n N --oversubscribe] parallel_bench [--config F ...] "
-                     "[--set f=v ...] [--layouts L,...]\n"
+        std::cout << "usage: [mpirun -n N --oversubscribe --bind-to none] parallel_bench\n"
+                     "         [--config F ...] [--set f=v ...] [--layouts L,...]\n"
                   << desc << "\n";
       parallel::finalize_world();
       return 0;
@@ -765,7 +768,10 @@ int main(int argc, char** argv) {
         if (cpus.at(0) < online_cpus())
           std::printf(
               "binding: mpirun bound a rank to %.0f of %d CPUs; rank 0 widens its own "
-              "mask to every CPU for the 1-rank reference and restores it after.\n",
+              "mask to every CPU for the 1-rank reference and restores it after, but libgomp "
+              "counted the CPUs at start-up and now throttles its spin-waits, which slowed the "
+              "2-thread reference by up to 1.7x: for the scaling figures run mpirun "
+              "--bind-to none.\n",
               cpus.at(0), online_cpus());
       }
       std::printf(

@@ -18,18 +18,18 @@ class SharedCopyToTp {
  public:
   explicit SharedCopyToTp(Communicator& tp) : tp_(tp) {}
   Tensor operator()(const Tensor& x) {
-    auto in = last_in_.lock();
-    auto out = last_out_.lock();
-    if (in && out && in == x.impl_ptr()) return Tensor(out);
-    Tensor y = copy_to_tp(x, tp_);
+    if (last_out_.defined() && last_in_.lock() == x.impl_ptr()) return last_out_;
+    last_out_ = copy_to_tp(x, tp_);
     last_in_ = x.impl_ptr();
-    last_out_ = y.impl_ptr();
-    return y;
+    return last_out_;
   }
 
  private:
   Communicator& tp_;
-  std::weak_ptr<TensorImpl> last_in_, last_out_;  // weak: never extends a graph's life
+  // The input is watched weakly; the copy is held until the next call, since the layers that
+  // consume it keep only views of it and it would otherwise die between wq and wk.
+  std::weak_ptr<TensorImpl> last_in_;
+  Tensor last_out_;
 };
 
 struct Sharder {
