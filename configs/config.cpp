@@ -117,22 +117,31 @@ std::vector<std::string> split_list(std::string v) {
 
 }  // namespace
 
-modtrain::RunConfig parse_text(const std::string& text, const std::string& origin) {
-  modtrain::RunConfig cfg;
+void parse_text_message(const std::string& text, const std::string& origin, pb::Message& out,
+                        const std::string& kind) {
   pb::TextFormat::Parser parser;
   ErrorCollector errors(origin);
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &cfg))
-    throw std::invalid_argument("config: " + (errors.first().empty() ? origin : errors.first()));
+  if (!parser.ParseFromString(text, &out))
+    throw std::invalid_argument(kind + " " + (errors.first().empty() ? origin : errors.first()));
+}
+
+std::string read_text_file(const std::string& path, const std::string& kind) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(kind + ": cannot open " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+modtrain::RunConfig parse_text(const std::string& text, const std::string& origin) {
+  modtrain::RunConfig cfg;
+  parse_text_message(text, origin, cfg, "config:");
   return cfg;
 }
 
 modtrain::RunConfig load_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("config: cannot open " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_text(ss.str(), path);
+  return parse_text(read_text_file(path, "config"), path);
 }
 
 void apply_override(modtrain::RunConfig& cfg, const std::string& assignment) {

@@ -24,4 +24,11 @@ modtrain::RunConfig load(const std::string& path, const std::vector<std::string>
 
 std::string to_text(const modtrain::RunConfig& cfg);
 
+// Shared by every text-format file (RunConfig, GridSpec): parses text into out, or throws
+// std::invalid_argument "<kind> <origin>:<line>:<column>: <message>".
+void parse_text_message(const std::string& text, const std::string& origin,
+                        google::protobuf::Message& out, const std::string& kind);
+// The whole file; an error "<kind>: cannot open <path>" when it cannot be read.
+std::string read_text_file(const std::string& path, const std::string& kind);
+
 }  // namespace mod::config

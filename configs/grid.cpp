@@ -1,11 +1,7 @@
 // GridSpec loading and validation (see grid.h).
 #include "configs/grid.h"
 
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
-
 #include <cmath>
-#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -15,23 +11,7 @@
 
 namespace mod::config {
 
-namespace pb = google::protobuf;
-
 namespace {
-
-class ErrorCollector : public pb::io::ErrorCollector {
- public:
-  explicit ErrorCollector(std::string origin) : origin_(std::move(origin)) {}
-  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
-    if (first_.empty())
-      first_ = origin_ + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " +
-               message;
-  }
-  const std::string& first() const { return first_; }
-
- private:
-  std::string origin_, first_;
-};
 
 std::string num(double v) {
   std::ostringstream os;
@@ -57,12 +37,7 @@ bool valid_grid_label(const std::string& label) {
 
 modtrain::GridSpec parse_grid_text(const std::string& text, const std::string& origin) {
   modtrain::GridSpec spec;
-  pb::TextFormat::Parser parser;
-  ErrorCollector errors(origin);
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &spec))
-    throw std::invalid_argument("grid spec " +
-                                (errors.first().empty() ? origin : errors.first()));
+  parse_text_message(text, origin, spec, "grid spec");
   return spec;
 }
 
@@ -207,11 +182,7 @@ void validate_grid(const modtrain::GridSpec& spec, const std::string& origin) {
 }
 
 modtrain::GridSpec load_grid(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("grid spec: cannot open " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  modtrain::GridSpec spec = parse_grid_text(ss.str(), path);
+  modtrain::GridSpec spec = parse_grid_text(read_text_file(path, "grid spec"), path);
   validate_grid(spec, path);
   return spec;
 }
