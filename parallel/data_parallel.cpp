@@ -1,8 +1,6 @@
 // Bucketed, overlapped gradient all-reduce (see data_parallel.h).
 #include "parallel/data_parallel.h"
 
-#include <unordered_map>
-
 #include "core/backend.h"
 
 namespace mod::parallel {
@@ -22,6 +20,7 @@ GradBucketer::GradBucketer(std::vector<std::pair<std::string, Tensor>> params, C
     bucket_of_[k] = buckets_.size() - 1;
     filled += static_cast<int64_t>(p.nbytes());
   }
+  for (size_t k = 0; k < params_.size(); ++k) index_[params_[k].second.impl()] = k;
   for (Bucket& b : buckets_) {
     int64_t n = 0;
     for (size_t k : b.members) n += params_[k].second.numel();
@@ -36,11 +35,9 @@ GradBucketer::~GradBucketer() {
 }
 
 LeafGradReady GradBucketer::ready_hook() {
-  auto index = std::make_shared<std::unordered_map<TensorImpl*, size_t>>();
-  for (size_t k = 0; k < params_.size(); ++k) (*index)[params_[k].second.impl()] = k;
-  return [this, index](const Tensor& leaf) {
-    auto it = index->find(leaf.impl());
-    if (it == index->end()) return;
+  return [this](const Tensor& leaf) {
+    auto it = index_.find(leaf.impl());
+    if (it == index_.end()) return;
     --buckets_[bucket_of_[it->second]].pending;
     launch_ready();
     // Drive the buckets in flight while backward computes: MPI progresses them only in calls.

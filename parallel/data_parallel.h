@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -43,6 +44,7 @@ class GradBucketer {
   void launch(Bucket& b);
 
   std::vector<std::pair<std::string, Tensor>> params_;
+  std::unordered_map<TensorImpl*, size_t> index_;  // parameter -> its position in params_
   std::vector<size_t> bucket_of_;  // per parameter
   std::vector<Bucket> buckets_;
   size_t next_launch_ = 0;
