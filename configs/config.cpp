@@ -33,6 +33,31 @@ class ErrorCollector : public pb::io::ErrorCollector {
   throw std::invalid_argument("config: " + field + ": " + what);
 }
 
+// model.moe: expert counts, capacities, and the combinations MoDE allows.
+void validate_moe(const modtrain::ModelConfig& m) {
+  const auto& e = m.moe();
+  if (!e.enabled()) return;
+  if (e.n_experts() < 1) bad_field("model.moe.n_experts", std::to_string(e.n_experts()) + " must be >= 1");
+  if (e.d_expert() < 0) bad_field("model.moe.d_expert", std::to_string(e.d_expert()) + " must be >= 0 (0: model.d_ff)");
+  if (!(e.capacity_factor() > 0) || e.capacity_factor() > e.n_experts())
+    bad_field("model.moe.capacity_factor", std::to_string(e.capacity_factor()) +
+                                               " must be in (0, model.moe.n_experts]");
+  if (e.routing() == modtrain::MoEConfig::TOKEN_CHOICE && (e.top_k() < 1 || e.top_k() > 2 || e.top_k() > e.n_experts()))
+    bad_field("model.moe.top_k", std::to_string(e.top_k()) + " must be 1 or 2 (and <= n_experts)");
+  if (e.noop_expert() && e.routing() != modtrain::MoEConfig::EXPERT_CHOICE)
+    bad_field("model.moe.noop_expert", "integrated MoDE needs routing EXPERT_CHOICE (one expert-choice router)");
+  if (e.noop_capacity() < 0 || e.noop_capacity() > 1)
+    bad_field("model.moe.noop_capacity", std::to_string(e.noop_capacity()) + " must be in [0, 1]");
+  if (e.balance_weight() < 0) bad_field("model.moe.balance_weight", "must be >= 0");
+  if (e.z_weight() < 0) bad_field("model.moe.z_weight", "must be >= 0");
+  if (e.schedule() == modtrain::MoDConfig::EVERY_KTH && e.every_k() < 1)
+    bad_field("model.moe.every_k", std::to_string(e.every_k()) + " must be >= 1");
+  for (int i = 0; i < e.moe_blocks_size(); ++i)
+    if (e.moe_blocks(i) < 0 || e.moe_blocks(i) >= m.n_layers())
+      bad_field("model.moe.moe_blocks[" + std::to_string(i) + "]",
+                std::to_string(e.moe_blocks(i)) + " is not a block in [0, " + std::to_string(m.n_layers()) + ")");
+}
+
 void set_scalar(pb::Message& msg, const pb::FieldDescriptor* f, const std::string& value,
                 const std::string& path) {
   const pb::Reflection* r = msg.GetReflection();
@@ -212,6 +237,7 @@ void validate(const modtrain::RunConfig& cfg) {
                     std::to_string(m.n_layers()) + ")");
   if (mod.causal().predictor_hidden() <= 0)
     bad_field("model.mod.causal.predictor_hidden", "must be positive");
+  validate_moe(m);
   const auto& o = cfg.optimizer();
   if (o.lr() <= 0) bad_field("optimizer.lr", std::to_string(o.lr()) + " must be positive");
   if (o.min_lr() < 0 || o.min_lr() > o.lr())
@@ -226,6 +252,9 @@ void validate(const modtrain::RunConfig& cfg) {
   positive("train.grad_accum", t.grad_accum());
   if (t.eval_every() < 0) bad_field("train.eval_every", "must be >= 0 (0: never)");
   const auto& p = cfg.parallel();
+  if (p.ep() > 1 && m.moe().enabled() && m.moe().n_experts() % p.ep() != 0)
+    bad_field("parallel.ep", std::to_string(p.ep()) + " must divide model.moe.n_experts " +
+                                 std::to_string(m.moe().n_experts()));
   positive("parallel.dp", p.dp());
   positive("parallel.tp", p.tp());
   positive("parallel.ep", p.ep());

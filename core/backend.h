@@ -106,6 +106,9 @@ class Backend {
   // --- softmax family (ops/softmax); rows [N,V] ---
   virtual void softmax_forward(const Tensor& x, Tensor& y) = 0;
   virtual void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+  // x [N,V] (V > 0), out [N]: out[n] = max + log(sum(exp(x[n] - max))); a row whose max is
+  // +-inf gives that max. No backward kernel: dx = softmax_forward(x) * dout (Broadcast::Outer).
+  virtual void logsumexp_forward(const Tensor& x, Tensor& out) = 0;
   // losses[n] = logsumexp(logits[n]) - logits[n, target[n]], or 0 where target == ignore_index;
   // lse [N] cached for backward.
   virtual void cross_entropy_forward(const Tensor& logits, const Tensor& targets,

@@ -33,6 +33,7 @@ enum class Op : uint16_t {
   ScatterAddRows,
   TopK,
   BCEWithLogits,
+  LogSumExp,
   AdamW,
   // Tensor-parallel collectives (parallel/tp_mappings.h); see OpInfo::collective.
   CopyToTp,
@@ -40,6 +41,9 @@ enum class Op : uint16_t {
   GatherFromTp,
   ScatterToTp,
   VocabParallelCrossEntropy,
+  // Expert-parallel all-to-all pair (parallel/expert_parallel.h).
+  ExpertDispatch,
+  ExpertCombine,
   Count
 };
 
@@ -76,12 +80,15 @@ inline constexpr std::array<OpInfo, static_cast<size_t>(Op::Count)> kOpInfo = {{
     {"scatter_add_rows", true},
     {"topk", false},
     {"bce_with_logits", true},
+    {"logsumexp", true},
     {"adamw", false},
     {"copy_to_tp", true, true},
     {"reduce_from_tp", true, true},
     {"gather_from_tp", true, true},
     {"scatter_to_tp", true, true},
     {"vocab_parallel_cross_entropy", true, true},
+    {"expert_dispatch", true, true},
+    {"expert_combine", true, true},
 }};
 static_assert(kOpInfo.size() == static_cast<size_t>(Op::Count), "kOpInfo must list every Op");
 

@@ -5,9 +5,10 @@
 
 namespace mod::parallel {
 
-GradBucketer::GradBucketer(std::vector<std::pair<std::string, Tensor>> params, Communicator& dp,
-                           double bucket_mb)
-    : params_(std::move(params)), bucket_of_(params_.size()), dp_(dp) {
+GradBucketer::GradBucketer(std::vector<std::pair<std::string, Tensor>> params, Communicator& group,
+                           double bucket_mb, int average_over)
+    : params_(std::move(params)), bucket_of_(params_.size()), dp_(group),
+      inv_average_(1.0 / (average_over > 0 ? average_over : group.size())) {
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024));
   int64_t filled = 0;
   for (size_t k = params_.size(); k-- > 0;) {
@@ -69,7 +70,7 @@ void GradBucketer::launch(Bucket& b) {
 void GradBucketer::finish() {
   for (Bucket& b : buckets_) b.pending = 0;  // whatever was not final is final now
   launch_ready();
-  const double inv = 1.0 / dp_.size();
+  const double inv = inv_average_;
   for (Bucket& b : buckets_) {
     b.work->wait();
     b.work.reset();

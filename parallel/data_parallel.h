@@ -18,14 +18,18 @@ namespace mod::parallel {
 
 class GradBucketer {
  public:
-  GradBucketer(std::vector<std::pair<std::string, Tensor>> params, Communicator& dp,
-               double bucket_mb);
+  // Sums gradients over `group` and divides by average_over (0: the group's size). Expert
+  // weights sum over their expert data-parallel group and divide by dp, since the all-to-all
+  // already summed the other ep ranks' tokens into them.
+  GradBucketer(std::vector<std::pair<std::string, Tensor>> params, Communicator& group,
+               double bucket_mb, int average_over = 0);
   ~GradBucketer();
 
   // Pass to backward() on the micro-batch that ends the step (earlier micro-batches only
   // accumulate locally, as with DDP's no_sync).
   LeafGradReady ready_hook();
-  // Starts what is left, waits for every bucket, and leaves each gradient averaged over dp.
+  // Starts what is left, waits for every bucket, and leaves each gradient summed over the
+  // group and divided by average_over.
   // A parameter that got no gradient this step contributes zeros.
   void finish();
 
@@ -49,6 +53,7 @@ class GradBucketer {
   std::vector<Bucket> buckets_;
   size_t next_launch_ = 0;
   Communicator& dp_;
+  double inv_average_;
   int64_t bytes_reduced_ = 0;
 };
 

@@ -1,4 +1,4 @@
-// Mesh validation and the split of the world into dp and tp groups (see mesh.h).
+// Mesh validation and the split of the world into dp, tp, ep and edp groups (see mesh.h).
 #include "parallel/mesh.h"
 
 #include <stdexcept>
@@ -40,13 +40,25 @@ void ParallelDims::validate_model(const modtrain::ModelConfig& m) const {
   check(m.n_heads(), "model.n_heads");
   check(m.d_ff(), "model.d_ff");
   check(m.vocab_size(), "model.vocab_size");
+  if (ep > 1 && !m.moe().enabled())
+    throw std::invalid_argument("parallel layout: parallel.ep = " + s(ep) +
+                                " needs model.moe.enabled (no experts to place)");
+  const int64_t experts = m.moe().n_experts();
+  if (m.moe().enabled() && experts % ep != 0)
+    throw std::invalid_argument("parallel layout: parallel.ep (" + s(ep) +
+                                ") must divide model.moe.n_experts (" + s(experts) + "): " +
+                                s(experts) + " = " + s(ep) + " x " + s(experts / ep) + " + " +
+                                s(experts % ep));
 }
 
 DeviceMesh::DeviceMesh(Communicator& world, ParallelDims dims) : world_(world), dims_(dims) {
   dims_.validate(world.size());
-  const int r = world.rank();
-  tp_ = world.split(r / dims_.tp, r % dims_.tp, "tp");
-  dp_ = world.split(r % dims_.tp, r / dims_.tp, "dp");
+  const int r = world.rank(), dp_rank = r / dims_.tp, tp_rank = r % dims_.tp;
+  tp_ = world.split(dp_rank, tp_rank, "tp");
+  dp_ = world.split(tp_rank, dp_rank, "dp");
+  // ep: a run of ep consecutive dp ranks per tp rank; edp: every such run's rank dp_rank % ep.
+  ep_ = world.split((dp_rank / dims_.ep) * dims_.tp + tp_rank, dp_rank, "ep");
+  edp_ = world.split(dp_rank % dims_.ep, r, "edp");
 }
 
 }  // namespace mod::parallel

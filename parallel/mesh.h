@@ -1,6 +1,11 @@
-// The world's factorisation into data- and tensor-parallel groups (DESIGN.md section 4).
+// The world's factorisation into data-, tensor- and expert-parallel groups (docs/parallel.md).
 // World rank = dp_rank * tp + tp_rank: tensor parallelism is the fastest axis, so a TP group is
-// a run of consecutive ranks and sits inside a node. Expert parallelism (ep | dp) comes with MoDE.
+// a run of consecutive ranks and sits inside a node. Expert parallelism splits each dp axis
+// into ep groups (ep | dp): ep rank = dp_rank % ep holds experts [ep_rank * E/ep, ...), so the
+// ranks with equal dp_rank % ep (all tp ranks included) hold the same experts and reduce their
+// gradients together (edp). Example, dp 4 x tp 2, ep 2 (world ranks):
+//   tp  {0,1} {2,3} {4,5} {6,7}      dp  {0,2,4,6} {1,3,5,7}
+//   ep  {0,2} {1,3} {4,6} {5,7}      edp {0,1,4,5} {2,3,6,7}
 #pragma once
 
 #include <memory>
@@ -16,26 +21,33 @@ struct ParallelDims {
   static ParallelDims from_config(const modtrain::ParallelConfig& cfg);
   // dp x tp must equal the world size and ep must divide dp; errors print the equation.
   void validate(int world_size) const;
-  // tp must divide the heads, the MLP width and the vocabulary; errors name the field.
+  // tp must divide the heads, the MLP width and the vocabulary; ep > 1 needs model.moe.enabled
+  // and must divide model.moe.n_experts. Errors name the field.
   void validate_model(const modtrain::ModelConfig& model) const;
 };
 
 class DeviceMesh {
  public:
-  // Collective over world: splits it into the dp and tp groups.
+  // Collective over world: splits it into the dp, tp, ep and edp groups.
   DeviceMesh(Communicator& world, ParallelDims dims);
 
   Communicator& world() const { return world_; }
   Communicator& dp() const { return *dp_; }  // same tp rank, one rank per dp index
   Communicator& tp() const { return *tp_; }  // same dp rank, consecutive world ranks
+  // Same tp rank and dp_rank / ep, ordered by dp rank (size ep): the expert all-to-all group.
+  Communicator& ep() const { return *ep_; }
+  // Same dp_rank % ep, all tp ranks, ordered by world rank (size dp/ep x tp): the ranks holding
+  // the same experts, which reduce expert gradients together (expert data parallelism).
+  Communicator& edp() const { return *edp_; }
   int dp_rank() const { return dp_->rank(); }
   int tp_rank() const { return tp_->rank(); }
+  int ep_rank() const { return ep_->rank(); }  // = dp_rank % ep
   const ParallelDims& dims() const { return dims_; }
 
  private:
   Communicator& world_;
   ParallelDims dims_;
-  std::unique_ptr<Communicator> dp_, tp_;
+  std::unique_ptr<Communicator> dp_, tp_, ep_, edp_;
 };
 
 }  // namespace mod::parallel

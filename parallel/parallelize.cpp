@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "core/nn/module.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/tp_mappings.h"
 #include "parallel/vocab_parallel.h"
 
@@ -93,6 +94,7 @@ ShardMap parallelize_tensor(model::Transformer& model, const DeviceMesh& mesh) {
     auto attn_in = std::make_shared<SharedCopyToTp>(mesh.tp());
     for (const char* w : {"wq", "wk", "wv"}) s.column(blk + "attn." + w, attn_in);
     s.row(blk + "attn.wo");
+    if (model.moe(b)) continue;  // experts: parallelize_experts
     auto mlp_in = std::make_shared<SharedCopyToTp>(mesh.tp());
     s.column(blk + "mlp.up", mlp_in);
     if (cfg.mlp() == modtrain::ModelConfig::SWIGLU) s.column(blk + "mlp.gate", mlp_in);
@@ -115,6 +117,33 @@ ShardMap parallelize_tensor(model::Transformer& model, const DeviceMesh& mesh) {
     return vocab_parallel_cross_entropy(logits, targets, vocab_start, *tp);
   });
   return s.specs;
+}
+
+void parallelize_experts(model::Transformer& model, const DeviceMesh& mesh, ShardMap& specs) {
+  Communicator* ep = &mesh.ep();
+  Communicator* tp = &mesh.tp();
+  for (size_t b = 0; b < model.num_blocks(); ++b) {
+    model::MoeMlp* moe = model.moe(b);
+    if (!moe) continue;
+    const std::string prefix = "blocks." + std::to_string(b) + ".mlp.experts.";
+    model::Experts& experts = moe->experts();
+    const int64_t global = experts.local_count(), local = global / ep->size();
+    std::vector<std::pair<std::string, Shape>> shapes;
+    for (const auto& [name, p] : experts.named_parameters()) shapes.emplace_back(name, p.shape());
+    if (ep->size() > 1) experts.shard(mesh.ep_rank() * local, local);
+    for (const auto& [name, shape] : shapes) {
+      ShardSpec& spec = specs.at(prefix + name);
+      spec.expert = true;
+      if (ep->size() > 1) spec = {0, shape, mesh.ep_rank() * local, true};
+    }
+    if (ep->size() > 1 || tp->size() > 1)
+      moe->set_exchange({[ep, tp](const Tensor& x) { return dispatch_to_experts(x, *ep, *tp); },
+                         [ep, tp](const Tensor& y) { return combine_from_experts(y, *ep, *tp); }});
+  }
+}
+
+Communicator& group_of(const ShardSpec& spec, const DeviceMesh& mesh) {
+  return spec.expert ? mesh.ep() : mesh.tp();
 }
 
 Tensor gather_parameter(const Tensor& local, const ShardSpec& spec, Communicator& tp) {

@@ -10,6 +10,15 @@
 //   embed.weight [V, D]               vocab    rows r*V/tp..               masked lookup + reduce
 //   lm_head.weight [V, D] (or tied)   vocab    rows r*V/tp..               copy_to_tp; vocab-parallel CE
 //   norms, routers, predictors        replicated (same inputs on every tp rank, same routing)
+//
+// Expert parallelism (parallelize_experts) splits the stacked expert weights of every MoE MLP
+// along dim 0, the global expert index: ep rank j keeps experts [j*E/ep, (j+1)*E/ep), replicated
+// over tp (tokens are de-duplicated across tp instead) and over the dp groups of ep ranks.
+//
+//   parameter (global shape)                 ep rank j keeps      exchange
+//   mlp.experts.up/gate [E, F, D]            experts j*E/ep..     dispatch_to_experts, then
+//   mlp.experts.down [E, D, F]               experts j*E/ep..     combine_from_experts
+//   mlp.router.weight [E', D]                replicated
 #pragma once
 
 #include <map>
@@ -26,6 +35,9 @@ struct ShardSpec {
   int dim = -1;
   Shape global_shape;
   int64_t offset = 0;
+  // An expert weight: split over ep (dim 0, when ep > 1), and its gradient is reduced over the
+  // expert data-parallel group (mesh.edp()) rather than dp.
+  bool expert = false;
 };
 // Every parameter by name.
 using ShardMap = std::map<std::string, ShardSpec>;
@@ -34,12 +46,19 @@ using ShardMap = std::map<std::string, ShardSpec>;
 // spec.
 ShardMap parallelize_tensor(model::Transformer& model, const DeviceMesh& mesh);
 
+// Shards the experts of every MoE MLP over mesh.ep() and routes their slots through the
+// expert-parallel exchange (needed whenever ep or tp > 1); marks expert weights in specs.
+void parallelize_experts(model::Transformer& model, const DeviceMesh& mesh, ShardMap& specs);
+
 // Debug check: every tp rank chose the same tokens in every routed block (they must, since
 // their inputs are bitwise equal). Throws naming the block and the first differing rank.
 void check_same_routing(const model::ForwardResult& result, Communicator& tp);
 
-// The global tensor of a parameter, assembled on every tp rank (all-gather over mesh.tp()).
-Tensor gather_parameter(const Tensor& local, const ShardSpec& spec, Communicator& tp);
+// The global tensor of a parameter, assembled on every rank of `group` (all-gather): mesh.tp()
+// for tensor-parallel slices, mesh.ep() for experts (see group_of).
+Tensor gather_parameter(const Tensor& local, const ShardSpec& spec, Communicator& group);
+// The group a parameter's slices are spread over: ep for experts, tp otherwise.
+Communicator& group_of(const ShardSpec& spec, const DeviceMesh& mesh);
 
 // Copy of the slice [offset, offset + len) of t along dim.
 Tensor slice_dim(const Tensor& t, int dim, int64_t offset, int64_t len);

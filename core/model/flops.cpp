@@ -5,28 +5,54 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/model/moe_routing.h"
+
 namespace mod::model {
 
-std::vector<bool> routed_blocks(const modtrain::ModelConfig& cfg) {
-  const int n = cfg.n_layers();
-  std::vector<bool> routed(n, false);
-  const auto& m = cfg.mod();
-  if (!m.enabled()) return routed;
-  switch (m.schedule()) {
+namespace {
+// Blocks picked by a schedule (MoDConfig's meaning, shared by MoD routing and MoE MLPs).
+std::vector<bool> scheduled_blocks(int n, modtrain::MoDConfig::Schedule schedule, int every_k,
+                                   const google::protobuf::RepeatedField<int32_t>& list) {
+  std::vector<bool> on(n, false);
+  switch (schedule) {
     case modtrain::MoDConfig::EVERY_OTHER:
-      for (int i = 1; i < n; i += 2) routed[i] = true;
+      for (int i = 1; i < n; i += 2) on[i] = true;
       break;
     case modtrain::MoDConfig::EVERY:
-      for (int i = 0; i < n; ++i) routed[i] = true;
+      for (int i = 0; i < n; ++i) on[i] = true;
       break;
     case modtrain::MoDConfig::EVERY_KTH:
-      for (int i = m.every_k() - 1; i < n; i += m.every_k()) routed[i] = true;
+      for (int i = every_k - 1; i < n; i += every_k) on[i] = true;
       break;
     case modtrain::MoDConfig::EXPLICIT:
-      for (int b : m.routed_blocks()) routed[b] = true;
+      for (int b : list) on[b] = true;
       break;
   }
-  return routed;
+  return on;
+}
+
+// Forward FLOPs per token entering an MoE MLP of t tokens per sequence: the router on every
+// token, and each expert's MLP on its K slots (active experts only: E * K / t MLPs per token).
+double moe_mlp_flops(const modtrain::ModelConfig& cfg, int64_t t) {
+  const auto& m = cfg.moe();
+  const double d = cfg.d_model(), f = m.d_expert() > 0 ? m.d_expert() : cfg.d_ff();
+  const double e_all = m.n_experts() + (m.noop_expert() ? 1 : 0);
+  const double mlp = (cfg.mlp() == modtrain::ModelConfig::SWIGLU ? 3.0 : 2.0) * 2.0 * d * f;
+  const double slots_per_token = static_cast<double>(m.n_experts() * expert_slots(m, t)) / t;
+  return 2.0 * d * e_all + slots_per_token * mlp;
+}
+}  // namespace
+
+std::vector<bool> routed_blocks(const modtrain::ModelConfig& cfg) {
+  const auto& m = cfg.mod();
+  if (!m.enabled()) return std::vector<bool>(cfg.n_layers(), false);
+  return scheduled_blocks(cfg.n_layers(), m.schedule(), m.every_k(), m.routed_blocks());
+}
+
+std::vector<bool> moe_blocks(const modtrain::ModelConfig& cfg) {
+  const auto& m = cfg.moe();
+  if (!m.enabled()) return std::vector<bool>(cfg.n_layers(), false);
+  return scheduled_blocks(cfg.n_layers(), m.schedule(), m.every_k(), m.moe_blocks());
 }
 
 double capacity_fraction(const modtrain::ModelConfig& cfg, int block) {
@@ -51,16 +77,18 @@ FlopCount count_flops(const modtrain::ModelConfig& cfg) {
   const bool swiglu = cfg.mlp() == modtrain::ModelConfig::SWIGLU;
   const double mlp = (swiglu ? 3.0 : 2.0) * 2.0 * d * ff;  // per token through the block
   const double proj = 4.0 * 2.0 * d * d;                   // q, k, v, o
-  const auto routed = routed_blocks(cfg);
+  const auto routed = routed_blocks(cfg), moe = moe_blocks(cfg);
   const auto& causal = cfg.mod().causal();
   const double h = causal.predictor_hidden();
 
   FlopCount out;
   for (int b = 0; b < cfg.n_layers(); ++b) {
-    const double c = static_cast<double>(block_capacity(cfg, b));
+    const int64_t ci = block_capacity(cfg, b);
+    const double c = static_cast<double>(ci);
     // Causal attention: query i of the c tokens sees i + 1 keys; QK^T and PV are 2*d each.
     const double attn = 2.0 * 2.0 * d * (c + 1.0) / 2.0;
-    BlockFlops bf{b, routed[b], static_cast<int64_t>(c), (proj + mlp + attn) * c / s};
+    const double block_mlp = moe[b] ? moe_mlp_flops(cfg, ci) : mlp;
+    BlockFlops bf{b, routed[b], ci, (proj + block_mlp + attn) * c / s, moe[b]};
     if (routed[b]) {
       double extra = 2.0 * d;  // router r = w.x on every token
       if (causal.method() == modtrain::CausalRoutingConfig::PREDICTOR)
@@ -78,7 +106,13 @@ FlopCount count_flops(const modtrain::ModelConfig& cfg) {
   const int64_t di = cfg.d_model(), ffi = cfg.d_ff(), vi = cfg.vocab_size();
   int64_t per_block = 4 * di * di + (swiglu ? 3 : 2) * di * ffi + 2 * di;  // + 2 norm gains
   int64_t extra = 0;
+  const auto& me = cfg.moe();
+  const int64_t fe = me.d_expert() > 0 ? me.d_expert() : ffi;
+  const int64_t e_all = me.n_experts() + (me.noop_expert() ? 1 : 0);
   for (int b = 0; b < cfg.n_layers(); ++b) {
+    if (moe[b])  // E expert MLPs and the router replace the dense MLP
+      extra += me.n_experts() * (swiglu ? 3 : 2) * di * fe - (swiglu ? 3 : 2) * di * ffi +
+               e_all * di + (me.router_bias() ? e_all : 0);
     if (!routed[b]) continue;
     extra += di + (cfg.mod().router().bias() ? 1 : 0);
     if (causal.method() == modtrain::CausalRoutingConfig::PREDICTOR)
@@ -96,10 +130,10 @@ std::string describe_flops(const modtrain::ModelConfig& cfg) {
   char line[160];
   std::snprintf(line, sizeof line, "parameters %.3fM (non-embedding %.3fM)\n",
                 f.parameters / 1e6, f.non_embedding_parameters / 1e6);
-  os << line << "block  routed  tokens/seq  fwd FLOPs/token\n";
+  os << line << "block  routed  mlp  tokens/seq  fwd FLOPs/token\n";
   for (const auto& b : f.blocks) {
-    std::snprintf(line, sizeof line, "%5d  %6s  %10lld  %15.4g\n", b.block, b.routed ? "yes" : "no",
-                  static_cast<long long>(b.capacity), b.forward_per_token);
+    std::snprintf(line, sizeof line, "%5d  %6s  %3s  %10lld  %15.4g\n", b.block, b.routed ? "yes" : "no",
+                  b.moe ? "moe" : "mlp", static_cast<long long>(b.capacity), b.forward_per_token);
     os << line;
   }
   std::snprintf(line, sizeof line,

@@ -1,7 +1,7 @@
 // FLOP accounting: one function of the model config, used by MFU, the `flops` command and the
 // isoFLOP grids. Counts multiply-adds as 2 FLOPs in every matmul (projections, MLP, router,
-// predictor, LM head, and the causal attention QK^T and PV on the keys each query sees);
-// norms, softmax and elementwise work are left out, as in Kaplan et al. and Chinchilla.
+// predictor, LM head, MoE routers, the experts on the K slots each one runs, and the causal
+// attention QK^T and PV on the keys each query sees); norms, softmax and elementwise work are left out, as in Kaplan et al. and Chinchilla.
 #pragma once
 
 #include <string>
@@ -16,6 +16,7 @@ struct BlockFlops {
   bool routed = false;
   int64_t capacity = 0;         // tokens per sequence that pass through (S when dense)
   double forward_per_token = 0;  // averaged over all S tokens of the sequence
+  bool moe = false;              // an MoE MLP (active experts counted)
 };
 
 struct FlopCount {
@@ -33,6 +34,8 @@ FlopCount count_flops(const modtrain::ModelConfig& cfg);
 // Which blocks are routed; each block's capacity fraction (1 when dense); and its capacity
 // C = max(1, round(fraction * seq_len)) in tokens per sequence.
 std::vector<bool> routed_blocks(const modtrain::ModelConfig& cfg);
+// Which blocks have an MoE MLP (model.moe's schedule).
+std::vector<bool> moe_blocks(const modtrain::ModelConfig& cfg);
 double capacity_fraction(const modtrain::ModelConfig& cfg, int block);
 int64_t capacity_tokens(double fraction, int64_t seq_len);
 int64_t block_capacity(const modtrain::ModelConfig& cfg, int block);

@@ -148,12 +148,15 @@ Tensor Predictor::logits(const Tensor& x) const {
   return reshape(out_->forward(silu(in_->forward(x))), {x.size(0), x.size(1)});
 }
 
-Block::Block(const modtrain::ModelConfig& cfg, bool routed, Rng& rng, DType dtype) {
+Block::Block(const modtrain::ModelConfig& cfg, bool routed, Rng& rng, DType dtype, bool moe) {
   const int64_t d = cfg.d_model();
   norm1_ = register_module("norm1", std::make_shared<nn::RMSNorm>(d, cfg.norm_eps(), dtype));
   attn_ = register_module("attn", std::make_shared<Attention>(cfg, rng, dtype));
   norm2_ = register_module("norm2", std::make_shared<nn::RMSNorm>(d, cfg.norm_eps(), dtype));
-  mlp_ = register_module("mlp", std::make_shared<Mlp>(cfg, rng, dtype));
+  if (moe)
+    moe_ = register_module("mlp", std::make_shared<MoeMlp>(cfg, rng, dtype));
+  else
+    mlp_ = register_module("mlp", std::make_shared<Mlp>(cfg, rng, dtype));
   if (!routed) return;
   const auto& mod = cfg.mod();
   router_ = register_module(
@@ -164,22 +167,30 @@ Block::Block(const modtrain::ModelConfig& cfg, bool routed, Rng& rng, DType dtyp
         std::make_shared<Predictor>(d, mod.causal().predictor_hidden(), rng, cfg.init_std(), dtype));
 }
 
-Tensor Block::delta(const Tensor& x, const Tensor& pos, KvCache* cache) const {
+Tensor Block::delta(const Tensor& x, const Tensor& pos, KvCache* cache, RoutingMode mode,
+                    ForwardResult* result) const {
   Tensor a = attn_->forward(norm1_->forward(x), pos, cache);
-  Tensor m = mlp_->forward(norm2_->forward(add(x, a)));
-  return add(a, m);
+  Tensor h = norm2_->forward(add(x, a));
+  if (!moe_) return add(a, mlp_->forward(h));
+  if (mode == RoutingMode::Causal) return add(a, moe_->forward_causal(h));
+  MoeOutput m = moe_->forward(h);
+  if (result) {
+    if (m.aux.defined()) result->aux_loss = add_defined(result->aux_loss, m.aux);
+    result->moe_stats.push_back(m.stats);
+  }
+  return add(a, m.out);
 }
 
 // --- the model ---
 
 Transformer::Transformer(const modtrain::ModelConfig& cfg, uint64_t seed, DType dtype)
-    : cfg_(cfg), routed_(routed_blocks(cfg)) {
+    : cfg_(cfg), routed_(routed_blocks(cfg)), moe_(moe_blocks(cfg)) {
   Rng rng(seed);
   embed_ = register_module(
       "embed", std::make_shared<nn::Embedding>(cfg.vocab_size(), cfg.d_model(), rng, cfg.init_std(), dtype));
   auto list = register_module("blocks", std::make_shared<nn::ModuleList>());
   for (int b = 0; b < cfg.n_layers(); ++b)
-    blocks_.push_back(list->add(std::make_shared<Block>(cfg, routed_[b], rng, dtype)));
+    blocks_.push_back(list->add(std::make_shared<Block>(cfg, routed_[b], rng, dtype, moe_[b])));
   final_norm_ = register_module("final_norm", std::make_shared<nn::RMSNorm>(cfg.d_model(), cfg.norm_eps(), dtype));
   if (!cfg.tie_embeddings())
     lm_head_ = register_module("lm_head", std::make_shared<nn::Linear>(cfg.d_model(), cfg.vocab_size(),
@@ -197,12 +208,13 @@ Tensor Transformer::head(const Tensor& h) const {
 }
 
 TopCRouting route_top_c(const Block& blk, const Tensor& x, const Tensor& pos, int64_t capacity,
-                        modtrain::RouterConfig::Gate gate) {
+                        modtrain::RouterConfig::Gate gate, ForwardResult* result) {
   const int64_t batch = x.size(0), t = x.size(1);
   TopCRouting out;
   out.r = blk.router()->scores(x);                    // [B,T]
   out.idx = topk_rows(out.r, capacity);               // [B,C] ascending, ties to lower
-  Tensor f = blk.delta(gather_rows(x, out.idx), gather_positions(pos, out.idx));  // [B,C,D]
+  Tensor f = blk.delta(gather_rows(x, out.idx), gather_positions(pos, out.idx), nullptr,
+                       RoutingMode::TopC, result);  // [B,C,D]
   Tensor g = apply_gate(gate, gather_rows(reshape(out.r, {batch, t, 1}), out.idx));  // [B,C,1]
   out.out = scatter_add_rows(x, out.idx, mul(f, g));
   return out;
@@ -213,7 +225,7 @@ Tensor Transformer::routed_top_c(size_t b, const Tensor& x, const Tensor& pos,
                                  ForwardResult& result) const {
   const Block& blk = *blocks_[b];
   const int64_t t = x.size(1);
-  auto [out, r, idx] = route_top_c(blk, x, pos, capacity(b, t), cfg_.mod().router().gate());
+  auto [out, r, idx] = route_top_c(blk, x, pos, capacity(b, t), cfg_.mod().router().gate(), &result);
   const Tensor member = membership(idx, t, x.dtype());
   const auto& causal = cfg_.mod().causal();
   Tensor decision;
@@ -247,7 +259,7 @@ Tensor Transformer::routed_causal(size_t b, const Tensor& x) const {
   if (chosen.empty()) return x;
   const int64_t c = static_cast<int64_t>(chosen.size());
   Tensor idx = Tensor::from_indices(chosen, {1, c});
-  Tensor f = blk.delta(gather_rows(x, idx), idx);
+  Tensor f = blk.delta(gather_rows(x, idx), idx, nullptr, RoutingMode::Causal);
   Tensor g = apply_gate(cfg_.mod().router().gate(), gather_rows(reshape(r, {1, t, 1}), idx));
   return scatter_add_rows(x, idx, mul(f, g));
 }
@@ -255,10 +267,13 @@ Tensor Transformer::routed_causal(size_t b, const Tensor& x) const {
 Tensor Transformer::run_blocks(Tensor x, RoutingMode mode, ForwardResult& result) const {
   const Tensor pos = positions(x.size(0), x.size(1));
   for (size_t b = 0; b < blocks_.size(); ++b) {
+    const size_t moe_before = result.moe_stats.size();
     if (!routed_[b])
-      x = add(x, blocks_[b]->delta(x, pos));
+      x = add(x, blocks_[b]->delta(x, pos, nullptr, mode, &result));
     else
       x = mode == RoutingMode::TopC ? routed_top_c(b, x, pos, result) : routed_causal(b, x);
+    for (size_t i = moe_before; i < result.moe_stats.size(); ++i)
+      result.moe_stats[i].block = static_cast<int>(b);
   }
   return x;
 }
@@ -308,13 +323,13 @@ Tensor Transformer::decode_step(int64_t token, int64_t pos, std::vector<KvCache>
   for (size_t b = 0; b < blocks_.size(); ++b) {
     const Block& blk = *blocks_[b];
     if (!routed_[b]) {
-      x = add(x, blk.delta(x, p, &caches[b]));
+      x = add(x, blk.delta(x, p, &caches[b], RoutingMode::Causal));
       continue;
     }
     Tensor r = blk.router()->scores(x);  // [1,1]
     const double decision = blk.predictor() ? blk.predictor()->logits(x).item() : r.item();
     if (decision <= 0) continue;  // skipped: no cache entry, no compute
-    x = add(x, mul(blk.delta(x, p, &caches[b]),
+    x = add(x, mul(blk.delta(x, p, &caches[b], RoutingMode::Causal),
                    apply_gate(cfg_.mod().router().gate(), reshape(r, {1, 1, 1}))));
   }
   return head(x).view({cfg_.vocab_size()});

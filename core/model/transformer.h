@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "configs/modtrain.pb.h"
+#include "core/model/moe.h"
 #include "core/nn/module.h"
 
 namespace mod::model {
@@ -36,9 +37,10 @@ struct RoutedBlockStats {
 struct ForwardResult {
   Tensor logits;   // [B,T,V] ([B,T,V/tp], this rank's vocabulary slice, under tensor parallelism)
   Tensor lm_loss;  // scalar; undefined without targets
-  Tensor aux_loss; // scalar: predictor BCE + weighted router BCE; undefined if none
+  Tensor aux_loss; // scalar: predictor BCE + weighted router BCE + MoE losses; undefined if none
   Tensor loss;     // lm_loss (+ aux_loss): what backward runs on
   std::vector<RoutedBlockStats> stats;
+  std::vector<MoeStats> moe_stats;  // per MoE layer run, in block order
   std::vector<Tensor> routed_idx;  // top-C mode: [B,C] i64 per routed block, in block order
 };
 
@@ -93,19 +95,25 @@ class Predictor : public nn::Module {
 };
 
 // One pre-norm block. delta() is f: the block's contribution before the residual add. A
-// routed block also owns its router and (for causal method PREDICTOR) its predictor.
+// routed block also owns its router and (for causal method PREDICTOR) its predictor; an MoE
+// block has a MoeMlp where others have an Mlp (both named "mlp").
 class Block : public nn::Module {
  public:
-  Block(const modtrain::ModelConfig& cfg, bool routed, Rng& rng, DType dtype = DType::F32);
-  // f(x) = a + mlp(norm2(x + a)), a = attn(norm1(x)); x [B,T,D], pos [B,T].
-  Tensor delta(const Tensor& x, const Tensor& pos, KvCache* cache = nullptr) const;
+  Block(const modtrain::ModelConfig& cfg, bool routed, Rng& rng, DType dtype = DType::F32,
+        bool moe = false);
+  // f(x) = a + mlp(norm2(x + a)), a = attn(norm1(x)); x [B,T,D], pos [B,T]. An MoE MLP routes
+  // by mode and adds its auxiliary loss and statistics to *result (dropped when null).
+  Tensor delta(const Tensor& x, const Tensor& pos, KvCache* cache = nullptr,
+               RoutingMode mode = RoutingMode::TopC, ForwardResult* result = nullptr) const;
   const Router* router() const { return router_.get(); }        // null when dense
   const Predictor* predictor() const { return predictor_.get(); }  // null unless PREDICTOR
+  MoeMlp* moe() const { return moe_.get(); }                     // null with a dense MLP
 
  private:
   std::shared_ptr<nn::RMSNorm> norm1_, norm2_;
   std::shared_ptr<Attention> attn_;
   std::shared_ptr<Mlp> mlp_;
+  std::shared_ptr<MoeMlp> moe_;
   std::shared_ptr<Router> router_;
   std::shared_ptr<Predictor> predictor_;
 };
@@ -119,7 +127,7 @@ struct TopCRouting {
   Tensor idx;  // [B,C] i64
 };
 TopCRouting route_top_c(const Block& block, const Tensor& x, const Tensor& pos, int64_t capacity,
-                        modtrain::RouterConfig::Gate gate);
+                        modtrain::RouterConfig::Gate gate, ForwardResult* result = nullptr);
 
 class Transformer : public nn::Module {
  public:
@@ -136,6 +144,8 @@ class Transformer : public nn::Module {
 
   const modtrain::ModelConfig& config() const { return cfg_; }
   bool routed(size_t block) const { return routed_[block]; }
+  size_t num_blocks() const { return blocks_.size(); }
+  MoeMlp* moe(size_t block) const { return blocks_[block]->moe(); }  // null: dense MLP
   // Replaces cross_entropy(logits, targets) for the LM loss (the vocabulary-parallel loss under
   // tensor parallelism, where logits hold this rank's slice of the vocabulary).
   using LmLoss = std::function<Tensor(const Tensor& logits, const Tensor& targets)>;
@@ -150,6 +160,7 @@ class Transformer : public nn::Module {
 
   modtrain::ModelConfig cfg_;
   std::vector<bool> routed_;  // per block
+  std::vector<bool> moe_;     // per block: an MoE MLP
   std::shared_ptr<nn::Embedding> embed_;
   std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<nn::RMSNorm> final_norm_;

@@ -1,6 +1,8 @@
-// Softmax over the last dim, and the fused cross-entropy: logits [..., V] are viewed as rows
-// [N,V]; the forward caches per-row lse [N] and never materialises probabilities; the backward
-// recomputes them from lse. The loss is the mean over targets != ignore_index (0 if none).
+// Softmax and logsumexp over the last dim, and the fused cross-entropy: inputs [..., V] are
+// viewed as rows [N,V]. Logsumexp's backward recomputes softmax from its saved input.
+// Cross-entropy's forward caches per-row lse [N] and never materialises probabilities; the
+// backward recomputes them from lse. The loss is the mean over targets != ignore_index (0 if
+// none).
 #include "core/ops/softmax.h"
 
 #include "core/autograd.h"
@@ -58,6 +60,32 @@ Tensor softmax(const Tensor& x) {
     });
   }
   return y;
+}
+
+Tensor logsumexp(const Tensor& x) {
+  const char* op = op_name(Op::LogSumExp);
+  check::floating(op, x, "x");
+  if (x.dim() < 1 || x.size(-1) == 0)
+    check::fail(op, "x " + shape_str(x.shape()) + " needs a non-empty last dim V");
+  const int64_t v = x.size(-1), n = x.numel() / v;
+  const Tensor x2 = x.view({n, v});
+  const Shape lead(x.shape().begin(), x.shape().end() - 1);
+  Tensor out = Tensor::empty(lead, x.dtype(), x.device());
+  Tensor out1 = out.view({n});
+  backend_of(x).logsumexp_forward(x2, out1);
+  if (any_requires_grad({x})) {
+    // Saves x (alive anyway as the caller's activation) rather than softmax(x), which would be
+    // a second [N,V] buffer held until backward; recomputing it costs one exp per element.
+    record(out, Op::LogSumExp, {x}, [x2, shape = x.shape()](const Tensor& g, const NeedsGrad&) {
+      Tensor dx = Tensor::empty(shape, g.dtype(), g.device());
+      Tensor dx2 = dx.view(x2.shape());
+      Backend& b = backend_of(g);
+      b.softmax_forward(x2, dx2);
+      b.binary(BinaryKind::Mul, Broadcast::Outer, x2.size(0), x2.size(1), dx2, g, dx2);
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return out;
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {

@@ -116,13 +116,27 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   data_ = load_splits(cfg_.data().dir(), cfg_.model().vocab_size());
   model_ = std::make_unique<model::Transformer>(cfg_.model(), cfg_.train().seed());
   shards_ = parallel::parallelize_tensor(*model_, *mesh_);
+  parallel::parallelize_experts(*model_, *mesh_, shards_);
   const auto params = model_->named_parameters();
+  std::vector<std::pair<std::string, Tensor>> dense, experts;
+  for (const auto& p : params) (shards_.at(p.first).expert ? experts : dense).push_back(p);
+  const double bucket_mb = cfg_.parallel().bucket_mb();
   if (dims.dp > 1)
-    buckets_ = std::make_unique<parallel::GradBucketer>(params, mesh_->dp(), cfg_.parallel().bucket_mb());
+    buckets_ = std::make_unique<parallel::GradBucketer>(dense, mesh_->dp(), bucket_mb);
+  // Expert gradients: the all-to-all summed the ep group's tokens in; the edp group (dp / ep
+  // replicas times the tp shares of the slots) sums the rest; dividing by dp makes the mean.
+  if (!experts.empty() && (dims.dp > 1 || mesh_->edp().size() > 1))
+    expert_buckets_ = std::make_unique<parallel::GradBucketer>(experts, mesh_->edp(), bucket_mb, dims.dp);
   if (cfg_.parallel().zero1()) {
-    std::vector<parallel::ShardedAdamW::Param> zp;
-    for (const auto& [name, t] : params) zp.push_back({name, t, takes_weight_decay(name, cfg_.optimizer())});
-    zero1_ = std::make_unique<parallel::ShardedAdamW>(std::move(zp), cfg_.optimizer(), mesh_->dp());
+    std::vector<parallel::ShardedAdamW::Param> zd, ze;
+    for (const auto& [name, t] : params) {
+      auto& group = shards_.at(name).expert ? ze : zd;
+      zero1_index_.push_back(group.size());
+      group.push_back({name, t, takes_weight_decay(name, cfg_.optimizer())});
+    }
+    zero1_ = std::make_unique<parallel::ShardedAdamW>(std::move(zd), cfg_.optimizer(), mesh_->dp());
+    if (!ze.empty())
+      zero1_experts_ = std::make_unique<parallel::ShardedAdamW>(std::move(ze), cfg_.optimizer(), mesh_->edp());
   } else {
     optimizer_ = std::make_unique<AdamW>(params, cfg_.optimizer());
   }
@@ -142,21 +156,30 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
 std::vector<std::pair<std::string, Tensor>> Trainer::full_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
   for (const auto& [name, t] : model_->named_parameters())
-    out.emplace_back(name, parallel::gather_parameter(t, shards_.at(name), mesh_->tp()));
+    out.emplace_back(name, parallel::gather_parameter(t, shards_.at(name),
+                                                      parallel::group_of(shards_.at(name), *mesh_)));
   return out;
 }
 
-// The norm over the whole model: tp-sharded gradients are summed over the tp group, replicated
-// ones (identical on every tp rank) counted once. Gradients are already averaged over dp.
+parallel::ShardedAdamW& Trainer::zero1_for(const std::string& name) const {
+  return shards_.at(name).expert ? *zero1_experts_ : *zero1_;
+}
+
+// The norm over the whole model: tp-sharded gradients are summed over the tp group, experts
+// split over ep over the ep group, replicated ones (identical on every rank of those groups)
+// counted once. Gradients are already reduced over dp.
 double Trainer::global_grad_norm_and_clip() {
-  std::vector<Tensor> sharded, replicated, all;
+  std::vector<Tensor> tp_sharded, ep_sharded, replicated, all;
   for (const auto& [name, t] : model_->named_parameters()) {
-    (shards_.at(name).dim >= 0 ? sharded : replicated).push_back(t);
+    const parallel::ShardSpec& spec = shards_.at(name);
+    (spec.dim < 0 ? replicated : spec.expert ? ep_sharded : tp_sharded).push_back(t);
     all.push_back(t);
   }
-  Tensor sq = Tensor::scalar(grad_sq_sum(sharded), DType::F64);
-  if (mesh_->tp().size() > 1) mesh_->tp().all_reduce(sq);
-  const double norm = std::sqrt(sq.item() + grad_sq_sum(replicated));
+  Tensor tp_sq = Tensor::scalar(grad_sq_sum(tp_sharded), DType::F64);
+  if (mesh_->tp().size() > 1) mesh_->tp().all_reduce(tp_sq);
+  Tensor ep_sq = Tensor::scalar(grad_sq_sum(ep_sharded), DType::F64);
+  if (mesh_->ep().size() > 1) mesh_->ep().all_reduce(ep_sq);
+  const double norm = std::sqrt(tp_sq.item() + ep_sq.item() + grad_sq_sum(replicated));
   clip_to_norm(all, norm, cfg_.optimizer().grad_clip());
   return norm;
 }
@@ -170,6 +193,8 @@ void Trainer::reduce_step_metrics(double& loss, double& aux) {
     for (double x : {s.router_mean, s.router_std, s.accuracy, s.precision, s.recall}) v.push_back(x);
     for (double x : s.routed_fraction_by_bucket) v.push_back(x);
   }
+  for (const auto& s : last_moe_stats_)
+    for (double x : {s.unrouted_fraction, s.noop_fraction, s.dropped_fraction, s.max_load}) v.push_back(x);
   Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64);
   mesh_->dp().all_reduce(t);
   const double inv = 1.0 / mesh_->dp().size();
@@ -181,6 +206,20 @@ void Trainer::reduce_step_metrics(double& loss, double& aux) {
     for (double* x : {&s.router_mean, &s.router_std, &s.accuracy, &s.precision, &s.recall}) *x = next();
     for (double& x : s.routed_fraction_by_bucket) x = next();
   }
+  for (auto& s : last_moe_stats_)
+    for (double* x : {&s.unrouted_fraction, &s.noop_fraction, &s.dropped_fraction, &s.max_load}) *x = next();
+}
+
+// Buckets all-reduce during the last micro-batch's backward; each ignores the other's leaves.
+LeafGradReady Trainer::gradient_ready_hook() {
+  LeafGradReady dense = buckets_ ? buckets_->ready_hook() : LeafGradReady();
+  LeafGradReady experts = expert_buckets_ ? expert_buckets_->ready_hook() : LeafGradReady();
+  if (!experts) return dense;
+  if (!dense) return experts;
+  return [dense, experts](const Tensor& leaf) {
+    dense(leaf);
+    experts(leaf);
+  };
 }
 
 double Trainer::train_step(int64_t step) {
@@ -194,13 +233,16 @@ double Trainer::train_step(int64_t step) {
     maybe_exit_for_test(mesh_->world().rank(), step);
     const bool last = micro == accum - 1;
     // Buckets all-reduce during the last micro-batch's backward; earlier ones accumulate.
-    backward(scale(r.loss, 1.0 / accum), Tensor(),
-             last && buckets_ ? buckets_->ready_hook() : LeafGradReady());
+    backward(scale(r.loss, 1.0 / accum), Tensor(), last ? gradient_ready_hook() : LeafGradReady());
     loss += r.lm_loss.item() / accum;
     if (r.aux_loss.defined()) aux += r.aux_loss.item() / accum;
-    if (last) last_stats_ = std::move(r.stats);
+    if (last) {
+      last_stats_ = std::move(r.stats);
+      last_moe_stats_ = std::move(r.moe_stats);
+    }
   }
   if (buckets_) buckets_->finish();
+  if (expert_buckets_) expert_buckets_->finish();
   reduce_step_metrics(loss, aux);
   last_grad_norm_ = global_grad_norm_and_clip();
   if (!std::isfinite(loss) || !std::isfinite(last_grad_norm_))
@@ -208,10 +250,12 @@ double Trainer::train_step(int64_t step) {
                              std::to_string(loss) + ", gradient norm " +
                              std::to_string(last_grad_norm_) + " (lower optimizer.lr?)");
   const double lr = learning_rate(cfg_.optimizer(), step, cfg_.train().steps());
-  if (zero1_)
+  if (zero1_) {
     zero1_->step(lr);
-  else
+    if (zero1_experts_) zero1_experts_->step(lr);
+  } else {
     optimizer_->step(lr);
+  }
   last_aux_ = aux;
   return loss;
 }
@@ -232,9 +276,9 @@ double Trainer::run() {
                 device_report().c_str(), cfg_.name().c_str(), flops.parameters / 1e6,
                 flops.training_per_token, peak / 1e9);
     if (world > 1)
-      std::printf("parallel: %d processes (%s) = dp %d x tp %d%s, %zu gradient buckets\n", world,
+      std::printf("parallel: %d processes (%s) = dp %d x tp %d (ep %d)%s, %zu gradient buckets\n", world,
                   parallel::launch_info().source.c_str(), mesh_->dims().dp, mesh_->dims().tp,
-                  zero1_ ? ", ZeRO-1 optimizer sharding" : "",
+                  mesh_->dims().ep, zero1_ ? ", ZeRO-1 optimizer sharding" : "",
                   buckets_ ? buckets_->num_buckets() : size_t{0});
   }
 
@@ -285,6 +329,15 @@ double Trainer::run() {
       for (size_t k = 0; tb && k < s.routed_fraction_by_bucket.size(); ++k)
         tb->scalar("routing/" + p + "routed_frac_bucket" + std::to_string(k),
                   s.routed_fraction_by_bucket[k], step + 1);
+    }
+    for (const auto& s : last_moe_stats_) {
+      const std::string p = "moe_block" + std::to_string(s.block) + "_";
+      m[p + "unrouted"] = s.unrouted_fraction;
+      if (cfg_.model().moe().noop_expert()) m[p + "noop"] = s.noop_fraction;
+      if (cfg_.model().moe().routing() == modtrain::MoEConfig::TOKEN_CHOICE) {
+        m[p + "dropped"] = s.dropped_fraction;
+        m[p + "max_load"] = s.max_load;
+      }
     }
     const bool last = step + 1 == steps;
     if (t.eval_every() > 0 && ((step + 1) % t.eval_every() == 0 || last)) {

@@ -66,14 +66,18 @@ class Trainer {
   int64_t start_step() const { return start_step_; }  // steps done before run() (resume)
   const model::Transformer& model() const { return *model_; }
   const std::vector<double>& losses() const { return losses_; }  // one per step run here
-  // Every parameter in full (tensor-parallel shards gathered). Collective over the tp group.
+  // Every parameter in full (tensor-parallel shards and experts gathered). Collective over the
+  // tp and ep groups.
   std::vector<std::pair<std::string, Tensor>> full_parameters() const;
   const parallel::DeviceMesh& mesh() const { return *mesh_; }
 
  private:
   double train_step(int64_t step);
+  LeafGradReady gradient_ready_hook();
   double global_grad_norm_and_clip();
   void reduce_step_metrics(double& loss, double& aux);
+  // The ZeRO-1 optimizer holding a parameter's moments (zero1_experts_ for expert weights).
+  parallel::ShardedAdamW& zero1_for(const std::string& name) const;
   // Checkpoints (trainer_checkpoint.cpp).
   std::vector<ckpt::TensorEntry> checkpoint_entries();
   void save_checkpoint(int64_t steps_done, double elapsed);
@@ -88,8 +92,12 @@ class Trainer {
   std::unique_ptr<model::Transformer> model_;
   parallel::ShardMap shards_;
   std::unique_ptr<AdamW> optimizer_;                 // unless ZeRO-1
-  std::unique_ptr<parallel::ShardedAdamW> zero1_;    // parallel.zero1
-  std::unique_ptr<parallel::GradBucketer> buckets_;  // dp > 1
+  // ZeRO-1 (parallel.zero1): moments of dense parameters sharded over dp, of expert weights over
+  // their expert data-parallel group; zero1_index_[i] is parameter i's index in its optimizer.
+  std::unique_ptr<parallel::ShardedAdamW> zero1_, zero1_experts_;
+  std::vector<size_t> zero1_index_;
+  std::unique_ptr<parallel::GradBucketer> buckets_;          // dense parameters over dp (dp > 1)
+  std::unique_ptr<parallel::GradBucketer> expert_buckets_;  // expert weights over edp
   std::unique_ptr<data::WindowLoader> loader_;
   int64_t row_begin_ = 0, row_end_ = 0;  // this dp rank's rows of each global batch
   bool check_routing_ = false;           // MOD_CHECK_TP_ROUTING=1
@@ -99,6 +107,7 @@ class Trainer {
   bool stopped_ = false;
   std::vector<double> losses_;
   std::vector<model::RoutedBlockStats> last_stats_;
+  std::vector<model::MoeStats> last_moe_stats_;
   double last_aux_ = 0, last_grad_norm_ = 0;
 };
 

@@ -29,18 +29,20 @@ Tensor local_slice(const Tensor& full, const parallel::ShardSpec& spec, const Sh
 }  // namespace
 
 std::vector<ckpt::TensorEntry> Trainer::checkpoint_entries() {
-  // One writer per piece: dp rank 0 for tp shards, and tp rank 0 of it for replicated tensors.
+  // One writer per piece: dp rank 0 for tp shards, tp rank 0 of it for replicated tensors, and
+  // for experts the first rank of their expert data-parallel group (edp holds their replicas).
   const bool dp_writer = mesh_->dp_rank() == 0, tp_writer = dp_writer && mesh_->tp_rank() == 0;
+  const bool expert_writer = mesh_->edp().rank() == 0;
   std::vector<ckpt::TensorEntry> out;
   const auto params = model_->named_parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, p] = params[i];
     const parallel::ShardSpec& spec = shards_.at(name);
-    const bool writer = spec.dim >= 0 ? dp_writer : tp_writer;
+    const bool writer = spec.expert ? expert_writer : spec.dim >= 0 ? dp_writer : tp_writer;
     out.push_back(entry("model/" + name, p, spec, writer));
     Tensor m, v;
     if (zero1_) {
-      std::tie(m, v) = zero1_->full_moments(i);  // collective over dp
+      std::tie(m, v) = zero1_for(name).full_moments(zero1_index_[i]);  // collective over its group
     } else {
       m = optimizer_->slots()[i].m;
       v = optimizer_->slots()[i].v;
@@ -118,16 +120,18 @@ void Trainer::resume(const std::string& spec) {
     dst.copy_from(read("model/" + name));
     Tensor m = read("optim/m/" + name), v = read("optim/v/" + name);
     if (zero1_) {
-      zero1_->load_moments(i, m, v);
+      zero1_for(name).load_moments(zero1_index_[i], m, v);
     } else {
       optimizer_->slots()[i].m.copy_from(m);
       optimizer_->slots()[i].v.copy_from(v);
     }
   }
-  if (zero1_)
+  if (zero1_) {
     zero1_->set_steps_taken(st.optimizer_steps);
-  else
+    if (zero1_experts_) zero1_experts_->set_steps_taken(st.optimizer_steps);
+  } else {
     optimizer_->set_steps_taken(st.optimizer_steps);
+  }
   loader_->restore({st.loader_seed, st.batches_drawn});
   start_step_ = st.step;
   elapsed_before_ = st.elapsed_seconds;

@@ -1,6 +1,7 @@
-// Gradient cases for the norms, activations, softmax and cross-entropy. Widths are deliberately
-// not multiples of the SIMD width; cross-entropy covers ignored targets, a 3-D logits tensor,
-// i32 targets and a non-default ignore_index.
+// Gradient cases for the norms, activations, softmax, logsumexp and cross-entropy. Widths are
+// deliberately not multiples of the SIMD width; logsumexp covers a 1-D input (scalar output);
+// cross-entropy covers ignored targets, a 3-D logits tensor, i32 targets and a non-default
+// ignore_index.
 #include "core/ops.h"
 #include "tests/core/grad_check.h"
 
@@ -80,6 +81,10 @@ const bool registered = register_grad_cases({
     unary_case("softmax [3,17]", Op::Softmax, {3, 17}, 2.0, softmax),
     unary_case("softmax [2,3,13]", Op::Softmax, {2, 3, 13}, 2.0, softmax),
     unary_case("softmax [33]", Op::Softmax, {33}, 1.0, softmax),
+    unary_case("logsumexp [3,17]", Op::LogSumExp, {3, 17}, 2.0, logsumexp),
+    unary_case("logsumexp [2,3,13]", Op::LogSumExp, {2, 3, 13}, 2.0, logsumexp),
+    unary_case("logsumexp [33] to a scalar", Op::LogSumExp, {33}, 1.0, logsumexp),
+    unary_case("logsumexp [4,1] (single logit: identity)", Op::LogSumExp, {4, 1}, 1.0, logsumexp),
     cross_entropy_case("cross_entropy [5,17]", {5, 17}),
     cross_entropy_case("cross_entropy [6,13] with 2 ignored targets", {6, 13}, {1, 4}),
     cross_entropy_case("cross_entropy 3-D logits [2,3,11]", {2, 3, 11}, {2}),

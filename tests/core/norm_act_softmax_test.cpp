@@ -1,6 +1,6 @@
-// Norms, activations, softmax and cross-entropy: f32 forwards against naive double references
-// (including shapes past the OpenMP threshold and rows longer than the online-softmax chunk),
-// f32 gradients against the f64 ones, and argument errors.
+// Norms, activations, softmax, logsumexp and cross-entropy: f32 forwards against naive double
+// references (including shapes past the OpenMP threshold and rows longer than the online-softmax
+// chunk), f32 gradients against the f64 ones, and argument errors.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
@@ -156,6 +156,67 @@ TEST_CASE("softmax forward matches a naive reference in f32", "[forward]") {
   }
 }
 
+TEST_CASE("logsumexp forward matches a direct log(sum(exp(x))) in f32 and f64", "[forward]") {
+  Rng rng(19);
+  for (DType dt : {DType::F32, DType::F64}) {
+    for (Shape s : {Shape{7}, Shape{3, 17}, Shape{2, 4, 33}, Shape{40, 1000}, Shape{3, 5000}}) {
+      DYNAMIC_SECTION(dtype_name(dt) << " x " << shape_str(s)) {
+        Tensor x = drifting_logits(s, rng).to(dt);
+        Tensor y = logsumexp(x);
+        CHECK(y.shape() == Shape(s.begin(), s.end() - 1));
+        CHECK(y.dtype() == dt);
+        // No max subtracted: these logits are small enough for exp in double.
+        const int64_t v = s.back();
+        std::vector<double> want;
+        for (int64_t r = 0; r < x.numel() / v; ++r) {
+          double z = 0;
+          for (int64_t i = 0; i < v; ++i) z += std::exp(x.at(r * v + i));
+          want.push_back(std::log(z));
+        }
+        check_close(y, want, dt == DType::F32 ? 1e-6 : 1e-12);
+      }
+    }
+  }
+  SECTION("large and infinite logits: no overflow, and the gradient is softmax") {
+    const double inf = INFINITY;
+    for (DType dt : {DType::F32, DType::F64}) {
+      DYNAMIC_SECTION(dtype_name(dt)) {
+        // exp(89) overflows f32 and exp(710) overflows f64; the naive sum would be inf.
+        Tensor x = Tensor::from_vector({1000, 1001, 999,     //
+                                        -1000, -1001, -999,  //
+                                        89, 89, 89,          //
+                                        -inf, 0, -inf,       //
+                                        -inf, -inf, -inf,    //
+                                        3, inf, -inf},
+                                       {6, 3}, dt);
+        const std::vector<double> want = {1001 + std::log(1 + std::exp(-1.0) + std::exp(-2.0)),
+                                          -999 + std::log(1 + std::exp(-1.0) + std::exp(-2.0)),
+                                          89 + std::log(3.0),
+                                          0,
+                                          -inf,
+                                          inf};
+        Tensor y = logsumexp(x);
+        for (int64_t r = 0; r < 6; ++r) {
+          INFO("row " << r);
+          if (std::isinf(want[r]))
+            CHECK(y.at(r) == want[r]);
+          else
+            CHECK(y.at(r) == Approx(want[r]).epsilon(1e-7));
+        }
+        // d lse / dx = softmax(x) = exp(x - lse), scaled by the seed; rows 0-3 are finite.
+        const std::vector<double> seed = {1, 2, -1, 0.5};
+        Tensor xs = x.narrow0(0, 4).clone().set_requires_grad(true);
+        logsumexp(xs).backward(Tensor::from_vector(seed, {4}, dt));
+        std::vector<double> want_dx;
+        for (int64_t r = 0; r < 4; ++r)
+          for (int64_t i = 0; i < 3; ++i)
+            want_dx.push_back(seed[r] * std::exp(x.at(r * 3 + i) - want[r]));
+        check_close(xs.grad(), want_dx, dt == DType::F32 ? 1e-6 : 1e-12);
+      }
+    }
+  }
+}
+
 TEST_CASE("cross_entropy forward matches a naive mean over non-ignored targets", "[forward]") {
   Rng rng(14);
   for (Shape s : {Shape{5, 17}, Shape{2, 3, 33}, Shape{64, 1000}, Shape{3, 5000}}) {
@@ -229,6 +290,7 @@ TEST_CASE("f32 gradients agree with f64 ones, past the parallel threshold", "[fo
       {"silu", {{300, 129}}, [](auto& in) { return silu(in[0]); }},
       {"swiglu", {{300, 129}, {300, 129}}, [](auto& in) { return swiglu(in[0], in[1]); }},
       {"softmax", {{13, 3000}}, [](auto& in) { return softmax(in[0]); }},
+      {"logsumexp", {{13, 3000}}, [](auto& in) { return logsumexp(in[0]); }},
       {"cross_entropy", {{64, 3, 3000}}, [&](auto& in) { return cross_entropy(in[0], t); }},
   };
   for (const Case& c : cases) {
@@ -317,6 +379,10 @@ TEST_CASE("norm, activation and softmax ops reject bad arguments by name", "[err
   CHECK_THROWS_WITH(swiglu(x, x.to(DType::F64)), Contains("swiglu") && Contains("f64"));
   CHECK_THROWS_WITH(softmax(Tensor::zeros({2}, DType::I64)),
                     Contains("softmax") && Contains("i64"));
+  CHECK_THROWS_WITH(logsumexp(Tensor::zeros({2}, DType::I32)),
+                    Contains("logsumexp") && Contains("i32"));
+  CHECK_THROWS_WITH(logsumexp(Tensor::zeros({4, 0})), Contains("logsumexp") && Contains("[4, 0]"));
+  CHECK_THROWS_WITH(logsumexp(Tensor::zeros({})), Contains("logsumexp") && Contains("[]"));
 }
 
 TEST_CASE("cross_entropy rejects bad targets, naming the index", "[errors]") {

@@ -1,4 +1,6 @@
-// The tensor-parallel ops (parallel/tp_mappings.h, parallel/vocab_parallel.h):
+// The tensor-parallel ops (parallel/tp_mappings.h, parallel/vocab_parallel.h) and the gradient
+// cases of the expert-parallel pair (parallel/expert_parallel.h; its mpirun tests are in
+// expert_ops_test.cpp):
 // - at any world size, finite-difference gradient checks in float64 on a group of one, where
 //   each collective is the identity and the custom backward rules still run;
 // - under mpirun, each op on its tp slice against the single-process op on the whole tensor,
@@ -10,6 +12,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/random.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/parallelize.h"
 #include "parallel/tp_mappings.h"
 #include "parallel/vocab_parallel.h"
@@ -22,6 +25,10 @@ using namespace mod::parallel;
 namespace {
 parallel::Communicator& local() {
   static auto c = make_local_communicator("tp");
+  return *c;
+}
+parallel::Communicator& local_ep() {
+  static auto c = make_local_communicator("ep");
   return *c;
 }
 
@@ -44,6 +51,12 @@ std::vector<test::GradCase> collective_cases() {
       {"scatter_to_tp [2,3,4]", Op::ScatterToTp,
        [](Rng& r) { return std::vector<Tensor>{randn({2, 3, 4}, r, DType::F64).set_requires_grad(true)}; },
        [](const std::vector<Tensor>& in) { return scatter_to_tp(in[0], local()); }},
+      {"expert_dispatch [3,4,2]", Op::ExpertDispatch,
+       [](Rng& r) { return std::vector<Tensor>{randn({3, 4, 2}, r, DType::F64).set_requires_grad(true)}; },
+       [](const std::vector<Tensor>& in) { return dispatch_to_experts(in[0], local_ep(), local()); }},
+      {"expert_combine [2,3,4]", Op::ExpertCombine,
+       [](Rng& r) { return std::vector<Tensor>{randn({2, 3, 4}, r, DType::F64).set_requires_grad(true)}; },
+       [](const std::vector<Tensor>& in) { return combine_from_experts(in[0], local_ep(), local()); }},
       {"vocab_parallel_cross_entropy [2,3,7] with an ignored target", Op::VocabParallelCrossEntropy,
        [ids](Rng& r) {
          auto t = ids(r, 6, 7);

@@ -1,7 +1,7 @@
-// CPU softmax over rows [N,V] and the fused softmax + cross-entropy. Cross-entropy's forward
-// reads each row once (online max/sum, rescaled per L1-sized chunk) and never stores
-// probabilities; it caches lse [N] and its backward recomputes softmax from it. Every kernel
-// computes one exp per element; sums accumulate in double.
+// CPU softmax over rows [N,V], logsumexp and the fused softmax + cross-entropy. Logsumexp and
+// cross-entropy's forward read each row once (online max/sum, rescaled per L1-sized chunk);
+// cross-entropy never stores probabilities: it caches lse [N] and its backward recomputes
+// softmax from it. Every kernel computes one exp per element; sums accumulate in double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -101,6 +101,23 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx)
       const T c = static_cast<T>(dot);
 #pragma omp simd
       for (int64_t i = 0; i < v; ++i) dxr[i] = yr[i] * (dyr[i] - c);
+    }
+  });
+}
+
+// x [N,V] (V > 0), out [N]. One pass over memory per row (row_stats); a row whose max is
+// +-inf (all -inf, or any +inf) gives that max, where x - max would make NaNs.
+void CpuBackend::logsumexp_forward(const Tensor& x, Tensor& out) {
+  dispatch_float(x.dtype(), "logsumexp_forward", [&](auto z) {
+    using T = decltype(z);
+    const int64_t n = x.size(0), v = x.size(1);
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+#pragma omp parallel for schedule(static) if (n * v > kParallelElements)
+    for (int64_t row = 0; row < n; ++row) {
+      const RowStats<T> st = row_stats(px + row * v, v);
+      po[row] = std::isinf(st.max) ? st.max
+                                   : static_cast<T>(static_cast<double>(st.max) + std::log(st.sum));
     }
   });
 }

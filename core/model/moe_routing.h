@@ -1,0 +1,49 @@
+// Which tokens each expert takes: the selections of an MoE layer, computed on the host from the
+// router probabilities (a selection has no gradient). Every sequence gets the same number of
+// slots K per expert, so tensor shapes never depend on the data; routing never looks across the
+// batch, so a dp rank's rows route exactly as they would in one process.
+//
+// Shapes: B sequences, T tokens entering the layer, E real experts, E' = E (+1 no-op expert).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "configs/modtrain.pb.h"
+#include "core/tensor.h"
+
+namespace mod::model {
+
+// Slot tables, expert-major: entry (e, b, j) at (e * B + b) * K + j.
+struct ExpertSlots {
+  int64_t batch = 0, tokens = 0, experts = 0, k = 0;  // B, T, E, K
+  std::vector<int64_t> token;  // position in its sequence (0 for an empty slot)
+  std::vector<uint8_t> valid;  // 0: an empty slot (token choice under capacity); gate 0
+  bool all_valid = true;
+  // Statistics of the selection, over all B * T tokens.
+  double unrouted_fraction = 0;  // tokens no real expert took (no-op tokens included)
+  double noop_fraction = 0;      // tokens the no-op expert took
+  double dropped_fraction = 0;   // token choice: choices lost to full experts
+  double max_load = 0;           // token choice: max_e of E * (share of first choices on e)
+  std::vector<double> first_choice_share;  // token choice: [B * E], per sequence (balance loss)
+};
+
+// Tokens the no-op expert takes from t tokens (0 without one).
+int64_t noop_tokens(const modtrain::MoEConfig& cfg, int64_t t);
+// Slots per (sequence, expert) for t tokens entering the layer.
+//   expert choice: clamp(round(capacity_factor * (t - noop) / E), 1, t - noop) (0 if noop = t)
+//   token choice:  clamp(round(capacity_factor * top_k * t / E), 1, t)
+int64_t expert_slots(const modtrain::MoEConfig& cfg, int64_t t);
+
+// probs [B,T,E'] (softmax over E' router logits; the no-op expert is the last column).
+// The no-op expert first takes its noop_tokens(T) highest-scoring tokens, which leave the pool;
+// each real expert then takes the k highest-scoring remaining tokens of each sequence (score
+// descending, ties to the lower position), listed in ascending position.
+ExpertSlots expert_choice(const Tensor& probs, const modtrain::MoEConfig& cfg);
+
+// probs [B,T,E]. Each token ranks experts by probability (ties to the lower expert); first
+// choices are placed in position order, then second choices (top_k = 2); a choice that finds
+// its expert's K slots full is dropped.
+ExpertSlots token_choice(const Tensor& probs, const modtrain::MoEConfig& cfg);
+
+}  // namespace mod::model

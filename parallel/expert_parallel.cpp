@@ -1,0 +1,113 @@
+// The expert-parallel autograd pair (see expert_parallel.h). Two helpers hold the data movement,
+// to_experts ([E, S, D] -> [E/ep, ep * S/tp, D]) and from_experts (its inverse); each op's
+// forward is one of them and its backward the other.
+// Invariant: outputs never share storage with inputs (the all-to-all always lands in a fresh
+// buffer), so a backward rule may return them as fresh gradients.
+#include "parallel/expert_parallel.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "core/autograd.h"
+
+namespace mod::parallel {
+
+namespace {
+std::string s(int64_t v) { return std::to_string(v); }
+
+// x is a defined 3-D floating CPU tensor (the permutations below are memcpy on host memory).
+void check_3d(const char* op, const char* arg, const Tensor& x) {
+  if (!x.defined()) throw std::invalid_argument(std::string(op) + ": " + arg + " is undefined");
+  if (x.dim() != 3 || !is_floating(x.dtype()) || x.device() != Device::CPU)
+    throw std::invalid_argument(std::string(op) + ": " + arg + " " + describe(x) +
+                                " must be a 3-D floating CPU tensor ([E, S, D] expert slots)");
+}
+
+// src viewed as [rows][cols] blocks of `block` elements -> [cols][rows] blocks, shaped `shape`.
+// With one row or one column the layout is unchanged: a view, no copy.
+Tensor transpose_blocks(const Tensor& src, int64_t rows, int64_t cols, int64_t block,
+                        const Shape& shape) {
+  if (rows == 1 || cols == 1) return src.view(shape);
+  Tensor out = Tensor::empty(shape, src.dtype());
+  const size_t bytes = static_cast<size_t>(block) * dtype_size(src.dtype());
+  const char* in = static_cast<const char*>(src.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      std::memcpy(dst + (c * rows + r) * bytes, in + (r * cols + c) * bytes, bytes);
+  return out;
+}
+
+// x [E, S, D] -> [E/ep, ep * S/tp, D]: own tp share of every expert's slots, all-to-all over ep,
+// then source-major slots per local expert.
+Tensor to_experts(const char* op, const Tensor& x, Communicator& ep, Communicator& tp) {
+  check_3d(op, "x", x);
+  const int64_t P = ep.size(), T = tp.size(), E = x.size(0), S = x.size(1), D = x.size(2);
+  if (E % P != 0)
+    throw std::invalid_argument(std::string(op) + ": x " + describe(x) + ": experts E=" + s(E) +
+                                " not divisible by ep=" + s(P) +
+                                " (each ep rank keeps E/ep consecutive experts)");
+  if (S % T != 0)
+    throw std::invalid_argument(std::string(op) + ": x " + describe(x) + ": expert slots S=" +
+                                s(S) + " not divisible by tp=" + s(T) +
+                                " (each tp rank dispatches its S/tp share)");
+  if (P == 1 && T == 1) return x.clone();
+  const int64_t El = E / P, sl = S / T, t = tp.rank();
+
+  // send [E, S/tp, D] = slots [t*sl, (t+1)*sl) of each expert; expert-major, so chunk j of the
+  // all-to-all is exactly ep rank j's experts.
+  Tensor send = x;
+  if (T > 1) {
+    send = Tensor::empty({E, sl, D}, x.dtype());
+    const size_t es = dtype_size(x.dtype()), share = static_cast<size_t>(sl * D) * es;
+    const char* src = static_cast<const char*>(x.raw_data());
+    char* dst = static_cast<char*>(send.raw_data());
+    for (int64_t e = 0; e < E; ++e)
+      std::memcpy(dst + e * share, src + static_cast<size_t>((e * S + t * sl) * D) * es, share);
+  }
+  Tensor recv = Tensor::empty({P, El * sl * D}, x.dtype());  // [source rank, local expert, slot, D]
+  ep.all_to_all(send.view({P, El * sl * D}), recv);
+  return transpose_blocks(recv, P, El, sl * D, {El, P * sl, D});
+}
+
+// y [E/ep, ep * S/tp, D] -> [E, S, D]: all-to-all back to the ranks the slots came from, then
+// all-gather the tp shares along the slots.
+Tensor from_experts(const char* op, const Tensor& y, Communicator& ep, Communicator& tp) {
+  check_3d(op, "y", y);
+  const int64_t P = ep.size(), T = tp.size(), El = y.size(0), rows = y.size(1), D = y.size(2);
+  if (rows % P != 0)
+    throw std::invalid_argument(std::string(op) + ": y " + describe(y) + ": dim 1 (ep * S/tp = " +
+                                s(rows) + ") not divisible by ep=" + s(P));
+  if (P == 1 && T == 1) return y.clone();
+  const int64_t sl = rows / P, E = El * P, S = sl * T;
+
+  // send [ep rank, local expert, slot, D]: the slots each source rank sent, in its chunk.
+  Tensor send = transpose_blocks(y, El, P, sl * D, {P, El * sl * D});
+  Tensor share = Tensor::empty({P, El * sl * D}, y.dtype());  // = [E, S/tp, D], expert-major
+  ep.all_to_all(send, share);
+  Tensor parts = Tensor::empty({T, E * sl * D}, y.dtype());  // [tp rank, E, S/tp, D]
+  tp.all_gather(share.view({1, E * sl * D}), parts);
+  return transpose_blocks(parts, T, E, sl * D, {E, S, D});
+}
+}  // namespace
+
+Tensor dispatch_to_experts(const Tensor& x, Communicator& ep, Communicator& tp) {
+  Tensor out = to_experts("dispatch_to_experts", x, ep, tp);
+  if (any_requires_grad({x}))
+    record(out, Op::ExpertDispatch, {x}, [&ep, &tp](const Tensor& g, const NeedsGrad&) {
+      return std::vector<Tensor>{from_experts("dispatch_to_experts backward", g, ep, tp)};
+    });
+  return out;
+}
+
+Tensor combine_from_experts(const Tensor& y, Communicator& ep, Communicator& tp) {
+  Tensor out = from_experts("combine_from_experts", y, ep, tp);
+  if (any_requires_grad({y}))
+    record(out, Op::ExpertCombine, {y}, [&ep, &tp](const Tensor& g, const NeedsGrad&) {
+      return std::vector<Tensor>{to_experts("combine_from_experts backward", g, ep, tp)};
+    });
+  return out;
+}
+
+}  // namespace mod::parallel
