@@ -49,8 +49,8 @@ Tensor to_experts(const char* op, const Tensor& x, Communicator& ep, Communicato
                                 " not divisible by ep=" + s(P) +
                                 " (each ep rank keeps E/ep consecutive experts)");
   if (S % T != 0)
-    throw std::invalid_argument(std::string(op) + ": x " + describe(x) + ": expert slots S=" +
-                                s(S) + " not divisible by tp=" + s(T) +
+    throw std::invalid_argument(std::string(op) + ": x " + describe(x) +
+                                ": expert slots S=" + s(S) + " not divisible by tp=" + s(T) +
                                 " (each tp rank dispatches its S/tp share)");
   if (P == 1 && T == 1) return x.clone();
   const int64_t El = E / P, sl = S / T, t = tp.rank();

@@ -4,9 +4,9 @@
 // Shapes: E experts (global, expert-major), S slots per expert (fixed, data-independent), D width;
 // ep ranks keep E/ep consecutive experts each; tp ranks hold bitwise-identical x.
 //
-//   op                     forward                                      in -> out
-//   dispatch_to_experts    keep own tp share of the slots, all-to-all   [E, S, D] -> [E/ep, ep * S/tp, D]
-//   combine_from_experts   all-to-all back, all-gather the tp shares    [E/ep, ep * S/tp, D] -> [E, S, D]
+//   op                     forward                              in -> out
+//   dispatch_to_experts    keep own tp share of slots, all-to-all   [E, S, D] -> [E/ep, ep*S/tp, D]
+//   combine_from_experts   all-to-all back, all-gather tp shares    [E/ep, ep*S/tp, D] -> [E, S, D]
 //
 // dispatch: tp rank t keeps slots [t*S/tp, (t+1)*S/tp) of every expert (de-duplication, so each
 // token slot is computed once per tp group); an all-to-all over ep sends experts

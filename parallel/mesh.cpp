@@ -46,9 +46,9 @@ void ParallelDims::validate_model(const modtrain::ModelConfig& m) const {
   const int64_t experts = m.moe().n_experts();
   if (m.moe().enabled() && experts % ep != 0)
     throw std::invalid_argument("parallel layout: parallel.ep (" + s(ep) +
-                                ") must divide model.moe.n_experts (" + s(experts) + "): " +
-                                s(experts) + " = " + s(ep) + " x " + s(experts / ep) + " + " +
-                                s(experts % ep));
+                                ") must divide model.moe.n_experts (" + s(experts) +
+                                "): " + s(experts) + " = " + s(ep) + " x " + s(experts / ep) +
+                                " + " + s(experts % ep));
 }
 
 DeviceMesh::DeviceMesh(Communicator& world, ParallelDims dims) : world_(world), dims_(dims) {

@@ -68,3 +68,38 @@ TEST_CASE("config errors name the field and the expectation", "[config][errors]"
   CHECK_THROWS_WITH(config::load_text("/nonexistent/recipe.textproto"),
                     Contains("/nonexistent/recipe.textproto"));
 }
+
+TEST_CASE("the MoE and MoDE recipes load with their routing", "[config][moe]") {
+  auto moe = config::load(kRecipes + "tiny_moe.textproto", {});
+  auto integrated = config::load(kRecipes + "tiny_mode_integrated.textproto", {});
+  auto staged = config::load(kRecipes + "tiny_mode_staged.textproto", {});
+  CHECK(moe.model().moe().enabled());
+  CHECK_FALSE(moe.model().moe().noop_expert());
+  CHECK(integrated.model().moe().noop_expert());
+  CHECK(integrated.model().moe().noop_capacity() == Approx(0.5));
+  CHECK_FALSE(integrated.model().mod().enabled());
+  CHECK(staged.model().mod().enabled());
+  CHECK(staged.model().moe().enabled());
+  CHECK_FALSE(staged.model().moe().noop_expert());
+}
+
+TEST_CASE("MoE config errors name the field and the expectation", "[config][errors][moe]") {
+  const std::string r = kRecipes + "tiny_moe.textproto";
+  CHECK_THROWS_WITH(
+      config::load(r, {"model.moe.routing=TOKEN_CHOICE", "model.moe.noop_expert=true"}),
+      Contains("model.moe.noop_expert") && Contains("EXPERT_CHOICE"));
+  CHECK_THROWS_WITH(config::load(r, {"model.moe.routing=TOKEN_CHOICE", "model.moe.top_k=3"}),
+                    Contains("model.moe.top_k") && Contains("1 or 2"));
+  CHECK_NOTHROW(config::load(r, {"model.moe.routing=TOKEN_CHOICE", "model.moe.top_k=2"}));
+  CHECK_THROWS_WITH(config::load(r, {"model.moe.capacity_factor=0"}),
+                    Contains("model.moe.capacity_factor") && Contains("(0, model.moe.n_experts]"));
+  CHECK_THROWS_WITH(config::load(r, {"model.moe.noop_expert=true", "model.moe.noop_capacity=1.5"}),
+                    Contains("model.moe.noop_capacity") && Contains("[0, 1]"));
+  CHECK_THROWS_WITH(config::load(r, {"model.moe.schedule=EXPLICIT", "model.moe.moe_blocks=[1, 6]"}),
+                    Contains("model.moe.moe_blocks[1]") && Contains("[0, 6)"));
+  CHECK_THROWS_WITH(config::load(r, {"parallel.ep=3"}),
+                    Contains("parallel.ep") && Contains("model.moe.n_experts 4"));
+  CHECK_THROWS_WITH(config::load(r, {"model.moe.n_experts=0"}), Contains("model.moe.n_experts"));
+  // The same errors stay silent while MoE is off.
+  CHECK_NOTHROW(config::load(r, {"model.moe.enabled=false", "model.moe.capacity_factor=0"}));
+}

@@ -1,5 +1,6 @@
 // Small model configs for model tests: vocabulary 32, width 16, 2 heads, 2 blocks (block 1
-// routed when MoD is on), sequences of 12 tokens, capacity 0.25 (C = 3).
+// routed when MoD is on), sequences of 12 tokens, capacity 0.25 (C = 3). tiny_moe adds an
+// expert-choice MoE MLP to every block (4 experts of width 32, k = 12 / 4 = 3 slots each).
 #pragma once
 
 #include "configs/modtrain.pb.h"
@@ -18,6 +19,21 @@ inline modtrain::ModelConfig tiny_model(bool mod) {
   m.mutable_mod()->set_enabled(mod);
   m.mutable_mod()->set_capacity(0.25);
   m.mutable_mod()->mutable_causal()->set_predictor_hidden(8);
+  return m;
+}
+
+// tiny_model(mod) with an MoE MLP in every block: staged MoDE when mod is on; integrated MoDE
+// (a no-op expert taking half of each sequence) with noop_expert.
+inline modtrain::ModelConfig tiny_moe(bool mod, bool noop_expert = false) {
+  modtrain::ModelConfig m = tiny_model(mod);
+  auto* e = m.mutable_moe();
+  e->set_enabled(true);
+  e->set_n_experts(4);
+  e->set_routing(modtrain::MoEConfig::EXPERT_CHOICE);
+  e->set_capacity_factor(1.0);
+  e->set_schedule(modtrain::MoDConfig::EVERY);
+  e->set_noop_expert(noop_expert);
+  e->set_noop_capacity(0.5);
   return m;
 }
 

@@ -6,7 +6,6 @@
 // Invariant: a failed check never changes which collectives a rank calls next (CHECK, not REQUIRE),
 // so one failure cannot desynchronise the ranks into a hang.
 #include <catch2/catch.hpp>
-
 #include <functional>
 #include <sstream>
 #include <stdexcept>
@@ -170,10 +169,12 @@ TEST_CASE("mesh: ep and edp groups have the documented sizes and members", "[mpi
   }
 }
 
-TEST_CASE("dispatch_to_experts sends each expert's tp share to its ep rank, source-major", "[mpi]") {
+TEST_CASE("dispatch_to_experts sends each expert's tp share to its ep rank, source-major",
+          "[mpi]") {
   for (const ParallelDims& d : layouts(world().size()))
     for (DType dtype : {DType::F32, DType::F64}) {
-      INFO("layout " << layout_name(d) << ", " << dtype_name(dtype) << ", world rank " << world().rank());
+      INFO("layout " << layout_name(d) << ", " << dtype_name(dtype) << ", world rank "
+                     << world().rank());
       CountingCommunicator counted(world());
       DeviceMesh mesh(counted, d);
       const Place p = place_of(world().rank(), d);
@@ -187,7 +188,8 @@ TEST_CASE("dispatch_to_experts sends each expert's tp share to its ep rank, sour
       const Stats st = counted.stats();
       // Local expert le, row i * sl + j: slot t * sl + j of expert ep_rank * El + le on ep rank i.
       CHECK(mismatch(out, {El, d.ep * sl, kD}, [&](int64_t le, int64_t row, int64_t c) {
-              return x_value(p.base + static_cast<int>(row / sl), p.ep * El + le, p.tp * sl + row % sl, c);
+              return x_value(p.base + static_cast<int>(row / sl), p.ep * El + le,
+                             p.tp * sl + row % sl, c);
             }) == "");
       CHECK(out.dtype() == dtype);
       CHECK(out.raw_data() != x.raw_data());
@@ -202,25 +204,31 @@ TEST_CASE("dispatch_to_experts sends each expert's tp share to its ep rank, sour
 
       // combine undoes dispatch.
       CHECK(mismatch(combine_from_experts(out, mesh.ep(), mesh.tp()), x.shape(),
-                     [&](int64_t e, int64_t s, int64_t c) { return x_value(p.dp, e, s, c); }) == "");
+                     [&](int64_t e, int64_t s, int64_t c) { return x_value(p.dp, e, s, c); }) ==
+            "");
     }
 }
 
-TEST_CASE("combine_from_experts returns slots to their expert and all-gathers the tp shares", "[mpi]") {
+TEST_CASE("combine_from_experts returns slots to their expert and all-gathers the tp shares",
+          "[mpi]") {
   for (const ParallelDims& d : layouts(world().size()))
     for (DType dtype : {DType::F32, DType::F64}) {
-      INFO("layout " << layout_name(d) << ", " << dtype_name(dtype) << ", world rank " << world().rank());
+      INFO("layout " << layout_name(d) << ", " << dtype_name(dtype) << ", world rank "
+                     << world().rank());
       CountingCommunicator counted(world());
       DeviceMesh mesh(counted, d);
       const Place p = place_of(world().rank(), d);
       const int64_t El = kE / d.ep, S = kSlotsPerTp * d.tp, sl = kSlotsPerTp;
-      auto y_value = [&](int64_t le, int64_t row, int64_t c) { return rank_value(p.dp, p.tp, le, row, c); };
+      auto y_value = [&](int64_t le, int64_t row, int64_t c) {
+        return rank_value(p.dp, p.tp, le, row, c);
+      };
       const Tensor y = make({El, d.ep * sl, kD}, dtype, y_value);
 
       counted.reset_stats();
       const Tensor out = combine_from_experts(y, mesh.ep(), mesh.tp());
       const Stats st = counted.stats();
-      // Expert e = k * El + le, slot t * sl + j: row (my ep rank) * sl + j of y on rank (base + k, t).
+      // Expert e = k * El + le, slot t * sl + j: row (my ep rank) * sl + j of y on rank
+      // (base + k, t).
       CHECK(mismatch(out, {kE, S, kD}, [&](int64_t e, int64_t s, int64_t c) {
               return rank_value(p.base + static_cast<int>(e / El), static_cast<int>(s / sl), e % El,
                                 p.ep * sl + s % sl, c);
@@ -240,7 +248,8 @@ TEST_CASE("combine_from_experts returns slots to their expert and all-gathers th
 TEST_CASE("dispatch and combine gradients reach the slots they came from", "[mpi]") {
   for (const ParallelDims& d : layouts(world().size()))
     for (DType dtype : {DType::F32, DType::F64}) {
-      INFO("layout " << layout_name(d) << ", " << dtype_name(dtype) << ", world rank " << world().rank());
+      INFO("layout " << layout_name(d) << ", " << dtype_name(dtype) << ", world rank "
+                     << world().rank());
       DeviceMesh mesh(world(), d);
       const Place p = place_of(world().rank(), d);
       const int64_t El = kE / d.ep, S = kSlotsPerTp * d.tp, sl = kSlotsPerTp;
@@ -249,8 +258,8 @@ TEST_CASE("dispatch and combine gradients reach the slots they came from", "[mpi
       // k * El + le, slot t * sl + j is w[le, (my ep rank) * sl + j] of rank (base + k, t); the tp
       // shares are all-gathered, so every tp rank gets the whole gradient.
       Tensor x = make({kE, S, kD}, dtype, [&](int64_t e, int64_t s, int64_t c) {
-        return x_value(p.dp, e, s, c);
-      }).set_requires_grad(true);
+                   return x_value(p.dp, e, s, c);
+                 }).set_requires_grad(true);
       Tensor out = dispatch_to_experts(x, mesh.ep(), mesh.tp());
       const Tensor w = make(out.shape(), dtype, [&](int64_t le, int64_t row, int64_t c) {
         return rank_value(p.dp, p.tp, le, row, c);
@@ -264,8 +273,8 @@ TEST_CASE("dispatch and combine gradients reach the slots they came from", "[mpi
       // loss = sum(combine(y) * v): y's gradient at local expert le, row i * sl + j is v at
       // expert (my ep rank) * El + le, slot (my tp rank) * sl + j on rank (base + i, my tp rank).
       Tensor y = make({El, d.ep * sl, kD}, dtype, [&](int64_t le, int64_t row, int64_t c) {
-        return rank_value(p.dp, p.tp, le, row, c);
-      }).set_requires_grad(true);
+                   return rank_value(p.dp, p.tp, le, row, c);
+                 }).set_requires_grad(true);
       Tensor back = combine_from_experts(y, mesh.ep(), mesh.tp());
       const Tensor v = make(back.shape(), dtype, [&](int64_t e, int64_t s, int64_t c) {
         return rank_value(p.dp, p.tp, e, s, c);
@@ -280,22 +289,31 @@ TEST_CASE("dispatch and combine gradients reach the slots they came from", "[mpi
 
 TEST_CASE("expert ops reject shapes that do not split, naming the shape", "[mpi]") {
   ShapeOnlyCommunicator one(0, 1), two(1, 2);
-  CHECK_THAT(invalid_argument_from([&] { dispatch_to_experts(Tensor::zeros({3, 4, 2}), two, one); }),
-             Contains("dispatch_to_experts: x f32[3, 4, 2] on cpu: experts E=3 not divisible by ep=2"));
+  CHECK_THAT(
+      invalid_argument_from([&] {
+        dispatch_to_experts(Tensor::zeros({3, 4, 2}), two, one);
+      }),
+      Contains("dispatch_to_experts: x f32[3, 4, 2] on cpu: experts E=3 not divisible by ep=2"));
   CHECK_THAT(invalid_argument_from([&] {
                dispatch_to_experts(Tensor::zeros({4, 3, 2}, DType::F64), one, two);
              }),
              Contains("x f64[4, 3, 2] on cpu: expert slots S=3 not divisible by tp=2"));
-  CHECK_THAT(invalid_argument_from([&] { dispatch_to_experts(Tensor::zeros({4, 4}), one, one); }),
+  CHECK_THAT(invalid_argument_from([&] {
+               dispatch_to_experts(Tensor::zeros({4, 4}), one, one);
+             }),
              Contains("x f32[4, 4] on cpu must be a 3-D floating CPU tensor"));
   CHECK_THAT(invalid_argument_from([&] {
                dispatch_to_experts(Tensor::zeros({2, 2, 2}, DType::I64), one, one);
              }),
              Contains("x i64[2, 2, 2] on cpu must be a 3-D floating CPU tensor"));
-  CHECK_THAT(invalid_argument_from([&] { combine_from_experts(Tensor::zeros({2, 3, 2}), two, one); }),
+  CHECK_THAT(invalid_argument_from([&] {
+               combine_from_experts(Tensor::zeros({2, 3, 2}), two, one);
+             }),
              Contains("combine_from_experts: y f32[2, 3, 2] on cpu: dim 1 (ep * S/tp = 3) "
                       "not divisible by ep=2"));
-  CHECK_THAT(invalid_argument_from([&] { combine_from_experts(Tensor::zeros({2, 3}), one, one); }),
+  CHECK_THAT(invalid_argument_from([&] {
+               combine_from_experts(Tensor::zeros({2, 3}), one, one);
+             }),
              Contains("y f32[2, 3] on cpu must be a 3-D floating CPU tensor"));
   // Shapes that split pass validation and reach the (absent) communication.
   CHECK_THROWS_AS(dispatch_to_experts(Tensor::zeros({4, 4, 2}), two, two), NoCollective);
@@ -308,12 +326,16 @@ TEST_CASE("validate_model: ep needs experts and must divide model.moe.n_experts"
   m.set_d_ff(16);
   m.set_vocab_size(32);
   CHECK_NOTHROW(ParallelDims{2, 1, 1}.validate_model(m));
-  CHECK_THAT(invalid_argument_from([&] { ParallelDims{2, 1, 2}.validate_model(m); }),
+  CHECK_THAT(invalid_argument_from([&] {
+               ParallelDims{2, 1, 2}.validate_model(m);
+             }),
              Contains("parallel.ep = 2 needs model.moe.enabled (no experts to place)"));
   m.mutable_moe()->set_enabled(true);
   m.mutable_moe()->set_n_experts(6);
   CHECK_NOTHROW(ParallelDims{2, 1, 2}.validate_model(m));
   CHECK_NOTHROW(ParallelDims{4, 2, 1}.validate_model(m));
-  CHECK_THAT(invalid_argument_from([&] { ParallelDims{4, 1, 4}.validate_model(m); }),
+  CHECK_THAT(invalid_argument_from([&] {
+               ParallelDims{4, 1, 4}.validate_model(m);
+             }),
              Contains("parallel.ep (4) must divide model.moe.n_experts (6): 6 = 4 x 1 + 2"));
 }

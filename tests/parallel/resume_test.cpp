@@ -4,6 +4,8 @@
 //   tiny_mod with its predictor; ZeRO-1 off and on).
 // - Another layout (tp=2 -> dp=2 and back, under mpirun -np 2): equal to float tolerance, as in
 //   the parity tests (relative 1e-5), since a layout only reorders sums.
+// - MoDE: experts saved split over ep=2 resume under ep=1 (every rank reads all experts), and
+//   the reverse, with ZeRO-1 moments gathered over the expert data-parallel group.
 #include "tests/parallel/tiny_runs.h"
 
 #include <cstring>
@@ -86,4 +88,12 @@ TEST_CASE("a checkpoint saved under one layout resumes under another", "[mpi][re
   check_resume("tiny_mod", "tp=2", "dp=2", /*bitwise=*/false);
   check_resume("tiny_mod", "dp=2 zero1=true", "tp=2", /*bitwise=*/false);
   check_resume("tiny_dense", "dp=2", "tp=2", /*bitwise=*/false);
+}
+
+TEST_CASE("MoDE checkpoints store experts by global index: ep=2 <-> ep=1", "[mpi][resume]") {
+  if (parallel::world().size() != 2) return;  // ep=2 needs dp=2
+  check_resume("tiny_mode_integrated", "dp=2 ep=2", "dp=2 ep=2", /*bitwise=*/true);
+  check_resume("tiny_mode_integrated", "dp=2 ep=2", "dp=2", /*bitwise=*/false);
+  check_resume("tiny_mode_staged", "dp=2", "dp=2 ep=2 zero1=true", /*bitwise=*/false);
+  check_resume("tiny_mode_staged", "dp=2 ep=2 zero1=true", "tp=2", /*bitwise=*/false);
 }

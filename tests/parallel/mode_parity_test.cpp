@@ -1,0 +1,19 @@
+// The MoDE recipes (integrated, staged, and a top-2 token-choice MoE) under expert parallelism
+// composed with dp, tp and ZeRO-1, against one process (see parity_harness.h).
+#include "tests/parallel/parity_harness.h"
+
+using mod::test::parity::check_layouts;
+
+TEST_CASE("tiny_mode_integrated: expert-parallel layouts match one process for 10 steps",
+          "[mpi][parity]") {
+  check_layouts("tiny_mode_integrated", true);
+}
+
+TEST_CASE("tiny_mode_staged: expert-parallel layouts match one process for 10 steps", "[mpi][parity]") {
+  check_layouts("tiny_mode_staged", true);
+}
+
+TEST_CASE("tiny_moe with top-2 token choice: expert-parallel layouts match one process",
+          "[mpi][parity]") {
+  check_layouts("tiny_moe_token_choice", true);
+}
