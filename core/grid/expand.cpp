@@ -54,6 +54,10 @@ void build_point(const modtrain::GridSpec& spec, GridPoint& p) {
     *m->mutable_mod() = variant.mod();
   else
     m->clear_mod();
+  if (variant.has_moe())
+    *m->mutable_moe() = variant.moe();
+  else
+    m->clear_moe();
   cfg.mutable_train()->set_steps(1);  // a placeholder until the FLOPs are known
   try {
     for (const auto& o : shape.overrides()) config::apply_override(cfg, o);

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "configs/grid.h"
@@ -202,14 +203,29 @@ TEST_CASE("every grid in configs/grids loads and expands", "[grid]") {
     ++n;
   }
   CHECK(n >= 2);
-  // The paper-like grid: 60M .. 3B parameters, every point runnable.
+  // The paper-like grid: 60M .. 3B dense parameters, every point runnable. Integrated MoDE
+  // (8 experts, 12.5% of tokens on them) has more parameters but fewer FLOPs per token than
+  // dense, so at the same budget and shape it trains more steps.
   const auto paper = grid::expand(config::load_grid(kGrids + "paper_gpu.textproto"));
   int64_t smallest = INT64_MAX, largest = 0;
+  std::map<std::string, const grid::GridPoint*> dense;  // by budget and shape
+  int mode_points = 0;
   for (const auto& p : paper) {
     CHECK_FALSE(p.skipped());
+    if (p.config.model().moe().enabled()) continue;
     smallest = std::min(smallest, p.flops.parameters);
     largest = std::max(largest, p.flops.parameters);
+    if (!p.routed) dense[std::to_string(p.budget) + "/" + std::to_string(p.shape_index)] = &p;
   }
+  for (const auto& p : paper) {
+    if (!p.config.model().moe().noop_expert()) continue;
+    const grid::GridPoint* d = dense.at(std::to_string(p.budget) + "/" + std::to_string(p.shape_index));
+    CHECK(p.flops.parameters > 4 * d->flops.non_embedding_parameters);
+    CHECK(p.flops.training_per_token < d->flops.training_per_token);
+    CHECK(p.steps > d->steps);
+    ++mode_points;
+  }
+  CHECK(mode_points == 21);  // 3 budgets x 7 shapes
   CHECK(smallest == Approx(60e6).epsilon(0.1));
   CHECK(largest == Approx(3e9).epsilon(0.1));
 }
