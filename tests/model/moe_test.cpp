@@ -344,6 +344,128 @@ TEST_CASE("token choice: first choices in position order, then second choices; o
   }
 }
 
+// --- forward values ---
+
+namespace {
+// MoeMlp::forward by hand, token by token: router softmax, the selection, and each taking
+// expert's MLP from the stacked weights, weighted by its probability; the auxiliary loss too.
+struct ByHand {
+  std::vector<double> out;  // [B,T,D]
+  double aux = 0;
+};
+ByHand moe_by_hand(const MoeMlp& layer, const modtrain::ModelConfig& cfg, const Tensor& x) {
+  const auto& mc = cfg.moe();
+  const int64_t b = x.size(0), t = x.size(1), d = x.size(2), e_real = mc.n_experts(),
+                e_all = e_real + (mc.noop_expert() ? 1 : 0),
+                f = mc.d_expert() > 0 ? mc.d_expert() : cfg.d_ff();
+  const bool swiglu = cfg.mlp() == modtrain::ModelConfig::SWIGLU;
+  const Tensor w = layer.parameter("router.weight"), up = layer.parameter("experts.up"),
+               down = layer.parameter("experts.down");
+  const Tensor bias = mc.router_bias() ? layer.parameter("router.bias") : Tensor();
+  const Tensor gate = swiglu ? layer.parameter("experts.gate") : Tensor();
+  std::vector<double> probs(b * t * e_all);
+  double z = 0;
+  for (int64_t i = 0; i < b * t; ++i) {
+    std::vector<double> logit(e_all);
+    double mx = -1e300, total = 0;
+    for (int64_t e = 0; e < e_all; ++e) {
+      logit[e] = bias.defined() ? bias.at(e) : 0.0;
+      for (int64_t k = 0; k < d; ++k) logit[e] += w.at(e * d + k) * x.at(i * d + k);
+      mx = std::max(mx, logit[e]);
+    }
+    for (int64_t e = 0; e < e_all; ++e) total += std::exp(logit[e] - mx);
+    for (int64_t e = 0; e < e_all; ++e) probs[i * e_all + e] = std::exp(logit[e] - mx) / total;
+    const double lse = mx + std::log(total);
+    z += lse * lse;
+  }
+  ByHand r;
+  r.aux = mc.z_weight() * z / static_cast<double>(b * t);
+  const Tensor p = Tensor::from_vector(probs, {b, t, e_all}, DType::F64);
+  const bool tc = mc.routing() == modtrain::MoEConfig::TOKEN_CHOICE;
+  const ExpertSlots s = tc ? token_choice(p, mc) : expert_choice(p, mc);
+  if (tc) {  // Switch balance loss per sequence, averaged over sequences
+    double balance = 0;
+    for (int64_t r0 = 0; r0 < b; ++r0)
+      for (int64_t e = 0; e < e_real; ++e) {
+        double mean_p = 0;
+        for (int64_t i = 0; i < t; ++i) mean_p += probs[(r0 * t + i) * e_all + e] / t;
+        balance += s.first_choice_share[r0 * e_real + e] * mean_p;
+      }
+    r.aux += mc.balance_weight() * e_real * balance / b;
+  }
+  auto gelu_tanh = [](double v) {
+    return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+  };
+  r.out.assign(b * t * d, 0.0);
+  for (int64_t e = 0; e < e_real; ++e)
+    for (int64_t r0 = 0; r0 < b; ++r0)
+      for (int64_t j = 0; j < s.k; ++j) {
+        const int64_t slot = (e * b + r0) * s.k + j;
+        if (!s.valid[slot]) continue;
+        const int64_t tok = r0 * t + s.token[slot];
+        std::vector<double> h(f);
+        for (int64_t q = 0; q < f; ++q) {
+          double u = 0, g = 0;
+          for (int64_t k = 0; k < d; ++k) {
+            u += up.at((e * f + q) * d + k) * x.at(tok * d + k);
+            if (swiglu) g += gate.at((e * f + q) * d + k) * x.at(tok * d + k);
+          }
+          h[q] = swiglu ? g / (1.0 + std::exp(-g)) * u : gelu_tanh(u);
+        }
+        for (int64_t k = 0; k < d; ++k) {
+          double y = 0;
+          for (int64_t q = 0; q < f; ++q) y += down.at((e * d + k) * f + q) * h[q];
+          r.out[tok * d + k] += probs[tok * e_all + e] * y;
+        }
+      }
+  return r;
+}
+}  // namespace
+
+TEST_CASE("MoeMlp::forward equals a token-by-token computation from the weights", "[moe]") {
+  struct Variant {
+    const char* name;
+    std::function<void(modtrain::MoEConfig&)> edit;
+    bool swiglu = false;
+  };
+  const std::vector<Variant> variants{
+      {"expert choice GELU", [](modtrain::MoEConfig&) {}},
+      {"expert choice SWIGLU", [](modtrain::MoEConfig&) {}, true},
+      {"token choice top 2", [](modtrain::MoEConfig& e) {
+         e.set_routing(modtrain::MoEConfig::TOKEN_CHOICE);
+         e.set_top_k(2);
+         e.set_capacity_factor(0.5);
+         e.set_balance_weight(0.3);
+       }},
+      {"integrated", [](modtrain::MoEConfig& e) {
+         e.set_noop_expert(true);
+         e.set_router_bias(true);
+         e.set_noop_capacity(0.25);
+       }},
+  };
+  for (const auto& v : variants) {
+    DYNAMIC_SECTION(v.name) {
+      auto cfg = test::tiny_moe(false);
+      cfg.mutable_moe()->set_z_weight(0.2);
+      cfg.mutable_moe()->set_d_expert(24);
+      if (v.swiglu) cfg.set_mlp(modtrain::ModelConfig::SWIGLU);
+      v.edit(*cfg.mutable_moe());
+      Rng rng(71);
+      MoeMlp layer(cfg, rng, DType::F64);
+      if (cfg.moe().router_bias())
+        for (int64_t e = 0; e < 5; ++e) layer.parameter("router.bias").set(e, 0.1 * e - 0.2);
+      const Tensor x = randn({3, 12, 16}, rng, DType::F64);
+      NoGradGuard g;
+      const MoeOutput m = layer.forward(x);
+      const ByHand want = moe_by_hand(layer, cfg, x);
+      CHECK(max_diff(m.out, Tensor::from_vector(want.out, {3, 12, 16}, DType::F64)) < 1e-12);
+      CHECK(max_abs(m.out) > 1e-3);
+      REQUIRE(m.aux.defined());
+      CHECK(m.aux.item() == Approx(want.aux).epsilon(1e-12));
+    }
+  }
+}
+
 // --- gradients ---
 
 TEST_CASE("MoeMlp::forward passes finite-difference gradient checks in float64", "[moe][grad]") {
@@ -405,16 +527,17 @@ TEST_CASE("MoeMlp::forward passes finite-difference gradient checks in float64",
 TEST_CASE("a staged-MoDE block (MoD routing in front of an MoE MLP) passes a gradient check",
           "[moe][grad]") {
   auto cfg = test::tiny_moe(true);
-  cfg.mutable_moe()->set_d_expert(8);
+  cfg.set_d_model(8);
+  cfg.mutable_moe()->set_d_expert(4);
   cfg.mutable_moe()->set_z_weight(0.1);
   Rng rng(22);
   auto block = std::make_shared<Block>(cfg, /*routed=*/true, rng, DType::F64, /*moe=*/true);
   REQUIRE(block->moe() != nullptr);
-  const Tensor pos = arange_positions(2, 8), weights = randn({2, 8, 16}, rng, DType::F64);
+  const Tensor pos = arange_positions(2, 8), weights = randn({2, 8, 8}, rng, DType::F64);
   check_grad_case(
-      "staged MoDE block [2,8,16] C=4",
+      "staged MoDE block [2,8,8] C=4",
       [&](Rng& r) {
-        return std::vector<Tensor>{randn({2, 8, 16}, r, DType::F64).set_requires_grad(true),
+        return std::vector<Tensor>{randn({2, 8, 8}, r, DType::F64).set_requires_grad(true),
                                    block->parameter("router.proj.weight"),
                                    block->parameter("mlp.router.weight"),
                                    block->parameter("mlp.experts.up"),

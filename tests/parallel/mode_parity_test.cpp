@@ -15,5 +15,6 @@ TEST_CASE("tiny_mode_staged: expert-parallel layouts match one process for 10 st
 
 TEST_CASE("tiny_moe with top-2 token choice: expert-parallel layouts match one process",
           "[mpi][parity]") {
+  if (mod::parallel::world().size() == 4) return;  // np2 covers it; np4 runs the MoDE recipes
   check_layouts("tiny_moe_token_choice", true);
 }

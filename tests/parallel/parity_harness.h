@@ -68,10 +68,11 @@ inline std::vector<std::string> layouts(int world) {
 }
 
 // Expert parallelism: ep=2 alone, with ZeRO-1, with tp (tokens de-duplicated over tp), and with
-// more data parallelism than ep (expert gradients reduced over their edp group).
+// more data parallelism than ep (expert gradients reduced over their edp group). Four
+// oversubscribed ranks on two cores are slow, so np4 runs the two layouts that compose most.
 inline std::vector<std::string> expert_layouts(int world) {
   if (world == 2) return {"dp=2 ep=2", "dp=2 ep=2 zero1=true", "tp=2"};
-  if (world == 4) return {"dp=4 ep=2", "dp=2 tp=2 ep=2", "dp=4 ep=4 zero1=true", "dp=2 tp=2 ep=2 zero1=true"};
+  if (world == 4) return {"dp=4 ep=2", "dp=2 tp=2 ep=2 zero1=true"};
   return {"zero1=true"};
 }
 
