@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <numbers>
 #include <set>
 
 #include "core/model/flops.h"
@@ -210,8 +211,7 @@ TEST_CASE("expert choice breaks ties to the lower position", "[moe]") {
   CHECK(slots_of(s, 1, 0) == std::vector<int64_t>{0, 2});
   CHECK(s.unrouted_fraction == Approx(2.0 / 6.0));  // positions 4 and 5
   // All equal: every expert takes the first k positions (experts may share tokens).
-  const ExpertSlots flat =
-      expert_choice(Tensor::full({1, 6, 2}, 0.5, DType::F64), cfg);
+  const ExpertSlots flat = expert_choice(Tensor::full({1, 6, 2}, 0.5, DType::F64), cfg);
   CHECK(slots_of(flat, 0, 0) == std::vector<int64_t>{0, 1});
   CHECK(slots_of(flat, 1, 0) == std::vector<int64_t>{0, 1});
 }
@@ -248,8 +248,8 @@ TEST_CASE("expert choice with a no-op expert: its tokens leave the pool before t
     auto cfg = expert_choice_cfg(2, 1.0);
     cfg.set_noop_expert(true);
     cfg.set_noop_capacity(0.25);
-    const std::vector<double> v{0.45, 0.05, 0.5,  0.1, 0.1,  0.8, 0.2,  0.4,  0.4,  0.4, 0.3, 0.3,
-                                0.3,  0.5,  0.2,  0.35, 0.45, 0.2, 0.1, 0.6, 0.3, 0.25, 0.35, 0.4};
+    const std::vector<double> v{0.45, 0.05, 0.5, 0.1,  0.1,  0.8, 0.2, 0.4, 0.4, 0.4,  0.3,  0.3,
+                                0.3,  0.5,  0.2, 0.35, 0.45, 0.2, 0.1, 0.6, 0.3, 0.25, 0.35, 0.4};
     const ExpertSlots s = expert_choice(Tensor::from_vector(v, {1, 8, 3}, DType::F64), cfg);
     REQUIRE(s.k == 3);
     CHECK(slots_of(s, 0, 0) == std::vector<int64_t>{3, 4, 5});
@@ -352,6 +352,8 @@ namespace {
 struct ByHand {
   std::vector<double> out;  // [B,T,D]
   double aux = 0;
+  int64_t empty_slots = 0;  // token choice: slots no token filled
+  double dropped_fraction = 0;
 };
 ByHand moe_by_hand(const MoeMlp& layer, const modtrain::ModelConfig& cfg, const Tensor& x) {
   const auto& mc = cfg.moe();
@@ -383,6 +385,8 @@ ByHand moe_by_hand(const MoeMlp& layer, const modtrain::ModelConfig& cfg, const 
   const Tensor p = Tensor::from_vector(probs, {b, t, e_all}, DType::F64);
   const bool tc = mc.routing() == modtrain::MoEConfig::TOKEN_CHOICE;
   const ExpertSlots s = tc ? token_choice(p, mc) : expert_choice(p, mc);
+  r.empty_slots = std::count(s.valid.begin(), s.valid.end(), 0);
+  r.dropped_fraction = s.dropped_fraction;
   if (tc) {  // Switch balance loss per sequence, averaged over sequences
     double balance = 0;
     for (int64_t r0 = 0; r0 < b; ++r0)
@@ -394,7 +398,8 @@ ByHand moe_by_hand(const MoeMlp& layer, const modtrain::ModelConfig& cfg, const 
     r.aux += mc.balance_weight() * e_real * balance / b;
   }
   auto gelu_tanh = [](double v) {
-    return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+    const double c = std::sqrt(2.0 / std::numbers::pi);
+    return 0.5 * v * (1.0 + std::tanh(c * (v + 0.044715 * v * v * v)));
   };
   r.out.assign(b * t * d, 0.0);
   for (int64_t e = 0; e < e_real; ++e)
@@ -431,13 +436,21 @@ TEST_CASE("MoeMlp::forward equals a token-by-token computation from the weights"
   const std::vector<Variant> variants{
       {"expert choice GELU", [](modtrain::MoEConfig&) {}},
       {"expert choice SWIGLU", [](modtrain::MoEConfig&) {}, true},
-      {"token choice top 2", [](modtrain::MoEConfig& e) {
+      {"token choice top 2",
+       [](modtrain::MoEConfig& e) {
          e.set_routing(modtrain::MoEConfig::TOKEN_CHOICE);
          e.set_top_k(2);
          e.set_capacity_factor(0.5);
          e.set_balance_weight(0.3);
        }},
-      {"integrated", [](modtrain::MoEConfig& e) {
+      {"token choice top 1",
+       [](modtrain::MoEConfig& e) {
+         e.set_routing(modtrain::MoEConfig::TOKEN_CHOICE);
+         e.set_capacity_factor(1.25);  // K = 4 of 12: some experts overflow, some have room
+         e.set_balance_weight(0.3);
+       }},
+      {"integrated",
+       [](modtrain::MoEConfig& e) {
          e.set_noop_expert(true);
          e.set_router_bias(true);
          e.set_noop_capacity(0.25);
@@ -458,6 +471,11 @@ TEST_CASE("MoeMlp::forward equals a token-by-token computation from the weights"
       NoGradGuard g;
       const MoeOutput m = layer.forward(x);
       const ByHand want = moe_by_hand(layer, cfg, x);
+      if (cfg.moe().routing() == modtrain::MoEConfig::TOKEN_CHOICE) {
+        CHECK(want.dropped_fraction > 0);
+        CHECK(m.stats.dropped_fraction == want.dropped_fraction);
+        if (cfg.moe().top_k() == 1) CHECK(want.empty_slots > 0);  // gate 0 for empty slots
+      }
       CHECK(max_diff(m.out, Tensor::from_vector(want.out, {3, 12, 16}, DType::F64)) < 1e-12);
       CHECK(max_abs(m.out) > 1e-3);
       REQUIRE(m.aux.defined());
@@ -475,15 +493,18 @@ TEST_CASE("MoeMlp::forward passes finite-difference gradient checks in float64",
   };
   const std::vector<Variant> variants{
       {"expert choice GELU", [](modtrain::ModelConfig&) {}},
-      {"expert choice SWIGLU", [](modtrain::ModelConfig& m) { m.set_mlp(modtrain::ModelConfig::SWIGLU); }},
-      {"token choice top 2 + balance", [](modtrain::ModelConfig& m) {
+      {"expert choice SWIGLU",
+       [](modtrain::ModelConfig& m) { m.set_mlp(modtrain::ModelConfig::SWIGLU); }},
+      {"token choice top 2 + balance",
+       [](modtrain::ModelConfig& m) {
          auto* e = m.mutable_moe();
          e->set_routing(modtrain::MoEConfig::TOKEN_CHOICE);
          e->set_top_k(2);
          e->set_capacity_factor(0.5);  // K = 2 of 8 tokens per expert: choices are dropped
          e->set_balance_weight(0.5);
        }},
-      {"integrated (no-op expert)", [](modtrain::ModelConfig& m) {
+      {"integrated (no-op expert)",
+       [](modtrain::ModelConfig& m) {
          m.mutable_moe()->set_noop_expert(true);
          m.mutable_moe()->set_router_bias(true);
        }},
@@ -501,7 +522,8 @@ TEST_CASE("MoeMlp::forward passes finite-difference gradient checks in float64",
       {
         NoGradGuard g;  // the selection actually drops, or routes to the no-op expert
         const auto stats = layer->forward(randn({2, 8, 8}, rng, DType::F64)).stats;
-        if (cfg.moe().routing() == modtrain::MoEConfig::TOKEN_CHOICE) CHECK(stats.dropped_fraction > 0);
+        if (cfg.moe().routing() == modtrain::MoEConfig::TOKEN_CHOICE)
+          CHECK(stats.dropped_fraction > 0);
         if (cfg.moe().noop_expert()) CHECK(stats.noop_fraction == 0.5);
       }
       const bool swiglu = cfg.mlp() == modtrain::ModelConfig::SWIGLU;
@@ -510,7 +532,8 @@ TEST_CASE("MoeMlp::forward passes finite-difference gradient checks in float64",
           [&](Rng& r) {
             std::vector<Tensor> in{randn({2, 8, 8}, r, DType::F64).set_requires_grad(true),
                                    layer->parameter("router.weight"),
-                                   layer->parameter("experts.up"), layer->parameter("experts.down")};
+                                   layer->parameter("experts.up"),
+                                   layer->parameter("experts.down")};
             if (swiglu) in.push_back(layer->parameter("experts.gate"));
             if (cfg.moe().router_bias()) in.push_back(layer->parameter("router.bias"));
             return in;
@@ -537,11 +560,10 @@ TEST_CASE("a staged-MoDE block (MoD routing in front of an MoE MLP) passes a gra
   check_grad_case(
       "staged MoDE block [2,8,8] C=4",
       [&](Rng& r) {
-        return std::vector<Tensor>{randn({2, 8, 8}, r, DType::F64).set_requires_grad(true),
-                                   block->parameter("router.proj.weight"),
-                                   block->parameter("mlp.router.weight"),
-                                   block->parameter("mlp.experts.up"),
-                                   block->parameter("attn.wv.weight")};
+        return std::vector<Tensor>{
+            randn({2, 8, 8}, r, DType::F64).set_requires_grad(true),
+            block->parameter("router.proj.weight"), block->parameter("mlp.router.weight"),
+            block->parameter("mlp.experts.up"), block->parameter("attn.wv.weight")};
       },
       [&](const std::vector<Tensor>& in) {
         ForwardResult result;
@@ -582,6 +604,35 @@ TEST_CASE("whole integrated and staged MoDE models pass a gradient check of the 
             REQUIRE(r.moe_stats.size() == 2);
             return r.loss;
           });
+    }
+  }
+}
+
+TEST_CASE("a model's MoE layers report statistics per block and add their loss to the total",
+          "[moe]") {
+  for (bool staged : {false, true}) {
+    DYNAMIC_SECTION((staged ? "staged" : "integrated")) {
+      auto cfg = test::tiny_moe(staged, /*noop_expert=*/!staged);
+      cfg.mutable_mod()->mutable_causal()->set_method(modtrain::CausalRoutingConfig::NONE);
+      cfg.mutable_moe()->set_z_weight(0.0);
+      Transformer m(cfg, 81, DType::F64);
+      const Tensor tok = tokens_for(2, 12, 32, 82);
+      NoGradGuard g;
+      const auto off = m.forward(tok, tok);
+      CHECK_FALSE(off.aux_loss.defined());  // no router BCE, no predictor, z-loss off
+      CHECK(off.loss.item() == off.lm_loss.item());
+      cfg.mutable_moe()->set_z_weight(0.1);
+      Transformer m2(cfg, 81, DType::F64);
+      const auto on = m2.forward(tok, tok);
+      CHECK(max_diff(on.logits, off.logits) == 0.0);  // same weights, same routing
+      REQUIRE(on.aux_loss.defined());
+      CHECK(on.aux_loss.item() > 1e-3);  // 0.1 * mean lse^2 per block, lse about log E'
+      CHECK(on.loss.item() == Approx(on.lm_loss.item() + on.aux_loss.item()).epsilon(1e-14));
+      REQUIRE(on.moe_stats.size() == 2);
+      for (int b = 0; b < 2; ++b) {
+        CHECK(on.moe_stats[b].block == b);
+        CHECK(on.moe_stats[b].noop_fraction == (staged ? 0.0 : 0.5));
+      }
     }
   }
 }
@@ -705,7 +756,8 @@ TEST_CASE("MoeMlp::forward_causal: a token's output depends on that token alone"
       } else {
         ++expert_rows;
         const Tensor y = layer.experts().forward_one(top, x.view({24, 16}).narrow0(i, 1));
-        for (int64_t d = 0; d < 16; ++d) CHECK(row.at(d) == Approx(p[top] / z * y.at(d)).margin(1e-12));
+        for (int64_t d = 0; d < 16; ++d)
+          CHECK(row.at(d) == Approx(p[top] / z * y.at(d)).margin(1e-12));
       }
     }
     INFO(noop_rows << " no-op rows, " << expert_rows << " expert rows");
@@ -715,8 +767,9 @@ TEST_CASE("MoeMlp::forward_causal: a token's output depends on that token alone"
   SECTION("later tokens and other sequences never change a token's output") {
     Tensor changed = x.clone();
     Rng r2(52);
-    changed.view({24, 16}).narrow0(19, 5).copy_from(randn({5, 16}, r2, DType::F64));  // seq 1, 7..11
-    changed.narrow0(0, 1).copy_from(randn({1, 12, 16}, r2, DType::F64));              // all of seq 0
+    changed.view({24, 16}).narrow0(19, 5).copy_from(
+        randn({5, 16}, r2, DType::F64));                                  // seq 1, 7..11
+    changed.narrow0(0, 1).copy_from(randn({1, 12, 16}, r2, DType::F64));  // all of seq 0
     const Tensor out2 = layer.forward_causal(changed);
     CHECK(max_diff(out.narrow0(1, 1).view({12, 16}).narrow0(0, 7),
                    out2.narrow0(1, 1).view({12, 16}).narrow0(0, 7)) < 1e-12);
@@ -734,14 +787,15 @@ TEST_CASE("MoeMlp::forward_causal: a token's output depends on that token alone"
   }
 }
 
-TEST_CASE("MoDE models in causal mode: later tokens never change earlier logits, and decoding "
-          "through the caches equals the causal forward",
-          "[moe]") {
+TEST_CASE(
+    "MoDE models in causal mode: later tokens never change earlier logits, and decoding "
+    "through the caches equals the causal forward",
+    "[moe]") {
   for (bool staged : {false, true}) {
     DYNAMIC_SECTION((staged ? "staged" : "integrated")) {
       auto cfg = test::tiny_moe(staged, /*noop_expert=*/!staged);
-      // The router decides causal entry, its bias set so that r is centred on this sequence's
-      // top-C mean: some tokens enter the routed block and some do not.
+      // Staged: the MoD router decides causal entry, its bias set to centre r on this sequence
+      // (the top-C mean), so that some tokens enter the routed block and some do not.
       cfg.mutable_mod()->mutable_causal()->set_method(modtrain::CausalRoutingConfig::AUX_BCE);
       cfg.mutable_mod()->mutable_router()->set_bias(true);
       Transformer m(cfg, 61, DType::F64);
@@ -780,9 +834,10 @@ TEST_CASE("MoDE models in causal mode: later tokens never change earlier logits,
 
 // --- FLOPs and parameters ---
 
-TEST_CASE("MoE FLOPs: the router plus the active experts; parameters: E expert MLPs plus the "
-          "router",
-          "[moe][flops]") {
+TEST_CASE(
+    "MoE FLOPs: the router plus the active experts; parameters: E expert MLPs plus the "
+    "router",
+    "[moe][flops]") {
   const auto dense_cfg = test::tiny_model(false);  // D 16, ff 32, S 12, GELU
   const auto dense = count_flops(dense_cfg);
   const double mlp = 2.0 * 2 * 16 * 32;  // dense MLP FLOPs per token
@@ -802,7 +857,8 @@ TEST_CASE("MoE FLOPs: the router plus the active experts; parameters: E expert M
     INFO("block " << b);
     CHECK(ec.blocks[b].moe);
     CHECK_FALSE(dense.blocks[b].moe);
-    CHECK(ec.blocks[b].forward_per_token == Approx(dense.blocks[b].forward_per_token + 2.0 * 16 * 3));
+    CHECK(ec.blocks[b].forward_per_token ==
+          Approx(dense.blocks[b].forward_per_token + 2.0 * 16 * 3));
     CHECK(integ.blocks[b].forward_per_token ==
           Approx(dense.blocks[b].forward_per_token - 0.5 * mlp + 2.0 * 16 * 4));
   }
@@ -833,7 +889,8 @@ TEST_CASE("MoE FLOPs: the router plus the active experts; parameters: E expert M
   explicit_cfg.mutable_moe()->add_moe_blocks(1);
   CHECK(count_flops(int_bias_cfg).parameters ==
         dense_params + 2 * (2 * (2 * 16 * 32) + 4 * 16 + 4));
-  for (const auto& c : {ec_cfg, int_cfg, int_bias_cfg, test::tiny_moe(true), swiglu_cfg, explicit_cfg}) {
+  for (const auto& c :
+       {ec_cfg, int_cfg, int_bias_cfg, test::tiny_moe(true), swiglu_cfg, explicit_cfg}) {
     INFO(c.ShortDebugString());
     CHECK(count_flops(c).parameters == Transformer(c, 1).num_parameters());
   }
@@ -849,8 +906,9 @@ TEST_CASE("tiny MoE, staged and integrated MoDE models overfit a fixed batch", "
     const char* name;
     modtrain::ModelConfig cfg;
   };
-  for (const auto& v : {Variant{"MoE", test::tiny_moe(false)}, Variant{"staged", test::tiny_moe(true)},
-                        Variant{"integrated", test::tiny_moe(false, true)}}) {
+  for (const auto& v :
+       {Variant{"MoE", test::tiny_moe(false)}, Variant{"staged", test::tiny_moe(true)},
+        Variant{"integrated", test::tiny_moe(false, true)}}) {
     DYNAMIC_SECTION(v.name) {
       auto cfg = v.cfg;
       cfg.set_init_std(0.05);
@@ -866,6 +924,15 @@ TEST_CASE("tiny MoE, staged and integrated MoDE models overfit a fixed batch", "
         m.zero_grad();
         auto r = m.forward(in, tgt);
         r.loss.backward();
+        if (step == 0) {
+          // Attention alone can memorise this batch, so the loss below cannot tell a dead MoE;
+          // every parameter (experts, routers, predictor) getting a gradient can.
+          for (const auto& [name, p] : m.named_parameters()) {
+            INFO(name);
+            REQUIRE(p.grad().defined());
+            CHECK(max_abs(p.grad()) > 0.0);
+          }
+        }
         train::clip_grad_norm(m.parameters(), 1.0);
         adam.step(train::learning_rate(opt, step, 200));
         if (step == 0) first = r.lm_loss.item();
@@ -873,7 +940,7 @@ TEST_CASE("tiny MoE, staged and integrated MoDE models overfit a fixed batch", "
       }
       INFO("loss " << first << " -> " << last);
       CHECK(first > 3.0);  // about ln 32 = 3.47 at init
-      CHECK(last < 0.3);
+      CHECK(last < 0.3);   // about 0.005 when written
     }
   }
 }

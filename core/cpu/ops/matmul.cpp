@@ -21,9 +21,11 @@ void CpuBackend::gemm(const GemmArgs& g, const Tensor& a, const Tensor& b, Tenso
       blas_gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, alpha, pa + i * g.stride_a, lda,
                 pb + i * g.stride_b, ldb, beta, pc + i * g.stride_c, g.n);
     };
-    // OpenBLAS's OpenMP build runs single-threaded when called inside a parallel region.
+    // OpenBLAS's OpenMP build runs single-threaded when called inside a parallel region. A
+    // batch too small to pay for waking the team (tiny experts, tests) stays on this thread.
     const bool small = g.m * g.n * g.k < (int64_t{1} << 21);
-    if (g.batch > 1 && small) {
+    const bool worth_threads = g.batch * g.m * g.n * g.k >= (int64_t{1} << 16);
+    if (g.batch > 1 && small && worth_threads) {
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < g.batch; ++i) one(i);
     } else {
