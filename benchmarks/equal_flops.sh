@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
-# equal_flops: tiny_dense and tiny_mod trained for the same training FLOPs on the KJV corpus,
-# then evaluated side by side. The MoD run gets steps_dense * flops_dense / flops_mod steps,
-# both per-token training FLOPs read from `modtrain flops`; batch and sequence length are the
-# recipes' (tokens per step enter the budget too).
+# equal_flops: recipes trained for the same training FLOPs on the KJV corpus, then evaluated
+# side by side. The first recipe (the reference, tiny_dense by default) gets DENSE_STEPS steps;
+# recipe x gets DENSE_STEPS * flops_ref * tokens_ref / (flops_x * tokens_x) steps, with per-token
+# training FLOPs read from `modtrain flops` (active FLOPs: an MoE layer counts the experts on
+# their slots only) and tokens per step = batch_size x seq_len of each recipe.
 #
-# Usage: benchmarks/equal_flops.sh
-# Environment: DENSE_STEPS scales the budget (default 300, the recipe's: ~6 minutes for both runs
-#   on 2 idle cores), BUILD_DIR (default build), DATA (default data/kjv), RUN_ROOT (default
-#   runs/equal_flops), EVAL_BATCHES validation batches (default 16, of 8 sequences).
+# Usage: benchmarks/equal_flops.sh [RECIPE ...]
+#   RECIPE: a name in configs/recipes (tiny_moe) or a .textproto path. Default: tiny_dense
+#   tiny_mod tiny_moe tiny_mode_staged tiny_mode_integrated. The first recipe is the reference.
+#   benchmarks/equal_flops.sh tiny_dense tiny_mod     the original dense vs MoD comparison
+# Environment: DENSE_STEPS the reference's steps (default 300, the recipes': ~3 minutes per
+#   recipe on 2 idle cores), BUILD_DIR (default build; needs launcher/modtrain and
+#   benchmarks/routing_eval), DATA (default data/kjv), RUN_ROOT (default runs/equal_flops),
+#   EVAL_BATCHES validation batches (default 16, of 8 sequences), REUSE=1 keeps a recipe's
+#   existing RUN_ROOT/<name>/model.safetensors instead of training it again.
+#
+# Validation loss is reported twice: with training-time routing (MoD top-C, MoE expert choice:
+# both pick among the whole sequence, so they see the future) and with causal routing (each
+# token decides from its own input, as in sampling). A dense model has one loss, in both columns.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,55 +26,91 @@ DENSE_STEPS=${DENSE_STEPS:-300}
 DATA=${DATA:-data/kjv}
 RUN_ROOT=${RUN_ROOT:-runs/equal_flops}
 EVAL_BATCHES=${EVAL_BATCHES:-16}
+REUSE=${REUSE:-0}
 MODTRAIN="$BUILD_DIR/launcher/modtrain"
-DENSE=configs/recipes/tiny_dense.textproto
-MOD=configs/recipes/tiny_mod.textproto
+ROUTING_EVAL="$BUILD_DIR/benchmarks/routing_eval"
 
-[[ -x "$MODTRAIN" ]] || { echo "equal_flops: $MODTRAIN missing: build it (cmake --build $BUILD_DIR)" >&2; exit 1; }
+recipes=("$@")
+[[ ${#recipes[@]} -gt 0 ]] || recipes=(tiny_dense tiny_mod tiny_moe tiny_mode_staged tiny_mode_integrated)
+
+for tool in "$MODTRAIN" "$ROUTING_EVAL"; do
+  [[ -x "$tool" ]] || { echo "equal_flops: $tool missing: build it (ninja -C $BUILD_DIR modtrain routing_eval)" >&2; exit 1; }
+done
 if [[ ! -f "$DATA/train.bin" ]]; then
   echo "== preparing $DATA (modtrain prep --kjv) =="
   "$MODTRAIN" prep --kjv --out "$DATA"
 fi
 
+recipe_path() { [[ "$1" == *.textproto ]] && echo "$1" || echo "configs/recipes/$1.textproto"; }
 training_flops() {  # per-token training FLOPs of a recipe
   "$MODTRAIN" flops --config "$1" | sed -n 's/.*training \([0-9.e+-]*\) FLOPs\/token.*/\1/p'
 }
-flops_dense=$(training_flops "$DENSE")
-flops_mod=$(training_flops "$MOD")
-[[ -n "$flops_dense" && -n "$flops_mod" ]] || { echo "equal_flops: cannot read 'modtrain flops'" >&2; exit 1; }
 field() { sed -n "s/^ *$1: *\([0-9]*\).*/\1/p" "$2" | head -1; }  # a recipe's integer field
 tokens_per_step() { echo $(($(field batch_size "$1") * $(field seq_len "$1"))); }
-tok_dense=$(tokens_per_step "$DENSE")
-tok_mod=$(tokens_per_step "$MOD")
-mod_steps=$(awk -v s="$DENSE_STEPS" -v d="$flops_dense" -v m="$flops_mod" -v td="$tok_dense" -v tm="$tok_mod" \
-  'BEGIN { printf "%d", s * d * td / (m * tm) + 0.5 }')
-budget() { awk -v s="$1" -v f="$2" -v t="$3" 'BEGIN { printf "%.3g", s * f * t }'; }
-echo "== equal training FLOPs: dense $flops_dense FLOPs/token x $DENSE_STEPS steps = MoD $flops_mod x $mod_steps steps =="
-echo "   budget $(budget "$DENSE_STEPS" "$flops_dense" "$tok_dense") (dense) vs $(budget "$mod_steps" "$flops_mod" "$tok_mod") (MoD) FLOPs"
+budget() { awk -v s="$1" -v f="$2" -v t="$3" 'BEGIN { printf "%.4g", s * f * t }'; }
 
-train() {  # name recipe steps
-  local start=$SECONDS
+declare -A path flops tokens steps seconds
+names=()
+for r in "${recipes[@]}"; do
+  p=$(recipe_path "$r")
+  [[ -f "$p" ]] || { echo "equal_flops: no recipe $p" >&2; exit 1; }
+  name=$(basename "$p" .textproto)
+  names+=("$name")
+  path[$name]=$p
+  flops[$name]=$(training_flops "$p")
+  [[ -n "${flops[$name]}" ]] || { echo "equal_flops: cannot read 'modtrain flops --config $p'" >&2; exit 1; }
+  tokens[$name]=$(tokens_per_step "$p")
+done
+ref=${names[0]}
+echo "== equal training FLOPs: $ref ${flops[$ref]} FLOPs/token x ${tokens[$ref]} tokens/step x $DENSE_STEPS steps =="
+for name in "${names[@]}"; do
+  steps[$name]=$(awk -v s="$DENSE_STEPS" -v d="${flops[$ref]}" -v m="${flops[$name]}" \
+    -v td="${tokens[$ref]}" -v tm="${tokens[$name]}" 'BEGIN { printf "%d", s * d * td / (m * tm) + 0.5 }')
+  echo "   $name: ${flops[$name]} FLOPs/token x ${tokens[$name]} x ${steps[$name]} steps = $(budget "${steps[$name]}" "${flops[$name]}" "${tokens[$name]}") FLOPs"
+done
+
+train() {  # name
+  local name=$1 start=$SECONDS
   echo
-  echo "== train $1: $3 steps =="
-  "$MODTRAIN" train --config "$2" --run-dir "$RUN_ROOT/$1" --data "$DATA" --set "train.steps=$3" \
-    --set train.log_every=50 --set train.eval_every=0
-  echo "   $1 trained in $((SECONDS - start)) s"
+  if [[ "$REUSE" == 1 && -f "$RUN_ROOT/$name/model.safetensors" ]]; then
+    echo "== $name: reusing $RUN_ROOT/$name/model.safetensors (REUSE=1) =="
+    seconds[$name]="-"
+    return
+  fi
+  echo "== train $name: ${steps[$name]} steps =="
+  "$MODTRAIN" train --config "${path[$name]}" --run-dir "$RUN_ROOT/$name" --data "$DATA" \
+    --set "train.steps=${steps[$name]}" --set train.log_every=50 --set train.eval_every=0
+  seconds[$name]=$((SECONDS - start))
+  echo "   $name trained in ${seconds[$name]} s"
 }
-train tiny_dense "$DENSE" "$DENSE_STEPS"
-train tiny_mod "$MOD" "$mod_steps"
+for name in "${names[@]}"; do train "$name"; done
 
 echo
-dense_eval=$("$MODTRAIN" eval --checkpoint "$RUN_ROOT/tiny_dense/model.safetensors" --data "$DATA" --batches "$EVAL_BATCHES")
-mod_eval=$("$MODTRAIN" eval --checkpoint "$RUN_ROOT/tiny_mod/model.safetensors" --data "$DATA" --batches "$EVAL_BATCHES")
-echo "$dense_eval"
-echo "$mod_eval"
-loss_of() { sed -n "s/.*$1[^:]*: *\([0-9.]*\).*/\1/p" <<<"$2"; }
+weights=()
+for name in "${names[@]}"; do weights+=("$RUN_ROOT/$name/model.safetensors"); done
+evals=$("$ROUTING_EVAL" --data "$DATA" --batches "$EVAL_BATCHES" "${weights[@]}")
+echo "$evals"
+
+# Loss lines of one model's block in routing_eval's output ("name (step N) ..." then its lines).
+loss_of() {  # name which ("top-C routing" | "causal routing")
+  awk -v n="$1" -v w="$2" '$1 == n && $2 == "(step" { on = 1; next } /^[^ ]/ { on = 0 }
+    on && index($0, w) { sub(/.*: */, ""); print; exit }' <<<"$evals"
+}
+delta() { [[ "$1" == "-" || "$2" == "-" ]] && echo "-" || awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.4f", a - b }'; }
+ref_loss=$(loss_of "$ref" "top-C routing")
 echo
-echo "== validation loss at equal training FLOPs ($EVAL_BATCHES batches of 8 sequences from $DATA/val.bin) =="
-printf "  %-10s %6s %12s %16s %16s\n" model steps "train FLOPs" "loss top-C" "loss causal"
-printf "  %-10s %6s %12s %16s %16s\n" tiny_dense "$DENSE_STEPS" "$(budget "$DENSE_STEPS" "$flops_dense" "$tok_dense")" \
-  "$(loss_of 'top-C routing' "$dense_eval")" "-"
-printf "  %-10s %6s %12s %16s %16s\n" tiny_mod "$mod_steps" "$(budget "$mod_steps" "$flops_mod" "$tok_mod")" \
-  "$(loss_of 'top-C routing' "$mod_eval")" "$(loss_of 'causal routing' "$mod_eval")"
-echo "(top-C: the training-time routing, which looks at the whole sequence; causal: the predictor's"
-echo " per-token decisions, as in sampling. A dense model has only the first.)"
+echo "== validation loss at equal training FLOPs ($EVAL_BATCHES batches of 8 sequences from $DATA/val.bin; reference $ref) =="
+printf "  %-22s %12s %6s %12s %8s %10s %9s %11s %9s\n" recipe "FLOPs/token" steps "train FLOPs" "train s" \
+  "loss top-C" "vs ref" "loss causal" "vs ref"
+for name in "${names[@]}"; do
+  top=$(loss_of "$name" "top-C routing")
+  causal=$(loss_of "$name" "causal routing")
+  [[ -n "$causal" ]] || causal=$top  # dense: one routing
+  [[ -n "$top" ]] || top="-"
+  printf "  %-22s %12s %6s %12s %8s %10s %9s %11s %9s\n" "$name" "${flops[$name]}" "${steps[$name]}" \
+    "$(budget "${steps[$name]}" "${flops[$name]}" "${tokens[$name]}")" "${seconds[$name]}" \
+    "$top" "$(delta "$top" "$ref_loss")" "$causal" "$(delta "$causal" "$ref_loss")"
+done
+echo "(top-C: the training-time routing, which looks at the whole sequence (MoD top-C, MoE expert"
+echo " choice); causal: per-token decisions as in sampling (MoD predictor; MoE top-k among experts and"
+echo " the no-op). A dense model has one loss, shown in both columns. vs ref: minus $ref's loss.)"

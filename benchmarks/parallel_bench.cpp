@@ -1,8 +1,12 @@
 // parallel_bench: what one training step sends between ranks and how long it waits, for each
-// dp x tp layout of tiny_dense and tiny_mod, next to the minimum the model config implies.
+// dp x tp (+ ep) layout of tiny_dense and tiny_mod, or of any recipe given with --config (the
+// MoE and MoDE recipes get the expert-parallel layouts too), next to the minimum the model
+// config implies.
 //   ./build/benchmarks/parallel_bench                                   (1 rank: dp1)
 //   mpirun -n 2 --oversubscribe --bind-to none ./build/benchmarks/parallel_bench  (dp2, tp2,
 //                                                                                   dp2+zero1)
+//   mpirun -n 2 --oversubscribe --bind-to none ./build/benchmarks/parallel_bench
+//       --config configs/recipes/tiny_mode_integrated.textproto     (the same and dp2+ep2)
 //   mpirun -n 4 --oversubscribe ./build/benchmarks/parallel_bench       (dp2xtp2, dp4, tp4)
 // As root, add --allow-run-as-root to mpirun. --bind-to none keeps Open MPI from pinning each of
 // 2 ranks to one core, which slows the 2-thread 1-rank reference (see main). Figures:
@@ -14,22 +18,38 @@
 // Warm-up is excluded by differencing: every configuration is trained by two fresh Trainers,
 // for W and for W + N steps, and (second - first) / N is one step, so start-up, the final
 // parameter gather and the file writes cancel. Bytes are counted by CountingCommunicator with
-// the ring formulas of parallel/counting_communicator.h, per group (dp, tp, world).
+// the ring formulas of parallel/counting_communicator.h, per group (dp, edp, tp, ep, world).
 //
 // Napkin minimum per step and rank; f32 = 4 B, f64 = 8 B; B global batch, T seq_len, D d_model,
-// a micro-batches per step; P_local = P_split / tp + P_replicated parameters live on a rank
-// (P_split: the 4 attention and 2-3 MLP matrices of every block, the embedding and an untied
-// LM head; P_replicated: norms, routers, predictors):
-//   dp group  2 (dp - 1) / dp x 4 B x P_local                  ring all-reduce of every gradient
+// a micro-batches per step; P_local = P_split / tp + P_replicated dense parameters live on a
+// rank (P_split: the 4 attention matrices of every block, the 2-3 matrices of every dense MLP,
+// the embedding and an untied LM head; P_replicated: norms, MoD and MoE routers, predictors);
+// P_expert: the E expert MLPs of every MoE block; E experts, K_b slots per (sequence, expert)
+// in block b (moe_routing.h expert_slots of the T_b tokens entering its MLP):
+//   dp group  2 (dp - 1) / dp x 4 B x P_local                  ring all-reduce of dense gradients
 //             + (dp - 1) / dp x 4 B x P_local with ZeRO-1      all-gather of updated parameters
-//   tp group  2 (tp - 1) / tp x a x B / dp x [4 B x D x (4 sum_b T_b + 2 T) + 8 B x 3 T]
-//             per block 4 all-reduces of [B/dp, T_b, D], T_b = T (dense) or C (routed): forward
-//             after attn.wo and mlp.down, backward at the shared copy_to_tp of the QKV input and
-//             of the MLP input; 2 of [B/dp, T, D]: the vocabulary-parallel embedding (forward)
-//             and the tied LM head's input (backward); 3 f64 per token in the vocabulary-
-//             parallel cross-entropy (row max, sum of exponentials, target logit).
-// The dp group also reduces the step's loss and router statistics and the tp group the gradient
-// norm, and every rank agrees each step on whether to stop (world): small, not in the minimum.
+//   edp group 2 (edp - 1) / edp x 4 B x P_expert / ep          ring all-reduce of expert
+//             (+ (edp - 1) / edp x ... with ZeRO-1)            gradients, edp = dp / ep x tp
+//             ranks hold the same experts (parallel/mesh.h); the sum is divided by dp
+//   tp group  2 (tp - 1) / tp x a x B / dp x [4 B x D x (sum_b w_b + 2 T) + 8 B x 3 T]
+//             w_b = 4 T_b for a dense MLP: 4 all-reduces of [B/dp, T_b, D], T_b = T (dense) or
+//             C (routed): forward after attn.wo and mlp.down, backward at the shared copy_to_tp
+//             of the QKV input and of the MLP input; w_b = 2 T_b + E K_b for an MoE MLP: the
+//             attention's 2 and 2 all-gathers ((tp - 1) / tp each) of the [E, B/dp x K_b, D]
+//             slots (combine forward, dispatch backward; expert_parallel.h); 2 of [B/dp, T, D]:
+//             the vocabulary-parallel embedding (forward) and the tied LM head's input
+//             (backward); 3 f64 per token in the vocabulary-parallel cross-entropy.
+//   ep group  valid x 4 (ep - 1) / ep x a x 4 B x D x B / dp / tp x sum_b E K_b
+//             4 all-to-alls per MoE block (dispatch and combine, forward and backward), each of
+//             a rank's [E, B/dp x K_b / tp, D] slots, of which (ep - 1) / ep go to experts on
+//             other ranks. Under expert choice every slot holds a token (valid = 1), so the
+//             static slots are the minimum; under token choice the empty slots are padding:
+//             valid = the measured share of filled slots (the 1-rank reference's routing of
+//             the first validation batch after training) and the measurement exceeds the
+//             minimum by 1 / valid.
+// The dp group also reduces the step's loss and router statistics, the tp and ep groups the
+// gradient norm, and every rank agrees each step on whether to stop (world): small, not in the
+// minimum.
 #if MOD_HAVE_MPI
 #include <mpi.h>
 #endif
@@ -52,7 +72,10 @@
 #include <thread>
 #include <vector>
 
+#include "benchmarks/parallel_napkin.h"
 #include "configs/config.h"
+#include "core/autograd.h"
+#include "core/data/loader.h"
 #include "core/data/shard.h"
 #include "core/device_report.h"
 #include "core/model/flops.h"
@@ -62,15 +85,14 @@
 #include "parallel/counting_communicator.h"
 #include "parallel/mesh.h"
 #include "parallel/world.h"
-#include "benchmarks/parallel_napkin.h"
 
 using namespace mod;
-using bench::Layout;
+using bench::default_layouts;
 using bench::fmt;
+using bench::Layout;
 using bench::Napkin;
 using bench::napkin;
 using bench::parse_layout;
-using bench::default_layouts;
 using parallel::Collective;
 using parallel::Communicator;
 using parallel::CountingCommunicator;
@@ -81,7 +103,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr double kTolerance = 1e-5;  // relative, per step loss (tests/parallel/parity_test.cpp)
-const char* const kGroups[] = {"dp", "tp", "world"};
+const char* const kGroups[] = {"dp", "edp", "tp", "ep", "world"};
 
 Communicator& world() {
   return parallel::world();
@@ -135,6 +157,7 @@ modtrain::RunConfig layout_config(modtrain::RunConfig cfg, const Layout& l, int 
   auto* p = cfg.mutable_parallel();
   p->set_dp(l.dp);
   p->set_tp(l.tp);
+  p->set_ep(l.ep);
   p->set_zero1(l.zero1);
   cfg.mutable_train()->set_steps(steps);
   cfg.mutable_train()->set_eval_every(0);
@@ -147,10 +170,37 @@ struct Run {
   std::vector<double> losses;
   double seconds = 0;  // Trainer::run on this rank
   parallel::Stats stats;
+  double valid_share = 1;  // expert slots holding a token (see valid_slot_share)
 };
 
+// The share of expert slots that hold a token when the trained model routes the first
+// validation batch: 1 under expert choice (every slot filled by construction); under token
+// choice sum_b (B x T_b x top_k x (1 - dropped_b)) / sum_b (E x B x K_b). Needs every expert
+// on this rank (the 1-rank reference).
+double valid_slot_share(const train::Trainer& trainer, const modtrain::RunConfig& cfg) {
+  const auto& m = cfg.model();
+  if (!m.moe().enabled() || m.moe().routing() != modtrain::MoEConfig::TOKEN_CHOICE) return 1;
+  NoGradGuard no_grad;
+  const auto splits = train::load_splits(cfg.data().dir(), m.vocab_size());
+  const auto batches =
+      data::sequential_batches(*splits.val, m.seq_len(), cfg.train().batch_size(), 1);
+  const model::ForwardResult r =
+      trainer.model().forward(batches.at(0).inputs, batches.at(0).targets);
+  const auto slots = bench::expert_slots_by_block(m);
+  const double rows = static_cast<double>(cfg.train().batch_size());
+  double valid = 0, all = 0;
+  for (const model::MoeStats& s : r.moe_stats) {
+    const double tb = static_cast<double>(model::block_capacity(m, s.block));
+    valid += rows * tb * m.moe().top_k() * (1 - s.dropped_fraction);
+    all += rows * m.moe().n_experts() * static_cast<double>(slots[s.block]);
+  }
+  return all > 0 ? valid / all : 1;
+}
+
 // One fresh Trainer on `comm`; `sync` (uncounted) lines the ranks up before the clock starts.
-Run train_once(const modtrain::RunConfig& cfg, CountingCommunicator& comm, Communicator& sync) {
+// With `measure_slots` (a 1-rank run), also the trained model's valid expert-slot share.
+Run train_once(const modtrain::RunConfig& cfg, CountingCommunicator& comm, Communicator& sync,
+               bool measure_slots = false) {
   const std::string dir = make_temp_dir("run");
   Run r;
   {
@@ -162,6 +212,7 @@ Run train_once(const modtrain::RunConfig& cfg, CountingCommunicator& comm, Commu
     r.seconds = seconds_since(t0);
     r.stats = comm.stats();
     r.losses = trainer.losses();
+    if (measure_slots) r.valid_share = valid_slot_share(trainer, cfg);
   }
   fs::remove_all(dir);
   return r;
@@ -230,7 +281,7 @@ StepFigures per_step(const Run& a, const Run& b, int steps) {
 // ---- the ceiling: the same collectives alone on this machine ----
 
 // Best of 5 blocking calls (after 2 untimed) of `kind` moving `tensor_bytes` of f32 on `comm`
-// (all_gather: that many bytes out).
+// (all_gather: that many bytes out; all_to_all: that many bytes in).
 double collective_seconds(Communicator& comm, Collective kind, int64_t tensor_bytes) {
   const int64_t per_rank = std::max<int64_t>(1, tensor_bytes / 4 / comm.size());
   Tensor a = Tensor::zeros({kind == Collective::AllGather ? per_rank : per_rank * comm.size()});
@@ -241,6 +292,8 @@ double collective_seconds(Communicator& comm, Collective kind, int64_t tensor_by
     const auto t0 = Clock::now();
     if (kind == Collective::AllGather)
       comm.all_gather(a, out);
+    else if (kind == Collective::AllToAll)
+      comm.all_to_all(a.view({comm.size(), per_rank}), out.view({comm.size(), per_rank}));
     else
       comm.all_reduce(a);
     if (rep >= 2) best = std::min(best, seconds_since(t0));
@@ -248,8 +301,8 @@ double collective_seconds(Communicator& comm, Collective kind, int64_t tensor_by
   return best;
 }
 
-// Seconds per step the layout's dp and tp collectives take when timed alone, one kind at a
-// time at its mean message size (world rank 0's counts). Collective over the world.
+// Seconds per step the layout's dp, edp, tp and ep collectives take when timed alone, one kind
+// at a time at its mean message size (world rank 0's counts). Collective over the world.
 struct Ceiling {
   double seconds = 0;
   std::string detail;
@@ -259,11 +312,10 @@ Ceiling comm_ceiling(const parallel::Stats& per_run, int steps, const Layout& l)
     const char* group;
     Collective kind;
   };
-  const Item items[] = {{"dp", Collective::AllReduceAsync},
-                        {"dp", Collective::AllReduce},
-                        {"dp", Collective::AllGather},
-                        {"tp", Collective::AllReduce},
-                        {"tp", Collective::AllGather}};
+  const Item items[] = {{"dp", Collective::AllReduceAsync}, {"dp", Collective::AllReduce},
+                        {"dp", Collective::AllGather},      {"edp", Collective::AllReduceAsync},
+                        {"edp", Collective::AllGather},     {"tp", Collective::AllReduce},
+                        {"tp", Collective::AllGather},      {"ep", Collective::AllToAll}};
   std::vector<double> v;  // calls per step, mean tensor bytes; rank 0's, sent to all ranks
   for (const Item& it : items) {
     const parallel::CollectiveStats s = per_run.group(it.group)[it.kind];
@@ -272,14 +324,20 @@ Ceiling comm_ceiling(const parallel::Stats& per_run, int steps, const Layout& l)
   }
   Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64);
   world().broadcast(t, 0);
-  parallel::DeviceMesh mesh(world(), parallel::ParallelDims{l.dp, l.tp, 1});
+  parallel::DeviceMesh mesh(world(), parallel::ParallelDims{l.dp, l.tp, l.ep});
+  auto group = [&mesh](const std::string& name) -> Communicator& {
+    return name == "dp"    ? mesh.dp()
+           : name == "edp" ? mesh.edp()
+           : name == "tp"  ? mesh.tp()
+                           : mesh.ep();
+  };
   Ceiling c;
   for (size_t i = 0; i < std::size(items); ++i) {
     const double calls = t.at(static_cast<int64_t>(2 * i)),
                  bytes = t.at(static_cast<int64_t>(2 * i + 1));
-    if (calls == 0) continue;
-    Communicator& group = std::string(items[i].group) == "dp" ? mesh.dp() : mesh.tp();
-    const double each = collective_seconds(group, items[i].kind, static_cast<int64_t>(bytes));
+    Communicator& g = group(items[i].group);
+    if (calls == 0 || g.size() == 1) continue;  // a group of one sends nothing
+    const double each = collective_seconds(g, items[i].kind, static_cast<int64_t>(bytes));
     c.seconds += calls * each;
     if (!c.detail.empty()) c.detail += ", ";
     c.detail += fmt("%.3g x ", calls) + items[i].group + " " +
@@ -367,7 +425,7 @@ struct Row {
 
 struct Options {
   int warmup = 2, steps = 6, baseline_threads = 0;
-  std::vector<Layout> layouts;
+  std::vector<Layout> layouts;  // empty: default_layouts(world size, the config has experts)
 };
 
 std::string mb(double bytes) {
@@ -395,10 +453,30 @@ std::string breakdown(const parallel::Stats& d, const std::string& group, int st
   return out.empty() ? "-" : out;
 }
 
+// Why layout `l` cannot train `cfg` ("" when it can): the mesh's checks, the batch split over
+// dp, and every MoE block's slots split over tp (expert_parallel.h).
+std::string misfit(const modtrain::RunConfig& cfg, const Layout& l) {
+  try {
+    const parallel::ParallelDims dims{l.dp, l.tp, l.ep};
+    dims.validate(l.dp * l.tp);
+    dims.validate_model(cfg.model());
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  const int b = cfg.train().batch_size();
+  if (b % l.dp != 0) return fmt("train.batch_size %.0f is not divisible by dp %.0f", b, l.dp);
+  for (int64_t k : bench::expert_slots_by_block(cfg.model()))
+    if (k > 0 && (b / l.dp * k) % l.tp != 0)
+      return fmt("an MoE block's B/dp x K = %.0f x %.0f slots are not divisible by tp %.0f",
+                 b / l.dp, static_cast<double>(k), l.tp);
+  return "";
+}
+
 std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig& base,
                              const Options& o) {
   const auto& m = base.model();
   const int n = world().size();
+  const bool experts = m.moe().enabled();
   const double tokens =
       static_cast<double>(base.train().batch_size()) * base.train().grad_accum() * m.seq_len();
   const Napkin ref_napkin = napkin(base, Layout{});
@@ -411,6 +489,19 @@ std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig&
         base.name().c_str(), path.c_str(), m.n_layers(), routed, m.d_model(), m.n_heads(), m.d_ff(),
         m.vocab_size(), ref_napkin.params / 1e6, ref_napkin.split / 1e6, base.train().batch_size(),
         m.seq_len(), tokens);
+    if (experts) {
+      std::string k;
+      for (int64_t x : bench::expert_slots_by_block(m)) {
+        if (!k.empty()) k += ' ';
+        k += std::to_string(x);
+      }
+      const bool tc = m.moe().routing() == modtrain::MoEConfig::TOKEN_CHOICE;
+      std::printf(
+          "   MoE: E = %d experts, %s%s; %.3fM expert parameters; slots K_b per (sequence, "
+          "expert) by block: %s\n",
+          m.moe().n_experts(), tc ? "token choice" : "expert choice",
+          m.moe().noop_expert() ? " + a no-op expert" : "", ref_napkin.expert / 1e6, k.c_str());
+    }
   }
 
   // Napkin check: the config's parameter count is the built model's.
@@ -428,8 +519,9 @@ std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig&
 
   // The 1-rank reference: on world rank 0 alone when there are other ranks.
   const int w = o.warmup, total = o.warmup + o.steps;
-  const Layout one{1, 1, false};
-  std::vector<double> ref(static_cast<size_t>(total) + 2);  // losses, step seconds, deterministic
+  const Layout one{1, 1, 1, false};
+  // losses, step seconds, deterministic, valid expert-slot share
+  std::vector<double> ref(static_cast<size_t>(total) + 3);
   int ref_threads = omp_get_max_threads();
   if (leader()) {
     std::unique_ptr<WholeMachine> machine;
@@ -439,10 +531,11 @@ std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig&
     }
     CountingCommunicator solo(parallel::make_local_communicator());
     const Run a = train_once(layout_config(base, one, w), solo, solo);
-    const Run b = train_once(layout_config(base, one, total), solo, solo);
+    const Run b = train_once(layout_config(base, one, total), solo, solo, /*measure_slots=*/true);
     std::copy(b.losses.begin(), b.losses.end(), ref.begin());
     ref[total] = (b.seconds - a.seconds) / o.steps;
     ref[total + 1] = std::equal(a.losses.begin(), a.losses.end(), b.losses.begin()) ? 1 : 0;
+    ref[total + 2] = b.valid_share;
   }
   if (n > 1) {
     Tensor t = Tensor::from_vector(ref, {static_cast<int64_t>(ref.size())}, DType::F64);
@@ -450,7 +543,7 @@ std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig&
     ref = t.to_vector();
   }
   const std::vector<double> ref_losses(ref.begin(), ref.begin() + total);
-  const double ref_step = ref[total];
+  const double ref_step = ref[total], valid_share = ref[total + 2];
   bool finite = true;
   for (double x : ref_losses) finite = finite && std::isfinite(x);
   const bool learns = ref_losses.back() < ref_losses.front();
@@ -464,6 +557,15 @@ std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig&
         ref_losses.front(), ref_losses.back(), finite ? "ok" : "WRONG", learns ? "ok" : "WRONG", w,
         deterministic ? "ok" : "WRONG");
     std::printf("  step %.1f ms | %.0f tok/s\n", 1e3 * ref_step, tokens / ref_step);
+    if (experts && m.moe().routing() == modtrain::MoEConfig::TOKEN_CHOICE)
+      std::printf(
+          "  token choice: %.1f%% of the expert slots hold a token (the trained reference "
+          "routing the first validation batch): the static slots send %.3fx the minimum\n",
+          100 * valid_share, 1 / valid_share);
+    else if (experts)
+      std::printf(
+          "  expert choice: every expert slot holds a token, so the static slots are the "
+          "minimum (padding 1x)\n");
   }
   if (!finite || !learns || !deterministic) fail(base.name() + ": the 1-rank reference is wrong");
 
@@ -471,9 +573,15 @@ std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig&
   rows.push_back({base.name(), n > 1 ? "1 rank" : "dp1", 0, 0, ref_step, ref_step, 0, 0, 0,
                   tokens / ref_step, 1.0});
   CountingCommunicator counted(world());
-  for (const Layout& l : o.layouts) {
+  const std::vector<Layout> layouts = o.layouts.empty() ? default_layouts(n, experts) : o.layouts;
+  for (const Layout& l : layouts) {
     if (n == 1) break;  // a world of one: dp1 is the reference above
-    const Napkin nk = napkin(base, l);
+    if (const std::string why = misfit(base, l); !why.empty()) {
+      if (leader())
+        std::printf("\nlayout %s: skipped, it does not fit: %s\n", l.label().c_str(), why.c_str());
+      continue;
+    }
+    const Napkin nk = napkin(base, l, valid_share);
     if (leader())
       std::printf("\nlayout %s (%d ranks x %d thread%s):\n", l.label().c_str(), n,
                   omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
@@ -483,22 +591,32 @@ std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig&
     check_losses(l.label(), b.losses, ref_losses);
     const StepFigures f = per_step(a, b, o.steps);
     const Ceiling ceiling = comm_ceiling(f.rank0, o.steps, l);
-    const double minimum = nk.dp_bytes + nk.tp_bytes;
+    const double minimum = nk.total();
     if (leader()) {
-      for (const char* g : kGroups)
-        std::printf("  sent per step  %-5s %12s  rank 0: %s\n", g, mb(f.bytes.at(g)).c_str(),
+      // Per group: measured (mean over ranks) next to the minimum, rank 0's calls, the formula.
+      const std::map<std::string, std::pair<double, std::string>> minima = {
+          {"dp",
+           {nk.dp_bytes, l.dp > 1 ? nk.dp_formula + "\n" + std::string(24, ' ') + nk.params_formula
+                                  : "(dp = 1)"}},
+          {"edp", {nk.edp_bytes, nk.edp > 1 ? nk.edp_formula : "(edp = dp / ep x tp = 1)"}},
+          {"tp", {nk.tp_bytes, l.tp > 1 ? nk.tp_formula : "(tp = 1)"}},
+          {"ep", {nk.ep_bytes, l.ep > 1 ? nk.ep_formula : "(ep = 1)"}},
+          {"world", {0, "(small control messages, not in the minimum)"}}};
+      for (const char* g : kGroups) {
+        if (!experts && (std::string(g) == "edp" || std::string(g) == "ep")) continue;
+        const auto& [min_bytes, formula] = minima.at(g);
+        const double sent = f.bytes.at(g);
+        std::printf("  %-5s sent %12s  minimum %12s  %s  rank 0: %s\n", g, mb(sent).c_str(),
+                    mb(min_bytes).c_str(),
+                    min_bytes > 0 ? fmt("(%.4fx)", sent / min_bytes).c_str() : "         ",
                     breakdown(f.rank0, g, o.steps).c_str());
-      std::printf("  minimum        dp    %12s  %s\n", mb(nk.dp_bytes).c_str(),
-                  l.dp > 1 ? nk.dp_formula.c_str() : "(dp = 1)");
-      if (l.dp > 1)
-        std::printf("                                    %s\n", nk.params_formula.c_str());
-      std::printf("  minimum        tp    %12s  %s\n", mb(nk.tp_bytes).c_str(),
-                  l.tp > 1 ? nk.tp_formula.c_str() : "(tp = 1)");
+        std::printf("        minimum = %s\n", formula.c_str());
+      }
       if (l.zero1)
         std::printf(
             "  (a ZeRO-1 that reduce-scattered the gradients instead of all-reducing them "
             "would send %s, as much as plain dp)\n",
-            mb(nk.dp_bytes * 2 / 3).c_str());
+            mb((nk.dp_bytes + nk.edp_bytes) * 2 / 3).c_str());
       std::printf("  measured / minimum: %.4fx (%s sent of %s)\n", f.sent() / minimum,
                   mb(f.sent()).c_str(), mb(minimum).c_str());
       std::printf(
@@ -518,7 +636,8 @@ std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig&
   return rows;
 }
 
-// --napkin-only: the minimum of each layout that fits the model, with its formulas.
+// --napkin-only: the minimum of each layout that fits the model, with its formulas. Token
+// choice is counted as if every slot held a token (valid = 1: no measurement without training).
 void print_napkins(const modtrain::RunConfig& cfg, const std::vector<Layout>& layouts) {
   const auto& m = cfg.model();
   std::printf(
@@ -527,21 +646,19 @@ void print_napkins(const modtrain::RunConfig& cfg, const std::vector<Layout>& la
       cfg.name().c_str(), m.d_model(), m.n_layers(), m.d_ff(), m.vocab_size(), m.seq_len(),
       cfg.train().batch_size(), cfg.train().grad_accum());
   for (const Layout& l : layouts) {
-    try {
-      parallel::ParallelDims{l.dp, l.tp, 1}.validate_model(m);
-      if (cfg.train().batch_size() % l.dp != 0)
-        throw std::invalid_argument("train.batch_size is not divisible by dp");
-    } catch (const std::exception& e) {
-      std::printf("%-14s does not fit: %s\n", l.label().c_str(), e.what());
+    if (const std::string why = misfit(cfg, l); !why.empty()) {
+      std::printf("%-14s does not fit: %s\n", l.label().c_str(), why.c_str());
       continue;
     }
     const Napkin nk = napkin(cfg, l);
-    std::printf("%-14s %s per step and rank: dp %s, tp %s\n", l.label().c_str(),
-                mb(nk.dp_bytes + nk.tp_bytes).c_str(), mb(nk.dp_bytes).c_str(),
-                mb(nk.tp_bytes).c_str());
+    std::printf("%-14s %s per step and rank: dp %s, edp %s, tp %s, ep %s\n", l.label().c_str(),
+                mb(nk.total()).c_str(), mb(nk.dp_bytes).c_str(), mb(nk.edp_bytes).c_str(),
+                mb(nk.tp_bytes).c_str(), mb(nk.ep_bytes).c_str());
     if (l.dp > 1)
-      std::printf("    dp: %s\n        %s\n", nk.dp_formula.c_str(), nk.params_formula.c_str());
-    if (l.tp > 1) std::printf("    tp: %s\n", nk.tp_formula.c_str());
+      std::printf("    dp:  %s\n         %s\n", nk.dp_formula.c_str(), nk.params_formula.c_str());
+    if (nk.edp > 1 && nk.expert > 0) std::printf("    edp: %s\n", nk.edp_formula.c_str());
+    if (l.tp > 1) std::printf("    tp:  %s\n", nk.tp_formula.c_str());
+    if (l.ep > 1) std::printf("    ep:  %s\n", nk.ep_formula.c_str());
   }
 }
 
@@ -565,7 +682,7 @@ int main(int argc, char** argv) {
       "set", po::value<std::vector<std::string>>()->composing(),
       "override for every config: path.to.field=value (repeatable)")(
       "layouts", po::value<std::string>()->default_value(""),
-      "comma-separated, e.g. dp2,tp2,dp2+zero1,dp2xtp2 (default: those of the world size)")(
+      "comma-separated, e.g. dp2,tp2,dp2+zero1,dp2xtp2,dp2+ep2 (default: the world size's)")(
       "steps", po::value<int>()->default_value(6), "timed steps per layout")(
       "warmup", po::value<int>()->default_value(2), "warm-up steps per layout, not timed")(
       "data", po::value<std::string>()->default_value(""),
@@ -576,7 +693,7 @@ int main(int argc, char** argv) {
       "threads of the 1-rank reference inside an mpirun job (default: every online CPU)")(
       "napkin-only",
       "print the minimum bytes of --layouts for the configs and exit (no training; "
-      "any layout, e.g. dp8,dp4xtp2 for a cluster)");
+      "any layout, e.g. dp8,dp4xtp2,dp8+ep4 for a cluster)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv)
@@ -609,9 +726,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> sets;
     if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
     const std::string layouts = vm["layouts"].as<std::string>();
-    if (layouts.empty()) {
-      o.layouts = default_layouts(n);
-    } else {
+    if (!layouts.empty()) {
       std::stringstream ss(layouts);
       std::string item;
       while (std::getline(ss, item, ',')) o.layouts.push_back(parse_layout(item));
@@ -619,8 +734,11 @@ int main(int argc, char** argv) {
     std::vector<std::string> configs = vm["config"].as<std::vector<std::string>>();
     if (vm.count("napkin-only")) {
       if (leader())
-        for (const std::string& path : configs)
-          print_napkins(config::load(resolve(path), sets), o.layouts);
+        for (const std::string& path : configs) {
+          const modtrain::RunConfig cfg = config::load(resolve(path), sets);
+          print_napkins(
+              cfg, o.layouts.empty() ? default_layouts(n, cfg.model().moe().enabled()) : o.layouts);
+        }
       parallel::finalize_world();
       return 0;
     }
@@ -696,12 +814,12 @@ int main(int argc, char** argv) {
     for (const auto& [vocab, dir] : corpora) fs::remove_all(dir);
 
     if (leader()) {
-      std::printf("\n== summary: per step and rank (MB sent over dp + tp + world) ==\n");
-      std::printf("%-12s %-13s %8s %8s %7s %8s %8s %8s %8s %8s %7s %9s\n", "model", "layout",
+      std::printf("\n== summary: per step and rank (MB sent over dp + edp + tp + ep + world) ==\n");
+      std::printf("%-20s %-13s %8s %8s %7s %8s %8s %8s %8s %8s %7s %9s\n", "model", "layout",
                   "sent MB", "min MB", "ratio", "step ms", "compute", "calls", "waiting", "ceiling",
                   "tok/s", "vs 1 rank");
       for (const Row& r : rows)
-        std::printf("%-12s %-13s %8.3f %8.3f %7s %8.1f %8.1f %8.1f %8.1f %8.1f %7.0f %8.2fx\n",
+        std::printf("%-20s %-13s %8.3f %8.3f %7s %8.1f %8.1f %8.1f %8.1f %8.1f %7.0f %8.2fx\n",
                     r.model.c_str(), r.layout.c_str(), r.sent / 1e6, r.minimum / 1e6,
                     r.minimum > 0 ? fmt("%.4f", r.sent / r.minimum).c_str() : "-", 1e3 * r.seconds,
                     1e3 * r.compute, 1e3 * r.in_calls, 1e3 * r.waiting, 1e3 * r.ceiling,

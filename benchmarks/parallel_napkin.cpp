@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "core/model/flops.h"
+#include "core/model/moe_routing.h"
 
 namespace mod::bench {
 
@@ -17,40 +18,58 @@ std::string Layout::label() const {
     std::snprintf(s, sizeof s, "tp%d", tp);
   else
     std::snprintf(s, sizeof s, "dp%dxtp%d", dp, tp);
-  return std::string(s) + (zero1 ? "+zero1" : "");
+  return std::string(s) + (ep > 1 ? "+ep" + std::to_string(ep) : "") + (zero1 ? "+zero1" : "");
 }
 
+namespace {
+// "dp2" -> ('d', 2); false unless two letters and a positive decimal.
+bool factor(const std::string& part, const char* name, int& value) {
+  if (part.rfind(name, 0) != 0 || part.size() <= 2) return false;
+  const std::string digits = part.substr(2);
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 6)
+    return false;
+  value = std::stoi(digits);
+  return value >= 1;
+}
+}  // namespace
+
 Layout parse_layout(const std::string& text) {
+  const std::string usage =
+      "layout '" + text + "': expected dpN, tpN or dpNxtpM, then +epK, +zero1";
   Layout l;
-  std::string body = text;
-  if (const auto plus = body.find('+'); plus != std::string::npos) {
-    if (body.substr(plus) != "+zero1")
-      throw std::invalid_argument("layout '" + text + "': only '+zero1' may follow a '+'");
-    l.zero1 = true;
-    body = body.substr(0, plus);
-  }
-  std::stringstream parts(body);
+  std::stringstream items(text);
+  std::string item;
+  std::getline(items, item, '+');
+  std::stringstream parts(item);
   std::string part;
   bool any = false;
   while (std::getline(parts, part, 'x')) {
-    const bool is_dp = part.rfind("dp", 0) == 0, is_tp = part.rfind("tp", 0) == 0;
-    const std::string digits = part.size() > 2 ? part.substr(2) : "";
-    if ((!is_dp && !is_tp) || digits.empty() ||
-        digits.find_first_not_of("0123456789") != std::string::npos)
-      throw std::invalid_argument("layout '" + text + "': expected dpN, tpN or dpNxtpM (+zero1)");
-    (is_dp ? l.dp : l.tp) = std::stoi(digits);
+    if (!factor(part, "dp", l.dp) && !factor(part, "tp", l.tp)) throw std::invalid_argument(usage);
     any = true;
   }
-  if (!any || l.dp < 1 || l.tp < 1)
-    throw std::invalid_argument("layout '" + text + "': expected dpN, tpN or dpNxtpM (+zero1)");
+  if (!any || text.back() == '+') throw std::invalid_argument(usage);
+  while (std::getline(items, item, '+')) {
+    if (item == "zero1")
+      l.zero1 = true;
+    else if (!factor(item, "ep", l.ep))
+      throw std::invalid_argument(usage + " (not '+" + item + "')");
+  }
   return l;
 }
 
-std::vector<Layout> default_layouts(int n) {
-  if (n == 1) return {{1, 1, false}};
-  if (n == 2) return {{2, 1, false}, {1, 2, false}, {2, 1, true}};
-  if (n == 4) return {{2, 2, false}, {4, 1, false}, {1, 4, false}};
-  return {{n, 1, false}, {n, 1, true}};
+std::vector<Layout> default_layouts(int n, bool experts) {
+  std::vector<Layout> out;
+  if (n == 1) return {{1, 1, 1, false}};
+  if (n == 2) {
+    out = {{2, 1, 1, false}, {1, 2, 1, false}, {2, 1, 1, true}};
+    if (experts) out.push_back({2, 1, 2, false});
+  } else if (n == 4) {
+    out = {{2, 2, 1, false}, {4, 1, 1, false}, {1, 4, 1, false}};
+    if (experts) out.insert(out.end(), {{2, 2, 2, false}, {4, 1, 2, false}});
+  } else {
+    out = {{n, 1, 1, false}, {n, 1, 1, true}};
+  }
+  return out;
 }
 
 std::string fmt(const char* format, double a, double b, double c, double d, double e, double f) {
@@ -59,23 +78,42 @@ std::string fmt(const char* format, double a, double b, double c, double d, doub
   return buf;
 }
 
-Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l) {
+std::vector<int64_t> expert_slots_by_block(const modtrain::ModelConfig& m) {
+  const auto moe = model::moe_blocks(m);
+  std::vector<int64_t> k(m.n_layers(), 0);
+  for (int blk = 0; blk < m.n_layers(); ++blk)
+    if (moe[blk]) k[blk] = model::expert_slots(m.moe(), model::block_capacity(m, blk));
+  return k;
+}
+
+Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l, double valid_share) {
   const auto& m = cfg.model();
   const int64_t d = m.d_model(), f = m.d_ff(), v = m.vocab_size(), layers = m.n_layers();
   const int64_t t = m.seq_len(), b = cfg.train().batch_size(), a = cfg.train().grad_accum();
   const int mlp_mats = m.mlp() == modtrain::ModelConfig::SWIGLU ? 3 : 2;
+  const int64_t e = m.moe().n_experts(), fe = m.moe().d_expert() > 0 ? m.moe().d_expert() : f;
+  const auto moe = model::moe_blocks(m);
+  const auto slots = expert_slots_by_block(m);
+  int64_t n_moe = 0;
+  for (bool x : moe) n_moe += x;
+
   Napkin n;
   n.params = model::count_flops(m).parameters;
-  n.split = layers * (4 * d * d + mlp_mats * d * f) + v * d * (m.tie_embeddings() ? 1 : 2);
-  n.replicated = n.params - n.split;
+  n.split = layers * 4 * d * d + (layers - n_moe) * mlp_mats * d * f +
+            v * d * (m.tie_embeddings() ? 1 : 2);
+  n.expert = n_moe * e * mlp_mats * d * fe;
+  n.replicated = n.params - n.split - n.expert;
   n.local = static_cast<double>(n.split) / l.tp + static_cast<double>(n.replicated);
+  n.expert_local = static_cast<double>(n.expert) / l.ep;
+  n.edp = l.dp / l.ep * l.tp;
+  n.valid_share = valid_share;
   n.params_formula =
       fmt("P_local = P_split / tp + P_replicated = %.0f / %.0f + %.0f = %.0f",
           static_cast<double>(n.split), l.tp, static_cast<double>(n.replicated), n.local);
 
-  const double dp = l.dp, tp = l.tp;
-  const double ring = 2 * (dp - 1) / dp * 4 * n.local, gather = (dp - 1) / dp * 4 * n.local;
-  n.dp_bytes = ring + (l.zero1 ? gather : 0);
+  // dp: dense gradients (and ZeRO-1's all-gather of updated dense parameters).
+  const double dp = l.dp, tp = l.tp, ep = l.ep, edp = n.edp;
+  n.dp_bytes = (2 + (l.zero1 ? 1 : 0)) * (dp - 1) / dp * 4 * n.local;
   n.dp_formula = l.zero1 ? fmt("(2 + 1)(dp - 1) / dp x 4 B x P_local = 3 x %.0f / %.0f x 4 x %.0f "
                                "= %.3f MB (all-reduce + all-gather)",
                                dp - 1, dp, n.local, n.dp_bytes / 1e6)
@@ -83,26 +121,56 @@ Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l) {
                                "%.3f MB",
                                dp - 1, dp, n.local, n.dp_bytes / 1e6);
 
-  int64_t sum_tb = 0, routed = 0, c = t;
+  // edp: expert gradients over the ranks holding the same experts (summed there, divided by dp).
+  n.edp_bytes = (2 + (l.zero1 ? 1 : 0)) * (edp - 1) / edp * 4 * n.expert_local;
+  n.edp_formula =
+      std::string(l.zero1 ? "(2 + 1)" : "2") +
+      fmt(" (edp - 1) / edp x 4 B x P_expert / ep = %.0f x %.0f / %.0f x 4 x %.0f / %.0f = %.3f MB",
+          2 + (l.zero1 ? 1 : 0), edp - 1, edp, static_cast<double>(n.expert), ep,
+          n.edp_bytes / 1e6) +
+      fmt(", edp = dp / ep x tp = %.0f / %.0f x %.0f = %.0f", dp, ep, tp, edp) +
+      (l.zero1 ? " (all-reduce + all-gather)" : "");
+
+  // tp: per block, attention 2 all-reduces of [B/dp, T_b, D]; a dense MLP 2 more; an MoE MLP
+  // 2 all-gathers of its [E, B/dp x K_b, D] slots (combine forward, dispatch backward).
+  int64_t sum_w = 0, sum_ek = 0, routed = 0, c = t;
   for (int blk = 0; blk < layers; ++blk) {
-    sum_tb += model::block_capacity(m, blk);
+    const int64_t tb = model::block_capacity(m, blk);
+    sum_w += moe[blk] ? 2 * tb + e * slots[blk] : 4 * tb;
+    sum_ek += e * slots[blk];
     if (model::routed_blocks(m)[blk]) {
       ++routed;
-      c = model::block_capacity(m, blk);
+      c = tb;
     }
   }
   const double rows = static_cast<double>(b) / dp;
-  const double inner = 4.0 * d * (4.0 * sum_tb + 2.0 * t) + 8.0 * 3 * t;
+  const double inner = 4.0 * d * (sum_w + 2.0 * t) + 8.0 * 3 * t;
   n.tp_bytes = 2 * (tp - 1) / tp * a * rows * inner;
-  const std::string tb =
-      routed == 0 ? fmt("sum T_b = %.0f x %.0f", layers, t)
-                  : fmt("sum T_b = %.0f x %.0f + %.0f x C %.0f", layers - routed, t, routed, c);
+  std::string w = n_moe < layers ? "4 T_b per dense-MLP block" : "";
+  if (n_moe > 0)
+    w += (w.empty() ? "" : ", ") +
+         fmt("2 T_b + E K_b per MoE block (%.0f of them, sum E K_b = %.0f)", n_moe,
+             static_cast<double>(sum_ek));
+  w += routed == 0 ? fmt("; T_b = %.0f", t) : fmt("; T_b = %.0f or C %.0f", t, c);
   n.tp_formula =
-      fmt("2 (tp - 1) / tp x a x B / dp x [4 B x D x (4 sum T_b + 2 T) + 8 B x 3 T] = 2 x %.0f / "
+      fmt("2 (tp - 1) / tp x a x B / dp x [4 B x D x (sum_b w_b + 2 T) + 8 B x 3 T] = 2 x %.0f / "
           "%.0f x %.0f x %.0f x [4 x %.0f x ",
           tp - 1, tp, a, rows, d) +
-      fmt("(4 x %.0f + 2 x %.0f) + 8 x 3 x %.0f] = %.3f MB (", sum_tb, t, t, n.tp_bytes / 1e6) +
-      tb + ")";
+      fmt("(%.0f + 2 x %.0f) + 8 x 3 x %.0f] = %.3f MB (w_b = ", sum_w, t, t, n.tp_bytes / 1e6) +
+      w + ")";
+
+  // ep: per MoE block 4 all-to-alls (dispatch, combine; forward, backward) of [E, B/dp x K_b / tp,
+  // D]; (ep - 1) / ep of the slots go to experts on other ranks.
+  n.ep_slot_bytes = 4 * (ep - 1) / ep * a * 4 * d * rows / tp * sum_ek;
+  n.ep_bytes = valid_share * n.ep_slot_bytes;
+  n.ep_formula =
+      fmt("valid x 4 x (ep - 1) / ep x a x 4 B x D x B / dp / tp x sum_b E K_b = %.3f x 4 x %.0f / "
+          "%.0f x %.0f x 4 x %.0f x ",
+          valid_share, ep - 1, ep, a, d) +
+      fmt("%.0f / %.0f x %.0f = %.3f MB (4 all-to-alls per MoE block", rows, tp, sum_ek,
+          n.ep_bytes / 1e6) +
+      (valid_share < 1 ? fmt("; the static slots send %.3f MB)", n.ep_slot_bytes / 1e6)
+                       : std::string(")"));
   return n;
 }
 

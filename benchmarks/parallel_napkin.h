@@ -1,6 +1,7 @@
 // parallel_bench's theory side: the layouts it measures and the minimum bytes each rank must
-// send per step for a config and layout (ring all-reduce 2(n-1)/n x S, all-gather (n-1)/n x S),
-// with the formula spelled out for the printout. docs/parallel.md explains each term.
+// send per step for a config and layout (ring all-reduce 2(n-1)/n x S, all-gather and
+// all-to-all (n-1)/n x S), per group (dp, edp, tp, ep), with the formula spelled out for the
+// printout. docs/parallel.md explains each term.
 #pragma once
 
 #include <cstdint>
@@ -12,22 +13,40 @@
 namespace mod::bench {
 
 struct Layout {
-  int dp = 1, tp = 1;
+  int dp = 1, tp = 1, ep = 1;  // world = dp x tp; ep divides dp (parallel/mesh.h)
   bool zero1 = false;
-  std::string label() const;  // "dp2", "tp2", "dp2xtp2", "dp2+zero1"
+  std::string label() const;  // "dp2", "tp2", "dp2xtp2", "dp2+ep2", "dp2+zero1", "dp2+ep2+zero1"
 };
-// "dp2", "tp2", "dp2xtp2", "dp2+zero1"; anything else is an error quoting the text.
+// dpN, tpN or dpNxtpM, then any of "+epK" and "+zero1"; anything else is an error quoting the
+// text. Examples: "dp2+ep2", "dp4xtp2+ep2+zero1".
 Layout parse_layout(const std::string& text);
-// What fits n ranks: 1 -> dp1; 2 -> dp2, tp2, dp2+zero1; 4 -> dp2xtp2, dp4, tp4.
-std::vector<Layout> default_layouts(int n);
+// What fits n ranks: 1 -> dp1; 2 -> dp2, tp2, dp2+zero1 (and dp2+ep2 with experts); 4 ->
+// dp2xtp2, dp4, tp4 (and dp2xtp2+ep2, dp4+ep2 with experts).
+std::vector<Layout> default_layouts(int n, bool experts);
 
+// Per step and rank; bytes are f32 gradients and activations (f64 for the cross-entropy's
+// statistics). Parameters: P_split (tp-sharded matrices, embedding, untied LM head), P_expert
+// (the E expert MLPs of every MoE block, ep-sharded), P_replicated (norms, MoD and MoE routers,
+// predictors).
 struct Napkin {
-  int64_t params = 0, split = 0, replicated = 0;
-  double local = 0;  // P_local
-  double dp_bytes = 0, tp_bytes = 0;
-  std::string params_formula, dp_formula, tp_formula;
+  int64_t params = 0, split = 0, expert = 0, replicated = 0;
+  double local = 0;         // P_local = P_split / tp + P_replicated: dense parameters on a rank
+  double expert_local = 0;  // P_expert / ep
+  int edp = 1;              // expert data-parallel group: dp / ep x tp ranks
+  double valid_share = 1;   // valid expert slots / all slots (1 under expert choice)
+  double dp_bytes = 0, edp_bytes = 0, tp_bytes = 0;
+  double ep_slot_bytes = 0;  // what the static-slot all-to-alls send (every slot, padding too)
+  double ep_bytes = 0;       // the minimum: valid_share x ep_slot_bytes
+  std::string params_formula, dp_formula, edp_formula, tp_formula, ep_formula;
+  double total() const { return dp_bytes + edp_bytes + tp_bytes + ep_bytes; }
 };
-Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l);
+// valid_share: measured share of expert slots holding a token (token choice pads the rest);
+// 1 for expert choice, where every slot is filled.
+Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l, double valid_share = 1);
+
+// Slots per (sequence, expert) of each MoE block (0 for a dense MLP): K_b for the T_b tokens
+// that enter the block's MLP (C in a routed block).
+std::vector<int64_t> expert_slots_by_block(const modtrain::ModelConfig& m);
 
 // printf into a string (up to 6 numbers).
 std::string fmt(const char* format, double a = 0, double b = 0, double c = 0, double d = 0,
