@@ -13,7 +13,8 @@
 #   recipe on 2 idle cores), BUILD_DIR (default build; needs launcher/modtrain and
 #   benchmarks/routing_eval), DATA (default data/kjv), RUN_ROOT (default runs/equal_flops),
 #   EVAL_BATCHES validation batches (default 16, of 8 sequences), REUSE=1 keeps a recipe's
-#   existing RUN_ROOT/<name>/model.safetensors instead of training it again.
+#   existing RUN_ROOT/<name>/model.safetensors instead of training it again and continues an
+#   interrupted run from its latest checkpoint (its "train s" then counts this part only: "+").
 #
 # Validation loss is reported twice: with training-time routing (MoD top-C, MoE expert choice:
 # both pick among the whole sequence, so they see the future) and with causal routing (each
@@ -77,10 +78,14 @@ train() {  # name
     seconds[$name]="-"
     return
   fi
+  local resume=()
+  # REUSE=1: an interrupted run (a checkpoint, no weights) continues from its latest checkpoint.
+  [[ "$REUSE" == 1 ]] && resume=(--resume auto)
   echo "== train $name: ${steps[$name]} steps =="
   "$MODTRAIN" train --config "${path[$name]}" --run-dir "$RUN_ROOT/$name" --data "$DATA" \
-    --set "train.steps=${steps[$name]}" --set train.log_every=50 --set train.eval_every=0
+    --set "train.steps=${steps[$name]}" --set train.log_every=50 --set train.eval_every=0 "${resume[@]}"
   seconds[$name]=$((SECONDS - start))
+  [[ "$REUSE" == 1 && -d "$RUN_ROOT/$name/checkpoints" ]] && seconds[$name]="${seconds[$name]}+"
   echo "   $name trained in ${seconds[$name]} s"
 }
 for name in "${names[@]}"; do train "$name"; done
