@@ -78,7 +78,7 @@ int eval(int argc, char** argv) {
   std::printf("%s (step %lld) on %s/val.bin, %lld tokens\n", cfg.name().c_str(),
               static_cast<long long>(loaded.step), dir.c_str(), static_cast<long long>(top_c.tokens));
   std::printf("  validation loss, top-C routing (training):  %.4f\n", top_c.loss);
-  if (cfg.model().mod().enabled()) {
+  if (cfg.model().mod().enabled() || cfg.model().moe().enabled()) {  // both route non-causally
     const auto causal = train::evaluate(*loaded.model, *data.val, cfg.model().seq_len(), bs,
                                         batches, model::RoutingMode::Causal);
     std::printf("  validation loss, causal routing (sampling): %.4f\n", causal.loss);

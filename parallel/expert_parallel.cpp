@@ -66,6 +66,7 @@ Tensor to_experts(const char* op, const Tensor& x, Communicator& ep, Communicato
     for (int64_t e = 0; e < E; ++e)
       std::memcpy(dst + e * share, src + static_cast<size_t>((e * S + t * sl) * D) * es, share);
   }
+  if (P == 1) return send.view({El, sl, D});  // T > 1 here, so send is already a fresh copy
   Tensor recv = Tensor::empty({P, El * sl * D}, x.dtype());  // [source rank, local expert, slot, D]
   ep.all_to_all(send.view({P, El * sl * D}), recv);
   return transpose_blocks(recv, P, El, sl * D, {El, P * sl, D});
@@ -83,9 +84,14 @@ Tensor from_experts(const char* op, const Tensor& y, Communicator& ep, Communica
   const int64_t sl = rows / P, E = El * P, S = sl * T;
 
   // send [ep rank, local expert, slot, D]: the slots each source rank sent, in its chunk.
-  Tensor send = transpose_blocks(y, El, P, sl * D, {P, El * sl * D});
-  Tensor share = Tensor::empty({P, El * sl * D}, y.dtype());  // = [E, S/tp, D], expert-major
-  ep.all_to_all(send, share);
+  // A group of one is skipped; the other collective still lands in a fresh buffer.
+  Tensor share = y.view({P, El * sl * D});  // = [E, S/tp, D], expert-major
+  if (P > 1) {
+    Tensor send = transpose_blocks(y, El, P, sl * D, {P, El * sl * D});
+    share = Tensor::empty({P, El * sl * D}, y.dtype());
+    ep.all_to_all(send, share);
+  }
+  if (T == 1) return share.view({E, S, D});
   Tensor parts = Tensor::empty({T, E * sl * D}, y.dtype());  // [tp rank, E, S/tp, D]
   tp.all_gather(share.view({1, E * sl * D}), parts);
   return transpose_blocks(parts, T, E, sl * D, {E, S, D});

@@ -104,6 +104,22 @@ double measured_peak_flops() {
   return peak;
 }
 
+namespace {
+// One MoE layer's statistics as metrics, only those its routing has: "moe_block<b>_unrouted",
+// "_noop" with a no-op expert, "_dropped" and "_max_load" under token choice.
+std::map<std::string, double> moe_metrics(const model::MoeStats& s, const modtrain::MoEConfig& cfg) {
+  const std::string p = "moe_block" + std::to_string(s.block) + "_";
+  std::map<std::string, double> m = {{p + "unrouted", s.unrouted_fraction}};
+  if (cfg.noop_expert()) m[p + "noop"] = s.noop_fraction;
+  if (cfg.routing() == modtrain::MoEConfig::TOKEN_CHOICE) {
+    m[p + "dropped"] = s.dropped_fraction;
+    m[p + "max_load"] = s.max_load;
+  }
+  return m;
+}
+
+}  // namespace
+
 Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
                  parallel::Communicator& world)
     : cfg_(std::move(cfg)), run_dir_(std::move(run_dir)), quiet_(quiet),
@@ -288,6 +304,9 @@ double Trainer::run() {
     if (model_->routed(b))
       for (const char* k : {"router_mean", "router_std", "predictor_acc", "precision", "recall"})
         columns.push_back("block" + std::to_string(b) + "_" + k);
+  for (int b = 0; b < model_->config().n_layers(); ++b)
+    if (model_->moe(b))
+      for (const auto& [name, _] : moe_metrics({b}, cfg_.model().moe())) columns.push_back(name);
   // Only world rank 0 writes; the others compute the same reduced metrics and drop them.
   std::unique_ptr<metrics::CsvWriter> csv;
   std::unique_ptr<metrics::TensorBoardWriter> tb;
@@ -330,15 +349,7 @@ double Trainer::run() {
         tb->scalar("routing/" + p + "routed_frac_bucket" + std::to_string(k),
                   s.routed_fraction_by_bucket[k], step + 1);
     }
-    for (const auto& s : last_moe_stats_) {
-      const std::string p = "moe_block" + std::to_string(s.block) + "_";
-      m[p + "unrouted"] = s.unrouted_fraction;
-      if (cfg_.model().moe().noop_expert()) m[p + "noop"] = s.noop_fraction;
-      if (cfg_.model().moe().routing() == modtrain::MoEConfig::TOKEN_CHOICE) {
-        m[p + "dropped"] = s.dropped_fraction;
-        m[p + "max_load"] = s.max_load;
-      }
-    }
+    for (const auto& s : last_moe_stats_) m.merge(moe_metrics(s, cfg_.model().moe()));
     const bool last = step + 1 == steps;
     if (t.eval_every() > 0 && ((step + 1) % t.eval_every() == 0 || last)) {
       m["val_loss"] = evaluate(*model_, *data_.val, cfg_.model().seq_len(), t.batch_size(),

@@ -12,6 +12,9 @@
 #include "tests/core/grad_check.h"
 #include "tests/model/tiny_configs.h"
 
+using mod::test::arange_positions;
+using mod::test::max_diff;
+
 using namespace mod;
 using namespace mod::model;
 
@@ -21,19 +24,6 @@ Tensor tokens_for(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
   std::vector<int64_t> ids(b * t);
   for (auto& i : ids) i = rng.below(vocab);
   return Tensor::from_indices(ids, {b, t});
-}
-
-Tensor arange_positions(int64_t b, int64_t t) {
-  std::vector<int64_t> p(b * t);
-  for (int64_t i = 0; i < b * t; ++i) p[i] = i % t;
-  return Tensor::from_indices(p, {b, t});
-}
-
-double max_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.numel() == b.numel());
-  double m = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(a.at(i) - b.at(i)));
-  return m;
 }
 
 void set_all(Tensor t, double v) {

@@ -1,11 +1,33 @@
-// Small model configs for model tests: vocabulary 32, width 16, 2 heads, 2 blocks (block 1
+// Small model configs and tensor helpers for model tests: vocabulary 32, width 16, 2 heads, 2 blocks (block 1
 // routed when MoD is on), sequences of 12 tokens, capacity 0.25 (C = 3). tiny_moe adds an
 // expert-choice MoE MLP to every block (4 experts of width 32, k = 12 / 4 = 3 slots each).
 #pragma once
 
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "configs/modtrain.pb.h"
+#include "core/tensor.h"
 
 namespace mod::test {
+
+// pos [B,T] i64 = 0..T-1 in every row.
+inline Tensor arange_positions(int64_t b, int64_t t) {
+  std::vector<int64_t> p(b * t);
+  for (int64_t i = 0; i < b * t; ++i) p[i] = i % t;
+  return Tensor::from_indices(p, {b, t});
+}
+
+// The largest elementwise |a - b|.
+inline double max_diff(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.numel() == b.numel());
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(a.at(i) - b.at(i)));
+  return m;
+}
 
 inline modtrain::ModelConfig tiny_model(bool mod) {
   modtrain::ModelConfig m;

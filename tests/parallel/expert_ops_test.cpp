@@ -193,14 +193,14 @@ TEST_CASE("dispatch_to_experts sends each expert's tp share to its ep rank, sour
             }) == "");
       CHECK(out.dtype() == dtype);
       CHECK(out.raw_data() != x.raw_data());
-      // One all-to-all over ep of E * S/tp * D elements, nothing over tp (none at all when both
-      // groups are of one: the copy shortcut).
-      const bool alone = d.ep == 1 && d.tp == 1;
-      CHECK(st.group("ep")[Collective::AllToAll].calls == (alone ? 0 : 1));
+      // One all-to-all over ep of E * S/tp * D elements when ep > 1 (a group of one is
+      // skipped), nothing over tp.
+      const bool ep_alone = d.ep == 1;
+      CHECK(st.group("ep")[Collective::AllToAll].calls == (ep_alone ? 0 : 1));
       CHECK(st.group("ep")[Collective::AllToAll].tensor_bytes ==
-            (alone ? 0 : kE * sl * kD * static_cast<int64_t>(dtype_size(dtype))));
+            (ep_alone ? 0 : kE * sl * kD * static_cast<int64_t>(dtype_size(dtype))));
       CHECK(st.group("tp").total().calls == 0);
-      CHECK(st.total().calls == (alone ? 0 : 1));
+      CHECK(st.total().calls == (ep_alone ? 0 : 1));
 
       // combine undoes dispatch.
       CHECK(mismatch(combine_from_experts(out, mesh.ep(), mesh.tp()), x.shape(),
@@ -233,12 +233,14 @@ TEST_CASE("combine_from_experts returns slots to their expert and all-gathers th
               return rank_value(p.base + static_cast<int>(e / El), static_cast<int>(s / sl), e % El,
                                 p.ep * sl + s % sl, c);
             }) == "");
-      const bool alone = d.ep == 1 && d.tp == 1;
+      // An all-to-all over ep and an all-gather over tp, each skipped on a group of one.
+      const bool ep_alone = d.ep == 1, tp_alone = d.tp == 1;
       const int64_t es = static_cast<int64_t>(dtype_size(dtype));
-      CHECK(st.group("ep")[Collective::AllToAll].calls == (alone ? 0 : 1));
-      CHECK(st.group("ep")[Collective::AllToAll].tensor_bytes == (alone ? 0 : kE * sl * kD * es));
-      CHECK(st.group("tp")[Collective::AllGather].calls == (alone ? 0 : 1));
-      CHECK(st.group("tp")[Collective::AllGather].tensor_bytes == (alone ? 0 : kE * S * kD * es));
+      CHECK(st.group("ep")[Collective::AllToAll].calls == (ep_alone ? 0 : 1));
+      CHECK(st.group("ep")[Collective::AllToAll].tensor_bytes == (ep_alone ? 0 : kE * sl * kD * es));
+      CHECK(st.group("tp")[Collective::AllGather].calls == (tp_alone ? 0 : 1));
+      CHECK(st.group("tp")[Collective::AllGather].tensor_bytes == (tp_alone ? 0 : kE * S * kD * es));
+      CHECK(out.raw_data() != y.raw_data());
 
       // The result is the same on every tp rank, so dispatching it again gives back y.
       CHECK(mismatch(dispatch_to_experts(out, mesh.ep(), mesh.tp()), y.shape(), y_value) == "");
