@@ -251,6 +251,8 @@ void validate(const modtrain::RunConfig& cfg) {
   positive("train.batch_size", t.batch_size());
   positive("train.grad_accum", t.grad_accum());
   if (t.eval_every() < 0) bad_field("train.eval_every", "must be >= 0 (0: never)");
+  if (t.precision() == modtrain::TrainConfig::BF16 && t.device() != modtrain::TrainConfig::CUDA)
+    bad_field("train.precision", "BF16 needs train.device: CUDA (the CPU kernels are f32/f64)");
   const auto& p = cfg.parallel();
   if (p.ep() > 1 && m.moe().enabled() && m.moe().n_experts() % p.ep() != 0)
     bad_field("parallel.ep", std::to_string(p.ep()) + " must divide model.moe.n_experts " +

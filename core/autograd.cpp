@@ -11,6 +11,7 @@ namespace mod {
 
 namespace {
 thread_local bool g_grad_enabled = true;
+thread_local std::optional<DType> g_autocast;
 
 // acc += g, allocating a new tensor: acc may alias a tensor the engine does not own.
 Tensor add_out_of_place(const Tensor& acc, const Tensor& g) {
@@ -28,6 +29,10 @@ void check_grad_shape(const Node& node, const Tensor& g, const Shape& expected) 
 }  // namespace
 
 bool grad_enabled() { return g_grad_enabled; }
+
+AutocastGuard::AutocastGuard(DType dtype) : previous_(g_autocast) { g_autocast = dtype; }
+AutocastGuard::~AutocastGuard() { g_autocast = previous_; }
+std::optional<DType> autocast_dtype() { return g_autocast; }
 
 NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }

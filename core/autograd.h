@@ -11,6 +11,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,22 @@
 namespace mod {
 
 bool grad_enabled();
+
+// Mixed precision: inside this scope layers compute in `dtype` (bf16 on GPUs): nn::Linear,
+// Embedding and the norms cast their parameters and inputs with autocast() (core/ops), and the
+// casts' backward brings gradients back to the parameters' own dtype (f32 masters). Losses are
+// computed in f32 by the model. Per thread, like NoGradGuard.
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(DType dtype);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  std::optional<DType> previous_;
+};
+std::optional<DType> autocast_dtype();  // none outside any AutocastGuard
 
 // Inside this scope no op records a node (evaluation, optimizer steps, sampling).
 class NoGradGuard {

@@ -127,7 +127,8 @@ class Backend {
   // --- attention family (ops/attention); flash-style tiling, no T x S buffer ---
   // q [B,T,H,Dh], k,v [B,S,H,Dh], q_pos [B,T], k_pos [B,S] (each row strictly increasing).
   // Query i attends to key j iff k_pos[j] <= q_pos[i]; scale 1/sqrt(Dh).
-  // out [B,T,H,Dh]; lse [B,H,T] (log-sum-exp of scaled scores) cached for backward.
+  // out [B,T,H,Dh]; lse [B,H,T] (log-sum-exp of scaled scores) cached for backward, in q's
+  // dtype, except f32 for bf16 q.
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& q_pos, const Tensor& k_pos, Tensor& out,
                                  Tensor& lse) = 0;
@@ -138,6 +139,7 @@ class Backend {
 
   // --- routing family (ops/routing): the MoD gather/scatter and top-k ---
   // x [B,T,D], idx [B,C] (i32/i64, validated by the caller), out [B,C,D]: out[b,c] = x[b,idx[b,c]].
+  // x may also be an index tensor (i32/i64): the model gathers routed tokens' positions so.
   virtual void gather_rows(const Tensor& x, const Tensor& idx, Tensor& out) = 0;
   // out [B,T,D] += scatter of src [B,C,D]: out[b, idx[b,c]] += src[b,c] (repeats accumulate).
   virtual void scatter_add_rows(const Tensor& idx, const Tensor& src, Tensor& out) = 0;
@@ -161,6 +163,11 @@ class Backend {
 
 // The backend for a device. Throws a clear error for CUDA in a build without CUDA.
 Backend& backend(Device device);
+// Tests only: serves Device::CUDA with `b` (nullptr restores the real one). With the CPU
+// kernels behind a backend that reports Device::CUDA, the whole device path (parameters,
+// batches, index tensors, checkpoints) runs on a machine without a GPU, and any host read of
+// a device tensor (Tensor::at) throws.
+void set_cuda_backend_for_testing(Backend* b);
 inline Backend& backend_of(const Tensor& t) { return backend(t.device()); }
 
 }  // namespace mod

@@ -34,6 +34,7 @@ enum class Op : uint16_t {
   TopK,
   BCEWithLogits,
   LogSumExp,
+  Cast,
   AdamW,
   // Tensor-parallel collectives (parallel/tp_mappings.h); see OpInfo::collective.
   CopyToTp,
@@ -81,6 +82,7 @@ inline constexpr std::array<OpInfo, static_cast<size_t>(Op::Count)> kOpInfo = {{
     {"topk", false},
     {"bce_with_logits", true},
     {"logsumexp", true},
+    {"cast", true},
     {"adamw", false},
     {"copy_to_tp", true, true},
     {"reduce_from_tp", true, true},

@@ -180,10 +180,11 @@ void Tensor::set(int64_t i, double v) {
 
 double Tensor::item() const {
   if (numel() != 1) throw std::logic_error("item() of " + describe(*this) + ": needs one element");
-  return at(0);
+  return device() == Device::CPU ? at(0) : to(Device::CPU).at(0);
 }
 
 std::vector<double> Tensor::to_vector() const {
+  if (device() != Device::CPU) return to(Device::CPU).to_vector();
   std::vector<double> out(static_cast<size_t>(numel()));
   for (int64_t i = 0; i < numel(); ++i) out[static_cast<size_t>(i)] = at(i);
   return out;
@@ -200,6 +201,22 @@ Tensor Tensor::to(DType target) const {
   Tensor t = empty(shape(), target, device());
   backend(device()).convert(*this, t);
   return t;
+}
+
+Tensor Tensor::to(Device target) const {
+  if (target == device()) return *this;
+  Tensor t = empty(shape(), dtype(), target);
+  t.copy_from(*this);
+  return t;
+}
+
+void Tensor::move_to(Device target) {
+  if (target == device()) return;
+  if (impl_->offset_bytes != 0 || impl_->storage->bytes() != nbytes())
+    throw std::logic_error("move_to: " + describe(*this) + " is a view");
+  const Tensor moved = to(target);
+  impl_->storage = moved.impl_->storage;
+  impl_->device = target;
 }
 
 Tensor Tensor::view(const Shape& new_shape) const {
@@ -233,7 +250,9 @@ Tensor Tensor::narrow0(int64_t start, int64_t length) const {
 void Tensor::copy_from(const Tensor& src) {
   if (src.numel() != numel() || src.dtype() != dtype())
     throw std::invalid_argument("copy_from: " + describe(src) + " into " + describe(*this));
-  backend(device()).copy(src, *this);
+  // A copy that touches the GPU is the GPU backend's (it knows both kinds of memory).
+  const Device via = src.device() == Device::CPU ? device() : src.device();
+  backend(via).copy(src, *this);
 }
 
 bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }

@@ -75,7 +75,8 @@ class Tensor {
   template <typename T>
   T* data() const { return static_cast<T*>(raw_data()); }
 
-  // Element read/write as double (CPU only); for tests, metrics and small host logic.
+  // Element read/write as double; for tests, metrics and small host logic. at() and set() are
+  // CPU only; item() and to_vector() copy a device tensor to the host (and so wait for it).
   double item() const;  // numel() must be 1
   double at(int64_t flat_index) const;
   void set(int64_t flat_index, double value);
@@ -85,11 +86,17 @@ class Tensor {
   Tensor clone() const;
   // Same values converted to another float dtype (f32 <-> f64); no autograd history.
   Tensor to(DType dtype) const;
+  // Same values on another device (a copy; this tensor itself when already there); no autograd
+  // history. Copies to the host wait for the device.
+  Tensor to(Device device) const;
+  // Moves this tensor's values to another device in place: every handle sharing it (a module's
+  // parameter, the optimizer's list) sees the new storage. Not for views.
+  void move_to(Device device);
   // Shares storage; no autograd history (the differentiable reshape is mod::reshape).
   Tensor view(const Shape& shape) const;
   // Shares storage: rows [start, start + length) along dim 0; no autograd history.
   Tensor narrow0(int64_t start, int64_t length) const;
-  // Copies values from src (same numel and dtype) into this tensor's storage.
+  // Copies values from src (same numel and dtype, either device) into this tensor's storage.
   void copy_from(const Tensor& src);
 
   // --- autograd ---

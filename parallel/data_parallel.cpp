@@ -25,7 +25,8 @@ GradBucketer::GradBucketer(std::vector<std::pair<std::string, Tensor>> params, C
   for (Bucket& b : buckets_) {
     int64_t n = 0;
     for (size_t k : b.members) n += params_[k].second.numel();
-    b.flat = Tensor::empty({n}, params_[b.members.front()].second.dtype());
+    const Tensor& first = params_[b.members.front()].second;
+    b.flat = Tensor::empty({n}, first.dtype(), first.device());
     b.pending = static_cast<int>(b.members.size());
   }
 }

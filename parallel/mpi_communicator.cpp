@@ -23,7 +23,10 @@ namespace {
 void check_host(const char* what, const Communicator& comm, const Tensor& t, int64_t count) {
   const std::string where = detail::collective_where(what, comm);
   if (t.device() != Device::CPU)
-    throw std::invalid_argument(where + ": " + describe(t) + " is not a CPU tensor");
+    throw std::invalid_argument(where + ": " + dtype_name(t.dtype()) + shape_str(t.shape()) +
+                                " is on " + device_name(t.device()) +
+                                ": the MPI backend moves host memory only; CUDA tensors go "
+                                "through NCCL (make_nccl_communicator)");
   if (count > INT_MAX)
     throw std::invalid_argument(where + ": " + describe(t) + " needs " + std::to_string(count) +
                                 " elements per message, more than MPI's int count");

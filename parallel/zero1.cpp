@@ -12,8 +12,8 @@ ShardedAdamW::ShardedAdamW(std::vector<Param> params, const modtrain::OptimizerC
     : params_(std::move(params)), cfg_(cfg), dp_(dp) {
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].tensor;
-    m_.push_back(Tensor::zeros({chunk(i)}, p.dtype()));
-    v_.push_back(Tensor::zeros({chunk(i)}, p.dtype()));
+    m_.push_back(Tensor::zeros({chunk(i)}, p.dtype(), p.device()));
+    v_.push_back(Tensor::zeros({chunk(i)}, p.dtype(), p.device()));
     total_chunk_ += chunk(i);
   }
 }
@@ -33,7 +33,8 @@ void ShardedAdamW::step(double lr) {
   ++step_;
   NoGradGuard no_grad;
   const DType dtype = params_.front().tensor.dtype();
-  Tensor send = Tensor::zeros({total_chunk_}, dtype);
+  const Device device = params_.front().tensor.device();
+  Tensor send = Tensor::zeros({total_chunk_}, dtype, device);
   int64_t at = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].tensor;
@@ -56,7 +57,7 @@ void ShardedAdamW::step(double lr) {
     if (len > 0) send.narrow0(at, len).copy_from(mine);
     at += chunk(i);
   }
-  Tensor all = Tensor::empty({dp_.size() * total_chunk_}, dtype);
+  Tensor all = Tensor::empty({dp_.size() * total_chunk_}, dtype, device);
   dp_.all_gather(send, all);
   // Rank r's slice of parameter i sits at r * total_chunk_ + (offset of i in the send buffer).
   at = 0;
@@ -76,7 +77,7 @@ std::pair<Tensor, Tensor> ShardedAdamW::full_moments(size_t i) const {
   const Tensor& p = params_[i].tensor;
   const int64_t c = chunk(i), n = p.numel();
   auto gather = [&](const Tensor& mine) {
-    Tensor all = Tensor::empty({dp_.size() * c}, mine.dtype());
+    Tensor all = Tensor::empty({dp_.size() * c}, mine.dtype(), mine.device());
     dp_.all_gather(mine, all);
     return all.narrow0(0, n).clone().view(p.shape());
   };

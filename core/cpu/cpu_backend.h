@@ -6,7 +6,7 @@
 
 namespace mod::cpu {
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
   Device device() const override { return Device::CPU; }
   std::string describe() const override;

@@ -35,4 +35,20 @@ std::string describe_devices() {
   return out;
 }
 
+double peak_flops(bool bf16) {
+  int device = 0, sms = 0, khz = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  double per_clock = bf16 ? 1024 : 256;  // FLOPs per SM per clock
+  if (major == 9) per_clock = bf16 ? 4096 : 256;
+  if (major == 8 && minor == 0) per_clock = bf16 ? 2048 : 128;
+  return per_clock * sms * khz * 1e3;
+}
+
 }  // namespace mod::cuda

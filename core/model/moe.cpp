@@ -25,17 +25,21 @@ Tensor Experts::forward(const Tensor& x) const {
     throw std::invalid_argument("experts: input " + describe(x) + " must be [" +
                                 std::to_string(local_count()) + ",S,D], one row block per local expert");
   // Batched x[e] @ W[e]^T: [E,S,D] x [E,F,D]^T -> [E,S,F].
-  Tensor h = swiglu_ ? swiglu(matmul(x, gate_, false, true), matmul(x, up_, false, true))
-                     : gelu(matmul(x, up_, false, true));
-  return matmul(h, down_, false, true);
+  const Tensor xs = autocast(x), up = autocast(up_);
+  Tensor h = swiglu_ ? swiglu(matmul(xs, autocast(gate_), false, true), matmul(xs, up, false, true))
+                     : gelu(matmul(xs, up, false, true));
+  return matmul(h, autocast(down_), false, true);
 }
 
 Tensor Experts::forward_one(int64_t i, const Tensor& x) const {
   if (grad_enabled()) throw std::logic_error("Experts::forward_one is for NoGradGuard scopes");
   const int64_t f = up_.size(1), d = up_.size(2);
-  auto w = [&](const Tensor& t, int64_t rows, int64_t cols) { return t.narrow0(i, 1).view({rows, cols}); };
-  Tensor h = swiglu_ ? swiglu(linear(x, w(gate_, f, d)), linear(x, w(up_, f, d)))
-                     : gelu(linear(x, w(up_, f, d)));
+  auto w = [&](const Tensor& t, int64_t rows, int64_t cols) {
+    return autocast(t.narrow0(i, 1).view({rows, cols}));
+  };
+  const Tensor xs = autocast(x);
+  Tensor h = swiglu_ ? swiglu(linear(xs, w(gate_, f, d)), linear(xs, w(up_, f, d)))
+                     : gelu(linear(xs, w(up_, f, d)));
   return linear(h, w(down_, d, f));
 }
 
@@ -66,7 +70,9 @@ MoeMlp::MoeMlp(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype)
 // z-loss: mean over tokens of logsumexp(logits)^2 (ST-MoE), keeping router logits small.
 // Balance (token choice): per sequence E * sum_e f_e * mean_t p_e (Switch), averaged over
 // sequences, so a dp rank's share of the batch gives the same mean as one process.
-Tensor MoeMlp::aux_losses(const Tensor& logits, const Tensor& probs, const ExpertSlots& slots) const {
+Tensor MoeMlp::aux_losses(const Tensor& logits_in, const Tensor& probs_in,
+                          const ExpertSlots& slots) const {
+  const Tensor logits = loss_precision(logits_in), probs = loss_precision(probs_in);
   Tensor aux;
   if (cfg_.z_weight() > 0) {
     Tensor lse = logsumexp(logits);  // [B,T]
@@ -74,10 +80,10 @@ Tensor MoeMlp::aux_losses(const Tensor& logits, const Tensor& probs, const Exper
   }
   if (cfg_.routing() == modtrain::MoEConfig::TOKEN_CHOICE && cfg_.balance_weight() > 0) {
     const int64_t b = probs.size(0), t = probs.size(1), e = cfg_.n_experts();
-    Tensor ones = Tensor::full({b, 1, t}, 1.0 / static_cast<double>(t), probs.dtype());
+    Tensor ones = Tensor::full({b, 1, t}, 1.0 / static_cast<double>(t), probs.dtype(), probs.device());
     Tensor mean_p = matmul(ones, probs);  // [B,1,E]
     std::vector<double> share(slots.first_choice_share);
-    Tensor f = Tensor::from_vector(share, {b, 1, e}, probs.dtype());
+    Tensor f = Tensor::from_vector(share, {b, 1, e}, probs.dtype()).to(probs.device());
     Tensor balance = scale(sum(mul(mean_p, f)), cfg_.balance_weight() * static_cast<double>(e) / b);
     aux = aux.defined() ? add(aux, balance) : balance;
   }
@@ -97,7 +103,7 @@ MoeOutput MoeMlp::forward(const Tensor& x) const {
   result.aux = aux_losses(logits, probs, slots);
   const int64_t k = slots.k, s = b * k;
   if (k == 0) {  // the no-op expert took every token
-    result.out = Tensor::zeros({b, t, d}, x.dtype());
+    result.out = Tensor::zeros({b, t, d}, x.dtype(), x.device());
     return result;
   }
   // Row (e, r, j) of the dispatch reads token r * T + token[(e, r, j)] of x viewed as [1, B*T, D];
@@ -110,16 +116,16 @@ MoeOutput MoeMlp::forward(const Tensor& x) const {
         rows[slot] = tok;
         gate_rows[slot] = tok * n_all_ + ei;
       }
-  const Tensor idx = Tensor::from_indices(rows, {1, e * s});
+  const Tensor idx = Tensor::from_indices(rows, {1, e * s}).to(x.device());
   Tensor xs = reshape(gather_rows(reshape(x, {1, b * t, d}), idx), {e, s, d});
   Tensor ys = exchange_.dispatch ? exchange_.combine(experts_->forward(exchange_.dispatch(xs)))
                                  : experts_->forward(xs);
-  Tensor gates = gather_rows(reshape(probs, {1, b * t * n_all_, 1}), Tensor::from_indices(gate_rows, {1, e * s}));
+  Tensor gates = gather_rows(reshape(probs, {1, b * t * n_all_, 1}), Tensor::from_indices(gate_rows, {1, e * s}).to(x.device()));
   if (!slots.all_valid) {  // empty token-choice slots: gate 0, so neither output nor gradient
     std::vector<double> mask(slots.valid.begin(), slots.valid.end());
-    gates = mul(gates, Tensor::from_vector(mask, {1, e * s, 1}, x.dtype()));
+    gates = mul(gates, Tensor::from_vector(mask, {1, e * s, 1}, x.dtype()).to(x.device()));
   }
-  Tensor out = scatter_add_rows(Tensor::zeros({1, b * t, d}, x.dtype()), idx,
+  Tensor out = scatter_add_rows(Tensor::zeros({1, b * t, d}, x.dtype(), x.device()), idx,
                                 mul(reshape(ys, {1, e * s, d}), gates));
   result.out = reshape(out, {b, t, d});
   return result;
@@ -132,9 +138,9 @@ Tensor MoeMlp::forward_causal(const Tensor& x) const {
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2), n = b * t;
   const int64_t picks = cfg_.routing() == modtrain::MoEConfig::TOKEN_CHOICE ? cfg_.top_k() : 1;
   const Tensor rows = x.view({n, d});
-  const Tensor probs = softmax(router_->forward(x)).to(DType::F64);  // [B,T,E']
+  const Tensor probs = softmax(router_->forward(x)).to(Device::CPU).to(DType::F64);  // [B,T,E']
   const double* p = probs.data<double>();
-  Tensor out = Tensor::zeros({n, d}, x.dtype());
+  Tensor out = Tensor::zeros({n, d}, x.dtype(), x.device());
   std::vector<std::vector<int64_t>> by_expert(cfg_.n_experts());
   for (int64_t i = 0; i < n; ++i) {
     std::vector<int64_t> order(n_all_);
@@ -149,11 +155,11 @@ Tensor MoeMlp::forward_causal(const Tensor& x) const {
     const auto& toks = by_expert[e];
     if (toks.empty()) continue;
     const int64_t m = static_cast<int64_t>(toks.size());
-    Tensor idx = Tensor::from_indices(toks, {1, m});
+    Tensor idx = Tensor::from_indices(toks, {1, m}).to(x.device());
     Tensor y = experts_->forward_one(e, gather_rows(rows.view({1, n, d}), idx).view({m, d}));
     std::vector<double> g(m);
     for (int64_t j = 0; j < m; ++j) g[j] = p[toks[j] * n_all_ + e];
-    y = mul(y.view({1, m, d}), Tensor::from_vector(g, {1, m, 1}, x.dtype()));
+    y = mul(y.view({1, m, d}), Tensor::from_vector(g, {1, m, 1}, x.dtype()).to(x.device()));
     out = scatter_add_rows(out.view({1, n, d}), idx, y).view({n, d});
   }
   return out.view({b, t, d});

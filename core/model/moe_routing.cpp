@@ -61,7 +61,7 @@ ExpertSlots expert_choice(const Tensor& probs, const modtrain::MoEConfig& cfg) {
   const int64_t b = probs.size(0), t = probs.size(1), k = expert_slots(cfg, t),
                 n_noop = noop_tokens(cfg, t);
   ExpertSlots s = empty_slots(b, t, e_real, k);
-  const Tensor host = probs.to(DType::F64);
+  const Tensor host = probs.to(Device::CPU).to(DType::F64);  // routing runs on the host
   const double* pd = host.data<double>();
   int64_t unrouted = 0;
   for (int64_t r = 0; r < b; ++r) {
@@ -101,7 +101,7 @@ ExpertSlots token_choice(const Tensor& probs, const modtrain::MoEConfig& cfg) {
   std::fill(s.valid.begin(), s.valid.end(), 0);
   int64_t dropped = 0, unrouted = 0;
   std::vector<double> first_total(e_real, 0.0);
-  const Tensor host = probs.to(DType::F64);
+  const Tensor host = probs.to(Device::CPU).to(DType::F64);  // routing runs on the host
   const double* pd = host.data<double>();
   for (int64_t r = 0; r < b; ++r) {
     // choice[i * top + c]: token i's c-th expert.

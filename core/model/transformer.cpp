@@ -14,35 +14,37 @@ namespace mod::model {
 namespace {
 using modtrain::CausalRoutingConfig;
 
-// pos [B,T] i64 = 0..T-1 in every row.
-Tensor positions(int64_t b, int64_t t) {
+// pos [B,T] i64 = 0..T-1 in every row, on the device.
+Tensor positions(int64_t b, int64_t t, Device device) {
   Tensor pos = Tensor::empty({b, t}, DType::I64);
   for (int64_t i = 0; i < b * t; ++i) pos.data<int64_t>()[i] = i % t;
-  return pos;
+  return pos.to(device);
 }
 
-// [B,T] f32: 1 where the position is in idx [B,C], else 0. The top-C membership targets of
-// the causal-routing losses, built per sequence.
+// [B,T]: 1 where the position is in idx [B,C], else 0. The top-C membership targets of the
+// causal-routing losses, built per sequence on idx's device (a scatter of ones).
 Tensor membership(const Tensor& idx, int64_t t, DType dtype) {
   const int64_t b = idx.size(0), c = idx.size(1);
-  Tensor m = Tensor::zeros({b, t}, dtype);
-  for (int64_t r = 0; r < b; ++r)
-    for (int64_t j = 0; j < c; ++j) m.set(r * t + idx.data<int64_t>()[r * c + j], 1.0);
-  return m;
+  Tensor m = Tensor::zeros({b, t, 1}, dtype, idx.device());
+  const Tensor ones = Tensor::full({b, c, 1}, 1.0, dtype, idx.device());
+  backend_of(m).scatter_add_rows(idx, ones, m);
+  return m.view({b, t});
 }
 
-// pos [B,T], idx [B,C] -> [B,C]: the original positions of the routed tokens.
+// pos [B,T], idx [B,C] -> [B,C]: the original positions of the routed tokens (on the device).
 Tensor gather_positions(const Tensor& pos, const Tensor& idx) {
   const int64_t b = idx.size(0), c = idx.size(1), t = pos.size(1);
-  Tensor out = Tensor::empty({b, c}, DType::I64);
-  for (int64_t r = 0; r < b; ++r)
-    for (int64_t j = 0; j < c; ++j)
-      out.data<int64_t>()[r * c + j] = pos.data<int64_t>()[r * t + idx.data<int64_t>()[r * c + j]];
-  return out;
+  Tensor out = Tensor::empty({b, c, 1}, DType::I64, idx.device());
+  backend_of(out).gather_rows(pos.view({b, t, 1}), idx, out);
+  return out.view({b, c});
 }
 
-void fill_stats(RoutedBlockStats& s, const Tensor& r, const Tensor& decision_logits,
-                const Tensor& member) {
+// Router statistics for metrics. On a GPU this copies three [B,T] tensors to the host, one
+// wait per routed block and step.
+void fill_stats(RoutedBlockStats& s, const Tensor& r_any, const Tensor& decision_any,
+                const Tensor& member_any) {
+  const Tensor r = r_any.to(Device::CPU), decision_logits = decision_any.to(Device::CPU),
+               member = member_any.to(Device::CPU);
   const int64_t n = r.numel(), t = r.size(-1);
   double sum = 0, sq = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -109,10 +111,11 @@ Tensor Attention::forward(const Tensor& x, const Tensor& pos, KvCache* cache) co
                               std::to_string(cache->k.size(0)));
     cache->k.narrow0(n, t).copy_from(k);
     cache->v.narrow0(n, t).copy_from(v);
-    for (int64_t i = 0; i < t; ++i) cache->pos.push_back(static_cast<int64_t>(pos.at(i)));
+    const Tensor host_pos = pos.to(Device::CPU);
+    for (int64_t i = 0; i < t; ++i) cache->pos.push_back(static_cast<int64_t>(host_pos.at(i)));
     const Shape kv{1, n + t, local_heads, head_dim_};
     a = attention(q, cache->k.narrow0(0, n + t).view(kv), cache->v.narrow0(0, n + t).view(kv), pos,
-                  Tensor::from_indices(cache->pos, {1, n + t}));
+                  Tensor::from_indices(cache->pos, {1, n + t}).to(pos.device()));
   }
   return wo_->forward(reshape(a, {b, t, local_heads * head_dim_}));
 }
@@ -226,16 +229,18 @@ Tensor Transformer::routed_top_c(size_t b, const Tensor& x, const Tensor& pos,
   const Block& blk = *blocks_[b];
   const int64_t t = x.size(1);
   auto [out, r, idx] = route_top_c(blk, x, pos, capacity(b, t), cfg_.mod().router().gate(), &result);
-  const Tensor member = membership(idx, t, x.dtype());
+  const Tensor member = membership(idx, t, loss_precision(r).dtype());
   const auto& causal = cfg_.mod().causal();
   Tensor decision;
   if (blk.predictor()) {
     Tensor p = blk.predictor()->logits(detach(x));  // detached: the LM loss is untouched
-    result.aux_loss = add_defined(result.aux_loss, scale(bce_with_logits(p, member), causal.predictor_weight()));
+    result.aux_loss = add_defined(result.aux_loss, scale(bce_with_logits(loss_precision(p), member),
+                                                         causal.predictor_weight()));
     decision = detach(p);
   } else {
     if (causal.method() == CausalRoutingConfig::AUX_BCE)
-      result.aux_loss = add_defined(result.aux_loss, scale(bce_with_logits(r, member), causal.aux_weight()));
+      result.aux_loss = add_defined(result.aux_loss, scale(bce_with_logits(loss_precision(r), member),
+                                                           causal.aux_weight()));
     decision = detach(r);
   }
   result.routed_idx.push_back(idx);
@@ -252,20 +257,20 @@ Tensor Transformer::routed_causal(size_t b, const Tensor& x) const {
   const Block& blk = *blocks_[b];
   const int64_t t = x.size(1);
   Tensor r = blk.router()->scores(x);
-  Tensor decision = blk.predictor() ? blk.predictor()->logits(x) : r;
+  const Tensor decision = (blk.predictor() ? blk.predictor()->logits(x) : r).to(Device::CPU);
   std::vector<int64_t> chosen;
   for (int64_t i = 0; i < t; ++i)
     if (decision.at(i) > 0) chosen.push_back(i);
   if (chosen.empty()) return x;
   const int64_t c = static_cast<int64_t>(chosen.size());
-  Tensor idx = Tensor::from_indices(chosen, {1, c});
+  const Tensor idx = Tensor::from_indices(chosen, {1, c}).to(x.device());
   Tensor f = blk.delta(gather_rows(x, idx), idx, nullptr, RoutingMode::Causal);
   Tensor g = apply_gate(cfg_.mod().router().gate(), gather_rows(reshape(r, {1, t, 1}), idx));
   return scatter_add_rows(x, idx, mul(f, g));
 }
 
 Tensor Transformer::run_blocks(Tensor x, RoutingMode mode, ForwardResult& result) const {
-  const Tensor pos = positions(x.size(0), x.size(1));
+  const Tensor pos = positions(x.size(0), x.size(1), x.device());
   for (size_t b = 0; b < blocks_.size(); ++b) {
     const size_t moe_before = result.moe_stats.size();
     if (!routed_[b])
@@ -293,14 +298,15 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets,
     if (grad_enabled())
       throw std::logic_error("causal routing is for evaluation and sampling: use NoGradGuard");
     // Routed counts differ per sequence, so sequences run one at a time.
-    Tensor h = Tensor::empty(x.shape(), x.dtype());
+    Tensor h = Tensor::empty(x.shape(), x.dtype(), x.device());
     for (int64_t s = 0; s < x.size(0); ++s)
       h.narrow0(s, 1).copy_from(run_blocks(x.narrow0(s, 1), mode, result));
     x = h;
   }
   result.logits = head(x);
   if (targets.defined()) {
-    result.lm_loss = lm_loss_ ? lm_loss_(result.logits, targets) : cross_entropy(result.logits, targets);
+    const Tensor logits = loss_precision(result.logits);
+    result.lm_loss = lm_loss_ ? lm_loss_(logits, targets) : cross_entropy(logits, targets);
     result.loss = result.aux_loss.defined() ? add(result.lm_loss, result.aux_loss) : result.lm_loss;
   }
   return result;
@@ -310,16 +316,18 @@ std::vector<KvCache> Transformer::make_caches(int64_t max_len) const {
   const int64_t h = cfg_.n_heads(), dh = cfg_.d_model() / cfg_.n_heads();
   std::vector<KvCache> caches(blocks_.size());
   for (auto& c : caches) {
-    c.k = Tensor::zeros({max_len, h, dh}, embed_->weight().dtype());
-    c.v = Tensor::zeros({max_len, h, dh}, embed_->weight().dtype());
+    const Tensor& w = embed_->weight();
+    c.k = Tensor::zeros({max_len, h, dh}, w.dtype(), w.device());
+    c.v = Tensor::zeros({max_len, h, dh}, w.dtype(), w.device());
   }
   return caches;
 }
 
 Tensor Transformer::decode_step(int64_t token, int64_t pos, std::vector<KvCache>& caches) const {
   NoGradGuard no_grad;
-  Tensor x = embed_->forward(Tensor::from_indices({token}, {1, 1}));
-  const Tensor p = Tensor::from_indices({pos}, {1, 1});
+  const Device device = embed_->weight().device();
+  Tensor x = embed_->forward(Tensor::from_indices({token}, {1, 1}).to(device));
+  const Tensor p = Tensor::from_indices({pos}, {1, 1}).to(device);
   for (size_t b = 0; b < blocks_.size(); ++b) {
     const Block& blk = *blocks_[b];
     if (!routed_[b]) {

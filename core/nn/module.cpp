@@ -78,6 +78,13 @@ int64_t Module::num_parameters() const {
   return n;
 }
 
+void Module::to(Device device) {
+  for (auto& [name, p] : named_parameters()) {
+    p.zero_grad();
+    p.move_to(device);
+  }
+}
+
 void Module::zero_grad() {
   for (auto& [_, t] : named_parameters()) t.zero_grad();
 }
@@ -89,9 +96,9 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Rng& rng, d
 }
 
 Tensor Linear::forward(const Tensor& x) const {
-  Tensor y = linear(input_ ? input_(x) : x, weight_);
+  Tensor y = linear(autocast(input_ ? input_(x) : x), autocast(weight_));
   if (output_) y = output_(y);
-  return bias_.defined() ? bias_add(y, bias_) : y;
+  return bias_.defined() ? bias_add(y, autocast(bias_)) : y;
 }
 
 void Linear::shard(Tensor weight, Tensor bias, TensorHook input, TensorHook output) {
@@ -106,11 +113,11 @@ Embedding::Embedding(int64_t vocab, int64_t dim, Rng& rng, double init_std, DTyp
 }
 
 Tensor Embedding::forward(const Tensor& ids) const {
-  return lookup_ ? lookup_(ids, weight_) : embedding(ids, weight_);
+  return autocast(lookup_ ? lookup_(ids, weight_) : embedding(ids, weight_));
 }
 
 Tensor Embedding::attend(const Tensor& h) const {
-  return linear(attend_input_ ? attend_input_(h) : h, weight_);
+  return linear(autocast(attend_input_ ? attend_input_(h) : h), autocast(weight_));
 }
 
 void Embedding::shard(Tensor table, Lookup lookup, TensorHook attend_input) {
@@ -123,6 +130,8 @@ RMSNorm::RMSNorm(int64_t dim, double eps, DType dtype) : eps_(eps) {
   weight_ = register_parameter("weight", Tensor::full({dim}, 1.0, dtype));
 }
 
-Tensor RMSNorm::forward(const Tensor& x) const { return rmsnorm(x, weight_, eps_); }
+Tensor RMSNorm::forward(const Tensor& x) const {
+  return rmsnorm(autocast(x), autocast(weight_), eps_);
+}
 
 }  // namespace mod::nn

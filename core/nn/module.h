@@ -24,6 +24,8 @@ class Module {
   Tensor parameter(const std::string& path) const;  // throws naming the path if absent
   int64_t num_parameters() const;
   void zero_grad();
+  // Moves every parameter to the device in place (Tensor::move_to); gradients are dropped.
+  void to(Device device);
   // The child module at a dotted path ("blocks.1.attn.wq"); null when absent.
   std::shared_ptr<Module> find_module(const std::string& path) const;
 

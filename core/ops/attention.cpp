@@ -75,7 +75,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   }
 
   Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
-  Tensor lse = Tensor::empty({B, H, T}, q.dtype(), q.device());
+  Tensor lse = Tensor::empty({B, H, T}, stats_dtype(q.dtype()), q.device());
   backend_of(q).attention_forward(q, k, v, q_pos, k_pos, out, lse);
   if (any_requires_grad({q, k, v})) {
     record(out, Op::Attention, {q, k, v},

@@ -15,8 +15,8 @@ void defined(const char* op, const Tensor& t, const char* arg) {
 
 void floating(const char* op, const Tensor& t, const char* arg) {
   defined(op, t, arg);
-  if (t.dtype() != DType::F32 && t.dtype() != DType::F64)
-    fail(op, std::string(arg) + " must be f32 or f64, got " + describe(t));
+  if (!is_floating(t.dtype()))
+    fail(op, std::string(arg) + " must be f32, f64 or bf16, got " + describe(t));
 }
 
 void index(const char* op, const Tensor& t, const char* arg) {

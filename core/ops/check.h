@@ -6,11 +6,18 @@
 
 #include "core/tensor.h"
 
+namespace mod {
+// The dtype of per-row statistics an op caches for its backward (rstd, mean, lse): the input's,
+// except f32 for bf16 (a bf16 lse near 10 is off by 0.03, 3% on every probability).
+inline DType stats_dtype(DType input) { return input == DType::BF16 ? DType::F32 : input; }
+}  // namespace mod
+
 namespace mod::check {
 
 [[noreturn]] void fail(const char* op, const std::string& what);
 void defined(const char* op, const Tensor& t, const char* arg);
-void floating(const char* op, const Tensor& t, const char* arg);  // f32 or f64
+// f32, f64 or bf16 (bf16 kernels exist on CUDA only; the CPU's say so when called).
+void floating(const char* op, const Tensor& t, const char* arg);
 void index(const char* op, const Tensor& t, const char* arg);     // i32 or i64
 void dim(const char* op, const Tensor& t, int64_t expected, const char* arg);
 void same_shape(const char* op, const Tensor& a, const char* a_name, const Tensor& b,

@@ -121,6 +121,32 @@ Tensor scale(const Tensor& x, double alpha) {
   return out;
 }
 
+Tensor cast(const Tensor& x, DType dtype) {
+  check::floating("cast", x, "x");
+  if (!is_floating(dtype))
+    check::fail("cast", std::string("target dtype must be floating, got ") + dtype_name(dtype));
+  Tensor out = Tensor::empty(x.shape(), dtype, x.device());
+  backend_of(x).convert(x, out);
+  if (any_requires_grad({x})) {
+    record(out, Op::Cast, {x}, [from = x.dtype()](const Tensor& g, const NeedsGrad&) {
+      Tensor dx = Tensor::empty(g.shape(), from, g.device());
+      backend_of(g).convert(g, dx);
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return out;
+}
+
+Tensor autocast(const Tensor& x) {
+  const auto dtype = autocast_dtype();
+  if (!dtype || !x.defined() || !is_floating(x.dtype()) || x.dtype() == *dtype) return x;
+  return cast(x, *dtype);
+}
+
+Tensor loss_precision(const Tensor& x) {
+  return x.defined() && x.dtype() == DType::BF16 ? cast(x, DType::F32) : x;
+}
+
 Tensor reshape(const Tensor& x, const Shape& shape) {
   check::defined("reshape", x, "x");
   if (shape_numel(shape) != x.numel())

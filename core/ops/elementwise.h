@@ -16,5 +16,14 @@ Tensor scale(const Tensor& x, double alpha);
 // x [..., D] + bias [D]
 Tensor bias_add(const Tensor& x, const Tensor& bias);
 Tensor reshape(const Tensor& x, const Shape& shape);
+// x converted to another float dtype (bf16 <-> f32 <-> f64); the gradient converts back, so an
+// f32 master weight cast to bf16 for a matmul receives an f32 gradient. Always a new tensor.
+Tensor cast(const Tensor& x, DType dtype);
+// Mixed precision: x cast to the current autocast dtype (AutocastGuard, autograd.h) when one is
+// set and x is floating of another dtype; otherwise x itself.
+Tensor autocast(const Tensor& x);
+// x for a loss: bf16 is cast to f32 (a bf16 mean of a batch's losses keeps 8 bits); other
+// dtypes pass unchanged.
+Tensor loss_precision(const Tensor& x);
 
 }  // namespace mod

@@ -41,7 +41,7 @@ Tensor rmsnorm(const Tensor& x, const Tensor& weight, double eps) {
   const Tensor x2 = x.view({n, d});  // a view: shares data, no history (safe to save)
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor y2 = y.view({n, d});
-  Tensor rstd = Tensor::empty({n}, x.dtype(), x.device());
+  Tensor rstd = Tensor::empty({n}, stats_dtype(x.dtype()), x.device());
   backend_of(x).rmsnorm_forward(x2, weight, eps, y2, rstd);
   if (any_requires_grad({x, weight})) {
     record(
@@ -66,8 +66,8 @@ Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, doub
   const Tensor x2 = x.view({n, d});
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor y2 = y.view({n, d});
-  Tensor mean = Tensor::empty({n}, x.dtype(), x.device());
-  Tensor rstd = Tensor::empty({n}, x.dtype(), x.device());
+  Tensor mean = Tensor::empty({n}, stats_dtype(x.dtype()), x.device());
+  Tensor rstd = Tensor::empty({n}, stats_dtype(x.dtype()), x.device());
   backend_of(x).layernorm_forward(x2, weight, bias, eps, y2, mean, rstd);
   if (any_requires_grad({x, weight, bias})) {
     record(y, Op::LayerNorm, {x, weight, bias},

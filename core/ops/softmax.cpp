@@ -104,7 +104,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 
   const Tensor logits2 = logits.view({n, v}), targets1 = targets.view({n});
   Tensor losses = Tensor::empty({n}, logits.dtype(), logits.device());
-  Tensor lse = Tensor::empty({n}, logits.dtype(), logits.device());
+  Tensor lse = Tensor::empty({n}, stats_dtype(logits.dtype()), logits.device());
   Backend& be = backend_of(logits);
   be.cross_entropy_forward(logits2, targets1, ignore_index, losses, lse);
   Tensor loss = Tensor::empty({}, logits.dtype(), logits.device());

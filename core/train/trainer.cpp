@@ -20,6 +20,12 @@
 #include "core/ops.h"
 #include "core/train/stop_signal.h"
 #include "core/train/weights.h"
+#ifdef MOD_HAVE_CUDA
+#include "core/cuda/device.h"
+#endif
+#ifdef MOD_HAVE_NCCL
+#include "parallel/nccl_communicator.h"
+#endif
 
 namespace mod::train {
 
@@ -78,8 +84,10 @@ EvalResult evaluate(const model::Transformer& model, const std::vector<uint32_t>
                                 std::to_string(batch) + " x " + std::to_string(seq_len));
   const size_t stride = dp ? dp->size() : 1, first = dp ? dp->rank() : 0;
   Tensor sums = Tensor::zeros({2}, DType::F64);  // loss sum, tokens
+  const Device device = model.parameters().front().device();
   for (size_t i = first; i < batches.size(); i += stride) {
-    sums.data<double>()[0] += model.forward(batches[i].inputs, batches[i].targets, mode).lm_loss.item();
+    sums.data<double>()[0] += model.forward(batches[i].inputs.to(device),
+                                            batches[i].targets.to(device), mode).lm_loss.item();
     sums.data<double>()[1] += static_cast<double>(batches[i].inputs.numel());
   }
   if (dp) dp->all_reduce(sums);
@@ -128,11 +136,23 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   const auto dims = parallel::ParallelDims::from_config(cfg_.parallel());
   dims.validate(world.size());
   dims.validate_model(cfg_.model());
-  mesh_ = std::make_unique<parallel::DeviceMesh>(world, dims);
+  device_ = cfg_.train().device() == modtrain::TrainConfig::CUDA ? Device::CUDA : Device::CPU;
+#ifdef MOD_HAVE_NCCL
+  if (device_ == Device::CUDA && world.size() > 1)
+    device_world_ = parallel::make_nccl_communicator(world.split(0, world.rank(), "world"));
+#endif
+  mesh_ = std::make_unique<parallel::DeviceMesh>(device_world_ ? *device_world_ : world, dims);
   data_ = load_splits(cfg_.data().dir(), cfg_.model().vocab_size());
   model_ = std::make_unique<model::Transformer>(cfg_.model(), cfg_.train().seed());
   shards_ = parallel::parallelize_tensor(*model_, *mesh_);
   parallel::parallelize_experts(*model_, *mesh_, shards_);
+  // Parameters are made and sharded on the host (the same init on every device), then moved;
+  // everything below (buckets, optimizer state) is allocated beside them.
+  if (device_ == Device::CUDA && (dims.tp > 1 || dims.ep > 1))
+    throw std::invalid_argument(
+        "config: parallel.tp and parallel.ep must be 1 with train.device CUDA for now (the "
+        "tensor- and expert-parallel exchanges still permute host memory); dp and ZeRO-1 work");
+  model_->to(device_);
   const auto params = model_->named_parameters();
   std::vector<std::pair<std::string, Tensor>> dense, experts;
   for (const auto& p : params) (shards_.at(p.first).expert ? experts : dense).push_back(p);
@@ -238,13 +258,30 @@ LeafGradReady Trainer::gradient_ready_hook() {
   };
 }
 
+// MFU's denominator for one process: its GPU's dense peak (bf16 tensor cores under BF16, f32
+// otherwise), or the SGEMM rate measured on the host.
+double Trainer::peak_flops_per_process() const {
+#ifdef MOD_HAVE_CUDA
+  if (device_ == Device::CUDA && backend(Device::CUDA).describe().rfind("CUDA device", 0) == 0)
+    return cuda::peak_flops(cfg_.train().precision() == modtrain::TrainConfig::BF16);
+#endif
+  return measured_peak_flops();
+}
+
+// Under train.precision BF16 the layers compute in bf16 from the f32 master weights.
+model::ForwardResult Trainer::forward_batch(const Tensor& inputs, const Tensor& targets) const {
+  if (cfg_.train().precision() != modtrain::TrainConfig::BF16) return model_->forward(inputs, targets);
+  AutocastGuard bf16(DType::BF16);
+  return model_->forward(inputs, targets);
+}
+
 double Trainer::train_step(int64_t step) {
   const int accum = cfg_.train().grad_accum();
   model_->zero_grad();
   double loss = 0, aux = 0;
   for (int micro = 0; micro < accum; ++micro) {
-    data::Batch batch = loader_->next(row_begin_, row_end_);
-    model::ForwardResult r = model_->forward(batch.inputs, batch.targets);
+    const data::Batch batch = loader_->next(row_begin_, row_end_);
+    model::ForwardResult r = forward_batch(batch.inputs.to(device_), batch.targets.to(device_));
     if (check_routing_) parallel::check_same_routing(r, mesh_->tp());
     maybe_exit_for_test(mesh_->world().rank(), step);
     const bool last = micro == accum - 1;
@@ -285,12 +322,14 @@ double Trainer::run() {
   // MFU is against every process's share of the machine: the SGEMM rate one rank measures
   // (while the others do the same) times the world size.
   const int world = mesh_->world().size();
-  const double peak = measured_peak_flops() * world;
+  const double peak = peak_flops_per_process() * world;
   if (!quiet_) {
-    std::printf("%s\nmodel %s: %.2fM parameters, %.3g training FLOPs/token; MFU against the "
-                "measured SGEMM rate %.1f GFLOP/s\n",
+    std::printf("%s\nmodel %s: %.2fM parameters, %.3g training FLOPs/token; MFU against %s "
+                "%.1f GFLOP/s\n",
                 device_report().c_str(), cfg_.name().c_str(), flops.parameters / 1e6,
-                flops.training_per_token, peak / 1e9);
+                flops.training_per_token,
+                device_ == Device::CUDA ? "the GPU's dense peak" : "the measured SGEMM rate",
+                peak / 1e9);
     if (world > 1)
       std::printf("parallel: %d processes (%s) = dp %d x tp %d (ep %d)%s, %zu gradient buckets\n", world,
                   parallel::launch_info().source.c_str(), mesh_->dims().dp, mesh_->dims().tp,

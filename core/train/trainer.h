@@ -72,6 +72,8 @@ class Trainer {
   const parallel::DeviceMesh& mesh() const { return *mesh_; }
 
  private:
+  double peak_flops_per_process() const;
+  model::ForwardResult forward_batch(const Tensor& inputs, const Tensor& targets) const;
   double train_step(int64_t step);
   LeafGradReady gradient_ready_hook();
   double global_grad_norm_and_clip();
@@ -87,9 +89,13 @@ class Trainer {
   modtrain::RunConfig cfg_;
   std::string run_dir_;
   bool quiet_, writer_;  // writer_: world rank 0 writes files and prints progress
+  // Under train.device CUDA with several processes: the world with NCCL for CUDA tensors (the
+  // mesh's groups split from it); null otherwise.
+  std::unique_ptr<parallel::Communicator> device_world_;
   std::unique_ptr<parallel::DeviceMesh> mesh_;
   DataSplits data_;
   std::unique_ptr<model::Transformer> model_;
+  Device device_ = Device::CPU;  // train.device: where parameters, batches and optimizer live
   parallel::ShardMap shards_;
   std::unique_ptr<AdamW> optimizer_;                 // unless ZeRO-1
   // ZeRO-1 (parallel.zero1): moments of dense parameters sharded over dp, of expert weights over

@@ -19,7 +19,9 @@ namespace mod::train {
 namespace {
 ckpt::TensorEntry entry(const std::string& name, const Tensor& local,
                         const parallel::ShardSpec& spec, bool writer) {
-  return {name, local, spec.global_shape, spec.dim, spec.offset, writer};
+  // Files are written from host memory: a GPU tensor is copied (a snapshot, so a background
+  // save may outlive the step).
+  return {name, local.to(Device::CPU), spec.global_shape, spec.dim, spec.offset, writer};
 }
 
 // This rank's slice of a global tensor as the spec places it.

@@ -45,6 +45,11 @@ const bool registered = register_grad_cases({
     {"reshape [2,3,5]->[6,5] then mul", Op::Reshape,
      [](Rng& rng) { return std::vector<Tensor>{leaf({2, 3, 5}, rng), leaf({6, 5}, rng)}; },
      [](const std::vector<Tensor>& in) { return mul(reshape(in[0], {6, 5}), in[1]); }},
+    // f64 -> f64 keeps finite differences exact; the narrowing casts are checked exactly in
+    // tests/model/autocast_test.cpp.
+    {"cast [3,5] f64 -> f64 then mul", Op::Cast,
+     [](Rng& rng) { return std::vector<Tensor>{leaf({3, 5}, rng), leaf({3, 5}, rng)}; },
+     [](const std::vector<Tensor>& in) { return mul(cast(in[0], DType::F64), in[1]); }},
     {"sum [4,9] of squares", Op::Sum,
      [](Rng& rng) { return std::vector<Tensor>{leaf({4, 9}, rng)}; },
      [](const std::vector<Tensor>& in) { return sum(mul(in[0], in[0])); }},

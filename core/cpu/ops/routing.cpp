@@ -73,8 +73,15 @@ void topk_select_rows(const T* scores, int64_t b, int64_t t, int64_t k, int64_t*
 }
 }  // namespace
 
+// A pure copy, so integer rows (token positions) gather too.
 void CpuBackend::gather_rows(const Tensor& x, const Tensor& idx, Tensor& out) {
-  dispatch_float(x.dtype(), "gather_rows", [&](auto z) {
+  auto dispatch = [&](auto&& f) {
+    if (is_index(x.dtype()))
+      dispatch_index(x.dtype(), "gather_rows", f);
+    else
+      dispatch_float(x.dtype(), "gather_rows", f);
+  };
+  dispatch([&](auto z) {
     using T = decltype(z);
     dispatch_index(idx.dtype(), "gather_rows", [&](auto zi) {
       using I = decltype(zi);

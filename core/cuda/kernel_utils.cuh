@@ -1,0 +1,103 @@
+// Shared pieces of the CUDA kernels: dtype dispatch, the accumulation type, launch sizes and
+// warp/block reductions. Kernels are templates over the storage type T (float, double,
+// __nv_bfloat16) and, where they take indices, the index type I (int32_t, int64_t). Arithmetic
+// runs in Acc<T> (float for f32 and bf16, double for f64); bf16 is only a storage format.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/stream.h"
+#include "core/tensor.h"
+
+namespace mod::cuda {
+
+using bf16 = __nv_bfloat16;
+
+template <typename T> struct AccOf { using type = float; };
+template <> struct AccOf<double> { using type = double; };
+template <typename T> using Acc = typename AccOf<T>::type;
+
+template <typename T> __device__ __forceinline__ Acc<T> load(const T* p) { return *p; }
+template <> __device__ __forceinline__ float load<bf16>(const bf16* p) {
+  return __bfloat162float(*p);
+}
+template <typename T> __device__ __forceinline__ Acc<T> to_acc(T v) { return v; }
+template <> __device__ __forceinline__ float to_acc<bf16>(bf16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_acc(Acc<T> v) { return static_cast<T>(v); }
+template <> __device__ __forceinline__ bf16 from_acc<bf16>(float v) { return __float2bfloat16(v); }
+
+// Calls f(T{}) for the tensor's float dtype.
+template <typename F>
+void dispatch_float(DType t, const char* kernel, F&& f) {
+  switch (t) {
+    case DType::F32: f(float{}); return;
+    case DType::F64: f(double{}); return;
+    case DType::BF16: f(bf16{}); return;
+    default:
+      throw std::invalid_argument(std::string(kernel) + ": CUDA kernel takes f32, f64 or bf16, got " +
+                                  dtype_name(t));
+  }
+}
+
+template <typename F>
+void dispatch_index(DType t, const char* kernel, F&& f) {
+  switch (t) {
+    case DType::I32: f(int32_t{}); return;
+    case DType::I64: f(int64_t{}); return;
+    default:
+      throw std::invalid_argument(std::string(kernel) + ": indices must be i32 or i64, got " +
+                                  dtype_name(t));
+  }
+}
+
+inline constexpr int kThreads = 256;
+// Blocks for a grid-stride loop over n elements: enough to fill the device, never more than n
+// needs.
+inline unsigned grid_for(int64_t n, int threads = kThreads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 8 ? 65535 * 8 : blocks));
+}
+
+template <typename A>
+__device__ __forceinline__ A warp_sum(A v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+template <typename A>
+__device__ __forceinline__ A warp_max(A v) {
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `scratch` holds 32 values in shared memory; the block must be converged.
+template <typename A>
+__device__ A block_sum(A v, A* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  v = lane < warps ? scratch[lane] : A(0);
+  return warp_sum(v);
+}
+template <typename A>
+__device__ A block_max(A v, A* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  v = lane < warps ? scratch[lane] : A(-INFINITY);
+  return warp_max(v);
+}
+
+}  // namespace mod::cuda

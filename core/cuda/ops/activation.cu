@@ -1,0 +1,182 @@
+// CUDA pointwise activations, forward and backward, over flat arrays of any shape: the formulas
+// of core/cpu/ops/activation.cpp term for term, evaluated in Acc<T>. GELU is the tanh
+// approximation written as x sigmoid(2u), so every rule here is a sigmoid. exp is the accurate
+// expf/exp (within 2 ulp, like the CPU's exp_cephes), never the __expf intrinsic.
+// Work split: one grid-stride loop over the flat index (coalesced, any n); each rule is a
+// functor so one kernel template serves all of them (no --extended-lambda needed). Outputs may
+// alias inputs, so no __restrict__.
+#include "core/cuda/cuda_backend.h"
+#include "core/cuda/kernel_utils.cuh"
+
+namespace mod::cuda {
+
+namespace {
+constexpr double kGeluC0 = 0.7978845608028654;  // sqrt(2/pi)
+constexpr double kGeluC1 = 0.044715;
+
+__device__ __forceinline__ float exp_acc(float x) { return expf(x); }
+__device__ __forceinline__ double exp_acc(double x) { return exp(x); }
+
+// 1 / (1 + exp(-x)); saturates cleanly to 0 and 1.
+template <typename A>
+__device__ __forceinline__ A sigmoid_acc(A x) {
+  return A(1) / (A(1) + exp_acc(-x));
+}
+
+// y = x sigmoid(2u), u = c0 (x + c1 x^3).
+struct GeluForward {
+  template <typename A>
+  __device__ A operator()(A v) const {
+    const A u = A(kGeluC0) * (v + A(kGeluC1) * v * v * v);
+    return v * sigmoid_acc(A(2) * u);
+  }
+};
+// With s = sigmoid(2u): dy/dx = s + 2 x s (1 - s) du/dx.
+struct GeluGrad {
+  template <typename A>
+  __device__ A operator()(A v) const {
+    const A c0 = A(kGeluC0), c1 = A(kGeluC1);
+    const A u = c0 * (v + c1 * v * v * v);
+    const A du = c0 * (A(1) + A(3) * c1 * v * v);
+    const A s = sigmoid_acc(A(2) * u);
+    return s + A(2) * v * s * (A(1) - s) * du;
+  }
+};
+struct SigmoidForward {
+  template <typename A>
+  __device__ A operator()(A v) const { return sigmoid_acc(v); }
+};
+// s (1 - s), s recomputed from the input.
+struct SigmoidGrad {
+  template <typename A>
+  __device__ A operator()(A v) const {
+    const A s = sigmoid_acc(v);
+    return s * (A(1) - s);
+  }
+};
+struct SiluForward {
+  template <typename A>
+  __device__ A operator()(A v) const { return v * sigmoid_acc(v); }
+};
+// s (1 + x (1 - s)), s = sigmoid(x).
+struct SiluGrad {
+  template <typename A>
+  __device__ A operator()(A v) const {
+    const A s = sigmoid_acc(v);
+    return s * (A(1) + v * (A(1) - s));
+  }
+};
+
+// x, y [n]: y = f(x)
+template <typename T, typename F>
+__global__ void map_forward_kernel(const T* x, T* y, int64_t n, F f) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = from_acc<T>(f(load(x + i)));
+}
+
+// x, dy, dx [n]: dx = dy * f'(x)
+template <typename T, typename F>
+__global__ void map_backward_kernel(const T* x, const T* dy, T* dx, int64_t n, F fprime) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dx[i] = from_acc<T>(load(dy + i) * fprime(load(x + i)));
+}
+
+template <typename F>
+void map_forward(const char* name, const Tensor& x, Tensor& y, F f) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  dispatch_float(x.dtype(), name, [&](auto z) {
+    using T = decltype(z);
+    map_forward_kernel<<<grid_for(n), kThreads, 0, compute_stream()>>>(x.data<T>(), y.data<T>(),
+                                                                        n, f);
+    MOD_CUDA_CHECK_LAUNCH();
+  });
+}
+
+template <typename F>
+void map_backward(const char* name, const Tensor& x, const Tensor& dy, Tensor& dx, F fprime) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  dispatch_float(x.dtype(), name, [&](auto z) {
+    using T = decltype(z);
+    map_backward_kernel<<<grid_for(n), kThreads, 0, compute_stream()>>>(
+        x.data<T>(), dy.data<T>(), dx.data<T>(), n, fprime);
+    MOD_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// gate, up, y [n]: y = silu(gate) up
+template <typename T>
+__global__ void swiglu_forward_kernel(const T* gate, const T* up, T* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const Acc<T> g = load(gate + i);
+    y[i] = from_acc<T>(g * sigmoid_acc(g) * load(up + i));
+  }
+}
+
+// gate, up, dy, dgate, dup [n]: dgate = dy up silu'(gate), dup = dy silu(gate)
+template <typename T>
+__global__ void swiglu_backward_kernel(const T* gate, const T* up, const T* dy, T* dgate, T* dup,
+                                       int64_t n) {
+  using A = Acc<T>;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const A g = load(gate + i), u = load(up + i), d = load(dy + i);
+    const A s = sigmoid_acc(g);
+    dgate[i] = from_acc<T>(d * u * s * (A(1) + g * (A(1) - s)));
+    dup[i] = from_acc<T>(d * g * s);
+  }
+}
+}  // namespace
+
+void CudaBackend::gelu_forward(const Tensor& x, Tensor& y) {
+  map_forward("gelu_forward", x, y, GeluForward{});
+}
+
+void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  map_backward("gelu_backward", x, dy, dx, GeluGrad{});
+}
+
+void CudaBackend::sigmoid_forward(const Tensor& x, Tensor& y) {
+  map_forward("sigmoid_forward", x, y, SigmoidForward{});
+}
+
+void CudaBackend::sigmoid_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  map_backward("sigmoid_backward", x, dy, dx, SigmoidGrad{});
+}
+
+void CudaBackend::silu_forward(const Tensor& x, Tensor& y) {
+  map_forward("silu_forward", x, y, SiluForward{});
+}
+
+void CudaBackend::silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  map_backward("silu_backward", x, dy, dx, SiluGrad{});
+}
+
+void CudaBackend::swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& y) {
+  const int64_t n = gate.numel();
+  if (n == 0) return;
+  dispatch_float(gate.dtype(), "swiglu_forward", [&](auto z) {
+    using T = decltype(z);
+    swiglu_forward_kernel<<<grid_for(n), kThreads, 0, compute_stream()>>>(
+        gate.data<T>(), up.data<T>(), y.data<T>(), n);
+    MOD_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void CudaBackend::swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy,
+                                  Tensor& dgate, Tensor& dup) {
+  const int64_t n = gate.numel();
+  if (n == 0) return;
+  dispatch_float(gate.dtype(), "swiglu_backward", [&](auto z) {
+    using T = decltype(z);
+    swiglu_backward_kernel<<<grid_for(n), kThreads, 0, compute_stream()>>>(
+        gate.data<T>(), up.data<T>(), dy.data<T>(), dgate.data<T>(), dup.data<T>(), n);
+    MOD_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace mod::cuda

@@ -1,0 +1,415 @@
+// CUDA RMSNorm and LayerNorm over rows x [N,D]: the math of core/cpu/ops/norm.cpp in Acc<T>.
+// Forward and the dx half of backward: one block per row (grid-stride over rows), its threads
+// striding the row's D columns (coalesced), row sums combined with block_sum. Forward caches
+// rstd (and mean) per row in the dtype the caller allocated: x's dtype, or f32 for bf16 x
+// (S below); y itself uses the unrounded Acc statistics. dweight/dbias (overwritten, like the
+// CPU) are column sums over rows: a column-parallel kernel sums fixed slabs of rows into
+// [slabs, D] Acc partials, and a second kernel adds the slabs in order. No atomics, and the slab
+// count depends only on N, so results are bitwise reproducible.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "core/cuda/cuda_backend.h"
+#include "core/cuda/kernel_utils.cuh"
+
+namespace mod::cuda {
+
+namespace {
+
+constexpr int kMaxRowThreads = 512;
+constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;  // grid cap; blocks stride over more rows
+
+// Threads for one row of D columns: about 8 columns each, a warp multiple in [32, 512].
+int row_threads(int64_t d) {
+  const int64_t t = ((d + 7) / 8 + 31) / 32 * 32;
+  return static_cast<int>(std::clamp<int64_t>(t, 32, kMaxRowThreads));
+}
+unsigned row_blocks(int64_t n) {
+  return static_cast<unsigned>(std::min(n, kMaxRowBlocks));
+}
+
+__device__ __forceinline__ float acc_sqrt(float v) {
+  return sqrtf(v);
+}
+__device__ __forceinline__ double acc_sqrt(double v) {
+  return sqrt(v);
+}
+
+template <typename T>
+constexpr DType acc_dtype() {
+  return std::is_same_v<Acc<T>, double> ? DType::F64 : DType::F32;
+}
+
+// Calls f(S{}) with S the element type of the row statistics (rstd, mean) of a T tensor: T
+// itself, or float when T is bf16 and the caller keeps the statistics in f32.
+template <typename T, typename F>
+void dispatch_stats(DType stats, const char* kernel, F&& f) {
+  constexpr DType own = std::is_same_v<T, bf16>     ? DType::BF16
+                        : std::is_same_v<T, double> ? DType::F64
+                                                    : DType::F32;
+  if (stats == own) return f(T{});
+  if constexpr (std::is_same_v<T, bf16>)
+    if (stats == DType::F32) return f(float{});
+  throw std::invalid_argument(std::string(kernel) + ": row statistics must be " + dtype_name(own) +
+                              (std::is_same_v<T, bf16> ? " or f32" : "") + ", got " +
+                              dtype_name(stats));
+}
+
+// LayerNorm's mean and rstd share one statistics dtype.
+void check_same_stats(const char* kernel, const Tensor& mean, const Tensor& rstd) {
+  if (mean.dtype() != rstd.dtype())
+    throw std::invalid_argument(std::string(kernel) + ": mean is " + dtype_name(mean.dtype()) +
+                                " but rstd is " + dtype_name(rstd.dtype()));
+}
+
+// --- forward ---
+
+// x, y [n,d], weight (and bias) [d], rstd (and mean) [n].
+template <typename T, typename S>
+struct NormForwardParams {
+  const T* x;
+  const T* weight;
+  const T* bias;  // LayerNorm only
+  T* y;
+  S* mean;  // LayerNorm only
+  S* rstd;
+  int64_t n, d;
+  Acc<T> eps;
+};
+
+template <typename T, typename S>
+__global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_forward_rows(NormForwardParams<T, S> p) {
+  using A = Acc<T>;
+  __shared__ A scratch[32];
+  for (int64_t row = blockIdx.x; row < p.n; row += gridDim.x) {
+    const T* xr = p.x + row * p.d;
+    A ss = 0;
+    for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) {
+      const A v = load(xr + i);
+      ss += v * v;
+    }
+    ss = block_sum(ss, scratch);
+    const A r = A(1) / acc_sqrt(ss / static_cast<A>(p.d) + p.eps);
+    if (threadIdx.x == 0) p.rstd[row] = from_acc<S>(r);
+    T* yr = p.y + row * p.d;
+    for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x)
+      yr[i] = from_acc<T>(load(xr + i) * r * load(p.weight + i));
+  }
+}
+
+// Two passes over the row (mean, then squared deviations), as the CPU does: no cancellation.
+template <typename T, typename S>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    layernorm_forward_rows(NormForwardParams<T, S> p) {
+  using A = Acc<T>;
+  __shared__ A scratch[32];
+  for (int64_t row = blockIdx.x; row < p.n; row += gridDim.x) {
+    const T* xr = p.x + row * p.d;
+    A s = 0;
+    for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) s += load(xr + i);
+    const A mu = block_sum(s, scratch) / static_cast<A>(p.d);
+    A ss = 0;
+    for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) {
+      const A dev = load(xr + i) - mu;
+      ss += dev * dev;
+    }
+    ss = block_sum(ss, scratch);
+    const A r = A(1) / acc_sqrt(ss / static_cast<A>(p.d) + p.eps);
+    if (threadIdx.x == 0) {
+      p.mean[row] = from_acc<S>(mu);
+      p.rstd[row] = from_acc<S>(r);
+    }
+    T* yr = p.y + row * p.d;
+    for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x)
+      yr[i] = from_acc<T>((load(xr + i) - mu) * r * load(p.weight + i) + load(p.bias + i));
+  }
+}
+
+// --- backward: dx per row ---
+
+// dy, x, dx [n,d], weight [d], mean (LayerNorm only) and rstd [n].
+template <typename T, typename S>
+struct NormBackwardParams {
+  const T* dy;
+  const T* x;
+  const T* weight;
+  const S* mean;  // nullptr for RMSNorm
+  const S* rstd;
+  T* dx;
+  int64_t n, d;
+};
+
+// xhat = x rstd, g = dy weight: dx = rstd (g - xhat mean(g xhat)).
+template <typename T, typename S>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    rmsnorm_backward_dx_rows(NormBackwardParams<T, S> p) {
+  using A = Acc<T>;
+  __shared__ A scratch[32];
+  for (int64_t row = blockIdx.x; row < p.n; row += gridDim.x) {
+    const T* xr = p.x + row * p.d;
+    const T* dyr = p.dy + row * p.d;
+    const A r = load(p.rstd + row);
+    A dot = 0;
+    for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x)
+      dot += load(dyr + i) * load(p.weight + i) * (load(xr + i) * r);
+    const A c = block_sum(dot, scratch) / static_cast<A>(p.d);
+    T* dxr = p.dx + row * p.d;
+    for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) {
+      const A xhat = load(xr + i) * r;
+      dxr[i] = from_acc<T>(r * (load(dyr + i) * load(p.weight + i) - xhat * c));
+    }
+  }
+}
+
+// xhat = (x - mean) rstd, g = dy weight: dx = rstd (g - mean(g) - xhat mean(g xhat)).
+template <typename T, typename S>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    layernorm_backward_dx_rows(NormBackwardParams<T, S> p) {
+  using A = Acc<T>;
+  __shared__ A scratch[32];
+  for (int64_t row = blockIdx.x; row < p.n; row += gridDim.x) {
+    const T* xr = p.x + row * p.d;
+    const T* dyr = p.dy + row * p.d;
+    const A m = load(p.mean + row), r = load(p.rstd + row);
+    A sum_g = 0, sum_gx = 0;
+    for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) {
+      const A g = load(dyr + i) * load(p.weight + i);
+      sum_g += g;
+      sum_gx += g * ((load(xr + i) - m) * r);
+    }
+    const A c_g = block_sum(sum_g, scratch) / static_cast<A>(p.d);
+    const A c_gx = block_sum(sum_gx, scratch) / static_cast<A>(p.d);
+    T* dxr = p.dx + row * p.d;
+    for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) {
+      const A xhat = (load(xr + i) - m) * r;
+      dxr[i] = from_acc<T>(r * (load(dyr + i) * load(p.weight + i) - c_g - xhat * c_gx));
+    }
+  }
+}
+
+// --- backward: dweight, dbias (column sums over rows) ---
+
+constexpr int kColTile = 32;  // columns per block: one warp's coalesced row segment
+constexpr int kRowLanes = 8;  // warps per block, interleaved over the slab's rows
+constexpr int kParamGradThreads = kColTile * kRowLanes;
+constexpr int64_t kMaxSlabs = 256;
+constexpr int64_t kMinSlabRows = 32;
+
+// Rows are split into `count` consecutive slabs of `rows` rows (the last may be shorter).
+struct Slabs {
+  int64_t count, rows;
+};
+Slabs slabs_for(int64_t n) {
+  if (n == 0) return {0, 0};
+  const int64_t want = std::min(kMaxSlabs, (n + kMinSlabRows - 1) / kMinSlabRows);
+  const int64_t rows = (n + want - 1) / want;
+  return {(n + rows - 1) / rows, rows};
+}
+
+// dy, x [n,d], mean (nullptr for RMSNorm) and rstd [n] -> partial_w (and partial_b) [slabs, d]:
+// partial_w[s, j] = sum over the slab's rows of dy xhat, partial_b[s, j] = sum of dy.
+template <typename T, typename S>
+struct ParamGradParams {
+  const T* dy;
+  const T* x;
+  const S* mean;  // nullptr for RMSNorm (xhat = x rstd)
+  const S* rstd;
+  Acc<T>* partial_w;
+  Acc<T>* partial_b;  // nullptr without a bias
+  int64_t n, d, slab_rows;
+};
+
+// grid (ceil(d / kColTile), slabs), block (kColTile, kRowLanes). Each thread sums one column
+// over every kRowLanes-th row of the slab; the lanes are then added in a fixed order.
+template <typename T, typename S>
+__global__ void __launch_bounds__(kParamGradThreads)
+    norm_param_grad_slab_partials(ParamGradParams<T, S> p) {
+  using A = Acc<T>;
+  __shared__ A lane_w[kRowLanes][kColTile];
+  __shared__ A lane_b[kRowLanes][kColTile];
+  const int64_t col = int64_t(blockIdx.x) * kColTile + threadIdx.x;
+  const int64_t lo = int64_t(blockIdx.y) * p.slab_rows, hi = min(p.n, lo + p.slab_rows);
+  A w = 0, b = 0;
+  if (col < p.d) {
+    for (int64_t row = lo + threadIdx.y; row < hi; row += kRowLanes) {
+      const A g = load(p.dy + row * p.d + col);
+      const A xv = load(p.x + row * p.d + col);
+      const A centred = p.mean ? xv - load(p.mean + row) : xv;
+      w += g * (centred * load(p.rstd + row));
+      b += g;
+    }
+  }
+  lane_w[threadIdx.y][threadIdx.x] = w;
+  lane_b[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < p.d) {
+    A tw = 0, tb = 0;
+    for (int l = 0; l < kRowLanes; ++l) {
+      tw += lane_w[l][threadIdx.x];
+      tb += lane_b[l][threadIdx.x];
+    }
+    const int64_t at = int64_t(blockIdx.y) * p.d + col;
+    p.partial_w[at] = tw;
+    if (p.partial_b) p.partial_b[at] = tb;
+  }
+}
+
+// partial [slabs, d] -> out [d] = sum over slabs, in slab order (0 when slabs == 0).
+template <typename T>
+__global__ void sum_slab_partials(const Acc<T>* partial, int64_t slabs, int64_t d, T* out) {
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < d;
+       j += int64_t(gridDim.x) * blockDim.x) {
+    Acc<T> s = 0;
+    for (int64_t k = 0; k < slabs; ++k) s += partial[k * d + j];
+    out[j] = from_acc<T>(s);
+  }
+}
+
+// dweight (and dbias when given) [d] = column sums of dy xhat (and dy) over n rows; zeros when
+// n == 0.
+template <typename T, typename S>
+void launch_param_grads(const Tensor& dy, const Tensor& x, const S* mean, const S* rstd,
+                        Tensor& dweight, Tensor* dbias) {
+  using A = Acc<T>;
+  const int64_t n = x.size(0), d = x.size(1);
+  cudaStream_t stream = compute_stream();
+  const Slabs slabs = slabs_for(n);
+  Tensor partial_w, partial_b;  // [slabs, d]
+  if (slabs.count > 0) {
+    partial_w = Tensor::empty({slabs.count, d}, acc_dtype<T>(), Device::CUDA);
+    if (dbias) partial_b = Tensor::empty({slabs.count, d}, acc_dtype<T>(), Device::CUDA);
+    ParamGradParams<T, S> p{};
+    p.dy = dy.data<T>();
+    p.x = x.data<T>();
+    p.mean = mean;
+    p.rstd = rstd;
+    p.partial_w = partial_w.data<A>();
+    p.partial_b = dbias ? partial_b.data<A>() : nullptr;
+    p.n = n;
+    p.d = d;
+    p.slab_rows = slabs.rows;
+    const dim3 grid(static_cast<unsigned>((d + kColTile - 1) / kColTile),
+                    static_cast<unsigned>(slabs.count));
+    norm_param_grad_slab_partials<<<grid, dim3(kColTile, kRowLanes), 0, stream>>>(p);
+    MOD_CUDA_CHECK_LAUNCH();
+  }
+  const A* pw = slabs.count > 0 ? partial_w.data<A>() : nullptr;
+  sum_slab_partials<T><<<grid_for(d), kThreads, 0, stream>>>(pw, slabs.count, d, dweight.data<T>());
+  MOD_CUDA_CHECK_LAUNCH();
+  if (dbias) {
+    const A* pb = slabs.count > 0 ? partial_b.data<A>() : nullptr;
+    sum_slab_partials<T>
+        <<<grid_for(d), kThreads, 0, stream>>>(pb, slabs.count, d, dbias->data<T>());
+    MOD_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace
+
+// x, y [N,D], weight [D], rstd [N] (cached for backward).
+void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
+                                  Tensor& rstd) {
+  const int64_t n = x.size(0), d = x.size(1);
+  if (n == 0 || d == 0) return;
+  dispatch_float(x.dtype(), "rmsnorm_forward", [&](auto z) {
+    using T = decltype(z);
+    dispatch_stats<T>(rstd.dtype(), "rmsnorm_forward", [&](auto zs) {
+      using S = decltype(zs);
+      NormForwardParams<T, S> p{};
+      p.x = x.data<T>();
+      p.weight = weight.data<T>();
+      p.y = y.data<T>();
+      p.rstd = rstd.data<S>();
+      p.n = n;
+      p.d = d;
+      p.eps = static_cast<Acc<T>>(eps);
+      rmsnorm_forward_rows<<<row_blocks(n), row_threads(d), 0, compute_stream()>>>(p);
+      MOD_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+// dy, x, dx [N,D], weight, dweight [D] (overwritten), rstd [N].
+void CudaBackend::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                   const Tensor& rstd, Tensor& dx, Tensor& dweight) {
+  const int64_t n = x.size(0), d = x.size(1);
+  if (d == 0) return;
+  dispatch_float(x.dtype(), "rmsnorm_backward", [&](auto z) {
+    using T = decltype(z);
+    dispatch_stats<T>(rstd.dtype(), "rmsnorm_backward", [&](auto zs) {
+      using S = decltype(zs);
+      if (n > 0) {
+        NormBackwardParams<T, S> p{};
+        p.dy = dy.data<T>();
+        p.x = x.data<T>();
+        p.weight = weight.data<T>();
+        p.rstd = rstd.data<S>();
+        p.dx = dx.data<T>();
+        p.n = n;
+        p.d = d;
+        rmsnorm_backward_dx_rows<<<row_blocks(n), row_threads(d), 0, compute_stream()>>>(p);
+        MOD_CUDA_CHECK_LAUNCH();
+      }
+      launch_param_grads<T, S>(dy, x, nullptr, rstd.data<S>(), dweight, nullptr);
+    });
+  });
+}
+
+// x, y [N,D], weight, bias [D], mean and rstd [N] (cached for backward).
+void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                    double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+  const int64_t n = x.size(0), d = x.size(1);
+  if (n == 0 || d == 0) return;
+  check_same_stats("layernorm_forward", mean, rstd);
+  dispatch_float(x.dtype(), "layernorm_forward", [&](auto z) {
+    using T = decltype(z);
+    dispatch_stats<T>(rstd.dtype(), "layernorm_forward", [&](auto zs) {
+      using S = decltype(zs);
+      NormForwardParams<T, S> p{};
+      p.x = x.data<T>();
+      p.weight = weight.data<T>();
+      p.bias = bias.data<T>();
+      p.y = y.data<T>();
+      p.mean = mean.data<S>();
+      p.rstd = rstd.data<S>();
+      p.n = n;
+      p.d = d;
+      p.eps = static_cast<Acc<T>>(eps);
+      layernorm_forward_rows<<<row_blocks(n), row_threads(d), 0, compute_stream()>>>(p);
+      MOD_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+// dy, x, dx [N,D], weight, dweight, dbias [D] (overwritten), mean, rstd [N].
+void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                     const Tensor& mean, const Tensor& rstd, Tensor& dx,
+                                     Tensor& dweight, Tensor& dbias) {
+  const int64_t n = x.size(0), d = x.size(1);
+  if (d == 0) return;
+  check_same_stats("layernorm_backward", mean, rstd);
+  dispatch_float(x.dtype(), "layernorm_backward", [&](auto z) {
+    using T = decltype(z);
+    dispatch_stats<T>(rstd.dtype(), "layernorm_backward", [&](auto zs) {
+      using S = decltype(zs);
+      if (n > 0) {
+        NormBackwardParams<T, S> p{};
+        p.dy = dy.data<T>();
+        p.x = x.data<T>();
+        p.weight = weight.data<T>();
+        p.mean = mean.data<S>();
+        p.rstd = rstd.data<S>();
+        p.dx = dx.data<T>();
+        p.n = n;
+        p.d = d;
+        layernorm_backward_dx_rows<<<row_blocks(n), row_threads(d), 0, compute_stream()>>>(p);
+        MOD_CUDA_CHECK_LAUNCH();
+      }
+      launch_param_grads<T, S>(dy, x, mean.data<S>(), rstd.data<S>(), dweight, &dbias);
+    });
+  });
+}
+
+}  // namespace mod::cuda

@@ -1,0 +1,326 @@
+// CUDA softmax over rows [N,V], logsumexp and the fused softmax + cross-entropy: the math of
+// core/cpu/ops/softmax.cpp in Acc<T>. Work split: one block per row (grid-stride over rows),
+// its threads striding the row in coalesced chunks, because V reaches a 50k vocabulary while N
+// can be small. Row statistics come from one pass over memory: each thread keeps an online
+// (max, sum of exp(x - max)) pair, one exp per element, and the pairs are merged across the
+// block. Cross-entropy caches lse [N] (in logits' dtype, or f32 for bf16 logits) and its
+// backward recomputes the probabilities from it.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "core/cuda/cuda_backend.h"
+#include "core/cuda/kernel_utils.cuh"
+
+namespace mod::cuda {
+
+namespace {
+
+constexpr int kMaxRowThreads = 1024;
+constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;  // grid cap; blocks stride over more rows
+
+// Threads for one row of V columns: about 8 columns each, a warp multiple in [32, 1024].
+int row_threads(int64_t v) {
+  const int64_t t = ((v + 7) / 8 + 31) / 32 * 32;
+  return static_cast<int>(std::clamp<int64_t>(t, 32, kMaxRowThreads));
+}
+unsigned row_blocks(int64_t n) {
+  return static_cast<unsigned>(std::min(n, kMaxRowBlocks));
+}
+
+__device__ __forceinline__ float acc_exp(float v) {
+  return expf(v);
+}
+__device__ __forceinline__ double acc_exp(double v) {
+  return exp(v);
+}
+__device__ __forceinline__ float acc_log(float v) {
+  return logf(v);
+}
+__device__ __forceinline__ double acc_log(double v) {
+  return log(v);
+}
+
+// Calls f(S{}) with S the element type of cross-entropy's lse cache for T logits: T itself, or
+// float when T is bf16 and the caller keeps lse in f32.
+template <typename T, typename F>
+void dispatch_stats(DType stats, const char* kernel, F&& f) {
+  constexpr DType own = std::is_same_v<T, bf16>     ? DType::BF16
+                        : std::is_same_v<T, double> ? DType::F64
+                                                    : DType::F32;
+  if (stats == own) return f(T{});
+  if constexpr (std::is_same_v<T, bf16>)
+    if (stats == DType::F32) return f(float{});
+  throw std::invalid_argument(std::string(kernel) + ": lse must be " + dtype_name(own) +
+                              (std::is_same_v<T, bf16> ? " or f32" : "") + ", got " +
+                              dtype_name(stats));
+}
+
+// max over the elements seen and sum of exp(x - max) over them.
+template <typename A>
+struct MaxSum {
+  A max, sum;
+};
+
+// exp(m - to), where to >= m; equal values (infinities included) give 1, not exp(NaN).
+template <typename A>
+__device__ __forceinline__ A rescale(A m, A to) {
+  return m == to ? A(1) : acc_exp(m - to);
+}
+
+// Adds one element: one exp whichever branch. A NaN element makes the sum NaN.
+template <typename A>
+__device__ __forceinline__ void push(MaxSum<A>& st, A x) {
+  if (x > st.max) {
+    st.sum = st.sum * rescale(st.max, x) + A(1);
+    st.max = x;
+  } else {
+    st.sum += rescale(x, st.max);
+  }
+}
+
+template <typename A>
+__device__ __forceinline__ MaxSum<A> merge(MaxSum<A> a, MaxSum<A> b) {
+  const A m = a.max > b.max ? a.max : b.max;
+  return {m, a.sum * rescale(a.max, m) + b.sum * rescale(b.max, m)};
+}
+
+template <typename A>
+__device__ __forceinline__ MaxSum<A> warp_max_sum(MaxSum<A> v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const MaxSum<A> other{__shfl_xor_sync(0xffffffffu, v.max, o),
+                          __shfl_xor_sync(0xffffffffu, v.sum, o)};
+    v = merge(v, other);
+  }
+  return v;
+}
+
+// Merge over the block (as block_sum: blockDim.x a multiple of 32, converged block); every
+// thread gets the result. scratch_max and scratch_sum hold 32 values each in shared memory.
+template <typename A>
+__device__ MaxSum<A> block_max_sum(MaxSum<A> v, A* scratch_max, A* scratch_sum) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_max_sum(v);
+  __syncthreads();
+  if (lane == 0) {
+    scratch_max[warp] = v.max;
+    scratch_sum[warp] = v.sum;
+  }
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  v = lane < warps ? MaxSum<A>{scratch_max[lane], scratch_sum[lane]} : MaxSum<A>{-INFINITY, A(0)};
+  v = warp_max_sum(v);
+  // Lanes may round the butterfly's sums differently (FMA contraction); every thread takes
+  // lane 0's, so all elements of the row are normalised by the same value.
+  return {__shfl_sync(0xffffffffu, v.max, 0), __shfl_sync(0xffffffffu, v.sum, 0)};
+}
+
+// The statistics of row [v], returned to every thread of the block.
+template <typename T>
+__device__ MaxSum<Acc<T>> row_max_sum(const T* row, int64_t v, Acc<T>* scratch_max,
+                                      Acc<T>* scratch_sum) {
+  MaxSum<Acc<T>> st{-INFINITY, Acc<T>(0)};
+  for (int64_t i = threadIdx.x; i < v; i += blockDim.x) push(st, load(row + i));
+  return block_max_sum(st, scratch_max, scratch_sum);
+}
+
+// x, y [n,v]: y = exp(x - max) / sum per row.
+template <typename T>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    softmax_forward_rows(const T* x, T* y, int64_t n, int64_t v) {
+  using A = Acc<T>;
+  __shared__ A scratch_max[32], scratch_sum[32];
+  for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
+    const T* xr = x + row * v;
+    const MaxSum<A> st = row_max_sum(xr, v, scratch_max, scratch_sum);
+    const A inv = A(1) / st.sum;
+    T* yr = y + row * v;
+    for (int64_t i = threadIdx.x; i < v; i += blockDim.x)
+      yr[i] = from_acc<T>(acc_exp(load(xr + i) - st.max) * inv);
+  }
+}
+
+// y, dy, dx [n,v]: dx = y (dy - sum(y dy)) per row.
+template <typename T>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    softmax_backward_rows(const T* y, const T* dy, T* dx, int64_t n, int64_t v) {
+  using A = Acc<T>;
+  __shared__ A scratch[32];
+  for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
+    const T* yr = y + row * v;
+    const T* dyr = dy + row * v;
+    A dot = 0;
+    for (int64_t i = threadIdx.x; i < v; i += blockDim.x) dot += load(yr + i) * load(dyr + i);
+    const A c = block_sum(dot, scratch);
+    T* dxr = dx + row * v;
+    for (int64_t i = threadIdx.x; i < v; i += blockDim.x)
+      dxr[i] = from_acc<T>(load(yr + i) * (load(dyr + i) - c));
+  }
+}
+
+// x [n,v], out [n]: max + log(sum); a row whose max is +-inf gives that max.
+template <typename T>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    logsumexp_rows(const T* x, T* out, int64_t n, int64_t v) {
+  using A = Acc<T>;
+  __shared__ A scratch_max[32], scratch_sum[32];
+  for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
+    const MaxSum<A> st = row_max_sum(x + row * v, v, scratch_max, scratch_sum);
+    if (threadIdx.x == 0) out[row] = from_acc<T>(isinf(st.max) ? st.max : st.max + acc_log(st.sum));
+  }
+}
+
+// logits [n,v], targets [n], losses and lse [n]. Ignored rows: loss 0, lse still written. The
+// loss uses the unrounded lse; the cache is S (T, or f32 for bf16 logits).
+template <typename T, typename I, typename S>
+struct CrossEntropyParams {
+  const T* logits;
+  const I* targets;
+  const S* lse;  // backward: the forward's cache
+  T* out;        // forward: losses [n]; backward: dlogits [n,v]
+  S* lse_out;    // forward: lse [n]
+  int64_t n, v, ignore_index;
+  Acc<T> grad_scale;  // backward
+};
+
+template <typename T, typename I, typename S>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    cross_entropy_forward_rows(CrossEntropyParams<T, I, S> p) {
+  using A = Acc<T>;
+  __shared__ A scratch_max[32], scratch_sum[32];
+  for (int64_t row = blockIdx.x; row < p.n; row += gridDim.x) {
+    const T* xr = p.logits + row * p.v;
+    const MaxSum<A> st = row_max_sum(xr, p.v, scratch_max, scratch_sum);
+    if (threadIdx.x == 0) {
+      const A l = st.max + acc_log(st.sum);
+      const int64_t t = static_cast<int64_t>(p.targets[row]);
+      p.lse_out[row] = from_acc<S>(l);
+      p.out[row] = t == p.ignore_index ? from_acc<T>(A(0)) : from_acc<T>(l - load(xr + t));
+    }
+  }
+}
+
+// dlogits = grad_scale (exp(x - lse) - onehot(t)); zero rows where t == ignore_index. A bf16
+// lse cache is too coarse for exp(x - lse) (its spacing is 1/16 near 10, a 3% error in every
+// probability), so then the row's lse is recomputed: one more read of the row.
+template <typename T, typename I, typename S>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    cross_entropy_backward_rows(CrossEntropyParams<T, I, S> p) {
+  using A = Acc<T>;
+  for (int64_t row = blockIdx.x; row < p.n; row += gridDim.x) {
+    const T* xr = p.logits + row * p.v;
+    T* dr = p.out + row * p.v;
+    const int64_t t = static_cast<int64_t>(p.targets[row]);
+    if (t == p.ignore_index) {
+      for (int64_t i = threadIdx.x; i < p.v; i += blockDim.x) dr[i] = from_acc<T>(A(0));
+      continue;
+    }
+    A l;
+    if constexpr (std::is_same_v<S, bf16>) {
+      __shared__ A scratch_max[32], scratch_sum[32];
+      const MaxSum<A> st = row_max_sum(xr, p.v, scratch_max, scratch_sum);
+      l = st.max + acc_log(st.sum);
+    } else {
+      l = load(p.lse + row);
+    }
+    for (int64_t i = threadIdx.x; i < p.v; i += blockDim.x) {
+      const A prob = acc_exp(load(xr + i) - l);
+      dr[i] = from_acc<T>(p.grad_scale * prob - (i == t ? p.grad_scale : A(0)));
+    }
+  }
+}
+
+}  // namespace
+
+// x, y [N,V].
+void CudaBackend::softmax_forward(const Tensor& x, Tensor& y) {
+  const int64_t n = x.size(0), v = x.size(1);
+  if (n == 0 || v == 0) return;
+  dispatch_float(x.dtype(), "softmax_forward", [&](auto z) {
+    using T = decltype(z);
+    softmax_forward_rows<<<row_blocks(n), row_threads(v), 0, compute_stream()>>>(x.data<T>(),
+                                                                                 y.data<T>(), n, v);
+    MOD_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// y (the forward's output), dy, dx [N,V].
+void CudaBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  const int64_t n = y.size(0), v = y.size(1);
+  if (n == 0 || v == 0) return;
+  dispatch_float(y.dtype(), "softmax_backward", [&](auto z) {
+    using T = decltype(z);
+    softmax_backward_rows<<<row_blocks(n), row_threads(v), 0, compute_stream()>>>(
+        y.data<T>(), dy.data<T>(), dx.data<T>(), n, v);
+    MOD_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// x [N,V] (V > 0), out [N].
+void CudaBackend::logsumexp_forward(const Tensor& x, Tensor& out) {
+  const int64_t n = x.size(0), v = x.size(1);
+  if (n == 0 || v == 0) return;
+  dispatch_float(x.dtype(), "logsumexp_forward", [&](auto z) {
+    using T = decltype(z);
+    logsumexp_rows<<<row_blocks(n), row_threads(v), 0, compute_stream()>>>(x.data<T>(),
+                                                                           out.data<T>(), n, v);
+    MOD_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// logits [N,V], targets [N] (in range or ignore_index, checked by the caller), losses, lse [N].
+void CudaBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                        int64_t ignore_index, Tensor& losses, Tensor& lse) {
+  const int64_t n = logits.size(0), v = logits.size(1);
+  if (n == 0 || v == 0) return;
+  dispatch_float(logits.dtype(), "cross_entropy_forward", [&](auto z) {
+    using T = decltype(z);
+    dispatch_index(targets.dtype(), "cross_entropy_forward", [&](auto zi) {
+      using I = decltype(zi);
+      dispatch_stats<T>(lse.dtype(), "cross_entropy_forward", [&](auto zs) {
+        using S = decltype(zs);
+        CrossEntropyParams<T, I, S> p{};
+        p.logits = logits.data<T>();
+        p.targets = targets.data<I>();
+        p.out = losses.data<T>();
+        p.lse_out = lse.data<S>();
+        p.n = n;
+        p.v = v;
+        p.ignore_index = ignore_index;
+        cross_entropy_forward_rows<<<row_blocks(n), row_threads(v), 0, compute_stream()>>>(p);
+        MOD_CUDA_CHECK_LAUNCH();
+      });
+    });
+  });
+}
+
+// logits, dlogits [N,V], targets, lse [N].
+void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                                         const Tensor& lse, int64_t ignore_index, double grad_scale,
+                                         Tensor& dlogits) {
+  const int64_t n = logits.size(0), v = logits.size(1);
+  if (n == 0 || v == 0) return;
+  dispatch_float(logits.dtype(), "cross_entropy_backward", [&](auto z) {
+    using T = decltype(z);
+    dispatch_index(targets.dtype(), "cross_entropy_backward", [&](auto zi) {
+      using I = decltype(zi);
+      dispatch_stats<T>(lse.dtype(), "cross_entropy_backward", [&](auto zs) {
+        using S = decltype(zs);
+        CrossEntropyParams<T, I, S> p{};
+        p.logits = logits.data<T>();
+        p.targets = targets.data<I>();
+        p.lse = lse.data<S>();
+        p.out = dlogits.data<T>();
+        p.n = n;
+        p.v = v;
+        p.ignore_index = ignore_index;
+        p.grad_scale = static_cast<Acc<T>>(grad_scale);
+        cross_entropy_backward_rows<<<row_blocks(n), row_threads(v), 0, compute_stream()>>>(p);
+        MOD_CUDA_CHECK_LAUNCH();
+      });
+    });
+  });
+}
+
+}  // namespace mod::cuda

@@ -1,0 +1,64 @@
+// The process's device, compute stream and cuBLAS handle, made on first use.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/stream.h"
+
+namespace mod::cuda {
+
+namespace {
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0)
+    throw std::invalid_argument(std::string(name) + "=" + v + ": expected a device number >= 0");
+  return static_cast<int>(n);
+}
+
+struct Context {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  void* cublas_workspace = nullptr;
+
+  Context() {
+    int count = 0;
+    MOD_CUDA_CHECK(cudaGetDeviceCount(&count));
+    // The launcher's local rank picks the GPU (one process per device); MOD_CUDA_DEVICE wins.
+    const int local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("SLURM_LOCALID", 0));
+    device = env_int("MOD_CUDA_DEVICE", local_rank % count);
+    if (device >= count)
+      throw std::invalid_argument("MOD_CUDA_DEVICE=" + std::to_string(device) + ": only " +
+                                  std::to_string(count) + " CUDA device(s)");
+    MOD_CUDA_CHECK(cudaSetDevice(device));
+    MOD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error("CUDA: cublasCreate failed on device " + std::to_string(device));
+    cublasSetStream(cublas, stream);
+    // A fixed workspace keeps cuBLAS from allocating inside a captured CUDA graph.
+    constexpr size_t kWorkspace = 32u << 20;
+    MOD_CUDA_CHECK(cudaMalloc(&cublas_workspace, kWorkspace));
+    cublasSetWorkspace(cublas, cublas_workspace, kWorkspace);
+  }
+};
+
+Context& context() {
+  // Leaked on purpose: tensors in static storage may be freed after static destructors ran.
+  static Context* ctx = new Context;
+  return *ctx;
+}
+}  // namespace
+
+int current_device() { return context().device; }
+cudaStream_t compute_stream() { return context().stream; }
+cublasHandle_t cublas_handle() { return context().cublas; }
+void synchronize() { MOD_CUDA_CHECK(cudaStreamSynchronize(context().stream)); }
+
+}  // namespace mod::cuda

@@ -1,0 +1,19 @@
+// The stream every modtrain kernel, copy and library call runs on, and the per-device library
+// handles bound to it. One stream per process keeps kernels in order without events; NCCL's
+// gradient buckets use their own stream ordered by events (parallel/nccl_communicator.cpp).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+namespace mod::cuda {
+
+// Selects the device this process uses (MOD_CUDA_DEVICE, else the launcher's local rank modulo
+// the device count) on first use.
+int current_device();
+cudaStream_t compute_stream();
+cublasHandle_t cublas_handle();  // bound to compute_stream(), with its own workspace
+// Blocks the host until every queued kernel and copy has finished.
+void synchronize();
+
+}  // namespace mod::cuda

@@ -1,0 +1,41 @@
+// The NCCL backend of Communicator, for CUDA tensors. Built only with MOD_USE_CUDA
+// (MOD_HAVE_NCCL); callers include this header and never nccl.h.
+//
+// The communicator wraps a host communicator (MPI, or the local one) of the same group:
+// collectives on CUDA tensors go to NCCL, on CPU tensors to the host communicator, so control
+// traffic, barrier() and every CPU path keep working unchanged. A collective given one CPU and
+// one CUDA tensor is an error naming the collective.
+//
+// Invariants:
+// - Stream order, no host blocking: a collective runs on the communicator's own stream after
+//   everything queued so far on cuda::compute_stream(); a blocking call makes the compute stream
+//   wait for it, so its result is in place for every later kernel and copy (host copies
+//   synchronise the compute stream). Work::wait() does the same for all_reduce_async.
+// - Never a silent hang: a watchdog thread aborts the job (message naming the collective, the
+//   group and the rank) when a collective is not done after collective_timeout() seconds or
+//   NCCL reports an asynchronous error.
+// - A group of one makes no NCCL communicator: collectives copy or do nothing, as the local
+//   communicator does (bf16 reductions included, as over NCCL).
+// - Bitwise equal results on every rank: NCCL reduces each element once and copies the result.
+// - send/recv: NCCL has no tags. Messages between two ranks match in call order and must have
+//   the same element count on both sides (NCCL cannot check it; a mismatch corrupts or hangs
+//   until the timeout); tags are checked (>= 0) and otherwise ignored.
+// See docs/parallel.md, "NCCL backend".
+#pragma once
+
+#include <memory>
+
+#include "parallel/communicator.h"
+
+namespace mod::parallel {
+
+// Wraps `host` (any communicator: its group becomes the NCCL group) and, when the group has
+// more than one rank, builds an NCCL communicator on cuda::current_device(): rank 0 makes the
+// unique id and the host communicator broadcasts it. Collective over the group. split() splits
+// the host communicator and wraps the result the same way.
+// `nccl_for_group_of_one` (tests): build a one-rank NCCL communicator for a group of one too,
+// so a machine with one GPU runs the NCCL code path; split() passes it on.
+std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> host,
+                                                     bool nccl_for_group_of_one = false);
+
+}  // namespace mod::parallel

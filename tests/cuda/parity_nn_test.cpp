@@ -1,0 +1,272 @@
+// CUDA against CPU, part 2: embedding, norms, activations, softmax, logsumexp, cross-entropy,
+// BCE and AdamW, forward and backward. Backward cases take the forward's cached statistics from
+// the CPU's f64 forward on the rounded inputs (backend_parity.h), so each kernel is tested alone.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "tests/cuda/backend_parity.h"
+
+using namespace mod;
+using namespace mod::parity;
+
+namespace {
+
+// x with a few entries far out in both tails, where activations saturate.
+Tensor with_tails(Tensor x) {
+  const double tails[] = {-80.0, -30.0, -8.0, 8.0, 30.0, 80.0};
+  for (int64_t i = 0; i < static_cast<int64_t>(std::size(tails)) && i * 7 < x.numel(); ++i)
+    x.set(i * 7, tails[i]);
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("cuda: embedding forward and backward, repeated ids, i32 and i64 ids", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  const DType id_type = GENERATE(DType::I32, DType::I64);
+  Rng rng(201);
+  struct Size {
+    int64_t vocab, d, n;
+  };
+  // About two uses per id in the first, mostly unique ids in the second; the first four ids are
+  // always the same, so some row collects four gradients.
+  for (Size s : {Size{60, 67, 120}, Size{1000, 256, 64}}) {
+    INFO("V " << s.vocab << ", D " << s.d << ", N " << s.n << ", ids " << dtype_name(id_type));
+    std::vector<int64_t> ids(static_cast<size_t>(s.n));
+    for (auto& id : ids) id = rng.below(s.vocab);
+    for (size_t i = 1; i < 4; ++i) ids[i] = ids[0];
+    const Tensor ids_t = indices(ids, {s.n}, id_type);
+    check_parity(p,
+                 {in("ids", ids_t), in("table", normal({s.vocab, s.d}, rng)),
+                  out("out", {s.n, s.d})},
+                 [](Backend& b, std::vector<Tensor>& t) { b.embedding_forward(t[0], t[1], t[2]); });
+    check_parity(
+        p,
+        {in("ids", ids_t), in("dout", normal({s.n, s.d}, rng)),
+         inout("dtable", normal({s.vocab, s.d}, rng))},
+        [](Backend& b, std::vector<Tensor>& t) { b.embedding_backward(t[0], t[1], t[2]); });
+  }
+}
+
+TEST_CASE("cuda: rmsnorm and layernorm, forward and backward", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  Rng rng(202);
+  const double eps = 1e-5;
+  struct Size {
+    int64_t n, d;
+  };
+  // A row narrower than a block, one wider than several, many rows for dweight's reduction, and
+  // D = 3 (at D <= 2 dx cancels to rounding noise, which no two devices share).
+  for (Size s : {Size{37, 96}, Size{5, 1000}, Size{300, 64}, Size{3, 3}}) {
+    INFO("N " << s.n << ", D " << s.d);
+    const Tensor x = rounded(normal({s.n, s.d}, rng, 2.0, 0.5), p.dtype);
+    const Tensor w = rounded(normal({s.d}, rng, 0.5, 1.0), p.dtype);
+    const Tensor bias = rounded(normal({s.d}, rng), p.dtype);
+    const Tensor dy = normal({s.n, s.d}, rng);
+
+    check_parity(p, {in("x", x), in("weight", w), out("y", {s.n, s.d}), out("rstd", {s.n})},
+                 [&](Backend& b, std::vector<Tensor>& t) {
+                   b.rmsnorm_forward(t[0], t[1], eps, t[2], t[3]);
+                 });
+    Tensor y = Tensor::empty({s.n, s.d}, DType::F64), rstd = Tensor::empty({s.n}, DType::F64);
+    cpu().rmsnorm_forward(x, w, eps, y, rstd);
+    check_parity(p,
+                 {in("dy", dy), in("x", x), in("weight", w), in("rstd", rstd),
+                  out("dx", {s.n, s.d}), out("dweight", {s.d})},
+                 [](Backend& b, std::vector<Tensor>& t) {
+                   b.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5]);
+                 });
+
+    check_parity(p,
+                 {in("x", x), in("weight", w), in("bias", bias), out("y", {s.n, s.d}),
+                  out("mean", {s.n}), out("rstd", {s.n})},
+                 [&](Backend& b, std::vector<Tensor>& t) {
+                   b.layernorm_forward(t[0], t[1], t[2], eps, t[3], t[4], t[5]);
+                 });
+    Tensor mean = Tensor::empty({s.n}, DType::F64);
+    cpu().layernorm_forward(x, w, bias, eps, y, mean, rstd);
+    check_parity(p,
+                 {in("dy", dy), in("x", x), in("weight", w), in("mean", mean), in("rstd", rstd),
+                  out("dx", {s.n, s.d}), out("dweight", {s.d}), out("dbias", {s.d})},
+                 [](Backend& b, std::vector<Tensor>& t) {
+                   b.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
+                 });
+  }
+}
+
+TEST_CASE("cuda: gelu, silu, sigmoid and swiglu, forward and backward", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  Rng rng(203);
+  for (const Shape& shape : {Shape{13, 257}, Shape{1}, Shape{4, 100000}}) {
+    INFO("shape " << shape_str(shape));
+    const Tensor x = with_tails(normal(shape, rng, 3.0));
+    const Tensor dy = normal(shape, rng);
+    using Forward = void (Backend::*)(const Tensor&, Tensor&);
+    using Backward = void (Backend::*)(const Tensor&, const Tensor&, Tensor&);
+    struct Activation {
+      const char* name;
+      Forward forward;
+      Backward backward;
+    };
+    const Activation activations[] = {
+        {"gelu", &Backend::gelu_forward, &Backend::gelu_backward},
+        {"silu", &Backend::silu_forward, &Backend::silu_backward},
+        {"sigmoid", &Backend::sigmoid_forward, &Backend::sigmoid_backward},
+    };
+    for (const Activation& a : activations) {
+      INFO(a.name);
+      check_parity(p, {in("x", x), out("y", shape)},
+                   [&](Backend& b, std::vector<Tensor>& t) { (b.*a.forward)(t[0], t[1]); });
+      check_parity(p, {in("x", x), in("dy", dy), out("dx", shape)},
+                   [&](Backend& b, std::vector<Tensor>& t) { (b.*a.backward)(t[0], t[1], t[2]); });
+    }
+    const Tensor up = normal(shape, rng, 2.0);
+    check_parity(p, {in("gate", x), in("up", up), out("y", shape)},
+                 [](Backend& b, std::vector<Tensor>& t) { b.swiglu_forward(t[0], t[1], t[2]); });
+    check_parity(p,
+                 {in("gate", x), in("up", up), in("dy", dy), out("dgate", shape),
+                  out("dup", shape)},
+                 [](Backend& b, std::vector<Tensor>& t) {
+                   b.swiglu_backward(t[0], t[1], t[2], t[3], t[4]);
+                 });
+  }
+}
+
+TEST_CASE("cuda: softmax forward and backward, up to a 50257-wide row", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  Rng rng(204);
+  struct Size {
+    int64_t n, v;
+  };
+  for (Size s : {Size{37, 33}, Size{4, 1000}, Size{3, 50257}, Size{5, 1}}) {
+    INFO("N " << s.n << ", V " << s.v);
+    const Tol tol = s.v > 10000 ? Tol::Long : Tol::Normal;
+    const Tensor x = rounded(normal({s.n, s.v}, rng, 3.0), p.dtype);
+    check_parity(
+        p, {in("x", x), out("y", {s.n, s.v})},
+        [](Backend& b, std::vector<Tensor>& t) { b.softmax_forward(t[0], t[1]); }, tol);
+    Tensor y = Tensor::empty({s.n, s.v}, DType::F64);
+    cpu().softmax_forward(x, y);
+    check_parity(
+        p, {in("y", y), in("dy", normal({s.n, s.v}, rng)), out("dx", {s.n, s.v})},
+        [](Backend& b, std::vector<Tensor>& t) { b.softmax_backward(t[0], t[1], t[2]); }, tol);
+  }
+}
+
+// Rows: ordinary; all -inf (gives -inf); half -inf (a mask); one +inf (gives +inf); large
+// values (1e4 + noise: needs the max subtracted); one finite value among -inf.
+TEST_CASE("cuda: logsumexp with -inf rows, +inf, large values and a 50257-wide row", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  Rng rng(205);
+  const double inf = std::numeric_limits<double>::infinity();
+  const int64_t v = 100;
+  Tensor x = normal({6, v}, rng, 2.0);
+  for (int64_t i = 0; i < v; ++i) {
+    x.set(1 * v + i, -inf);
+    if (i % 2 == 0) x.set(2 * v + i, -inf);
+    x.set(4 * v + i, 1e4 + x.at(4 * v + i));
+    if (i != 37) x.set(5 * v + i, -inf);
+  }
+  x.set(3 * v + 50, inf);
+  check_parity(p, {in("x", x), out("out", {6})},
+               [](Backend& b, std::vector<Tensor>& t) { b.logsumexp_forward(t[0], t[1]); });
+  INFO("2 rows of 50257");
+  check_parity(
+      p, {in("x", normal({2, 50257}, rng, 3.0)), out("out", {2})},
+      [](Backend& b, std::vector<Tensor>& t) { b.logsumexp_forward(t[0], t[1]); }, Tol::Long);
+}
+
+TEST_CASE("cuda: cross-entropy forward and backward, ignore_index, a 50257-wide row", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  const DType target_type = GENERATE(DType::I32, DType::I64);
+  Rng rng(206);
+  struct Size {
+    int64_t n, v, ignore_index;
+  };
+  // ignore_index -100 (PyTorch's) and a valid class id, which then ignores rows targeting it.
+  for (Size s : {Size{33, 1000, -100}, Size{4, 50257, -100}, Size{9, 17, 3}}) {
+    INFO("N " << s.n << ", V " << s.v << ", ignore_index " << s.ignore_index << ", targets "
+              << dtype_name(target_type));
+    const Tol tol = s.v > 10000 ? Tol::Long : Tol::Normal;
+    std::vector<int64_t> targets(static_cast<size_t>(s.n));
+    for (auto& t : targets) t = rng.below(s.v);
+    targets[1] = s.ignore_index;  // row 1 ignored in every case
+    targets.back() = s.v - 1;     // the last class
+    const Tensor targets_t = indices(targets, {s.n}, target_type);
+    const Tensor logits = rounded(normal({s.n, s.v}, rng, 2.0), p.dtype);
+    // lse is compared on ignored rows too: the CPU computes it there (same pass, same cost).
+    check_parity(
+        p,
+        {in("logits", logits), in("targets", targets_t), out("losses", {s.n}),
+         out("lse", {s.n})},
+        [&](Backend& b, std::vector<Tensor>& t) {
+          b.cross_entropy_forward(t[0], t[1], s.ignore_index, t[2], t[3]);
+        },
+        tol);
+    Tensor losses = Tensor::empty({s.n}, DType::F64), lse = Tensor::empty({s.n}, DType::F64);
+    cpu().cross_entropy_forward(logits, targets_t, s.ignore_index, losses, lse);
+    const double grad_scale = 1.0 / static_cast<double>(s.n - 1);
+    check_parity(
+        p,
+        {in("logits", logits), in("targets", targets_t), in("lse", lse),
+         out("dlogits", {s.n, s.v})},
+        [&](Backend& b, std::vector<Tensor>& t) {
+          b.cross_entropy_backward(t[0], t[1], t[2], s.ignore_index, grad_scale, t[3]);
+        },
+        tol);
+  }
+}
+
+TEST_CASE("cuda: BCE with logits, forward and backward", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  Rng rng(207);
+  const Shape shape{3, 333};
+  const Tensor logits = with_tails(normal(shape, rng, 4.0));
+  Tensor targets = uniform(shape, rng);  // soft targets, and hard ones in every other element
+  for (int64_t i = 0; i < targets.numel(); i += 2) targets.set(i, targets.at(i) < 0.5 ? 0.0 : 1.0);
+  check_parity(p, {in("logits", logits), in("targets", targets), out("losses", shape)},
+               [](Backend& b, std::vector<Tensor>& t) {
+                 b.bce_with_logits_forward(t[0], t[1], t[2]);
+               });
+  check_parity(p, {in("logits", logits), in("targets", targets), out("dlogits", shape)},
+               [](Backend& b, std::vector<Tensor>& t) {
+                 b.bce_with_logits_backward(t[0], t[1], 0.37, t[2]);
+               });
+}
+
+// Five steps with a new gradient each: from fresh moments at step 1 (bias correction largest),
+// and from random moments at step 100. Some gradients are exactly zero.
+TEST_CASE("cuda: adamw_update over several steps", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  Rng rng(208);
+  const Shape shape{7, 131};
+  constexpr int kSteps = 5;
+  for (int64_t first_step : {int64_t{1}, int64_t{100}}) {
+    INFO("steps " << first_step << " to " << first_step + kSteps - 1);
+    AdamWArgs args;
+    args.lr = 1e-2;
+    args.beta1 = 0.9;
+    args.beta2 = 0.95;
+    args.eps = 1e-8;
+    args.weight_decay = 0.1;
+    const bool fresh = first_step == 1;
+    std::vector<Arg> list = {
+        inout("param", normal(shape, rng)),
+        inout("m", fresh ? Tensor::zeros(shape, DType::F64) : normal(shape, rng, 0.1)),
+        inout("v", fresh ? Tensor::zeros(shape, DType::F64) : uniform(shape, rng, 0.0, 0.01))};
+    for (int s = 0; s < kSteps; ++s) {
+      Tensor g = normal(shape, rng);
+      g.set(s, 0.0);
+      list.push_back(in("grad" + std::to_string(s), g));
+    }
+    check_parity(p, list, [&](Backend& b, std::vector<Tensor>& t) {
+      for (int s = 0; s < kSteps; ++s) {
+        AdamWArgs a = args;
+        a.step = first_step + s;
+        b.adamw_update(t[0], t[3 + static_cast<size_t>(s)], t[1], t[2], a);
+      }
+    });
+  }
+}

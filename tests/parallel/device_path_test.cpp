@@ -1,0 +1,147 @@
+// The GPU code path without a GPU: a backend that reports Device::CUDA but runs the CPU kernels
+// on host memory serves every "cuda" tensor in this program. Training with train.device CUDA
+// then exercises everything the device path adds (parameters moved after init, batches and
+// index tensors copied over, optimizer state and gradient buffers allocated beside the
+// parameters, checkpoints copied to the host), and any host access to a device tensor that was
+// missed (Tensor::at, set) throws. The kernels being the CPU's, losses and parameters must
+// equal the CPU run's bitwise; checkpoints written on the device resume on the CPU and back.
+// The real kernels are compared with the CPU's in tests/cuda (on machines with a GPU).
+#include <catch2/catch.hpp>
+
+#include "core/autograd.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/cpu/cpu_backend.h"
+#include "core/model/transformer.h"
+#include "tests/parallel/tiny_runs.h"
+
+namespace mod {
+namespace {
+
+class EmulatedCudaBackend final : public cpu::CpuBackend {
+ public:
+  Device device() const override { return Device::CUDA; }
+  std::string describe() const override { return "emulated CUDA (CPU kernels)"; }
+};
+
+// Installed for the whole program: device tensors may outlive any one test case.
+void emulate_cuda() {
+  static EmulatedCudaBackend* backend = [] {
+    auto* b = new EmulatedCudaBackend;
+    set_cuda_backend_for_testing(b);
+    return b;
+  }();
+  (void)backend;
+}
+
+constexpr int kSteps = 8;
+
+struct Run {
+  std::vector<double> losses;
+  std::vector<std::pair<std::string, Tensor>> params;
+  std::string dir;
+};
+
+Run train_run(const std::string& recipe, bool on_device, const std::string& resume_from = "",
+              std::vector<std::string> extra = {}) {
+  emulate_cuda();
+  extra.push_back(std::string("train.device=") + (on_device ? "CUDA" : "CPU"));
+  extra.push_back("checkpoint.every_steps=4");
+  const auto cfg = test::tiny_recipe(recipe, kSteps, "", extra);
+  Run r;
+  r.dir = test::temp_dir("device_run");
+  auto local = parallel::make_local_communicator();
+  train::Trainer trainer(cfg, r.dir, /*quiet=*/true, *local);
+  if (!resume_from.empty()) trainer.resume(resume_from);
+  trainer.run();
+  r.losses = trainer.losses();
+  r.params = trainer.full_parameters();
+  return r;
+}
+
+void require_same(const Run& device, const Run& cpu, size_t first_step = 0) {
+  REQUIRE(device.losses.size() + first_step == cpu.losses.size());
+  for (size_t s = 0; s < device.losses.size(); ++s) {
+    INFO("step " << first_step + s + 1);
+    CHECK(device.losses[s] == cpu.losses[first_step + s]);
+  }
+  REQUIRE(device.params.size() == cpu.params.size());
+  for (size_t i = 0; i < cpu.params.size(); ++i) {
+    INFO(cpu.params[i].first);
+    const Tensor& d = device.params[i].second;
+    CHECK(d.device() == Device::CUDA);
+    CHECK(d.to_vector() == cpu.params[i].second.to_vector());
+  }
+}
+
+std::string checkpoint_at(const Run& r, int step) {
+  return ckpt::checkpoints_dir(r.dir) + "/" + ckpt::step_dir_name(step);
+}
+}  // namespace
+
+TEST_CASE("train.device CUDA trains exactly as the CPU (emulated device)", "[device]") {
+  for (const char* recipe : {"tiny_dense", "tiny_mod", "tiny_mode_integrated", "tiny_mode_staged"}) {
+    INFO(recipe);
+    const Run cpu = train_run(recipe, false);
+    const Run device = train_run(recipe, true);
+    require_same(device, cpu);
+  }
+}
+
+TEST_CASE("a causal-routing MoD model with the predictor trains on the device as on the CPU",
+          "[device]") {
+  const std::vector<std::string> aux = {"model.mod.causal.method=AUX_BCE"};
+  require_same(train_run("tiny_mod", true, "", aux), train_run("tiny_mod", false, "", aux));
+}
+
+TEST_CASE("checkpoints written on the device resume on the CPU, and the reverse", "[device]") {
+  const Run device = train_run("tiny_mod", true);
+  const Run cpu = train_run("tiny_mod", false);
+  const Run cpu_from_device = train_run("tiny_mod", false, checkpoint_at(device, 4));
+  const Run device_from_cpu = train_run("tiny_mod", true, checkpoint_at(cpu, 4));
+  REQUIRE(cpu_from_device.losses.size() == static_cast<size_t>(kSteps - 4));
+  for (size_t s = 0; s < cpu_from_device.losses.size(); ++s) {
+    INFO("step " << 5 + s);
+    CHECK(cpu_from_device.losses[s] == cpu.losses[4 + s]);
+    CHECK(device_from_cpu.losses[s] == cpu.losses[4 + s]);
+  }
+  for (size_t i = 0; i < cpu.params.size(); ++i) {
+    INFO(cpu.params[i].first);
+    CHECK(cpu_from_device.params[i].second.to_vector() == cpu.params[i].second.to_vector());
+    CHECK(device_from_cpu.params[i].second.to_vector() == cpu.params[i].second.to_vector());
+  }
+}
+
+TEST_CASE("sampling-time decoding on the device equals the CPU's, token by token", "[device]") {
+  emulate_cuda();
+  const modtrain::RunConfig cfg = test::tiny_recipe("tiny_mod", 1, "");
+  model::Transformer cpu(cfg.model(), 5), device(cfg.model(), 5);
+  device.to(Device::CUDA);
+  auto cpu_caches = cpu.make_caches(16), device_caches = device.make_caches(16);
+  CHECK(device_caches[0].k.device() == Device::CUDA);
+  for (int64_t pos = 0; pos < 16; ++pos) {
+    const int64_t token = (pos * 37 + 11) % cfg.model().vocab_size();
+    const Tensor a = cpu.decode_step(token, pos, cpu_caches);
+    const Tensor b = device.decode_step(token, pos, device_caches);
+    INFO("position " << pos);
+    CHECK(b.device() == Device::CUDA);
+    CHECK(b.to_vector() == a.to_vector());
+  }
+}
+
+TEST_CASE("a device tensor's values are not readable from the host", "[device]") {
+  emulate_cuda();
+  const Tensor t = Tensor::full({3}, 2.0, DType::F32, Device::CUDA);
+  CHECK_THROWS_WITH(t.at(0), Catch::Contains("on cuda"));
+  CHECK(t.item() == 2.0);  // item() and to() copy to the host
+  CHECK(t.to(Device::CPU).to_vector() == std::vector<double>{2, 2, 2});
+}
+
+TEST_CASE("train.precision BF16 without train.device CUDA is a config error naming the field",
+          "[device]") {
+  auto cfg = test::tiny_recipe("tiny_dense", 1, "", {"train.precision=BF16"});
+  auto local = parallel::make_local_communicator();
+  CHECK_THROWS_WITH(train::Trainer(cfg, test::temp_dir("bad"), true, *local),
+                    Catch::Contains("train.precision") && Catch::Contains("CUDA"));
+}
+
+}  // namespace mod
