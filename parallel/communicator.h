@@ -1,7 +1,7 @@
 // The communicator every parallel code path talks to: collectives and point-to-point on
 // contiguous CPU tensors over one group of ranks. Backends: a local stand-in for a group of one
 // (every collective is a copy or a no-op, so each parallel path runs on a CPU-only machine),
-// Open MPI for CPU tensors, and (GPU issue) NCCL behind the same interface.
+// Open MPI for CPU tensors, and NCCL for CUDA tensors (parallel/nccl_communicator.h).
 //
 // Invariants:
 // - Every rank of the group calls the same collectives in the same order with the same shapes
