@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/stream.h"
@@ -54,6 +55,21 @@ void dispatch_index(DType t, const char* kernel, F&& f) {
       throw std::invalid_argument(std::string(kernel) + ": indices must be i32 or i64, got " +
                                   dtype_name(t));
   }
+}
+
+// Calls f(S{}) with S the element type of the per-row statistics (rstd, mean, lse) an op keeps
+// for T inputs: T itself, or float when T is bf16 (stats_dtype in core/ops/check.h).
+template <typename T, typename F>
+void dispatch_stats(DType stats, const char* kernel, F&& f) {
+  constexpr DType own = std::is_same_v<T, bf16>     ? DType::BF16
+                        : std::is_same_v<T, double> ? DType::F64
+                                                    : DType::F32;
+  if (stats == own) return f(T{});
+  if constexpr (std::is_same_v<T, bf16>)
+    if (stats == DType::F32) return f(float{});
+  throw std::invalid_argument(std::string(kernel) + ": row statistics must be " + dtype_name(own) +
+                              (std::is_same_v<T, bf16> ? " or f32" : "") + ", got " +
+                              dtype_name(stats));
 }
 
 inline constexpr int kThreads = 256;

@@ -18,9 +18,10 @@ int64_t leading_numel(const Tensor& x) {
 }
 
 // Number of targets != ignore_index; throws naming the first one outside [0, v).
-int64_t count_targets(const char* op, const Tensor& targets, int64_t v, int64_t ignore_index) {
-  if (targets.device() != Device::CPU)
-    check::fail(op, "counting targets needs them on the host; got " + describe(targets));
+// The count divides the mean on the host, so device targets are copied back (B*T indices, one
+// small copy; the range check comes with it).
+int64_t count_targets(const char* op, const Tensor& device_targets, int64_t v, int64_t ignore_index) {
+  const Tensor targets = device_targets.to(Device::CPU);
   const int64_t n = targets.numel();
   int64_t count = 0;
   auto scan = [&](const auto* p) {

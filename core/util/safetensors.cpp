@@ -86,9 +86,8 @@ void save_safetensors(const std::string& path,
     out.write(reinterpret_cast<const char*>(&n), 8);
     out.write(header.data(), static_cast<std::streamsize>(header.size()));
     for (const auto& [name, t] : tensors) {
-      if (t.device() != Device::CPU)
-        throw std::runtime_error("safetensors: " + name + " is on " + device_name(t.device()));
-      out.write(static_cast<const char*>(t.raw_data()), static_cast<std::streamsize>(t.nbytes()));
+      const Tensor host = t.to(Device::CPU);  // the tensor itself when already there
+      out.write(static_cast<const char*>(host.raw_data()), static_cast<std::streamsize>(host.nbytes()));
     }
     out.flush();
     if (!out) throw std::runtime_error("safetensors: writing " + tmp + " failed (disk full?)");

@@ -1,10 +1,14 @@
 // Mixed precision's plumbing, checked on the CPU with f64 standing in for bf16: f32 master
 // weights under AutocastGuard(F64) compute the whole model in f64. The casts f32 -> f64 are
 // exact, so the loss must equal, bitwise, an f64 model holding the same weights, and each f32
-// gradient must be exactly that model's f64 gradient rounded to f32 (the cast's backward).
+// gradient must be exactly that model's f64 gradient rounded to f32 (the cast's backward), except
+// the embedding table's, which sums several casts' gradients in f32 (to f32 rounding).
 // Any layer that forgets to autocast fails with a dtype mismatch, any that casts twice or
 // drops the gradient fails the comparison. (bf16 itself runs on the GPU: tests/cuda.)
 #include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
 
 #include "core/autograd.h"
 #include "core/model/transformer.h"
@@ -45,15 +49,25 @@ void check_autocast_matches_f64(const modtrain::ModelConfig& cfg) {
     const Tensor& g = mp[i].second.grad();
     REQUIRE(g.defined());
     CHECK(g.dtype() == DType::F32);
-    CHECK(g.to_vector() == wp[i].second.grad().to(DType::F32).to_vector());
+    const Tensor want = wp[i].second.grad().to(DType::F32);
+    if (mp[i].first != "embed.weight") {
+      CHECK(g.to_vector() == want.to_vector());
+      continue;
+    }
+    // The table's gradient arrives through several casts (each repeated token, and the tied
+    // head), each rounded to f32 and summed in f32, where the f64 model sums first and rounds
+    // once: equal to f32 rounding of the sum, not bitwise.
+    double worst = 0, scale = 0;
+    for (int64_t j = 0; j < g.numel(); ++j) {
+      worst = std::max(worst, std::abs(g.at(j) - want.at(j)));
+      scale = std::max(scale, std::abs(want.at(j)));
+    }
+    CHECK(worst <= 4e-7 * scale);
   }
 }
 }  // namespace
 
-// KNOWN FAILING ([!mayfail], 2026-11-22): embed.weight's gradient differs from the f64 model's
-// (found at the end of the session that wrote this; next session investigates).
-TEST_CASE("autocast: f32 masters computing in f64 match an f64 model exactly",
-          "[autocast][!mayfail]") {
+TEST_CASE("autocast: f32 masters computing in f64 match an f64 model exactly", "[autocast]") {
   SECTION("dense") { check_autocast_matches_f64(test::tiny_model(false)); }
   SECTION("MoD with the predictor") { check_autocast_matches_f64(test::tiny_model(true)); }
   SECTION("MoD with the router's BCE") {

@@ -5,8 +5,6 @@
 // parameters, checkpoints copied to the host), and any host access to a device tensor that was
 // missed (Tensor::at, set) throws. The kernels being the CPU's, losses and parameters must
 // equal the CPU run's bitwise; checkpoints written on the device resume on the CPU and back.
-// KNOWN FAILING ([!mayfail], 2026-11-22): cross_entropy counts non-ignored targets on the host,
-// so training on a device throws; the next session moves that count to the device.
 // The real kernels are compared with the CPU's in tests/cuda (on machines with a GPU).
 #include <catch2/catch.hpp>
 
@@ -80,7 +78,7 @@ std::string checkpoint_at(const Run& r, int step) {
 }
 }  // namespace
 
-TEST_CASE("train.device CUDA trains exactly as the CPU (emulated device)", "[device][!mayfail]") {
+TEST_CASE("train.device CUDA trains exactly as the CPU (emulated device)", "[device]") {
   for (const char* recipe : {"tiny_dense", "tiny_mod", "tiny_mode_integrated", "tiny_mode_staged"}) {
     INFO(recipe);
     const Run cpu = train_run(recipe, false);
@@ -90,12 +88,12 @@ TEST_CASE("train.device CUDA trains exactly as the CPU (emulated device)", "[dev
 }
 
 TEST_CASE("a causal-routing MoD model with the predictor trains on the device as on the CPU",
-          "[device][!mayfail]") {
+          "[device]") {
   const std::vector<std::string> aux = {"model.mod.causal.method=AUX_BCE"};
   require_same(train_run("tiny_mod", true, "", aux), train_run("tiny_mod", false, "", aux));
 }
 
-TEST_CASE("checkpoints written on the device resume on the CPU, and the reverse", "[device][!mayfail]") {
+TEST_CASE("checkpoints written on the device resume on the CPU, and the reverse", "[device]") {
   const Run device = train_run("tiny_mod", true);
   const Run cpu = train_run("tiny_mod", false);
   const Run cpu_from_device = train_run("tiny_mod", false, checkpoint_at(device, 4));

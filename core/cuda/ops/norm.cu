@@ -42,21 +42,6 @@ constexpr DType acc_dtype() {
   return std::is_same_v<Acc<T>, double> ? DType::F64 : DType::F32;
 }
 
-// Calls f(S{}) with S the element type of the row statistics (rstd, mean) of a T tensor: T
-// itself, or float when T is bf16 and the caller keeps the statistics in f32.
-template <typename T, typename F>
-void dispatch_stats(DType stats, const char* kernel, F&& f) {
-  constexpr DType own = std::is_same_v<T, bf16>     ? DType::BF16
-                        : std::is_same_v<T, double> ? DType::F64
-                                                    : DType::F32;
-  if (stats == own) return f(T{});
-  if constexpr (std::is_same_v<T, bf16>)
-    if (stats == DType::F32) return f(float{});
-  throw std::invalid_argument(std::string(kernel) + ": row statistics must be " + dtype_name(own) +
-                              (std::is_same_v<T, bf16> ? " or f32" : "") + ", got " +
-                              dtype_name(stats));
-}
-
 // LayerNorm's mean and rstd share one statistics dtype.
 void check_same_stats(const char* kernel, const Tensor& mean, const Tensor& rstd) {
   if (mean.dtype() != rstd.dtype())

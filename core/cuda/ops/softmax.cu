@@ -42,21 +42,6 @@ __device__ __forceinline__ double acc_log(double v) {
   return log(v);
 }
 
-// Calls f(S{}) with S the element type of cross-entropy's lse cache for T logits: T itself, or
-// float when T is bf16 and the caller keeps lse in f32.
-template <typename T, typename F>
-void dispatch_stats(DType stats, const char* kernel, F&& f) {
-  constexpr DType own = std::is_same_v<T, bf16>     ? DType::BF16
-                        : std::is_same_v<T, double> ? DType::F64
-                                                    : DType::F32;
-  if (stats == own) return f(T{});
-  if constexpr (std::is_same_v<T, bf16>)
-    if (stats == DType::F32) return f(float{});
-  throw std::invalid_argument(std::string(kernel) + ": lse must be " + dtype_name(own) +
-                              (std::is_same_v<T, bf16> ? " or f32" : "") + ", got " +
-                              dtype_name(stats));
-}
-
 // max over the elements seen and sum of exp(x - max) over them.
 template <typename A>
 struct MaxSum {
