@@ -19,7 +19,9 @@ Usage: /usr/bin/python3 benchmarks/pytorch_reference.py [--config FILE] [--threa
 import argparse
 import math
 import re
+import shlex
 import statistics
+import subprocess
 import sys
 import time
 
@@ -280,6 +282,49 @@ def timed_steps(trainees, steps, warmup):
     return times
 
 
+class Server:
+    """modtrain's train_bench --serve: one training step per request, answered with its seconds."""
+
+    def __init__(self, command):
+        self.proc = subprocess.Popen(shlex.split(command) + ["--serve"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+        for line in self.proc.stdout:
+            print(f"  modtrain| {line.rstrip()}")
+            if line.startswith("READY"):
+                return
+        sys.exit(f"pytorch_reference: '{command} --serve' exited before READY (status {self.proc.wait()})")
+
+    def step(self, label):
+        self.proc.stdin.write(("dense" if label == "dense" else "mod") + "\n")
+        line = self.proc.stdout.readline()
+        if not line:
+            sys.exit(f"pytorch_reference: modtrain's server died (status {self.proc.wait()})")
+        return float(line)
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def interleaved_steps(trainees, server, steps, warmup, settle_s=0.05):
+    """Per round, for each model: one PyTorch step, then one modtrain step, with a pause between
+    them so that neither program's idle OpenMP threads still spin during the other's step. Load
+    from elsewhere falls on both alike. Returns (PyTorch seconds, modtrain seconds) per trainee."""
+    for _ in range(warmup):
+        for tr in trainees:
+            tr.step()
+    ours, theirs = [[] for _ in trainees], [[] for _ in trainees]
+    for _ in range(steps):
+        for i, tr in enumerate(trainees):
+            time.sleep(settle_s)
+            t0 = time.perf_counter()
+            tr.step()
+            theirs[i].append(time.perf_counter() - t0)
+            time.sleep(settle_s)
+            ours[i].append(server.step(tr.label))
+    return theirs, ours
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", default="configs/recipes/tiny_mod.textproto",
@@ -289,6 +334,9 @@ def main():
     ap.add_argument("--steps", type=int, default=10, help="timed steps per model")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps per model first")
     ap.add_argument("--trial-steps", type=int, default=2, help="steps per candidate set-up (0: no search)")
+    ap.add_argument("--against", metavar="CMD",
+                    help="modtrain's train_bench command (same --config/--set): time its steps "
+                         "interleaved with ours, step by step, and print the ratio")
     args = ap.parse_args()
 
     mod_cfg = load_config(args.config, args.set)
@@ -348,12 +396,37 @@ def main():
 
     trs = [Trainee(l, cfg, setup["attn"], setup["foreach"], setup["compiled"])
            for l, cfg in (("dense", dense_cfg), ("MoD", mod_cfg))]
+    if args.against:
+        compare_interleaved(trs, Server(args.against), args.steps, args.warmup, tok)
+        return
     times = timed_steps(trs, args.steps, args.warmup)
     med = [statistics.median(ts) for ts in times]
     for tr, ts, m in zip(trs, times, med):
         print(f"  {tr.label:5s} step best {1e3 * min(ts):7.1f} ms, median {1e3 * m:7.1f} ms | {tok / m:7.0f} tok/s")
     print(f"  speed-up dense/MoD: {med[0] / med[1]:.2f}x (median)")
     print(f"RESULT pytorch_tokens_per_s dense {tok / med[0]:.1f} mod {tok / med[1]:.1f}")
+
+
+def compare_interleaved(trs, server, steps, warmup, tok):
+    theirs, ours = interleaved_steps(trs, server, steps, warmup)
+    server.close()
+    print(f"interleaved: {steps} rounds, each one PyTorch step then one modtrain step per model")
+    print(f"  {'model':6s} {'PyTorch best/median ms':>24s} {'modtrain best/median ms':>25s} "
+          f"{'ratio (median)':>15s} {'ratio (best)':>13s}")
+    ratios = []
+    for tr, t, o in zip(trs, theirs, ours):
+        r_med = statistics.median(t) / statistics.median(o)
+        r_best = min(t) / min(o)
+        # Per-round ratios: each pair of steps ran back to back, under the same load.
+        pairs = sorted(a / b for a, b in zip(t, o))
+        ratios.append((tr.label, r_med))
+        print(f"  {tr.label:6s} {1e3 * min(t):11.1f} /{1e3 * statistics.median(t):9.1f} "
+              f"{1e3 * min(o):12.1f} /{1e3 * statistics.median(o):9.1f} {r_med:14.2f}x {r_best:12.2f}x"
+              f"   per-round ratios {pairs[0]:.2f}-{pairs[-1]:.2f}")
+    print(f"RESULT pytorch_tokens_per_s dense {tok / statistics.median(theirs[0]):.1f} "
+          f"mod {tok / statistics.median(theirs[1]):.1f}")
+    print(f"RESULT train_tokens_per_s dense {tok / statistics.median(ours[0]):.1f} "
+          f"mod {tok / statistics.median(ours[1]):.1f}")
 
 
 if __name__ == "__main__":

@@ -227,6 +227,27 @@ std::vector<SampleResult> time_sampling(const std::vector<const model::Transform
   return out;
 }
 
+// --serve: one timed step per request line, so that another program can interleave its steps
+// with ours and both see the same machine load. Answers "READY" once, then seconds per step.
+int serve_steps(Trainee& dense, Trainee& routed) {
+  std::printf("READY tokens_per_step %lld\n", static_cast<long long>(dense.tokens_per_step()));
+  std::fflush(stdout);
+  std::string request;
+  while (std::getline(std::cin, request)) {
+    Trainee* which = request == "dense" ? &dense : request == "mod" ? &routed : nullptr;
+    if (!which) {
+      std::fprintf(stderr, "train_bench --serve: unknown request '%s' (expected dense or mod)\n",
+                   request.c_str());
+      return 2;
+    }
+    const auto t0 = Clock::now();
+    which->step();
+    std::printf("%.9f\n", seconds_since(t0));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -237,7 +258,8 @@ int main(int argc, char** argv) {
       ("steps", po::value<int>()->default_value(10), "timed training steps per model")
       ("warmup", po::value<int>()->default_value(2), "untimed training steps per model first")
       ("sample-reps", po::value<int>()->default_value(3), "timed generations per model (0: no sampling)")
-      ("sample-tokens", po::value<int64_t>()->default_value(0), "tokens per generation (0: seq_len - 1)");
+      ("sample-tokens", po::value<int64_t>()->default_value(0), "tokens per generation (0: seq_len - 1)")
+      ("serve", "after the checks and warm-up, step on request: read 'dense' or 'mod' lines on stdin, answer each with the step's seconds (benchmarks/pytorch_reference.py --against interleaves its steps with ours this way)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv)
@@ -291,6 +313,7 @@ int main(int argc, char** argv) {
     dense.step();
     routed.step();
   }
+  if (vm.count("serve")) return serve_steps(dense, routed);
   Timing td, tm;
   for (int i = 0; i < steps; ++i) {
     auto t0 = Clock::now();

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -119,6 +120,13 @@ void vector_times_matrix(bool w_rows_are_j, int64_t jn, int64_t kn, T alpha, con
   }
 }
 
+// c[M,N] (row stride ldc) = 0, rows split across threads when the block is large.
+template <typename T>
+void zero_rows(int64_t m, int64_t n, T* c, int64_t ldc) {
+#pragma omp parallel for if (m * n > kParallelMatrix)
+  for (int64_t i = 0; i < m; ++i) std::memset(c + i * ldc, 0, sizeof(T) * n);
+}
+
 template <typename T, typename Gemm>
 void gemm_dispatch(Gemm gemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
                    const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
@@ -129,6 +137,13 @@ void gemm_dispatch(Gemm gemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   if (n == 1) {  // c[M,1] = op(a)[M,K] op(b)[K,1], i.e. c^T = op(b)^T op(a)^T
     vector_times_matrix(!ta, m, k, alpha, b, tb ? 1 : ldb, a, lda, beta, c, ldc);
     return;
+  }
+  // OpenBLAS applies beta = 0 in a pass of its own before the product, with scalar stores
+  // (measured: 6-7% of a training step, about 5 GB/s); zeroing here at memset speed and
+  // accumulating with beta = 1 gives the same result.
+  if (beta == T(0)) {
+    zero_rows(m, n, c, ldc);
+    beta = T(1);
   }
   gemm(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, to_int(m, "M"), to_int(n, "N"),
        to_int(k, "K"), alpha, a, to_int(lda, "lda"), b, to_int(ldb, "ldb"), beta, c,
