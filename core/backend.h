@@ -56,6 +56,11 @@ class Backend {
   virtual void copy(const Tensor& src, Tensor& dst) = 0;     // same dtype and numel
   virtual void convert(const Tensor& src, Tensor& dst) = 0;  // between float dtypes
   virtual void fill(Tensor& dst, double value) = 0;
+  // 2-D strided copy on this device, in bytes: `rows` rows of `width` bytes, row i from
+  // src.raw_data() + src_offset + i * src_pitch to dst.raw_data() + dst_offset + i * dst_pitch
+  // (the permutations of tensor- and expert-parallel exchanges; cudaMemcpy2D on a GPU).
+  virtual void copy_rows(const Tensor& src, size_t src_offset, size_t src_pitch, Tensor& dst,
+                         size_t dst_offset, size_t dst_pitch, size_t rows, size_t width) = 0;
 
   // --- matmul family (ops/matmul) ---
   virtual void gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) = 0;

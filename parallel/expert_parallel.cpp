@@ -5,23 +5,23 @@
 // buffer), so a backward rule may return them as fresh gradients.
 #include "parallel/expert_parallel.h"
 
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "core/autograd.h"
+#include "core/backend.h"
 
 namespace mod::parallel {
 
 namespace {
 std::string s(int64_t v) { return std::to_string(v); }
 
-// x is a defined 3-D floating CPU tensor (the permutations below are memcpy on host memory).
+// x is a defined 3-D floating tensor; the permutations below are 2-D copies on its device.
 void check_3d(const char* op, const char* arg, const Tensor& x) {
   if (!x.defined()) throw std::invalid_argument(std::string(op) + ": " + arg + " is undefined");
-  if (x.dim() != 3 || !is_floating(x.dtype()) || x.device() != Device::CPU)
+  if (x.dim() != 3 || !is_floating(x.dtype()))
     throw std::invalid_argument(std::string(op) + ": " + arg + " " + describe(x) +
-                                " must be a 3-D floating CPU tensor ([E, S, D] expert slots)");
+                                " must be a 3-D floating tensor ([E, S, D] expert slots)");
 }
 
 // src viewed as [rows][cols] blocks of `block` elements -> [cols][rows] blocks, shaped `shape`.
@@ -29,13 +29,11 @@ void check_3d(const char* op, const char* arg, const Tensor& x) {
 Tensor transpose_blocks(const Tensor& src, int64_t rows, int64_t cols, int64_t block,
                         const Shape& shape) {
   if (rows == 1 || cols == 1) return src.view(shape);
-  Tensor out = Tensor::empty(shape, src.dtype());
+  Tensor out = Tensor::empty(shape, src.dtype(), src.device());
   const size_t bytes = static_cast<size_t>(block) * dtype_size(src.dtype());
-  const char* in = static_cast<const char*>(src.raw_data());
-  char* dst = static_cast<char*>(out.raw_data());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      std::memcpy(dst + (c * rows + r) * bytes, in + (r * cols + c) * bytes, bytes);
+  for (int64_t c = 0; c < cols; ++c)  // source column c -> destination row c
+    backend_of(out).copy_rows(src, c * bytes, cols * bytes, out, c * rows * bytes, bytes, rows,
+                              bytes);
   return out;
 }
 
@@ -59,15 +57,12 @@ Tensor to_experts(const char* op, const Tensor& x, Communicator& ep, Communicato
   // all-to-all is exactly ep rank j's experts.
   Tensor send = x;
   if (T > 1) {
-    send = Tensor::empty({E, sl, D}, x.dtype());
+    send = Tensor::empty({E, sl, D}, x.dtype(), x.device());
     const size_t es = dtype_size(x.dtype()), share = static_cast<size_t>(sl * D) * es;
-    const char* src = static_cast<const char*>(x.raw_data());
-    char* dst = static_cast<char*>(send.raw_data());
-    for (int64_t e = 0; e < E; ++e)
-      std::memcpy(dst + e * share, src + static_cast<size_t>((e * S + t * sl) * D) * es, share);
+    backend_of(send).copy_rows(x, t * share, S * D * es, send, 0, share, E, share);
   }
   if (P == 1) return send.view({El, sl, D});  // T > 1 here, so send is already a fresh copy
-  Tensor recv = Tensor::empty({P, El * sl * D}, x.dtype());  // [source rank, local expert, slot, D]
+  Tensor recv = Tensor::empty({P, El * sl * D}, x.dtype(), x.device());  // [source rank, local expert, slot, D]
   ep.all_to_all(send.view({P, El * sl * D}), recv);
   return transpose_blocks(recv, P, El, sl * D, {El, P * sl, D});
 }
@@ -88,11 +83,11 @@ Tensor from_experts(const char* op, const Tensor& y, Communicator& ep, Communica
   Tensor share = y.view({P, El * sl * D});  // = [E, S/tp, D], expert-major
   if (P > 1) {
     Tensor send = transpose_blocks(y, El, P, sl * D, {P, El * sl * D});
-    share = Tensor::empty({P, El * sl * D}, y.dtype());
+    share = Tensor::empty({P, El * sl * D}, y.dtype(), y.device());
     ep.all_to_all(send, share);
   }
   if (T == 1) return share.view({E, S, D});
-  Tensor parts = Tensor::empty({T, E * sl * D}, y.dtype());  // [tp rank, E, S/tp, D]
+  Tensor parts = Tensor::empty({T, E * sl * D}, y.dtype(), y.device());  // [tp rank, E, S/tp, D]
   tp.all_gather(share.view({1, E * sl * D}), parts);
   return transpose_blocks(parts, T, E, sl * D, {E, S, D});
 }

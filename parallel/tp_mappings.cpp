@@ -1,31 +1,29 @@
 // The tensor-parallel autograd pairs (see tp_mappings.h).
 #include "parallel/tp_mappings.h"
 
-#include <cstring>
 #include <stdexcept>
 
 #include "core/autograd.h"
+#include "core/backend.h"
 
 namespace mod::parallel {
 
 namespace {
 // parts [tp, rows, w] (the all-gather result) -> [rows, tp * w]: rank r's columns at r * w.
 Tensor interleave_last_dim(const Tensor& parts, const Shape& out_shape, int tp) {
-  Tensor out = Tensor::empty(out_shape, parts.dtype());
+  Tensor out = Tensor::empty(out_shape, parts.dtype(), parts.device());
   const int64_t w = parts.size(-1), rows = parts.numel() / (tp * w);
-  const size_t es = dtype_size(parts.dtype()), row_bytes = w * es;
-  const char* src = static_cast<const char*>(parts.raw_data());
-  char* dst = static_cast<char*>(out.raw_data());
+  const size_t row_bytes = w * dtype_size(parts.dtype());
   for (int r = 0; r < tp; ++r)
-    for (int64_t i = 0; i < rows; ++i)
-      std::memcpy(dst + (i * tp * w + r * w) * es, src + (r * rows + i) * row_bytes, row_bytes);
+    backend_of(out).copy_rows(parts, r * rows * row_bytes, row_bytes, out, r * row_bytes,
+                              tp * row_bytes, rows, row_bytes);
   return out;
 }
 
 Tensor all_gather_last_dim(const Tensor& x, Communicator& tp) {
   Shape parts_shape = x.shape();
   parts_shape.insert(parts_shape.begin(), tp.size());
-  Tensor parts = Tensor::empty(parts_shape, x.dtype());
+  Tensor parts = Tensor::empty(parts_shape, x.dtype(), x.device());
   tp.all_gather(x.view({1, x.numel()}), parts.view({tp.size(), x.numel()}));
   Shape out_shape = x.shape();
   out_shape.back() *= tp.size();
@@ -46,11 +44,9 @@ Tensor slice_last_dim(const Tensor& x, int64_t start, int64_t len) {
   const int64_t d = x.size(-1), rows = x.numel() / d;
   Shape shape = x.shape();
   shape.back() = len;
-  Tensor out = Tensor::empty(shape, x.dtype());
+  Tensor out = Tensor::empty(shape, x.dtype(), x.device());
   const size_t es = dtype_size(x.dtype());
-  const char* src = static_cast<const char*>(x.raw_data());
-  char* dst = static_cast<char*>(out.raw_data());
-  for (int64_t i = 0; i < rows; ++i) std::memcpy(dst + i * len * es, src + (i * d + start) * es, len * es);
+  backend_of(out).copy_rows(x, start * es, d * es, out, 0, len * es, rows, len * es);
   return out;
 }
 

@@ -56,6 +56,15 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   if (src.device() == Device::CPU || dst.device() == Device::CPU) synchronize();
 }
 
+void CudaBackend::copy_rows(const Tensor& src, size_t src_offset, size_t src_pitch, Tensor& dst,
+                            size_t dst_offset, size_t dst_pitch, size_t rows, size_t width) {
+  if (rows == 0 || width == 0) return;
+  MOD_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(dst.raw_data()) + dst_offset, dst_pitch,
+                                   static_cast<const char*>(src.raw_data()) + src_offset,
+                                   src_pitch, width, rows, cudaMemcpyDeviceToDevice,
+                                   compute_stream()));
+}
+
 void CudaBackend::convert(const Tensor& src, Tensor& dst) {
   const int64_t n = src.numel();
   if (n == 0) return;

@@ -18,6 +18,8 @@ class CudaBackend final : public Backend {
   void copy(const Tensor& src, Tensor& dst) override;
   void convert(const Tensor& src, Tensor& dst) override;
   void fill(Tensor& dst, double value) override;
+  void copy_rows(const Tensor& src, size_t src_offset, size_t src_pitch, Tensor& dst,
+                 size_t dst_offset, size_t dst_pitch, size_t rows, size_t width) override;
   void gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) override;
   void binary(BinaryKind kind, Broadcast bcast, int64_t outer, int64_t inner, const Tensor& a,
               const Tensor& b, Tensor& out) override;

@@ -148,10 +148,10 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   parallel::parallelize_experts(*model_, *mesh_, shards_);
   // Parameters are made and sharded on the host (the same init on every device), then moved;
   // everything below (buckets, optimizer state) is allocated beside them.
-  if (device_ == Device::CUDA && (dims.tp > 1 || dims.ep > 1))
+  if (device_ == Device::CUDA && dims.tp > 1)
     throw std::invalid_argument(
-        "config: parallel.tp and parallel.ep must be 1 with train.device CUDA for now (the "
-        "tensor- and expert-parallel exchanges still permute host memory); dp and ZeRO-1 work");
+        "config: parallel.tp must be 1 with train.device CUDA for now (the vocab-parallel "
+        "embedding and cross-entropy still loop over host memory); dp, ep and ZeRO-1 work");
   model_->to(device_);
   const auto params = model_->named_parameters();
   std::vector<std::pair<std::string, Tensor>> dense, experts;

@@ -2,6 +2,7 @@
 // argument errors.
 #include <catch2/catch.hpp>
 
+#include "core/backend.h"
 #include "core/ops.h"
 #include "core/random.h"
 
@@ -127,4 +128,19 @@ TEST_CASE("basic ops reject bad shapes and dtypes with messages naming them", "[
   CHECK_THROWS_WITH(bias_add(a, randn({4}, rng)), Contains("bias_add") && Contains("[4]"));
   CHECK_THROWS_WITH(reshape(a, {3, 7}), Contains("reshape") && Contains("[3, 7]"));
   CHECK_THROWS_WITH(sum(Tensor::zeros({3}, DType::I64)), Contains("sum") && Contains("i64"));
+}
+
+TEST_CASE("copy_rows copies a strided block of rows and leaves the rest alone", "[forward]") {
+  Tensor src = Tensor::empty({4, 6}, DType::F32), dst = Tensor::empty({5, 4}, DType::F32);
+  for (int64_t i = 0; i < src.numel(); ++i) src.set(i, i);
+  for (int64_t i = 0; i < dst.numel(); ++i) dst.set(i, -1);
+  // rows 1..3 of src, columns 2..4, into rows 1..3 of dst at column 1.
+  const size_t es = sizeof(float);
+  backend(Device::CPU).copy_rows(src, (6 + 2) * es, 6 * es, dst, (4 + 1) * es, 4 * es, 3, 3 * es);
+  for (int64_t r = 0; r < 5; ++r)
+    for (int64_t c = 0; c < 4; ++c) {
+      const bool copied = r >= 1 && r <= 3 && c >= 1;
+      INFO("dst(" << r << ", " << c << ")");
+      CHECK(dst.at(r * 4 + c) == (copied ? double(r * 6 + c + 1) : -1.0));
+    }
 }

@@ -89,6 +89,24 @@ TEST_CASE("cuda: copies host to device, device to device and back are exact", "[
   }
 }
 
+// The tensor- and expert-parallel permutations: a column block of one buffer into strided rows
+// of another, every byte landing where the CPU puts it and the bytes between left alone.
+TEST_CASE("cuda: copy_rows matches the CPU's 2-D strided copy", "[cuda]") {
+  Rng rng(103);
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    INFO("dtype " << dtype_name(dtype));
+    const size_t es = dtype_size(dtype);
+    const Tensor src = host_values({9, 40}, dtype, rng);
+    Tensor want = host_values({12, 24}, dtype, rng);
+    Tensor dev = want.to(Device::CUDA);
+    // rows 1..7 of src, columns 3..13, into rows 2..8 of dst at column 5 (pitch 24).
+    cpu().copy_rows(src, (40 + 3) * es, 40 * es, want, (2 * 24 + 5) * es, 24 * es, 7, 11 * es);
+    gpu().copy_rows(src.to(Device::CUDA), (40 + 3) * es, 40 * es, dev, (2 * 24 + 5) * es,
+                    24 * es, 7, 11 * es);
+    CHECK(same_bytes(dev.to(Device::CPU), want));
+  }
+}
+
 // Conversions are single IEEE roundings to nearest even (f64 -> bf16 rounds through f32 on
 // both sides), so they must match the host bit for bit, infinities and signed zeros included.
 TEST_CASE("cuda: convert between f64, f32 and bf16 rounds as the host does", "[cuda]") {
