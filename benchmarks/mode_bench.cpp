@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/bench_trainee.h"
 #include "configs/config.h"
 #include "core/cpu/blas.h"
 #include "core/device_report.h"
@@ -45,6 +46,8 @@
 #include "core/train/trainer.h"
 
 using namespace mod;
+using bench::Timing;
+using bench::Trainee;
 namespace po = boost::program_options;
 using Clock = std::chrono::steady_clock;
 
@@ -69,23 +72,6 @@ std::string resolve(const std::string& path) {
   return fs::exists(in_source) ? in_source : path;
 }
 
-struct Timing {
-  std::vector<double> s;
-  double best() const { return *std::min_element(s.begin(), s.end()); }
-  double median() const {
-    std::vector<double> v = s;
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  }
-};
-
-// tokens [B,T] uniform in [0, V).
-Tensor random_tokens(int64_t b, int64_t t, int64_t v, Rng& rng) {
-  std::vector<int64_t> ids(b * t);
-  for (auto& id : ids) id = rng.below(v);
-  return Tensor::from_indices(ids, {b, t});
-}
-
 // Seconds of one 1024^3 SGEMM (the ceiling MFU is measured against), timed in every round
 // with the recipes so that it sees the same load from other processes.
 double sgemm_seconds() {
@@ -95,39 +81,6 @@ double sgemm_seconds() {
   cpu::blas_gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-
-// One recipe's model with its optimizer, stepping on a fixed random batch.
-struct Trainee {
-  modtrain::RunConfig cfg;
-  model::FlopCount flops;
-  std::unique_ptr<model::Transformer> model;
-  std::unique_ptr<train::AdamW> opt;
-  Tensor tokens, targets;
-  double last_grad_norm = 0;
-  Timing timing;
-
-  Trainee(const modtrain::RunConfig& c, Rng& rng) : cfg(c) {
-    flops = model::count_flops(cfg.model());
-    model = std::make_unique<model::Transformer>(cfg.model(), cfg.train().seed());
-    opt = std::make_unique<train::AdamW>(model->named_parameters(), cfg.optimizer());
-    const int64_t b = cfg.train().batch_size(), t = cfg.model().seq_len(),
-                  v = cfg.model().vocab_size();
-    tokens = random_tokens(b, t, v, rng);
-    targets = random_tokens(b, t, v, rng);
-  }
-  const std::string& name() const { return cfg.name(); }
-  int64_t tokens_per_step() const { return tokens.numel(); }
-
-  // The trainer's step for one micro-batch (aux losses included); returns the LM loss.
-  double step() {
-    model->zero_grad();
-    model::ForwardResult r = model->forward(tokens, targets);
-    r.loss.backward();
-    last_grad_norm = train::clip_grad_norm(model->parameters(), cfg.optimizer().grad_clip());
-    opt->step(cfg.optimizer().lr());
-    return r.lm_loss.item();
-  }
-};
 
 // What the recipe routes, in a few words: "MoD 3/6 blocks at C 32; MoE 6/6 blocks, E 4 (+no-op),
 // expert choice, K 64".
@@ -184,10 +137,10 @@ void check(Trainee& m) {
   std::printf(
       "  check %-20s parameters %lld (count_flops %lld); first step loss %.4f (ln V = "
       "%.4f), grad norm %.3g, %lld without gradient  %s\n",
-      m.name().c_str(), static_cast<long long>(count), static_cast<long long>(m.flops.parameters),
+      m.label.c_str(), static_cast<long long>(count), static_cast<long long>(m.flops.parameters),
       loss, ln_v, m.last_grad_norm, static_cast<long long>(missing), ok ? "ok" : "WRONG");
   if (!ok)
-    fail(m.name() + ": the parameter count or the first training step is wrong; not timing it");
+    fail(m.label + ": the parameter count or the first training step is wrong; not timing it");
 }
 
 }  // namespace
@@ -251,7 +204,7 @@ int main(int argc, char** argv) {
     if (c.train().grad_accum() > 1)
       std::printf("note: %s: train.grad_accum %d ignored; one micro-batch per step\n",
                   c.name().c_str(), c.train().grad_accum());
-    ms.push_back(std::make_unique<Trainee>(c, rng));
+    ms.push_back(std::make_unique<Trainee>(c.name(), c, rng));
     const auto& m = c.model();
     std::printf("  %-20s d_model %d, %d layers, d_ff %d, seq %d, batch %d: %s\n", c.name().c_str(),
                 m.d_model(), m.n_layers(), m.d_ff(), m.seq_len(), c.train().batch_size(),
@@ -259,8 +212,8 @@ int main(int argc, char** argv) {
   }
   for (const auto& m : ms)
     if (m->tokens_per_step() != ms.front()->tokens_per_step())
-      fail(m->name() + " steps on " + std::to_string(m->tokens_per_step()) + " tokens, " +
-           ms.front()->name() + " on " + std::to_string(ms.front()->tokens_per_step()) +
+      fail(m->label + " steps on " + std::to_string(m->tokens_per_step()) + " tokens, " +
+           ms.front()->label + " on " + std::to_string(ms.front()->tokens_per_step()) +
            ": set the same train.batch_size and model.seq_len (--set)");
 
   std::printf(
@@ -298,7 +251,7 @@ int main(int argc, char** argv) {
     const double flop_ratio = m->flops.training_per_token / base.flops.training_per_token;
     const double time_ratio = t / base.timing.median();
     std::printf("%-20s %7.2f %11.4g %6.3f %9.1f %9.1f %8.0f %8.1f %5.1f%% %7.3f %6.2fx %8.1f%%\n",
-                m->name().c_str(), m->flops.parameters / 1e6, m->flops.training_per_token,
+                m->label.c_str(), m->flops.parameters / 1e6, m->flops.training_per_token,
                 flop_ratio, 1e3 * t, 1e3 * m->timing.best(), tok / t, flops_step / t / 1e9,
                 100 * flops_step / t / ceiling, time_ratio, 1 / time_ratio,
                 100 * (1 / time_ratio) / (1 / flop_ratio));
@@ -308,7 +261,7 @@ int main(int argc, char** argv) {
       "FLOP cut = speed-up over 1 / FLOP ratio: 100%% means the step time follows the active "
       "FLOPs, less means the routing's own work (selection on the host, gathers, scatters, "
       "small GEMMs) costs more than its FLOPs show)\n",
-      base.name().c_str());
+      base.label.c_str());
   std::printf("load average (1 min): %.2f at the start, %.2f at the end\n", start_load,
               load_average());
   return 0;

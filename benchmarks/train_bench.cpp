@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "benchmarks/bench_trainee.h"
 #include "configs/config.h"
 #include "core/autograd.h"
 #include "core/device_report.h"
@@ -32,6 +33,9 @@
 #include "core/train/trainer.h"
 
 using namespace mod;
+using bench::random_tokens;
+using bench::Timing;
+using bench::Trainee;
 namespace po = boost::program_options;
 using Clock = std::chrono::steady_clock;
 
@@ -41,58 +45,10 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-struct Timing {
-  std::vector<double> s;
-  double best() const { return *std::min_element(s.begin(), s.end()); }
-  double median() const {
-    std::vector<double> v = s;
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  }
-};
-
 void fail(const std::string& what) {
   std::fprintf(stderr, "train_bench: %s\n", what.c_str());
   std::exit(1);
 }
-
-// tokens [B,T] uniform in [0, V).
-Tensor random_tokens(int64_t b, int64_t t, int64_t v, Rng& rng) {
-  std::vector<int64_t> ids(b * t);
-  for (auto& id : ids) id = rng.below(v);
-  return Tensor::from_indices(ids, {b, t});
-}
-
-// One model with its optimizer, stepping on a fixed random batch.
-struct Trainee {
-  std::string label;
-  modtrain::RunConfig cfg;
-  model::FlopCount flops;
-  std::unique_ptr<model::Transformer> model;
-  std::unique_ptr<train::AdamW> opt;
-  Tensor tokens, targets;
-  double last_grad_norm = 0;
-
-  Trainee(std::string name, const modtrain::RunConfig& c, Rng& rng) : label(std::move(name)), cfg(c) {
-    flops = model::count_flops(cfg.model());
-    model = std::make_unique<model::Transformer>(cfg.model(), cfg.train().seed());
-    opt = std::make_unique<train::AdamW>(model->named_parameters(), cfg.optimizer());
-    const int64_t b = cfg.train().batch_size(), t = cfg.model().seq_len(), v = cfg.model().vocab_size();
-    tokens = random_tokens(b, t, v, rng);
-    targets = random_tokens(b, t, v, rng);
-  }
-  int64_t tokens_per_step() const { return tokens.numel(); }
-
-  // The trainer's step for one micro-batch; returns the LM loss.
-  double step() {
-    model->zero_grad();
-    model::ForwardResult r = model->forward(tokens, targets);
-    r.loss.backward();
-    last_grad_norm = train::clip_grad_norm(model->parameters(), cfg.optimizer().grad_clip());
-    opt->step(cfg.optimizer().lr());
-    return r.lm_loss.item();
-  }
-};
 
 // Before timing: the first step's loss is finite and within 10% of ln V (the near-uniform
 // prediction of small initial weights on random targets), the gradient norm is finite and
