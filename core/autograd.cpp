@@ -85,9 +85,12 @@ void backward(const Tensor& root, const Tensor& seed_in, const LeafGradReady& on
                            describe(root));
   }
 
+  // A gradient nothing else references (its handle, its storage, a whole buffer) becomes the
+  // leaf's gradient as it is; anything shared is copied, since the leaf's gradient is updated
+  // in place later. The copy was a memcpy of every parameter's gradient per step.
   auto accumulate_leaf = [](TensorImpl& leaf, const Tensor& g) {
     if (!leaf.grad.defined())
-      leaf.grad = g.clone();  // own it: g may alias a tensor elsewhere
+      leaf.grad = g.sole_owner() && !g.requires_grad() ? g : g.clone();
     else
       backend(leaf.device).axpy(1.0, g, leaf.grad);
   };

@@ -110,6 +110,8 @@ class Tensor {
   void backward(const Tensor& seed = Tensor()) const;
 
   TensorImpl* impl() const { return impl_.get(); }
+  // No other handle, view or tensor shares this one's data, and it spans all of its storage.
+  bool sole_owner() const;
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   bool same(const Tensor& other) const { return impl_ == other.impl_; }
 

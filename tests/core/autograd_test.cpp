@@ -34,6 +34,25 @@ TEST_CASE("leaf gradients accumulate across backward calls until zero_grad", "[a
   CHECK_FALSE(x.grad().defined());
 }
 
+// A fresh gradient becomes the leaf's gradient without a copy only when nothing else holds it:
+// add's backward hands the same tensor to both inputs, so each leaf must get its own.
+TEST_CASE("leaf gradients never share storage with each other or with the graph", "[autograd]") {
+  Tensor x = Tensor::from_vector({1.0, 2.0}, {2}, DType::F64).set_requires_grad(true);
+  Tensor y = Tensor::from_vector({3.0, 4.0}, {2}, DType::F64).set_requires_grad(true);
+  sum(add(x, y)).backward();
+  REQUIRE(x.grad().raw_data() != y.grad().raw_data());
+  sum(scale(x, 2.0)).backward();  // accumulates into x's gradient alone
+  CHECK(x.grad().to_vector() == std::vector<double>{3.0, 3.0});
+  CHECK(y.grad().to_vector() == std::vector<double>{1.0, 1.0});
+
+  // A matmul's weight gradient is its own fresh buffer: kept as is, and still exact.
+  Tensor a = Tensor::from_vector({1.0, 2.0, 3.0, 4.0}, {2, 2}, DType::F64);
+  Tensor w = Tensor::from_vector({1.0, 0.0, 0.0, 1.0}, {2, 2}, DType::F64).set_requires_grad(true);
+  sum(matmul(a, w)).backward();
+  CHECK(w.grad().sole_owner());
+  CHECK(w.grad().to_vector() == std::vector<double>{4.0, 4.0, 6.0, 6.0});
+}
+
 TEST_CASE("the no-grad scope records nothing", "[autograd]") {
   Tensor x = Tensor::from_vector({1.0, 2.0}, {2}).set_requires_grad(true);
   {
