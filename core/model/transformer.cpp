@@ -41,10 +41,9 @@ Tensor gather_positions(const Tensor& pos, const Tensor& idx) {
 
 // Router statistics for metrics. On a GPU this copies three [B,T] tensors to the host, one
 // wait per routed block and step.
-void fill_stats(RoutedBlockStats& s, const Tensor& r_any, const Tensor& decision_any,
-                const Tensor& member_any) {
-  const Tensor r = r_any.to(Device::CPU), decision_logits = decision_any.to(Device::CPU),
-               member = member_any.to(Device::CPU);
+void fill_stats(RoutedBlockStats& s) {
+  const Tensor r = s.r.to(Device::CPU), decision_logits = s.decision.to(Device::CPU),
+               member = s.member.to(Device::CPU);
   const int64_t n = r.numel(), t = r.size(-1);
   double sum = 0, sq = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -79,6 +78,14 @@ Tensor apply_gate(modtrain::RouterConfig::Gate gate, const Tensor& r) {
   return gate == modtrain::RouterConfig::SIGMOID ? sigmoid(r) : r;
 }
 }  // namespace
+
+void resolve_stats(std::vector<RoutedBlockStats>& stats) {
+  for (auto& s : stats) {
+    if (!s.r.defined()) continue;
+    fill_stats(s);
+    s.r = s.decision = s.member = Tensor();
+  }
+}
 
 // --- layers ---
 
@@ -246,7 +253,9 @@ Tensor Transformer::routed_top_c(size_t b, const Tensor& x, const Tensor& pos,
   result.routed_idx.push_back(idx);
   RoutedBlockStats s;
   s.block = static_cast<int>(b);
-  fill_stats(s, detach(r), decision, member);
+  s.r = detach(r);
+  s.decision = decision;
+  s.member = detach(member);
   result.stats.push_back(std::move(s));
   return out;
 }

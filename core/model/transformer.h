@@ -32,7 +32,14 @@ struct RoutedBlockStats {
   // Causal decision (predictor, or router when there is no predictor) vs top-C membership.
   double accuracy = 0, precision = 0, recall = 0;
   std::vector<double> routed_fraction_by_bucket;  // top-C share per position bucket (8 buckets)
+  // Until resolve_stats: the detached router scores, decision logits and top-C membership
+  // ([B,T] each), left on their device so that the forward never waits for the host.
+  Tensor r, decision, member;
 };
+
+// Computes the numbers above from the tensors each entry holds (one host copy each), then
+// drops them; entries already resolved are left alone.
+void resolve_stats(std::vector<RoutedBlockStats>& stats);
 
 struct ForwardResult {
   Tensor logits;   // [B,T,V] ([B,T,V/tp], this rank's vocabulary slice, under tensor parallelism)

@@ -293,6 +293,7 @@ double Trainer::train_step(int64_t step) {
     if (r.aux_loss.defined()) aux += r.aux_loss.item() / accum;
     if (last) {
       last_stats_ = std::move(r.stats);
+      model::resolve_stats(last_stats_);  // after backward is under way: no mid-forward wait
       last_moe_stats_ = std::move(r.moe_stats);
     }
   }

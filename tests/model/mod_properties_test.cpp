@@ -190,3 +190,45 @@ TEST_CASE("incremental decoding with ragged KV caches equals the causal forward"
     }
   }
 }
+
+// The forward leaves each routed block's statistics as tensors (no host copy mid-forward);
+// resolve_stats turns them into numbers that agree with those tensors, then drops them.
+TEST_CASE("routed-block statistics resolve after the forward to the values of its tensors",
+          "[mod]") {
+  Transformer m(test::tiny_model(true), 17, DType::F64);
+  std::vector<int64_t> ids(2 * 12);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7 + 3) % 32);
+  const Tensor tokens = Tensor::from_indices(ids, {2, 12});
+  auto stats = m.forward(tokens, tokens).stats;
+  REQUIRE(stats.size() == 1);  // blocks 0 and 1: the second is routed
+  REQUIRE(stats[0].r.defined());
+  CHECK(stats[0].block == 1);
+  CHECK(stats[0].router_std == 0.0);  // nothing computed yet
+  const std::vector<double> r = stats[0].r.to_vector(), decision = stats[0].decision.to_vector(),
+                            member = stats[0].member.to_vector();
+  resolve_stats(stats);
+  const auto& s = stats[0];
+  CHECK_FALSE(s.r.defined());
+  double sum = 0, sq = 0, agree = 0, routed = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    sum += r[i];
+    sq += r[i] * r[i];
+    agree += (decision[i] > 0) == (member[i] > 0.5);
+    routed += member[i];
+  }
+  const double n = static_cast<double>(r.size()), mean = sum / n;
+  CHECK(routed == 2 * 3);  // C = 3 of 12 per sequence
+  CHECK(s.router_mean == Approx(mean).margin(1e-12));
+  CHECK(s.router_std == Approx(std::sqrt(sq / n - mean * mean)).margin(1e-12));
+  CHECK(s.router_std > 0);
+  CHECK(s.accuracy == Approx(agree / n));
+  // Buckets of positions (8 over 12): the routed shares weighted by bucket size add up to C.
+  REQUIRE(s.routed_fraction_by_bucket.size() == 8);
+  std::vector<double> size(8, 0);
+  for (int64_t t = 0; t < 12; ++t) size[t * 8 / 12] += 1;
+  double weighted = 0;
+  for (int k = 0; k < 8; ++k) weighted += s.routed_fraction_by_bucket[k] * size[k];
+  CHECK(weighted == Approx(3.0));
+  resolve_stats(stats);  // resolved entries are left alone
+  CHECK(stats[0].router_mean == Approx(mean).margin(1e-12));
+}
