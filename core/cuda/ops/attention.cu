@@ -113,6 +113,30 @@ __device__ __forceinline__ void lane_span(unsigned ballot, int& begin, int& end)
   end = 32 - __clz(static_cast<int>(ballot));
 }
 
+// acc[r][c] += sum_j w[r]@lane j * rows_s[j][lane + 32 c]: lane j holds row r's weight for
+// shared row j; only the lanes spanning a nonzero `any` (some row sees row j) take part.
+template <int kRows, int kCols, typename A, typename T>
+__device__ __forceinline__ void accumulate_lane_rows(A (&acc)[kRows][kCols], const A (&w)[kRows],
+                                                     bool any, const T* rows_s, int ld, int dh,
+                                                     int lane) {
+  int j_begin, j_end;
+  lane_span(__ballot_sync(kFullMask, any), j_begin, j_end);
+  for (int jj = j_begin; jj < j_end; ++jj) {
+    A x[kCols];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const int d = lane + 32 * c;
+      x[c] = d < dh ? to_acc(rows_s[jj * ld + d]) : A(0);
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const A wj = __shfl_sync(kFullMask, w[r], jj);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) acc[r][c] += wj * x[c];
+    }
+  }
+}
+
 // dst [n][ld] (shared) = rows [row0, row0 + n) of one (b, h) slice: src at the slice's row 0,
 // rows `stride` apart, `rows` of them. Rows past the end are zero, so a masked lane never
 // multiplies garbage (0 * NaN). Warp w copies rows w, w + kWarps, ...; lanes stride the row.
@@ -223,22 +247,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     }
 
     // acc[r] += sum_j P[r][j] v_j, over the keys some row of the warp sees.
-    int j_begin, j_end;
-    lane_span(__ballot_sync(kFullMask, lane_any), j_begin, j_end);
-    for (int jj = j_begin; jj < j_end; ++jj) {
-      A vd[kCols];
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        const int d = lane + 32 * c;
-        vd[c] = d < dh ? to_acc(v_s[jj * dh + d]) : A(0);
-      }
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const A pj = __shfl_sync(kFullMask, pr[r], jj);
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) acc[r][c] += pj * vd[c];
-      }
-    }
+    accumulate_lane_rows(acc, pr, lane_any, v_s, dh, dh, lane);
   }
 
   // A query that sees no key (an error the op rejects for CPU positions) gets the CPU kernel's
@@ -511,22 +520,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     }
 
     // acc[r] += sum_j dS[r][j] k_j, over the keys some row of the warp sees.
-    int j_begin, j_end;
-    lane_span(__ballot_sync(kFullMask, lane_any), j_begin, j_end);
-    for (int jj = j_begin; jj < j_end; ++jj) {
-      A kv[kCols];
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        const int d = lane + 32 * c;
-        kv[c] = d < dh ? to_acc(k_s[jj * ldk + d]) : A(0);
-      }
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const A dsj = __shfl_sync(kFullMask, ds[r], jj);
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) acc[r][c] += dsj * kv[c];
-      }
-    }
+    accumulate_lane_rows(acc, ds, lane_any, k_s, ldk, dh, lane);
   }
 
   // Queries that see no key get zero, as on the CPU.
