@@ -79,12 +79,12 @@ Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   data_ = backend(device).allocate(bytes);  // 64-byte aligned on every backend
 }
 
+Storage::~Storage() { backend(device_).deallocate(data_, bytes_); }
+
 bool Tensor::sole_owner() const {
   return impl_ && impl_.use_count() == 1 && impl_->storage && impl_->storage.use_count() == 1 &&
          impl_->offset_bytes == 0 && impl_->storage->bytes() == nbytes();
 }
-
-Storage::~Storage() { backend(device_).deallocate(data_, bytes_); }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   auto impl = std::make_shared<TensorImpl>();

@@ -39,8 +39,8 @@ Tensor gather_positions(const Tensor& pos, const Tensor& idx) {
   return out.view({b, c});
 }
 
-// Router statistics for metrics. On a GPU this copies three [B,T] tensors to the host, one
-// wait per routed block and step.
+// Router statistics for metrics from the tensors the forward left in s (resolve_stats). On a
+// GPU this copies three [B,T] tensors to the host.
 void fill_stats(RoutedBlockStats& s) {
   const Tensor r = s.r.to(Device::CPU), decision_logits = s.decision.to(Device::CPU),
                member = s.member.to(Device::CPU);
