@@ -289,7 +289,7 @@ void bench_other(const Ceilings& c, Rng& rng) {
   bandwidth_line(c, "cross_entropy fwd [4096,8192]", bytes,
                  [&] { be.cross_entropy_forward(logits, tgt, -100, losses, lse); }, 0);
   bandwidth_line(c, "cross_entropy bwd", 2 * bytes,
-                 [&] { be.cross_entropy_backward(logits, tgt, lse, -100, 1.0 / n, dl); }, 0);
+                 [&] { be.cross_entropy_backward(logits, tgt, lse, -100, 0, 1.0 / n, dl); }, 0);
   {
     const int64_t b = 8, t = 1024, h = 12, dh = 64;
     Tensor x = randn({b, t, h, dh}, rng), y = Tensor::empty({b, t, h, dh});

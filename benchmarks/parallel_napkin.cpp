@@ -144,7 +144,9 @@ Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l, double valid_shar
     }
   }
   const double rows = static_cast<double>(b) / dp;
-  const double inner = 4.0 * d * (sum_w + 2.0 * t) + 8.0 * 3 * t;
+  // The loss: an all-gather of each slice's logsumexp (tp x T values) and an all-reduce of
+  // the target logit (T values), written in the all-reduce's 2 (tp - 1) / tp units.
+  const double inner = 4.0 * d * (sum_w + 2.0 * t) + 4.0 * t * (tp / 2 + 1);
   n.tp_bytes = 2 * (tp - 1) / tp * a * rows * inner;
   std::string w = n_moe < layers ? "4 T_b per dense-MLP block" : "";
   if (n_moe > 0)
@@ -153,10 +155,12 @@ Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l, double valid_shar
              static_cast<double>(sum_ek));
   w += routed == 0 ? fmt("; T_b = %.0f", t) : fmt("; T_b = %.0f or C %.0f", t, c);
   n.tp_formula =
-      fmt("2 (tp - 1) / tp x a x B / dp x [4 B x D x (sum_b w_b + 2 T) + 8 B x 3 T] = 2 x %.0f / "
+      fmt("2 (tp - 1) / tp x a x B / dp x [4 B x D x (sum_b w_b + 2 T) + 4 B x T x (tp / 2 + 1)] = "
+          "2 x %.0f / "
           "%.0f x %.0f x %.0f x [4 x %.0f x ",
           tp - 1, tp, a, rows, d) +
-      fmt("(%.0f + 2 x %.0f) + 8 x 3 x %.0f] = %.3f MB (w_b = ", sum_w, t, t, n.tp_bytes / 1e6) +
+      fmt("(%.0f + 2 x %.0f) + 4 x %.0f x (%.0f / 2 + 1)] = %.3f MB (w_b = ", sum_w, t, t, tp,
+          n.tp_bytes / 1e6) +
       w + ")";
 
   // ep: per MoE block 4 all-to-alls (dispatch, combine; forward, backward) of [E, B/dp x K_b / tp,

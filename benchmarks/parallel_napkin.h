@@ -24,10 +24,9 @@ Layout parse_layout(const std::string& text);
 // dp2xtp2, dp4, tp4 (and dp2xtp2+ep2, dp4+ep2 with experts).
 std::vector<Layout> default_layouts(int n, bool experts);
 
-// Per step and rank; bytes are f32 gradients and activations (f64 for the cross-entropy's
-// statistics). Parameters: P_split (tp-sharded matrices, embedding, untied LM head), P_expert
-// (the E expert MLPs of every MoE block, ep-sharded), P_replicated (norms, MoD and MoE routers,
-// predictors).
+// Per step and rank; bytes are f32 gradients, activations and the cross-entropy's statistics.
+// Parameters: P_split (tp-sharded matrices, embedding, untied LM head), P_expert (the E expert
+// MLPs of every MoE block, ep-sharded), P_replicated (norms, MoD and MoE routers, predictors).
 struct Napkin {
   int64_t params = 0, split = 0, expert = 0, replicated = 0;
   double local = 0;         // P_local = P_split / tp + P_replicated: dense parameters on a rank

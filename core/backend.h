@@ -118,10 +118,14 @@ class Backend {
   // lse [N] cached for backward.
   virtual void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                      int64_t ignore_index, Tensor& losses, Tensor& lse) = 0;
-  // dlogits = grad_scale * (softmax(logits) - onehot(target)); zero rows where ignored.
+  // dlogits = grad_scale * (exp(logits - lse) - onehot(target)); zero rows where ignored.
+  // logits may be the columns [vocab_start, vocab_start + V) of a wider vocabulary (the
+  // vocabulary-parallel loss): targets are then ids in the whole vocabulary, one outside this
+  // slice adds no onehot term, and lse is the whole row's (f32 or f64, never recomputed here).
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                       const Tensor& lse, int64_t ignore_index,
-                                      double grad_scale, Tensor& dlogits) = 0;
+                                      int64_t vocab_start, double grad_scale,
+                                      Tensor& dlogits) = 0;
 
   // --- rope family (ops/rope) ---
   // x,y [B,T,H,Dh], pos [B,T] (i32/i64). Rotates pairs (i, i + Dh/2) by angle

@@ -1,93 +1,57 @@
-// Vocabulary-parallel embedding and fused cross-entropy (see vocab_parallel.h).
+// Vocabulary-parallel embedding and cross-entropy (see vocab_parallel.h). The heavy work runs
+// through the tensor backend, so both work on the CPU and on a GPU. Per-row bookkeeping (which
+// rank holds a token's row) is computed on the host from the B*T ids, which cross_entropy copies
+// there anyway to count and check its targets.
 #include "parallel/vocab_parallel.h"
 
-#include <cmath>
 #include <stdexcept>
-#include <vector>
+#include <string>
 
 #include "core/autograd.h"
+#include "core/backend.h"
 #include "core/ops.h"
 #include "parallel/tp_mappings.h"
 
 namespace mod::parallel {
 
 namespace {
-int64_t id_at(const Tensor& ids, int64_t i) {
-  return ids.dtype() == DType::I64 ? ids.data<int64_t>()[i] : ids.data<int32_t>()[i];
+int64_t id_at(const Tensor& host_ids, int64_t i) {
+  return host_ids.dtype() == DType::I64 ? host_ids.data<int64_t>()[i]
+                                        : host_ids.data<int32_t>()[i];
 }
 
-// Per-row statistics over the whole vocabulary, identical on every tp rank.
-struct RowStats {
-  Tensor max, sum_exp, target_logit;  // [N] f64
+// For each row of ids: its row in this rank's slice [start, start + rows) (0 when elsewhere)
+// and a 0/1 flag saying whether the slice holds it, both on `device`.
+struct SliceRows {
+  Tensor local;  // i64, ids' shape
+  Tensor here;   // `dtype`, ids' shape + [1]
 };
 
-template <typename T>
-RowStats row_stats(const T* x, const Tensor& targets, int64_t n, int64_t v, int64_t v0,
-                   int64_t ignore, Communicator& tp) {
-  RowStats s{Tensor::empty({n}, DType::F64), Tensor::empty({n}, DType::F64),
-             Tensor::zeros({n}, DType::F64)};
-  double* mx = s.max.data<double>();
-#pragma omp parallel for if (n * v > (1 << 15))
-  for (int64_t i = 0; i < n; ++i) {
-    double m = -INFINITY;
-    for (int64_t j = 0; j < v; ++j) m = std::max(m, static_cast<double>(x[i * v + j]));
-    mx[i] = m;
+SliceRows slice_rows(const Tensor& ids, int64_t start, int64_t rows, DType dtype, Device device) {
+  const Tensor host = ids.to(Device::CPU);
+  Tensor local = Tensor::empty(ids.shape(), DType::I64);
+  Shape flag_shape = ids.shape();
+  flag_shape.push_back(1);
+  Tensor here = Tensor::empty(flag_shape, dtype);
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    const int64_t id = id_at(host, i) - start;
+    const bool mine = id >= 0 && id < rows;
+    local.data<int64_t>()[i] = mine ? id : 0;
+    here.set(i, mine ? 1.0 : 0.0);
   }
-  tp.all_reduce(s.max, ReduceOp::Max);
-  double* se = s.sum_exp.data<double>();
-  double* tl = s.target_logit.data<double>();
-#pragma omp parallel for if (n * v > (1 << 15))
-  for (int64_t i = 0; i < n; ++i) {
-    double acc = 0;
-    for (int64_t j = 0; j < v; ++j) acc += std::exp(static_cast<double>(x[i * v + j]) - mx[i]);
-    se[i] = acc;
-    const int64_t t = id_at(targets, i);
-    if (t != ignore && t >= v0 && t < v0 + v) tl[i] = static_cast<double>(x[i * v + t - v0]);
-  }
-  tp.all_reduce(s.sum_exp);
-  tp.all_reduce(s.target_logit);
-  return s;
-}
-
-template <typename T>
-void softmax_minus_onehot(const T* x, const RowStats& s, const Tensor& targets, int64_t n,
-                          int64_t v, int64_t v0, int64_t ignore, double g, T* dx) {
-  const double* mx = s.max.data<double>();
-  const double* se = s.sum_exp.data<double>();
-#pragma omp parallel for if (n * v > (1 << 15))
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t t = id_at(targets, i);
-    if (t == ignore) {
-      for (int64_t j = 0; j < v; ++j) dx[i * v + j] = T(0);
-      continue;
-    }
-    const double inv = 1.0 / se[i];
-    for (int64_t j = 0; j < v; ++j)
-      dx[i * v + j] = static_cast<T>(g * std::exp(static_cast<double>(x[i * v + j]) - mx[i]) * inv);
-    if (t >= v0 && t < v0 + v) dx[i * v + t - v0] = static_cast<T>(dx[i * v + t - v0] - g);
-  }
+  return {local.to(device), here.to(device)};
 }
 }  // namespace
 
 Tensor vocab_parallel_embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start,
                                 Communicator& tp) {
-  const int64_t rows = table.size(0), n = ids.numel();
-  Tensor local = Tensor::empty(ids.shape(), DType::I64);
-  Shape mask_shape = ids.shape();
-  mask_shape.push_back(1);
-  Tensor mask = Tensor::empty(mask_shape, table.dtype());
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t id = id_at(ids, i) - vocab_start;
-    const bool mine = id >= 0 && id < rows;
-    local.data<int64_t>()[i] = mine ? id : 0;
-    mask.set(i, mine ? 1.0 : 0.0);
-  }
-  return reduce_from_tp(mul(embedding(local, table), mask), tp);
+  const SliceRows s = slice_rows(ids, vocab_start, table.size(0), table.dtype(), table.device());
+  return reduce_from_tp(mul(embedding(s.local, table), s.here), tp);
 }
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
                                     int64_t vocab_start, Communicator& tp, int64_t ignore_index) {
-  const int64_t v = logits.size(-1), n = logits.numel() / v;
+  const int64_t v = logits.size(-1), n = logits.numel() / v, vocab = v * tp.size();
   if (targets.numel() != n || !is_index(targets.dtype()))
     throw std::invalid_argument("vocab_parallel_cross_entropy: targets " + describe(targets) +
                                 " must be integer with one entry per row of logits " +
@@ -95,34 +59,66 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   if (logits.dtype() != DType::F32 && logits.dtype() != DType::F64)
     throw std::invalid_argument("vocab_parallel_cross_entropy: logits must be f32 or f64, got " +
                                 describe(logits));
-  const bool f64 = logits.dtype() == DType::F64;
-  RowStats s = f64 ? row_stats(logits.data<double>(), targets, n, v, vocab_start, ignore_index, tp)
-                   : row_stats(logits.data<float>(), targets, n, v, vocab_start, ignore_index, tp);
-  double total = 0;
+  if (targets.device() != logits.device())
+    throw std::invalid_argument("vocab_parallel_cross_entropy: targets " + describe(targets) +
+                                " and logits " + describe(logits) + " are on different devices");
+  const DType dtype = logits.dtype();
+  const Device device = logits.device();
+  Backend& be = backend_of(logits);
+
+  // Host side: the counted rows, checked ids, and where each row's target logit lies.
+  const Tensor host_targets = targets.to(Device::CPU);
+  Tensor counted_host = Tensor::empty({n}, dtype);
   int64_t counted = 0;
   for (int64_t i = 0; i < n; ++i) {
-    if (id_at(targets, i) == ignore_index) continue;
-    total += std::log(s.sum_exp.data<double>()[i]) + s.max.data<double>()[i] -
-             s.target_logit.data<double>()[i];
-    ++counted;
+    const int64_t t = id_at(host_targets, i);
+    const bool use = t != ignore_index;
+    if (use && (t < 0 || t >= vocab))
+      throw std::invalid_argument("vocab_parallel_cross_entropy: targets[" + std::to_string(i) +
+                                  "] = " + std::to_string(t) + " is out of range [0, " +
+                                  std::to_string(vocab) + ") and is not ignore_index (" +
+                                  std::to_string(ignore_index) + ")");
+    counted_host.set(i, use ? 1.0 : 0.0);
+    counted += use;
   }
-  Tensor loss = Tensor::scalar(counted ? total / counted : 0.0, logits.dtype());
-  if (any_requires_grad({logits})) {
-    Tensor saved = detach(logits);
-    record(loss, Op::VocabParallelCrossEntropy, {logits},
-           [saved, s, targets, n, v, vocab_start, ignore_index, counted](const Tensor& g,
-                                                                         const NeedsGrad&) {
-             Tensor dx = Tensor::empty(saved.shape(), saved.dtype());
-             const double scale = counted ? g.item() / counted : 0.0;
-             if (saved.dtype() == DType::F64)
-               softmax_minus_onehot(saved.data<double>(), s, targets, n, v, vocab_start,
-                                    ignore_index, scale, dx.data<double>());
-             else
-               softmax_minus_onehot(saved.data<float>(), s, targets, n, v, vocab_start,
-                                    ignore_index, scale, dx.data<float>());
-             return std::vector<Tensor>{dx};
-           });
-  }
+  const SliceRows s = slice_rows(host_targets.view({n}), vocab_start, v, dtype, device);
+  const Tensor counted_rows = counted_host.to(device);
+  const Tensor rows2 = logits.view({n, v});
+
+  // logsumexp over the whole vocabulary = logsumexp over ranks of each slice's logsumexp:
+  // all-gather [tp, n], lay it out [n, tp], reduce each row.
+  const int parts = tp.size();
+  const size_t es = dtype_size(dtype);
+  Tensor lse_here = Tensor::empty({n}, dtype, device);
+  be.logsumexp_forward(rows2, lse_here);
+  Tensor gathered = Tensor::empty({parts * n}, dtype, device);
+  tp.all_gather(lse_here, gathered);
+  Tensor by_row = Tensor::empty({n, parts}, dtype, device);
+  for (int r = 0; r < parts; ++r)
+    be.copy_rows(gathered, r * n * es, es, by_row, r * es, parts * es, n, es);
+  Tensor lse = Tensor::empty({n}, dtype, device);
+  be.logsumexp_forward(by_row, lse);
+
+  // The target logit, from the one rank whose slice holds it (zero on the others), summed.
+  Tensor target_logit = Tensor::empty({n, 1, 1}, dtype, device);
+  be.gather_rows(logits.view({n, v, 1}), s.local.view({n, 1}), target_logit);
+  be.binary(BinaryKind::Mul, Broadcast::Same, n, 1, target_logit, s.here, target_logit);
+  tp.all_reduce(target_logit);
+
+  // Mean over counted rows of lse - target logit; every rank holds the same value.
+  Tensor per_row = Tensor::empty({n}, dtype, device);
+  be.binary(BinaryKind::Sub, Broadcast::Same, n, 1, lse, target_logit, per_row);
+  be.binary(BinaryKind::Mul, Broadcast::Same, n, 1, per_row, counted_rows, per_row);
+  Tensor loss = Tensor::empty({}, dtype, device);
+  be.sum_all(per_row, loss);
+  const double inv_count = counted ? 1.0 / static_cast<double>(counted) : 0.0;
+  be.scale(loss, inv_count, loss);
+
+  // d logits = (softmax over the whole vocabulary - onehot) / counted on the local slice: the
+  // backward needs no communication.
+  if (any_requires_grad({logits}))
+    record_cross_entropy_grad(loss, Op::VocabParallelCrossEntropy, logits, targets, lse,
+                              ignore_index, vocab_start, inv_count);
   return loss;
 }
 

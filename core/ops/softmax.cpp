@@ -113,25 +113,31 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   const double inv_count = count == 0 ? 0.0 : 1.0 / static_cast<double>(count);
   be.scale(loss, inv_count, loss);
 
-  if (any_requires_grad({logits})) {
-    // Targets are copied (N indices, cheap): callers often refill their batch buffer before
-    // running backward.
-    record(loss, Op::CrossEntropy, {logits},
-           [logits2, targets1 = targets1.clone(), lse, ignore_index, inv_count,
-            shape = logits.shape()](const Tensor& g, const NeedsGrad&) {
-             Tensor dlogits = Tensor::empty(shape, g.dtype(), g.device());
-             Tensor d2 = dlogits.view(logits2.shape());
-             Backend& b = backend_of(g);
-             // The incoming scalar folds into grad_scale on the host; on a device it would
-             // need a copy back, so there it is applied as one more pass instead.
-             const bool host = g.device() == Device::CPU;
-             const double scale = host ? inv_count * g.item() : inv_count;
-             b.cross_entropy_backward(logits2, targets1, lse, ignore_index, scale, d2);
-             if (!host) b.binary(BinaryKind::Mul, Broadcast::Inner, d2.numel(), 1, d2, g, d2);
-             return std::vector<Tensor>{dlogits};
-           });
-  }
+  if (any_requires_grad({logits}))
+    record_cross_entropy_grad(loss, Op::CrossEntropy, logits, targets1, lse, ignore_index, 0,
+                              inv_count);
   return loss;
+}
+
+void record_cross_entropy_grad(Tensor& loss, Op op, const Tensor& logits,
+                               const Tensor& targets, const Tensor& lse, int64_t ignore_index,
+                               int64_t vocab_start, double inv_count) {
+  const int64_t v = logits.size(-1);
+  const Tensor logits2 = logits.view({logits.numel() / v, v});
+  record(loss, op, {logits},
+         [logits2, targets1 = targets.view({targets.numel()}).clone(), lse, ignore_index,
+          vocab_start, inv_count, shape = logits.shape()](const Tensor& g, const NeedsGrad&) {
+           Tensor dlogits = Tensor::empty(shape, g.dtype(), g.device());
+           Tensor d2 = dlogits.view(logits2.shape());
+           Backend& b = backend_of(g);
+           // The incoming scalar folds into grad_scale on the host; on a device it would
+           // need a copy back, so there it is applied as one more pass instead.
+           const bool host = g.device() == Device::CPU;
+           const double scale = host ? inv_count * g.item() : inv_count;
+           b.cross_entropy_backward(logits2, targets1, lse, ignore_index, vocab_start, scale, d2);
+           if (!host) b.binary(BinaryKind::Mul, Broadcast::Inner, d2.numel(), 1, d2, g, d2);
+           return std::vector<Tensor>{dlogits};
+         });
 }
 
 }  // namespace mod

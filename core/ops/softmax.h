@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "core/op.h"
 #include "core/tensor.h"
 
 namespace mod {
@@ -17,5 +18,14 @@ Tensor logsumexp(const Tensor& x);
 // when every target is ignored. Never materialises probabilities in the forward. A target
 // outside [0, V) that is not ignore_index throws, naming its (flat) position and value.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+
+// Records on `loss` (recorded as `op`) the gradient of a mean cross-entropy with respect to
+// `logits`: d logits = g * inv_count * (exp(logits - lse) - onehot(target)), zero rows where
+// ignored. logits may be the columns [vocab_start, vocab_start + V) of a wider vocabulary with lse
+// the whole rows' (the vocabulary-parallel loss). Targets are copied (callers often refill their
+// batch buffer before backward).
+void record_cross_entropy_grad(Tensor& loss, Op op, const Tensor& logits,
+                               const Tensor& targets, const Tensor& lse, int64_t ignore_index,
+                               int64_t vocab_start, double inv_count);
 
 }  // namespace mod

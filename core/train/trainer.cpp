@@ -20,11 +20,9 @@
 #include "core/ops.h"
 #include "core/train/stop_signal.h"
 #include "core/train/weights.h"
+#include "parallel/device_world.h"
 #ifdef MOD_HAVE_CUDA
 #include "core/cuda/device.h"
-#endif
-#ifdef MOD_HAVE_NCCL
-#include "parallel/nccl_communicator.h"
 #endif
 
 namespace mod::train {
@@ -137,10 +135,7 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   dims.validate(world.size());
   dims.validate_model(cfg_.model());
   device_ = cfg_.train().device() == modtrain::TrainConfig::CUDA ? Device::CUDA : Device::CPU;
-#ifdef MOD_HAVE_NCCL
-  if (device_ == Device::CUDA && world.size() > 1)
-    device_world_ = parallel::make_nccl_communicator(world.split(0, world.rank(), "world"));
-#endif
+  if (device_ == Device::CUDA && world.size() > 1) device_world_ = parallel::make_device_world(world);
   mesh_ = std::make_unique<parallel::DeviceMesh>(device_world_ ? *device_world_ : world, dims);
   data_ = load_splits(cfg_.data().dir(), cfg_.model().vocab_size());
   model_ = std::make_unique<model::Transformer>(cfg_.model(), cfg_.train().seed());
@@ -148,10 +143,6 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   parallel::parallelize_experts(*model_, *mesh_, shards_);
   // Parameters are made and sharded on the host (the same init on every device), then moved;
   // everything below (buckets, optimizer state) is allocated beside them.
-  if (device_ == Device::CUDA && dims.tp > 1)
-    throw std::invalid_argument(
-        "config: parallel.tp must be 1 with train.device CUDA for now (the vocab-parallel "
-        "embedding and cross-entropy still loop over host memory); dp, ep and ZeRO-1 work");
   model_->to(device_);
   const auto params = model_->named_parameters();
   std::vector<std::pair<std::string, Tensor>> dense, experts;

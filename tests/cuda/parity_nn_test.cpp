@@ -213,10 +213,29 @@ TEST_CASE("cuda: cross-entropy forward and backward, ignore_index, a 50257-wide 
         {in("logits", logits), in("targets", targets_t), in("lse", lse),
          out("dlogits", {s.n, s.v})},
         [&](Backend& b, std::vector<Tensor>& t) {
-          b.cross_entropy_backward(t[0], t[1], t[2], s.ignore_index, grad_scale, t[3]);
+          b.cross_entropy_backward(t[0], t[1], t[2], s.ignore_index, 0, grad_scale, t[3]);
         },
         tol);
   }
+}
+
+TEST_CASE("cuda: cross-entropy backward on a vocabulary slice (vocabulary-parallel loss)",
+          "[cuda]") {
+  const Precision p = precision(GENERATE(DType::F64, DType::F32));
+  Rng rng(208);
+  // Columns [300, 700) of a 1000-wide vocabulary: targets below, inside and above the slice,
+  // one ignored; lse is the whole row's, as the tp ranks' all-reduce makes it.
+  const int64_t n = 8, v = 400, start = 300, ignore = -100;
+  const std::vector<int64_t> targets = {5, 300, 699, 700, 999, ignore, 450, 0};
+  const Tensor logits = rounded(normal({n, v}, rng, 2.0), p.dtype);
+  const Tensor lse = normal({n}, rng, 1.0, 8.0);
+  check_parity(
+      p,
+      {in("logits", logits), in("targets", indices(targets, {n}, DType::I64)), in("lse", lse),
+       out("dlogits", {n, v})},
+      [&](Backend& b, std::vector<Tensor>& t) {
+        b.cross_entropy_backward(t[0], t[1], t[2], ignore, start, 0.125, t[3]);
+      });
 }
 
 TEST_CASE("cuda: BCE with logits, forward and backward", "[cuda]") {

@@ -1,37 +1,21 @@
-// The GPU code path without a GPU: a backend that reports Device::CUDA but runs the CPU kernels
-// on host memory serves every "cuda" tensor in this program. Training with train.device CUDA
-// then exercises everything the device path adds (parameters moved after init, batches and
-// index tensors copied over, optimizer state and gradient buffers allocated beside the
-// parameters, checkpoints copied to the host), and any host access to a device tensor that was
-// missed (Tensor::at, set) throws. The kernels being the CPU's, losses and parameters must
-// equal the CPU run's bitwise; checkpoints written on the device resume on the CPU and back.
-// The real kernels are compared with the CPU's in tests/cuda (on machines with a GPU).
+// train.device CUDA in one process on the emulated device (tests/parallel/emulated_cuda.h):
+// parameters moved after init, batches and index tensors copied over, optimizer state and
+// gradient buffers allocated beside the parameters, checkpoints copied to the host. Losses and
+// parameters must equal the CPU run's bitwise; checkpoints written on the device resume on the
+// CPU and back. The real kernels are compared with the CPU's in tests/cuda (on machines with a
+// GPU); several processes on the device are in device_parallel_test.cpp.
 #include <catch2/catch.hpp>
 
 #include "core/autograd.h"
 #include "core/checkpoint/checkpoint.h"
-#include "core/cpu/cpu_backend.h"
 #include "core/model/transformer.h"
+#include "tests/parallel/emulated_cuda.h"
 #include "tests/parallel/tiny_runs.h"
 
 namespace mod {
 namespace {
 
-class EmulatedCudaBackend final : public cpu::CpuBackend {
- public:
-  Device device() const override { return Device::CUDA; }
-  std::string describe() const override { return "emulated CUDA (CPU kernels)"; }
-};
-
-// Installed for the whole program: device tensors may outlive any one test case.
-void emulate_cuda() {
-  static EmulatedCudaBackend* backend = [] {
-    auto* b = new EmulatedCudaBackend;
-    set_cuda_backend_for_testing(b);
-    return b;
-  }();
-  (void)backend;
-}
+using test::emulate_cuda;
 
 constexpr int kSteps = 8;
 

@@ -121,6 +121,13 @@ TEST_CASE("vocabulary-parallel cross-entropy and embedding equal the single-proc
   backward(got, Tensor::full(got.shape(), 1.0, DType::F64));
   CHECK(max_abs_diff(got, ref) == 0.0);
   CHECK(max_abs_diff(shard.grad(), slice_dim(table.grad(), 0, start, slice)) == 0.0);
+
+  // A target beyond the whole vocabulary (tp x the slice) is an error naming it, on every rank.
+  t[4] = v;
+  CHECK_THROWS_WITH(vocab_parallel_cross_entropy(mine, Tensor::from_indices(t, {2, rows / 2}),
+                                                 start, tp),
+                    Catch::Contains("targets[4] = " + std::to_string(v)) &&
+                        Catch::Contains("out of range"));
 }
 
 TEST_CASE("tp mappings: forward and backward across ranks", "[mpi]") {

@@ -151,8 +151,8 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targe
 // logits, dlogits [N,V], targets, lse [N]: dlogits = grad_scale (exp(x - lse) - onehot(t)),
 // zero rows where t == ignore_index.
 void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                                        const Tensor& lse, int64_t ignore_index, double grad_scale,
-                                        Tensor& dlogits) {
+                                        const Tensor& lse, int64_t ignore_index,
+                                        int64_t vocab_start, double grad_scale, Tensor& dlogits) {
   dispatch_float(logits.dtype(), "cross_entropy_backward", [&](auto z) {
     using T = decltype(z);
     dispatch_index(targets.dtype(), "cross_entropy_backward", [&](auto zi) {
@@ -175,7 +175,8 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
         const T l = plse[row];
 #pragma omp simd
         for (int64_t i = 0; i < v; ++i) dr[i] = scale * exp_vec(xr[i] - l);
-        dr[t] -= scale;
+        const int64_t local = t - vocab_start;
+        if (local >= 0 && local < v) dr[local] -= scale;
       }
     });
   });

@@ -166,7 +166,8 @@ struct CrossEntropyParams {
   T* out;        // forward: losses [n]; backward: dlogits [n,v]
   S* lse_out;    // forward: lse [n]
   int64_t n, v, ignore_index;
-  Acc<T> grad_scale;  // backward
+  int64_t vocab_start;  // backward: the slice's first id (vocabulary-parallel loss)
+  Acc<T> grad_scale;    // backward
 };
 
 template <typename T, typename I, typename S>
@@ -186,9 +187,10 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   }
 }
 
-// dlogits = grad_scale (exp(x - lse) - onehot(t)); zero rows where t == ignore_index. A bf16
-// lse cache is too coarse for exp(x - lse) (its spacing is 1/16 near 10, a 3% error in every
-// probability), so then the row's lse is recomputed: one more read of the row.
+// dlogits = grad_scale (exp(x - lse) - onehot(t - vocab_start)); zero rows where t ==
+// ignore_index. A bf16 lse cache is too coarse for exp(x - lse) (its spacing is 1/16 near 10, a
+// 3% error in every probability), so then the row's lse is recomputed: one more read of the row
+// (the host refuses a bf16 lse for a vocabulary slice, whose row is not all here).
 template <typename T, typename I, typename S>
 __global__ void __launch_bounds__(kMaxRowThreads)
     cross_entropy_backward_rows(CrossEntropyParams<T, I, S> p) {
@@ -209,9 +211,10 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     } else {
       l = load(p.lse + row);
     }
+    const int64_t local = t - p.vocab_start;  // outside [0, v): no onehot term here
     for (int64_t i = threadIdx.x; i < p.v; i += blockDim.x) {
       const A prob = acc_exp(load(xr + i) - l);
-      dr[i] = from_acc<T>(p.grad_scale * prob - (i == t ? p.grad_scale : A(0)));
+      dr[i] = from_acc<T>(p.grad_scale * prob - (i == local ? p.grad_scale : A(0)));
     }
   }
 }
@@ -282,10 +285,13 @@ void CudaBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targ
 
 // logits, dlogits [N,V], targets, lse [N].
 void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                                         const Tensor& lse, int64_t ignore_index, double grad_scale,
-                                         Tensor& dlogits) {
+                                         const Tensor& lse, int64_t ignore_index,
+                                         int64_t vocab_start, double grad_scale, Tensor& dlogits) {
   const int64_t n = logits.size(0), v = logits.size(1);
   if (n == 0 || v == 0) return;
+  if (vocab_start != 0 && lse.dtype() == DType::BF16)
+    throw std::invalid_argument("cross_entropy_backward: a vocabulary slice needs an f32 or f64 "
+                                "lse (a bf16 one would be recomputed from this slice alone)");
   dispatch_float(logits.dtype(), "cross_entropy_backward", [&](auto z) {
     using T = decltype(z);
     dispatch_index(targets.dtype(), "cross_entropy_backward", [&](auto zi) {
@@ -300,6 +306,7 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
         p.n = n;
         p.v = v;
         p.ignore_index = ignore_index;
+        p.vocab_start = vocab_start;
         p.grad_scale = static_cast<Acc<T>>(grad_scale);
         cross_entropy_backward_rows<<<row_blocks(n), row_threads(v), 0, compute_stream()>>>(p);
         MOD_CUDA_CHECK_LAUNCH();

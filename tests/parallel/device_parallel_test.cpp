@@ -1,0 +1,87 @@
+// Several processes training with train.device CUDA, without a GPU: the emulated device
+// (emulated_cuda.h) for the kernels, and device tensors crossing ranks through MPI via host
+// copies (host_staging_communicator.h) where a GPU job would use NCCL. Every layout must train
+// exactly as the same layout on the CPU, bitwise: the vocabulary-parallel embedding and loss,
+// the tensor-parallel mappings, gradient buckets, ZeRO-1 and the expert exchanges all keep
+// device tensors on the device, or a host access to one throws.
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/train/trainer.h"
+#include "parallel/device_world.h"
+#include "tests/parallel/emulated_cuda.h"
+#include "tests/parallel/host_staging_communicator.h"
+#include "tests/parallel/tiny_runs.h"
+
+namespace mod {
+namespace {
+
+constexpr int kSteps = 6;
+
+struct Run {
+  std::vector<double> losses;
+  std::vector<std::pair<std::string, Tensor>> params;
+};
+
+Run train_run(const std::string& recipe, const std::string& layout, bool on_device) {
+  const auto cfg = test::tiny_recipe(recipe, kSteps, layout,
+                                     {std::string("train.device=") + (on_device ? "CUDA" : "CPU")});
+  train::Trainer trainer(cfg, test::temp_dir("device_parallel"), /*quiet=*/true,
+                         parallel::world());
+  trainer.run();
+  return {trainer.losses(), trainer.full_parameters()};
+}
+
+void install_emulated_gpus() {
+  test::emulate_cuda();
+  parallel::set_device_world_factory_for_testing([](parallel::Communicator& world) {
+    return std::make_unique<test::HostStagingCommunicator>(world.split(0, world.rank(), "world"));
+  });
+}
+
+}  // namespace
+
+TEST_CASE("every parallel layout trains on the (emulated) device exactly as on the CPU",
+          "[device][mpi]") {
+  if (parallel::world().size() != 2) {
+    WARN("the layouts need 2 processes: mpi:device_parallel_tests:np2 runs them");
+    return;
+  }
+  install_emulated_gpus();
+  struct Case {
+    const char* recipe;
+    const char* layout;
+  };
+  for (const Case c : {Case{"tiny_mod", "dp=1 tp=2"}, Case{"tiny_dense", "dp=2 tp=1 zero1=true"},
+                       Case{"tiny_mode_staged", "dp=2 ep=2"}}) {
+    INFO(c.recipe << ", layout " << c.layout);
+    const Run cpu = train_run(c.recipe, c.layout, false);
+    const Run device = train_run(c.recipe, c.layout, true);
+    REQUIRE(device.losses.size() == cpu.losses.size());
+    for (size_t s = 0; s < cpu.losses.size(); ++s) {
+      INFO("step " << s + 1);
+      CHECK(device.losses[s] == cpu.losses[s]);
+    }
+    REQUIRE(device.params.size() == cpu.params.size());
+    for (size_t i = 0; i < cpu.params.size(); ++i) {
+      INFO(cpu.params[i].first);
+      CHECK(device.params[i].second.to(Device::CPU).to_vector() ==
+            cpu.params[i].second.to_vector());
+    }
+  }
+}
+
+TEST_CASE("without NCCL or a test stand-in, several processes on CUDA is an error naming NCCL",
+          "[device][mpi]") {
+#ifdef MOD_HAVE_NCCL
+  SUCCEED("this build has NCCL: make_device_world builds it");
+#else
+  parallel::set_device_world_factory_for_testing({});
+  CHECK_THROWS_WITH(parallel::make_device_world(parallel::world()), Catch::Contains("NCCL"));
+#endif
+}
+
+}  // namespace mod

@@ -1,0 +1,88 @@
+// A test communicator for device tensors without NCCL: every collective copies its device
+// tensors to the host, runs the wrapped (MPI) communicator on the copies and copies results
+// back. With the emulated CUDA backend it lets multi-process tests train with train.device CUDA
+// on machines without a GPU. Host tensors pass straight through.
+#pragma once
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "parallel/communicator.h"
+
+namespace mod::test {
+
+class HostStagingCommunicator final : public parallel::Communicator {
+ public:
+  explicit HostStagingCommunicator(std::unique_ptr<parallel::Communicator> inner)
+      : inner_(std::move(inner)) {}
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::string& name() const override { return inner_->name(); }
+
+  void all_reduce(const Tensor& t, parallel::ReduceOp op) override {
+    Tensor h = host(t);
+    inner_->all_reduce(h, op);
+    back(h, t);
+  }
+  std::unique_ptr<parallel::Work> all_reduce_async(const Tensor& t,
+                                                   parallel::ReduceOp op) override {
+    all_reduce(t, op);  // done before it is waited on: as good a Work as any
+    return std::make_unique<Done>();
+  }
+  void reduce_scatter(const Tensor& in, const Tensor& out, parallel::ReduceOp op) override {
+    Tensor h = host(out);
+    inner_->reduce_scatter(host(in), h, op);
+    back(h, out);
+  }
+  void all_gather(const Tensor& in, const Tensor& out) override {
+    Tensor h = host(out);
+    inner_->all_gather(host(in), h);
+    back(h, out);
+  }
+  void all_to_all(const Tensor& in, const Tensor& out) override {
+    Tensor h = host(out);
+    inner_->all_to_all(host(in), h);
+    back(h, out);
+  }
+  void broadcast(const Tensor& t, int root) override {
+    Tensor h = host(t);
+    inner_->broadcast(h, root);
+    back(h, t);
+  }
+  void barrier() override { inner_->barrier(); }
+  void send(const Tensor& t, int dst, int tag) override { inner_->send(host(t), dst, tag); }
+  void recv(const Tensor& t, int src, int tag) override {
+    Tensor h = host(t);
+    inner_->recv(h, src, tag);
+    back(h, t);
+  }
+  std::unique_ptr<parallel::Communicator> split(int color, int key,
+                                                const std::string& name) override {
+    return std::make_unique<HostStagingCommunicator>(inner_->split(color, key, name));
+  }
+  [[noreturn]] void abort(const std::string& message, int code) override {
+    inner_->abort(message, code);
+    std::abort();  // not reached: the wrapped communicator ends the job
+  }
+
+ private:
+  struct Done final : parallel::Work {
+    void wait() override {}
+    bool test() override { return true; }
+  };
+  static Tensor host(const Tensor& t) {
+    return t.defined() && t.device() != Device::CPU ? t.to(Device::CPU) : t;
+  }
+  static void back(const Tensor& h, const Tensor& t) {
+    if (!t.defined() || t.device() == Device::CPU) return;
+    Tensor dst = t;
+    dst.copy_from(h);
+  }
+
+  std::unique_ptr<parallel::Communicator> inner_;
+};
+
+}  // namespace mod::test
