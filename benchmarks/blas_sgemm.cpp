@@ -6,6 +6,7 @@
 // Run:    /tmp/blas_sgemm [--threads=1,2] [--libraries=openblas,blis,onednn]
 //                         [--openblas-coretype=NAME] [--batch-seconds=0.1]
 //                         [--timings=5] [--max-case-seconds=12]
+//                         [--model=D_MODEL,D_FF,TOKENS]   (default 768,3072,4096)
 //
 // --openblas-coretype=NAME sets OPENBLAS_CORETYPE before OpenBLAS is loaded;
 // OpenBLAS reads it only once, at load time, so compare core types by running
@@ -221,10 +222,15 @@ struct gemm_case {
 };
 
 // Forward x@W, forward x@W^T, and weight gradient dW = dY^T X for the three
-// linear-layer shapes of a d_model=768, d_ff=3072 transformer at 4096 tokens.
-std::vector<gemm_case> transformer_cases() {
-    constexpr long tokens = 4096;
-    const std::pair<long, long> out_in[] = {{768, 768}, {3072, 768}, {768, 3072}};
+// linear-layer shapes of a transformer (default d_model=768, d_ff=3072 at 4096 tokens).
+struct model_shape {
+    long d_model = 768, d_ff = 3072, tokens = 4096;
+};
+
+std::vector<gemm_case> transformer_cases(const model_shape& shape) {
+    const long tokens = shape.tokens;
+    const std::pair<long, long> out_in[] = {
+        {shape.d_model, shape.d_model}, {shape.d_ff, shape.d_model}, {shape.d_model, shape.d_ff}};
     std::vector<gemm_case> cases;
     for (auto [n_out, k_in] : out_in) {
         auto dims = [](long m, long n, long k) {
@@ -484,7 +490,7 @@ void print_usage() {
     std::printf(
         "usage: blas_sgemm [--threads=1,2] [--libraries=openblas,blis,onednn]\n"
         "                  [--openblas-coretype=NAME] [--batch-seconds=0.1] [--timings=5]\n"
-        "                  [--max-case-seconds=12]\n");
+        "                  [--max-case-seconds=12] [--model=D_MODEL,D_FF,TOKENS]\n");
 }
 
 }  // namespace
@@ -495,6 +501,7 @@ int main(int argc, char** argv) {
     double batch_seconds = 0.1;
     int timings = 5;
     double max_case_seconds = 12.0;
+    model_shape shape;
     for (int i = 1; i < argc; ++i) {
         std::string_view argument = argv[i];
         auto value_after = [&](std::string_view prefix) -> std::string_view {
@@ -515,6 +522,12 @@ int main(int argc, char** argv) {
             batch_seconds = std::atof(std::string(value).c_str());
         } else if (auto value = value_after("--max-case-seconds="); !value.empty()) {
             max_case_seconds = std::atof(std::string(value).c_str());
+        } else if (auto value = value_after("--model="); !value.empty()) {
+            const auto dims = split_list(value);
+            if (dims.size() != 3) fail("--model=D_MODEL,D_FF,TOKENS expects 3 numbers");
+            shape = {std::atol(dims[0].c_str()), std::atol(dims[1].c_str()), std::atol(dims[2].c_str())};
+            if (shape.d_model < 1 || shape.d_ff < 1 || shape.tokens < 1)
+                fail("--model values must be positive");
         } else if (auto value = value_after("--timings="); !value.empty()) {
             timings = std::max(1, std::atoi(std::string(value).c_str()));
         } else {
@@ -562,7 +575,7 @@ int main(int argc, char** argv) {
     std::printf("Correctness: all libraries match a double reference on 67x45x33, "
                 "NN/NT/TN/TT, padded ld, beta != 0.\n\n");
 
-    std::vector<gemm_case> cases = transformer_cases();
+    std::vector<gemm_case> cases = transformer_cases(shape);
     size_t largest = 0;
     for (const auto& shape : cases)
         largest = std::max({largest, size_t(shape.m * shape.k), size_t(shape.k * shape.n),

@@ -6,7 +6,9 @@
 # Usage: benchmarks/compare_pytorch.sh [--config FILE] [--set f=v ...]
 # Environment: BUILD_DIR (default build), THREADS (default 2), STEPS timed steps (default 10),
 #   TRIAL_STEPS for PyTorch's set-up search (default 2; 0: no search), PYTHON (default
-#   /usr/bin/python3, which has Debian's python3-torch).
+#   /usr/bin/python3, which has Debian's python3-torch), ATEN_CPU_CAPABILITY (PyTorch's vector
+#   kernels; default avx512 where the CPU has AVX-512: Debian's build otherwise stays on AVX2,
+#   measured 4-5% slower a step), MOD_SGEMM (modtrain's f32 GEMM library, core/cpu/blas.h).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +22,12 @@ BENCH="$BUILD_DIR/benchmarks/train_bench"
 [[ -x "$BENCH" ]] || { echo "compare_pytorch: $BENCH missing: build it (cmake --build $BUILD_DIR --target train_bench)" >&2; exit 1; }
 "$PYTHON" -c 'import torch' 2>/dev/null ||
   { echo "compare_pytorch: $PYTHON cannot import torch: apt-get install -y python3-torch" >&2; exit 1; }
+
+# PyTorch's best set-up: its AVX-512 kernels where the CPU has them.
+if [[ -z "${ATEN_CPU_CAPABILITY:-}" ]] && grep -qw avx512f /proc/cpuinfo; then
+  export ATEN_CPU_CAPABILITY=avx512
+fi
+echo "PyTorch vector kernels: ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-default}"
 
 # One process pair, steps interleaved (a PyTorch step, then ours, per model and round): a shared
 # 2-core VM drifts by 10-30% over tens of seconds, which would otherwise land on one side only.

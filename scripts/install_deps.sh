@@ -5,8 +5,9 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libopenblas-openmp-dev libopenblas0-openmp   # GEMM backend (OpenMP build, runtime kernel pick)
-  libblis-openmp-dev libdnnl-dev               # other BLAS candidates, for benchmarks/blas_sgemm
+  libopenblas-openmp-dev libopenblas0-openmp   # f64 GEMM, f32 without oneDNN (OpenMP build)
+  libdnnl-dev                                  # oneDNN: f32 GEMM (core/cpu/blas.h)
+  libblis-openmp-dev                           # another BLAS candidate, for benchmarks/blas_sgemm
   catch2                                       # Catch2 v2 test framework
   libprotobuf-dev protobuf-compiler            # config schema and checkpoint metadata
   libboost-program-options-dev                 # command line

@@ -1,14 +1,21 @@
-// OpenBLAS loader: resolves cblas_sgemm/dgemm after clearing OPENBLAS_CORETYPE (see blas.h).
+// GEMM dispatch (see blas.h): tiny products in our loops, f32 to oneDNN or OpenBLAS, f64 to
+// OpenBLAS, which is loaded here after clearing OPENBLAS_CORETYPE.
 #include "core/cpu/blas.h"
 
 #include <dlfcn.h>
 #include <omp.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+
+#ifdef MOD_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+#endif
 
 #ifndef MOD_OPENBLAS_PATH
 #define MOD_OPENBLAS_PATH "libopenblas.so.0"
@@ -62,7 +69,7 @@ const Blas& blas() {
     auto corename = reinterpret_cast<CharFn>(dlsym(h, "openblas_get_corename"));
     auto config = reinterpret_cast<CharFn>(dlsym(h, "openblas_get_config"));
     auto threads = reinterpret_cast<IntFn>(dlsym(h, "openblas_get_num_threads"));
-    instance.description = std::string("OpenBLAS ") + (config ? config() : "?") + ", kernel " +
+    instance.description = std::string(config ? config() : "OpenBLAS ?") + ", kernel " +
                            (corename ? corename() : "?") + ", " +
                            std::to_string(threads ? threads() : 0) + " threads" + note;
   });
@@ -127,20 +134,27 @@ void zero_rows(int64_t m, int64_t n, T* c, int64_t ldc) {
   for (int64_t i = 0; i < m; ++i) std::memset(c + i * ldc, 0, sizeof(T) * n);
 }
 
-template <typename T, typename Gemm>
-void gemm_dispatch(Gemm gemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
-                   const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+// One-row and one-column products skip the libraries (see vector_times_matrix); true when done.
+template <typename T>
+bool vector_product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+                    int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if (m == 1) {  // c[1,N] = op(a)[1,K] op(b)[K,N]; a's K values are lda apart when ta
     vector_times_matrix(tb, n, k, alpha, a, ta ? lda : 1, b, ldb, beta, c, 1);
-    return;
+    return true;
   }
   if (n == 1) {  // c[M,1] = op(a)[M,K] op(b)[K,1], i.e. c^T = op(b)^T op(a)^T
     vector_times_matrix(!ta, m, k, alpha, b, tb ? 1 : ldb, a, lda, beta, c, ldc);
-    return;
+    return true;
   }
-  // OpenBLAS applies beta = 0 in a pass of its own before the product, with scalar stores
-  // (measured: 6-7% of a training step, about 5 GB/s); zeroing here at memset speed and
-  // accumulating with beta = 1 gives the same result.
+  return false;
+}
+
+template <typename T, typename Gemm>
+void openblas_gemm(Gemm gemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
+                   const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  // OpenBLAS applies beta = 0 in a pass of its own before the product, with scalar stores on
+  // some kernels (measured on Zen 3: 6-7% of a training step, about 5 GB/s); zeroing here at
+  // memset speed and accumulating with beta = 1 gives the same result.
   if (beta == T(0)) {
     zero_rows(m, n, c, ldc);
     beta = T(1);
@@ -149,18 +163,81 @@ void gemm_dispatch(Gemm gemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
        to_int(k, "K"), alpha, a, to_int(lda, "lda"), b, to_int(ldb, "ldb"), beta, c,
        to_int(ldc, "ldc"));
 }
+
+constexpr bool kHaveOneDnn =
+#ifdef MOD_HAVE_ONEDNN
+    true;
+#else
+    false;
+#endif
+
+SgemmLibrary library_from_environment() {
+  const char* env = std::getenv("MOD_SGEMM");
+  if (!env || !*env) return kHaveOneDnn ? SgemmLibrary::OneDnn : SgemmLibrary::OpenBlas;
+  const std::string v = env;
+  if (v == "openblas") return SgemmLibrary::OpenBlas;
+  if (v == "onednn" && kHaveOneDnn) return SgemmLibrary::OneDnn;
+  throw std::invalid_argument("MOD_SGEMM=" + v + ": expected openblas" +
+                              (kHaveOneDnn ? " or onednn"
+                                           : " (this build has no oneDNN: install libdnnl-dev "
+                                             "and configure again)"));
+}
+
+std::atomic<SgemmLibrary>& current_library() {
+  static std::atomic<SgemmLibrary> library{library_from_environment()};
+  return library;
+}
+
+#ifdef MOD_HAVE_ONEDNN
+void onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const dnnl_status_t status = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda,
+                                          b, ldb, beta, c, ldc);
+  if (status != dnnl_success)
+    throw std::runtime_error("oneDNN sgemm " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                             std::to_string(k) + " failed: " + dnnl_status2str(status));
+}
+
+std::string onednn_describe() {
+  const dnnl_version_t* v = dnnl_version();
+  std::string isa = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa());  // "cpu_isa_avx2"
+  if (isa.rfind("cpu_isa_", 0) == 0) isa.erase(0, 8);
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + " (" + isa + ")";
+}
+#endif
 }  // namespace
 
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  gemm_dispatch(blas().sgemm, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (vector_product(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
+#ifdef MOD_HAVE_ONEDNN
+  if (current_library().load(std::memory_order_relaxed) == SgemmLibrary::OneDnn)
+    return onednn_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#endif
+  openblas_gemm(blas().sgemm, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
                int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  gemm_dispatch(blas().dgemm, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (vector_product(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
+  openblas_gemm(blas().dgemm, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-std::string blas_describe() { return blas().description; }
+SgemmLibrary sgemm_library() { return current_library().load(); }
+
+void set_sgemm_library(SgemmLibrary library) {
+  if (library == SgemmLibrary::OneDnn && !kHaveOneDnn)
+    throw std::invalid_argument("set_sgemm_library: this build has no oneDNN (libdnnl-dev)");
+  current_library().store(library);
+}
+
+std::string blas_describe() {
+#ifdef MOD_HAVE_ONEDNN
+  if (sgemm_library() == SgemmLibrary::OneDnn)
+    return "f32 " + onednn_describe() + "; f64 " + blas().description;
+#endif
+  return "f32 and f64 " + blas().description;
+}
 
 }  // namespace mod::cpu

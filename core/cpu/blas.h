@@ -1,7 +1,12 @@
-// GEMM through OpenBLAS, loaded with dlopen on first use so that modtrain, not the environment,
-// picks the kernel: OPENBLAS_CORETYPE (which some images set to Haswell, halving the speed on
-// AVX-512 CPUs) is removed before loading, so OpenBLAS selects by CPUID. MOD_OPENBLAS_CORETYPE
-// forces a kernel on purpose. See docs/blas.md for why OpenBLAS.
+// GEMM for the CPU backend. f32 products run in oneDNN where the build has it (its SGEMM is
+// 1.04-1.36x OpenBLAS's on this project's shapes on AVX-512 CPUs and ties on AVX2 ones, and it
+// applies beta = 0 without a pass of its own; docs/blas.md), else in OpenBLAS; f64 products
+// always run in OpenBLAS. MOD_SGEMM=openblas|onednn picks the f32 library on purpose.
+//
+// OpenBLAS is loaded with dlopen on first use so that modtrain, not the environment, picks its
+// kernel: OPENBLAS_CORETYPE (which some images set to Haswell, halving the speed on AVX-512
+// CPUs) is removed before loading, so OpenBLAS selects by CPUID. MOD_OPENBLAS_CORETYPE forces a
+// kernel on purpose.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +14,8 @@
 
 namespace mod::cpu {
 
-// Row-major C = alpha * op(A) op(B) + beta * C with leading dimensions, as cblas_?gemm.
+// Row-major C = alpha * op(A) op(B) + beta * C with leading dimensions, as cblas_?gemm. One-row
+// and one-column products (decoding) run in loops of our own; see blas.cpp.
 void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                int64_t ldc);
@@ -17,7 +23,16 @@ void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, doub
                const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
                int64_t ldc);
 
-// "OpenBLAS 0.3.21 ... kernel Zen (OpenMP, 2 threads)"; loads the library if needed.
+enum class SgemmLibrary { OpenBlas, OneDnn };
+
+// The library f32 GEMMs use now: MOD_SGEMM when set (an unknown value throws, naming it), else
+// oneDNN when built in, else OpenBLAS.
+SgemmLibrary sgemm_library();
+// Benchmarks and tests compare the two in one process; throws when the build lacks oneDNN.
+void set_sgemm_library(SgemmLibrary library);
+
+// "f32 oneDNN 2.6.3 (avx512_core_amx); f64 OpenBLAS 0.3.21 ..., kernel SkylakeX, 2 threads";
+// loads OpenBLAS if needed.
 std::string blas_describe();
 
 }  // namespace mod::cpu

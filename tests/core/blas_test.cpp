@@ -1,21 +1,123 @@
-// The GEMM backend picks its kernel from the CPU, not from OPENBLAS_CORETYPE. The hidden test
-// runs as its own CTest entry with OPENBLAS_CORETYPE=Haswell set (tests/CMakeLists.txt).
+// The GEMM backend: both f32 libraries against a double reference, beta = 0 never reading C,
+// run-to-run determinism, and library selection. OpenBLAS picks its kernel from the CPU, not
+// from OPENBLAS_CORETYPE; that hidden test, and the one for a bad MOD_SGEMM, run as their own
+// CTest entries with the variable set (tests/CMakeLists.txt).
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <vector>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/cpu/blas.h"
 
 using Catch::Matchers::Contains;
+using mod::cpu::SgemmLibrary;
 
-TEST_CASE("the GEMM backend reports its kernel", "[blas]") {
+namespace {
+// The f32 libraries this build has, each made current in turn; the original is restored after.
+std::vector<SgemmLibrary> built_libraries() {
+  const SgemmLibrary was = mod::cpu::sgemm_library();
+  std::vector<SgemmLibrary> libs{SgemmLibrary::OpenBlas};
+  try {
+    mod::cpu::set_sgemm_library(SgemmLibrary::OneDnn);
+    libs.push_back(SgemmLibrary::OneDnn);
+  } catch (const std::invalid_argument& e) {
+    WARN("f32 GEMM tests cover OpenBLAS only: " << e.what());
+  }
+  mod::cpu::set_sgemm_library(was);
+  return libs;
+}
+
+const char* name(SgemmLibrary lib) { return lib == SgemmLibrary::OneDnn ? "oneDNN" : "OpenBLAS"; }
+
+struct RestoreLibrary {
+  SgemmLibrary was = mod::cpu::sgemm_library();
+  ~RestoreLibrary() { mod::cpu::set_sgemm_library(was); }
+};
+}  // namespace
+
+TEST_CASE("the GEMM backend reports its libraries, oneDNN for f32 where built in", "[blas]") {
   const std::string d = mod::cpu::blas_describe();
   INFO(d);
   CHECK_THAT(d, Contains("OpenBLAS") && Contains("kernel"));
+  if (built_libraries().size() == 2) {  // MOD_SGEMM unset in this entry: oneDNN by default
+    CHECK(mod::cpu::sgemm_library() == SgemmLibrary::OneDnn);
+    CHECK_THAT(d, Contains("f32 oneDNN"));
+  }
+  RestoreLibrary restore;
+  mod::cpu::set_sgemm_library(SgemmLibrary::OpenBlas);
+  CHECK_THAT(mod::cpu::blas_describe(), Contains("f32 and f64 OpenBLAS"));
+}
+
+TEST_CASE("a bad MOD_SGEMM names the variable and the choices", "[.blas_env]") {
+  REQUIRE(std::getenv("MOD_SGEMM") != nullptr);  // set by the CTest entry
+  try {
+    mod::cpu::sgemm_library();
+    FAIL("MOD_SGEMM=" << std::getenv("MOD_SGEMM") << " was accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK_THAT(std::string(e.what()), Contains("MOD_SGEMM=mkl") && Contains("expected openblas"));
+  }
+}
+
+// Every transpose, padded leading dimensions, alpha and beta != 0, shapes past each library's
+// blocking (and the one-row and one-column products that bypass both), against double sums.
+TEST_CASE("f32 GEMM in each library matches a double reference", "[blas]") {
+  RestoreLibrary restore;
+  struct Shape { int64_t m, n, k; };
+  for (const SgemmLibrary lib : built_libraries()) {
+    mod::cpu::set_sgemm_library(lib);
+    for (const Shape s : {Shape{67, 45, 33}, Shape{130, 257, 300}, Shape{1, 40, 70}, Shape{50, 1, 70}})
+      for (const bool ta : {false, true})
+        for (const bool tb : {false, true}) {
+          INFO(name(lib) << " " << s.m << "x" << s.n << "x" << s.k << " ta " << ta << " tb " << tb);
+          const int64_t lda = (ta ? s.m : s.k) + 3, ldb = (tb ? s.k : s.n) + 2, ldc = s.n + 5;
+          const int64_t a_rows = ta ? s.k : s.m, b_rows = tb ? s.n : s.k;
+          std::vector<float> a(a_rows * lda), b(b_rows * ldb), c(s.m * ldc);
+          for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37 * i);
+          for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.23 * i);
+          for (size_t i = 0; i < c.size(); ++i) c[i] = std::sin(0.11 * i);
+          const std::vector<float> c0 = c;
+          mod::cpu::blas_gemm(ta, tb, s.m, s.n, s.k, 0.75f, a.data(), lda, b.data(), ldb, -0.5f,
+                              c.data(), ldc);
+          for (int64_t i = 0; i < s.m; ++i) {
+            for (int64_t j = 0; j < s.n; ++j) {
+              double want = 0;
+              for (int64_t p = 0; p < s.k; ++p)
+                want += double(ta ? a[p * lda + i] : a[i * lda + p]) *
+                        (tb ? b[j * ldb + p] : b[p * ldb + j]);
+              want = 0.75 * want - 0.5 * c0[i * ldc + j];
+              REQUIRE(std::abs(c[i * ldc + j] - want) <= 1e-5 * (1 + std::abs(want)) * std::sqrt(s.k));
+            }
+            for (int64_t j = s.n; j < ldc; ++j) REQUIRE(c[i * ldc + j] == c0[i * ldc + j]);
+          }
+        }
+  }
+}
+
+// Resume and the parallel-layout tests compare runs bitwise: the same product twice must give
+// the same bits (OpenMP threads as configured).
+TEST_CASE("f32 GEMM gives the same bits on every call", "[blas]") {
+  RestoreLibrary restore;
+  const int64_t m = 512, n = 384, k = 1024;
+  std::vector<float> a(m * k), b(k * n), c1(m * n), c2(m * n);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37 * i);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.23 * i);
+  for (const SgemmLibrary lib : built_libraries()) {
+    mod::cpu::set_sgemm_library(lib);
+    for (const bool ta : {false, true}) {
+      INFO(name(lib) << " ta " << ta);
+      mod::cpu::blas_gemm(ta, false, m, n, k, 1.0f, a.data(), ta ? m : k, b.data(), n, 0.0f,
+                          c1.data(), n);
+      for (int rep = 0; rep < 3; ++rep) {
+        mod::cpu::blas_gemm(ta, false, m, n, k, 1.0f, a.data(), ta ? m : k, b.data(), n, 0.0f,
+                            c2.data(), n);
+        REQUIRE(c1 == c2);
+      }
+    }
+  }
 }
 
 TEST_CASE("OPENBLAS_CORETYPE from the environment is ignored", "[.blas_env]") {
@@ -28,21 +130,26 @@ TEST_CASE("OPENBLAS_CORETYPE from the environment is ignored", "[.blas_env]") {
   if (__builtin_cpu_supports("avx512f")) CHECK_THAT(d, !Contains("kernel Haswell"));
 }
 
-// beta = 0 must overwrite C without reading it (blas_gemm zeroes C itself and accumulates):
-// NaN and infinity left in C, and in the padding past N of each row, must not leak.
+// beta = 0 must overwrite C without reading it (for OpenBLAS blas_gemm zeroes C itself and
+// accumulates): NaN and infinity left in C, and in the padding past N of each row, must not leak.
 TEST_CASE("blas_gemm with beta 0 overwrites C, leaving row padding alone", "[blas]") {
-  const int64_t m = 37, n = 19, k = 23, ldc = n + 3;
-  std::vector<float> a(m * k), b(k * n), c(m * ldc, std::numeric_limits<float>::quiet_NaN());
-  for (int64_t i = 0; i < m * k; ++i) a[i] = static_cast<float>((i * 7) % 11) - 5.0f;
-  for (int64_t i = 0; i < k * n; ++i) b[i] = static_cast<float>((i * 5) % 13) - 6.0f;
-  for (int64_t i = 0; i < m; ++i) c[i * ldc + 1] = std::numeric_limits<float>::infinity();
-  mod::cpu::blas_gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), ldc);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double want = 0;  // small integers: exact in float
-      for (int64_t p = 0; p < k; ++p) want += double(a[i * k + p]) * b[p * n + j];
-      REQUIRE(c[i * ldc + j] == static_cast<float>(want));
+  RestoreLibrary restore;
+  for (const SgemmLibrary lib : built_libraries()) {
+    mod::cpu::set_sgemm_library(lib);
+    INFO(name(lib));
+    const int64_t m = 37, n = 19, k = 23, ldc = n + 3;
+    std::vector<float> a(m * k), b(k * n), c(m * ldc, std::numeric_limits<float>::quiet_NaN());
+    for (int64_t i = 0; i < m * k; ++i) a[i] = static_cast<float>((i * 7) % 11) - 5.0f;
+    for (int64_t i = 0; i < k * n; ++i) b[i] = static_cast<float>((i * 5) % 13) - 6.0f;
+    for (int64_t i = 0; i < m; ++i) c[i * ldc + 1] = std::numeric_limits<float>::infinity();
+    mod::cpu::blas_gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), ldc);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0;  // small integers: exact in float
+        for (int64_t p = 0; p < k; ++p) want += double(a[i * k + p]) * b[p * n + j];
+        REQUIRE(c[i * ldc + j] == static_cast<float>(want));
+      }
+      for (int64_t j = n; j < ldc; ++j) REQUIRE(std::isnan(c[i * ldc + j]));
     }
-    for (int64_t j = n; j < ldc; ++j) REQUIRE(std::isnan(c[i * ldc + j]));
   }
 }

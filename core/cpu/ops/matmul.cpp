@@ -1,5 +1,5 @@
-// CPU GEMM: one BLAS call per batch entry. Large matrices use the BLAS's own threads; many small
-// ones (attention-sized, batched) run one per OpenMP thread with a single-threaded BLAS call.
+// CPU GEMM: one library call per batch entry (blas.h). Large matrices use the library's own
+// threads; many small ones (attention-sized, batched) run one per OpenMP thread, single-threaded.
 #include <omp.h>
 
 #include "core/cpu/blas.h"
@@ -21,7 +21,7 @@ void CpuBackend::gemm(const GemmArgs& g, const Tensor& a, const Tensor& b, Tenso
       blas_gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, alpha, pa + i * g.stride_a, lda,
                 pb + i * g.stride_b, ldb, beta, pc + i * g.stride_c, g.n);
     };
-    // OpenBLAS's OpenMP build runs single-threaded when called inside a parallel region. A
+    // oneDNN and OpenBLAS's OpenMP build run single-threaded inside a parallel region. A
     // batch too small to pay for waking the team (tiny experts, tests) stays on this thread.
     const bool small = g.m * g.n * g.k < (int64_t{1} << 21);
     const bool worth_threads = g.batch * g.m * g.n * g.k >= (int64_t{1} << 16);
