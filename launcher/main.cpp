@@ -4,6 +4,7 @@
 #include <exception>
 #include <string>
 
+#include "core/train/stop_signal.h"
 #include "launcher/cli.h"
 #include "parallel/world.h"
 
@@ -40,6 +41,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "modtrain: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 2;
   };
+  // Before any thread starts (MPI's, OpenMP's), so that all of them inherit the block and no
+  // compute thread is interrupted by a stop signal (stop_signal.h); and before anything slow:
+  // Slurm's USR1 lead can arrive during start-up, and the trainer checks after its first step.
+  if (command == "train") mod::train::install_stop_handlers();
   // Under mpirun or srun every rank runs this; a world of one otherwise.
   mod::parallel::init_world(&argc, &argv);
   int code = 1;

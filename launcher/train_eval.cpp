@@ -38,9 +38,6 @@ int train(int argc, char** argv) {
   po::variables_map vm;
   if (!parse(argc, argv, "usage: [mpirun -np N] modtrain train --config FILE --run-dir DIR [--set f=v ...]", o, vm))
     return 0;
-  // Before anything slow: a stop signal during start-up must not kill the process (Slurm's
-  // USR1 lead can arrive early); the trainer checks the flag after its first step.
-  train::install_stop_handlers();
   modtrain::RunConfig cfg = load_config(vm);
   if (vm.count("data")) cfg.mutable_data()->set_dir(vm["data"].as<std::string>());
   const int rank = parallel::world().rank();

@@ -10,7 +10,10 @@ namespace mod::train {
 // "try again"); a requeued job started with --resume auto continues from it.
 constexpr int kExitCheckpointedStop = 75;
 
-// Installs the handlers for SIGTERM and SIGUSR1 (idempotent).
+// Installs the handlers for SIGTERM and SIGUSR1 (idempotent), and blocks both in the calling
+// thread, so in every thread it creates later, for one waiting thread to take them: call it
+// before any other thread starts (modtrain train does, first thing), so that no compute
+// thread is ever interrupted.
 void install_stop_handlers();
 // The signal received on this process, or 0.
 int stop_signal_received();
