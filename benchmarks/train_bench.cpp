@@ -155,20 +155,38 @@ struct SampleResult {
   std::vector<double> admitted_fraction;  // per routed block
 };
 
-// Generations of n tokens from a one-token prompt, the models interleaved (one generation of
-// each per round, after one warm-up round); best tokens/s per model over the rounds.
+// One timed generation: a one-token prompt and the sampling seed (temperature 1: the text
+// varies as in real use).
+struct Prompt {
+  int64_t first;
+  uint64_t seed;
+};
+
+std::vector<int64_t> generate_text(const model::Transformer& m, const Prompt& p, int64_t n) {
+  model::SamplingParams params;
+  params.seed = p.seed;
+  const auto g = model::generate(m, {p.first}, n, params);
+  std::vector<int64_t> text{p.first};
+  text.insert(text.end(), g.tokens.begin(), g.tokens.end());
+  return text;
+}
+
+// Generations of n tokens from each prompt, the models interleaved (one generation of each per
+// prompt; the first prompt warms up, untimed); tokens/s per model over all the rest together
+// (the best single generation would favour the one whose text admitted the fewest tokens).
 std::vector<SampleResult> time_sampling(const std::vector<const model::Transformer*>& models,
-                                        int64_t n, int reps, Rng& rng) {
+                                        int64_t n, const std::vector<Prompt>& prompts) {
   std::vector<SampleResult> out(models.size());
   std::vector<std::vector<int64_t>> admitted(models.size()), seen(models.size());
-  for (int rep = 0; rep <= reps; ++rep) {
-    model::SamplingParams params;  // temperature 1: the text varies as in real use
-    params.seed = 1 + rep;
-    const int64_t first = rng.below(models[0]->config().vocab_size());
+  std::vector<double> tokens(models.size()), seconds(models.size());
+  for (size_t rep = 0; rep < prompts.size(); ++rep) {
+    model::SamplingParams params;
+    params.seed = prompts[rep].seed;
     for (size_t i = 0; i < models.size(); ++i) {
-      const auto g = model::generate(*models[i], {first}, n, params);
+      const auto g = model::generate(*models[i], {prompts[rep].first}, n, params);
       if (rep == 0) continue;
-      out[i].tokens_per_s = std::max(out[i].tokens_per_s, g.tokens.size() / g.seconds);
+      tokens[i] += static_cast<double>(g.tokens.size());
+      seconds[i] += g.seconds;
       admitted[i].resize(g.admitted.size());
       seen[i].resize(g.seen.size());
       for (size_t k = 0; k < g.admitted.size(); ++k) {
@@ -177,9 +195,11 @@ std::vector<SampleResult> time_sampling(const std::vector<const model::Transform
       }
     }
   }
-  for (size_t i = 0; i < models.size(); ++i)
+  for (size_t i = 0; i < models.size(); ++i) {
+    out[i].tokens_per_s = tokens[i] / seconds[i];
     for (size_t k = 0; k < admitted[i].size(); ++k)
       out[i].admitted_fraction.push_back(static_cast<double>(admitted[i][k]) / seen[i][k]);
+  }
   return out;
 }
 
@@ -213,7 +233,7 @@ int main(int argc, char** argv) {
       ("set", po::value<std::vector<std::string>>()->composing(), "override: path.to.field=value (repeatable)")
       ("steps", po::value<int>()->default_value(10), "timed training steps per model")
       ("warmup", po::value<int>()->default_value(2), "untimed training steps per model first")
-      ("sample-reps", po::value<int>()->default_value(3), "timed generations per model (0: no sampling)")
+      ("sample-reps", po::value<int>()->default_value(8), "timed generations per model (0: no sampling)")
       ("sample-tokens", po::value<int64_t>()->default_value(0), "tokens per generation (0: seq_len - 1)")
       ("serve", "after the checks and warm-up, step on request: read 'dense' or 'mod' lines on stdin, answer each with the step's seconds (benchmarks/pytorch_reference.py --against interleaves its steps with ours this way)");
   po::variables_map vm;
@@ -307,27 +327,33 @@ int main(int argc, char** argv) {
     std::printf("\n== sampling: generate %lld tokens, batch 1, KV cache, temperature 1 ==\n",
                 static_cast<long long>(n));
     const double cap = mc.mod().capacity();
-    // Calibrated on random sequences, then again on sequences the calibrated model sampled
-    // (whose statistics the timed generations share).
+    // The predictors of an untrained model admit any fraction, so their output biases are set
+    // to admit `capacity` of the tokens, the operating point a trained predictor learns: first
+    // on random sequences, then twice on 32 sequences the calibrated model sampled (whose
+    // statistics the timed generations share; the biases move what the model samples).
     calibrate_predictors(*routed.model, cap, random_tokens(16, mc.seq_len(), mc.vocab_size(), rng),
                          "random tokens");
-    std::vector<int64_t> own;
-    for (uint64_t seed = 100; seed < 104; ++seed) {
-      model::SamplingParams params;
-      params.seed = seed;
-      const int64_t first = rng.below(mc.vocab_size());
-      own.push_back(first);
-      const auto g = model::generate(*routed.model, {first}, mc.seq_len() - 1, params);
-      own.insert(own.end(), g.tokens.begin(), g.tokens.end());
+    constexpr int kCalibrationTexts = 32;
+    std::vector<double> biases;
+    for (int round = 0; round < 2; ++round) {
+      std::vector<int64_t> text;
+      for (int i = 0; i < kCalibrationTexts; ++i) {
+        const Prompt p{rng.below(mc.vocab_size()), static_cast<uint64_t>(1000 * (round + 1) + i)};
+        const auto t = generate_text(*routed.model, p, n);
+        text.insert(text.end(), t.begin(), t.end());
+      }
+      biases = calibrate_predictors(*routed.model, cap,
+                                    Tensor::from_indices(text, {kCalibrationTexts, n + 1}),
+                                    "sampled text");
     }
-    const auto biases = calibrate_predictors(
-        *routed.model, cap, Tensor::from_indices(own, {4, static_cast<int64_t>(own.size()) / 4}),
-        "sampled text");
-    std::printf("  predictor output biases set to admit %.1f%% of the tokens of sampled text:",
+    std::vector<Prompt> prompts;  // for timing: other seeds than the calibration's
+    for (int rep = 0; rep <= reps; ++rep)
+      prompts.push_back({rng.below(mc.vocab_size()), static_cast<uint64_t>(1 + rep)});
+    std::printf("  predictor output biases set to admit %.1f%% of the tokens of the sampled text:",
                 100 * cap);
     for (double b : biases) std::printf(" %.4g", b);
     std::printf("\n");
-    const auto res = time_sampling({dense.model.get(), routed.model.get()}, n, reps, rng);
+    const auto res = time_sampling({dense.model.get(), routed.model.get()}, n, prompts);
     const SampleResult &sd = res[0], &sm = res[1];
     std::printf("  admitted fraction while sampling, per routed block:");
     for (double f : sm.admitted_fraction) std::printf(" %.1f%%", 100 * f);
