@@ -18,17 +18,27 @@ packages=(
   libpmix-dev                                  # libpmix.so, dlopened by srun --mpi=pmix
 )
 
+# Python readers for one test (an exported safetensors file checked from Python), from PyPI;
+# optional: without them that test is skipped, saying so.
+python_test_packages() {
+  python3 -c "import safetensors.numpy, numpy" 2>/dev/null && return 0
+  python3 -m pip install --quiet --disable-pip-version-check safetensors numpy 2>/dev/null || true
+  python3 -c "import safetensors.numpy, numpy" 2>/dev/null ||
+    echo "install_deps: warning: no safetensors/numpy for python3; unit:checkpoint_export_python will skip"
+}
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install_deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  echo "install_deps: installed ${missing[*]}"
 fi
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-echo "install_deps: installed ${missing[*]}"
+python_test_packages
