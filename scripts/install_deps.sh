@@ -22,7 +22,8 @@ packages=(
 # optional: without them that test is skipped, saying so.
 python_test_packages() {
   python3 -c "import safetensors.numpy, numpy" 2>/dev/null && return 0
-  python3 -m pip install --quiet --disable-pip-version-check safetensors numpy 2>/dev/null || true
+  python3 -m pip install --quiet --disable-pip-version-check --timeout 20 --retries 1 \
+    safetensors numpy 2>/dev/null || true
   python3 -c "import safetensors.numpy, numpy" 2>/dev/null ||
     echo "install_deps: warning: no safetensors/numpy for python3; unit:checkpoint_export_python will skip"
 }
