@@ -343,9 +343,11 @@ Tensor Transformer::decode_step(int64_t token, int64_t pos, std::vector<KvCache>
       x = add(x, blk.delta(x, p, &caches[b], RoutingMode::Causal));
       continue;
     }
+    // Skipped (no cache entry, no compute) unless the decision logit is positive; with a
+    // predictor the router is read only for tokens that enter.
+    if (blk.predictor() && blk.predictor()->logits(x).item() <= 0) continue;
     Tensor r = blk.router()->scores(x);  // [1,1]
-    const double decision = blk.predictor() ? blk.predictor()->logits(x).item() : r.item();
-    if (decision <= 0) continue;  // skipped: no cache entry, no compute
+    if (!blk.predictor() && r.item() <= 0) continue;
     x = add(x, mul(blk.delta(x, p, &caches[b], RoutingMode::Causal),
                    apply_gate(cfg_.mod().router().gate(), reshape(r, {1, 1, 1}))));
   }
