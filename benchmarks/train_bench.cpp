@@ -155,8 +155,8 @@ struct SampleResult {
   std::vector<double> admitted_fraction;  // per routed block
 };
 
-// One timed generation: a one-token prompt and the sampling seed (temperature 1: the text
-// varies as in real use).
+// One generation: a one-token prompt and the sampling seed (temperature 1: the text varies as
+// in real use).
 struct Prompt {
   int64_t first;
   uint64_t seed;

@@ -66,22 +66,13 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   const Device device = logits.device();
   Backend& be = backend_of(logits);
 
-  // Host side: the counted rows, checked ids, and where each row's target logit lies.
-  const Tensor host_targets = targets.to(Device::CPU);
+  // Host side: checked ids, the counted rows, and where each row's target logit lies.
+  const Tensor host_targets = targets.to(Device::CPU).view({n});
+  const int64_t counted =
+      count_targets("vocab_parallel_cross_entropy", host_targets, vocab, ignore_index);
   Tensor counted_host = Tensor::empty({n}, dtype);
-  int64_t counted = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t t = id_at(host_targets, i);
-    const bool use = t != ignore_index;
-    if (use && (t < 0 || t >= vocab))
-      throw std::invalid_argument("vocab_parallel_cross_entropy: targets[" + std::to_string(i) +
-                                  "] = " + std::to_string(t) + " is out of range [0, " +
-                                  std::to_string(vocab) + ") and is not ignore_index (" +
-                                  std::to_string(ignore_index) + ")");
-    counted_host.set(i, use ? 1.0 : 0.0);
-    counted += use;
-  }
-  const SliceRows s = slice_rows(host_targets.view({n}), vocab_start, v, dtype, device);
+  for (int64_t i = 0; i < n; ++i) counted_host.set(i, id_at(host_targets, i) != ignore_index ? 1.0 : 0.0);
+  const SliceRows s = slice_rows(host_targets, vocab_start, v, dtype, device);
   const Tensor counted_rows = counted_host.to(device);
   const Tensor rows2 = logits.view({n, v});
 

@@ -17,7 +17,8 @@ int64_t leading_numel(const Tensor& x) {
   return x.size(-1) == 0 ? 0 : x.numel() / x.size(-1);
 }
 
-// Number of targets != ignore_index; throws naming the first one outside [0, v).
+}  // namespace
+
 // The count divides the mean on the host, so device targets are copied back (B*T indices, one
 // small copy; the range check comes with it).
 int64_t count_targets(const char* op, const Tensor& device_targets, int64_t v, int64_t ignore_index) {
@@ -42,7 +43,6 @@ int64_t count_targets(const char* op, const Tensor& device_targets, int64_t v, i
   return count;
 }
 
-}  // namespace
 
 Tensor softmax(const Tensor& x) {
   const char* op = op_name(Op::Softmax);

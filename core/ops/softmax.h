@@ -19,6 +19,10 @@ Tensor logsumexp(const Tensor& x);
 // outside [0, V) that is not ignore_index throws, naming its (flat) position and value.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 
+// Number of targets (any device) != ignore_index; throws "op: targets[i] = t is out of range
+// [0, v) ..." for the first other one outside [0, v).
+int64_t count_targets(const char* op, const Tensor& targets, int64_t v, int64_t ignore_index);
+
 // Records on `loss` (recorded as `op`) the gradient of a mean cross-entropy with respect to
 // `logits`: d logits = g * inv_count * (exp(logits - lse) - onehot(target)), zero rows where
 // ignored. logits may be the columns [vocab_start, vocab_start + V) of a wider vocabulary with lse
