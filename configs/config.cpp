@@ -254,6 +254,17 @@ void validate(const modtrain::RunConfig& cfg) {
   if (t.precision() == modtrain::TrainConfig::BF16 && t.device() != modtrain::TrainConfig::CUDA)
     bad_field("train.precision", "BF16 needs train.device: CUDA (the CPU kernels are f32/f64)");
   const auto& p = cfg.parallel();
+  if (t.cuda_graph()) {
+    if (t.device() != modtrain::TrainConfig::CUDA)
+      bad_field("train.cuda_graph", "needs train.device: CUDA (graphs are a CUDA feature)");
+    if (m.moe().enabled())
+      bad_field("train.cuda_graph", "cannot capture an MoE model's step: its expert slots are "
+                                    "chosen on the host (set model.moe.enabled: false or drop "
+                                    "train.cuda_graph)");
+    if (p.dp() * p.tp() > 1)
+      bad_field("train.cuda_graph", "runs in one process for now (parallel.dp and parallel.tp "
+                                    "must be 1; the collectives are not captured)");
+  }
   if (p.ep() > 1 && m.moe().enabled() && m.moe().n_experts() % p.ep() != 0)
     bad_field("parallel.ep", std::to_string(p.ep()) + " must divide model.moe.n_experts " +
                                  std::to_string(m.moe().n_experts()));

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/tensor.h"
@@ -42,6 +43,19 @@ enum class Broadcast { Same, Inner, Outer };
 struct AdamWArgs {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
   int64_t step = 1;  // 1-based, for bias correction
+};
+// The scalars one AdamW step multiplies by, computed on the host in double (core/ops/optim.h
+// adamw_step_constants): {1 - lr * weight_decay, lr / (1 - beta1^step), 1 / sqrt(1 - beta2^step)}.
+// Kernels read them from a device tensor, so a captured step replays with the current values.
+constexpr int64_t kAdamWConstants = 3;
+
+// A recorded sequence of device work (a CUDA graph), replayed with the same memory: every
+// tensor it reads or writes must stay alive and in place, and new inputs are copied into the
+// tensors it was captured with.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+  virtual void replay() = 0;  // enqueues the work; returns without waiting for it
 };
 
 class Backend {
@@ -163,11 +177,28 @@ class Backend {
   // dlogits = grad_scale * (sigmoid(x) - t)
   virtual void bce_with_logits_backward(const Tensor& logits, const Tensor& targets,
                                         double grad_scale, Tensor& dlogits) = 0;
+  // targets [N] (i32/i64) -> out [1] (float): 1 / (number of targets != ignore_index), 0 when
+  // every target is ignored. The mean's divisor stays on the device: no host round trip.
+  virtual void inverse_target_count(const Tensor& targets, int64_t ignore_index,
+                                    Tensor& out) = 0;
 
   // --- optimizer family (ops/optim) ---
-  // In place: m,v moments (same shape as param); decoupled weight decay (AdamW).
+  // In place: m,v moments (same shape as param); decoupled weight decay (AdamW). args gives
+  // beta1, beta2 and eps; lr, weight decay and step enter only through consts (f64
+  // [kAdamWConstants] on param's device).
   virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                            const AdamWArgs& args) = 0;
+                            const AdamWArgs& args, const Tensor& consts) = 0;
+  // Global-norm clipping on the device: sq [1] f64, the sum of squared gradient entries ->
+  // norm [1] f64 = sqrt(sq) and factor [1] (the gradients' dtype) = max_norm / (norm + 1e-6)
+  // when max_norm > 0 and norm > max_norm, else 1.
+  virtual void clip_factor(const Tensor& sq, double max_norm, Tensor& norm, Tensor& factor) = 0;
+
+  // --- capture (CUDA graphs) ---
+  // Between begin_capture and end_capture the kernels this backend is given are recorded, not
+  // run; a host read of a device tensor in between is an error. The CPU has no graphs: both
+  // throw there.
+  virtual void begin_capture();
+  virtual std::unique_ptr<CapturedWork> end_capture();
 };
 
 // The backend for a device. Throws a clear error for CUDA in a build without CUDA.

@@ -102,8 +102,10 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   be.binary(BinaryKind::Mul, Broadcast::Same, n, 1, per_row, counted_rows, per_row);
   Tensor loss = Tensor::empty({}, dtype, device);
   be.sum_all(per_row, loss);
-  const double inv_count = counted ? 1.0 / static_cast<double>(counted) : 0.0;
-  be.scale(loss, inv_count, loss);
+  // The same divisor, rounded the same way, as cross_entropy's inverse_target_count.
+  const Tensor inv_count =
+      Tensor::scalar(counted ? 1.0 / static_cast<double>(counted) : 0.0, dtype).to(device);
+  be.binary(BinaryKind::Mul, Broadcast::Same, 1, 1, loss, inv_count, loss);
 
   // d logits = (softmax over the whole vocabulary - onehot) / counted on the local slice: the
   // backward needs no communication.

@@ -7,9 +7,10 @@
 
 namespace mod::parallel {
 
-ShardedAdamW::ShardedAdamW(std::vector<Param> params, const modtrain::OptimizerConfig& cfg,
+ShardedAdamW::ShardedAdamW(std::vector<Param> params, const AdamWArgs& hyper,
                            Communicator& dp)
-    : params_(std::move(params)), cfg_(cfg), dp_(dp) {
+    : params_(std::move(params)), dp_(dp),
+      consts_(hyper, params_.empty() ? Device::CPU : params_.front().tensor.device()) {
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].tensor;
     m_.push_back(Tensor::zeros({chunk(i)}, p.dtype(), p.device()));
@@ -29,8 +30,9 @@ std::pair<int64_t, int64_t> ShardedAdamW::owned(size_t i) const {
   return {begin, std::min(n, begin + c)};
 }
 
-void ShardedAdamW::step(double lr) {
-  ++step_;
+void ShardedAdamW::set_learning_rate(double lr) { consts_.set(lr, ++step_); }
+
+void ShardedAdamW::apply() {
   NoGradGuard no_grad;
   const DType dtype = params_.front().tensor.dtype();
   const Device device = params_.front().tensor.device();
@@ -43,16 +45,9 @@ void ShardedAdamW::step(double lr) {
     Tensor flat = p.view({p.numel()});
     Tensor mine = flat.narrow0(begin, len);
     if (p.grad().defined() && len > 0) {
-      AdamWArgs args;
-      args.lr = lr;
-      args.beta1 = cfg_.beta1();
-      args.beta2 = cfg_.beta2();
-      args.eps = cfg_.eps();
-      args.weight_decay = params_[i].decays ? cfg_.weight_decay() : 0.0;
-      args.step = step_;
       Tensor g = p.grad().view({p.numel()}).narrow0(begin, len);
       Tensor m = m_[i].narrow0(0, len), v = v_[i].narrow0(0, len);
-      adamw_update(mine, g, m, v, args);
+      adamw_update(mine, g, m, v, consts_.args(params_[i].decays), consts_.tensor(params_[i].decays));
     }
     if (len > 0) send.narrow0(at, len).copy_from(mine);
     at += chunk(i);

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "configs/modtrain.pb.h"
+#include "core/ops/optim.h"
 #include "parallel/communicator.h"
 
 namespace mod::parallel {
@@ -21,10 +21,17 @@ class ShardedAdamW {
     Tensor tensor;
     bool decays = true;  // takes weight decay
   };
-  ShardedAdamW(std::vector<Param> params, const modtrain::OptimizerConfig& cfg, Communicator& dp);
+  // hyper: beta1, beta2, eps and the decayed parameters' weight decay (train::adamw_hyper).
+  ShardedAdamW(std::vector<Param> params, const AdamWArgs& hyper, Communicator& dp);
 
   // Updates this rank's slice of every parameter with a gradient, then all-gathers them.
-  void step(double lr);
+  void step(double lr) {
+    set_learning_rate(lr);
+    apply();
+  }
+  // step's two halves, as AdamW's (core/train/optimizer.h).
+  void set_learning_rate(double lr);
+  void apply();
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }
 
@@ -42,10 +49,10 @@ class ShardedAdamW {
 
   std::vector<Param> params_;
   std::vector<Tensor> m_, v_;  // [chunk] each
-  modtrain::OptimizerConfig cfg_;
   Communicator& dp_;
   int64_t step_ = 0;
   int64_t total_chunk_ = 0;  // sum of chunks: the all-gather's per-rank length
+  AdamWStepConstants consts_;
 };
 
 }  // namespace mod::parallel

@@ -82,6 +82,16 @@ namespace {
 Backend* cuda_for_testing = nullptr;
 }  // namespace
 
+void Backend::begin_capture() {
+  throw std::runtime_error("capture: the " + std::string(device_name(device())) +
+                           " backend has no graphs to capture work into (CUDA only)");
+}
+
+std::unique_ptr<CapturedWork> Backend::end_capture() {
+  throw std::runtime_error("capture: the " + std::string(device_name(device())) +
+                           " backend has no graphs to capture work into (CUDA only)");
+}
+
 void set_cuda_backend_for_testing(Backend* b) { cuda_for_testing = b; }
 
 Backend& backend(Device device) {

@@ -1,10 +1,12 @@
 // Caching device allocator: sizes rounded up (512 B below 1 MiB, 2 MiB above), freed blocks
 // kept per rounded size and reused; on out-of-memory the cache is released and cudaMalloc tried
-// once more.
+// once more. Blocks belong to a pool: 0, the general one, or a captured graph's private pool.
 #include <cuda_runtime.h>
 
 #include <map>
 #include <mutex>
+#include <set>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -23,20 +25,34 @@ size_t round_size(size_t bytes) {
   return (bytes + unit - 1) / unit * unit;
 }
 
+struct Block {
+  size_t size = 0;
+  int pool = 0;
+};
+
 struct Cache {
   std::mutex mutex;
-  std::map<size_t, std::vector<void*>> free_blocks;  // rounded size -> blocks
-  std::unordered_map<void*, size_t> sizes;           // every live or cached block
+  std::map<std::pair<int, size_t>, std::vector<void*>> free_blocks;  // (pool, size) -> blocks
+  std::unordered_map<void*, Block> blocks;  // every live or cached block
+  std::set<int> graph_pools;                // private pools of live graphs
+  int capturing = 0;                        // the pool being captured into, 0: none
+  int next_pool = 1;
   AllocatorStats stats;
 
+  // Frees the general pool's cached blocks (graph pools keep theirs: their graphs use them).
   void release_locked() {
-    for (auto& [size, blocks] : free_blocks)
-      for (void* p : blocks) {
-        cudaFree(p);
-        sizes.erase(p);
-        stats.cached_bytes -= size;
+    for (auto it = free_blocks.begin(); it != free_blocks.end();) {
+      if (it->first.first != 0) {
+        ++it;
+        continue;
       }
-    free_blocks.clear();
+      for (void* p : it->second) {
+        cudaFree(p);
+        blocks.erase(p);
+        stats.cached_bytes -= it->first.second;
+      }
+      it = free_blocks.erase(it);
+    }
   }
 };
 
@@ -51,7 +67,9 @@ void* device_allocate(size_t bytes) {
   const size_t size = round_size(bytes);
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
-  auto it = c.free_blocks.find(size);
+  // While a graph is captured every block comes from its pool: the graph bakes the addresses in.
+  const int pool = c.capturing;
+  auto it = c.free_blocks.find({pool, size});
   void* p = nullptr;
   if (it != c.free_blocks.end() && !it->second.empty()) {
     p = it->second.back();
@@ -59,7 +77,7 @@ void* device_allocate(size_t bytes) {
     c.stats.cached_bytes -= size;
   } else {
     cudaError_t err = cudaMalloc(&p, size);
-    if (err == cudaErrorMemoryAllocation) {
+    if (err == cudaErrorMemoryAllocation && pool == 0) {  // no synchronising inside a capture
       cudaGetLastError();
       // Blocks freed by the host may still be read by queued kernels: drain before cudaFree.
       cudaStreamSynchronize(compute_stream());
@@ -72,7 +90,7 @@ void* device_allocate(size_t bytes) {
                                " bytes (" + std::to_string(c.stats.in_use_bytes >> 20) +
                                " MiB in use): " + cudaGetErrorString(err));
     }
-    c.sizes[p] = size;
+    c.blocks[p] = {size, pool};
     ++c.stats.device_mallocs;
   }
   c.stats.in_use_bytes += size;
@@ -85,8 +103,13 @@ void device_deallocate(void* ptr, size_t /*bytes*/) {
   if (ptr == nullptr) return;
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
-  const size_t size = c.sizes.at(ptr);
-  c.free_blocks[size].push_back(ptr);
+  Block& b = c.blocks.at(ptr);
+  // A block freed during a capture may have been used by captured kernels: it joins the graph's
+  // pool, so no eager tensor takes it while the graph can still replay.
+  if (c.capturing != 0) b.pool = c.capturing;
+  if (b.pool != 0 && !c.graph_pools.count(b.pool)) b.pool = 0;  // its graph is gone
+  const size_t size = b.size;
+  c.free_blocks[{b.pool, size}].push_back(ptr);
   c.stats.in_use_bytes -= size;
   c.stats.cached_bytes += size;
 }
@@ -95,6 +118,43 @@ AllocatorStats allocator_stats() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
   return c.stats;
+}
+
+int begin_graph_pool() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  if (c.capturing != 0) throw std::logic_error("CUDA graph capture: already capturing");
+  c.capturing = c.next_pool++;
+  c.graph_pools.insert(c.capturing);
+  return c.capturing;
+}
+
+void end_graph_pool() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.capturing = 0;
+}
+
+void release_graph_pool(int pool) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.graph_pools.erase(pool);
+  if (c.capturing == pool) c.capturing = 0;
+  // Cached blocks go back to the general pool; live ones follow when they are freed.
+  for (auto it = c.free_blocks.begin(); it != c.free_blocks.end();) {
+    if (it->first.first != pool) {
+      ++it;
+      continue;
+    }
+    auto& general = c.free_blocks[{0, it->first.second}];
+    for (void* p : it->second) {
+      c.blocks.at(p).pool = 0;
+      general.push_back(p);
+    }
+    it = c.free_blocks.erase(it);
+  }
+  for (auto& [p, b] : c.blocks)
+    if (b.pool == pool) b.pool = 0;
 }
 
 void release_cached() {

@@ -20,7 +20,14 @@ struct AllocatorStats {
   size_t device_mallocs = 0;  // cudaMalloc calls so far (a steady training step makes none)
 };
 AllocatorStats allocator_stats();
-// Returns every cached block to the driver (cudaFree).
+// Returns every cached block of the general pool to the driver (cudaFree).
 void release_cached();
+
+// CUDA graphs (graph.cu): between begin_graph_pool and end_graph_pool every allocation comes
+// from a new private pool, and every block freed joins it; its blocks serve no other allocation
+// until release_graph_pool (the graph destroyed) returns them to the general pool.
+int begin_graph_pool();
+void end_graph_pool();
+void release_graph_pool(int pool);
 
 }  // namespace mod::cuda

@@ -69,8 +69,12 @@ class CudaBackend final : public Backend {
                                Tensor& losses) override;
   void bce_with_logits_backward(const Tensor& logits, const Tensor& targets, double grad_scale,
                                 Tensor& dlogits) override;
+  void inverse_target_count(const Tensor& targets, int64_t ignore_index, Tensor& out) override;
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                    const AdamWArgs& args) override;
+                    const AdamWArgs& args, const Tensor& consts) override;
+  void clip_factor(const Tensor& sq, double max_norm, Tensor& norm, Tensor& factor) override;
+  void begin_capture() override;
+  std::unique_ptr<CapturedWork> end_capture() override;
 };
 
 // The process's CUDA backend (backend(Device::CUDA) in a CUDA build).

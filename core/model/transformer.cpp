@@ -15,7 +15,7 @@ namespace {
 using modtrain::CausalRoutingConfig;
 
 // pos [B,T] i64 = 0..T-1 in every row, on the device.
-Tensor positions(int64_t b, int64_t t, Device device) {
+Tensor make_positions(int64_t b, int64_t t, Device device) {
   Tensor pos = Tensor::empty({b, t}, DType::I64);
   for (int64_t i = 0; i < b * t; ++i) pos.data<int64_t>()[i] = i % t;
   return pos.to(device);
@@ -276,6 +276,15 @@ Tensor Transformer::routed_causal(size_t b, const Tensor& x) const {
   Tensor f = blk.delta(gather_rows(x, idx), idx, nullptr, RoutingMode::Causal);
   Tensor g = apply_gate(cfg_.mod().router().gate(), gather_rows(reshape(r, {1, t, 1}), idx));
   return scatter_add_rows(x, idx, mul(f, g));
+}
+
+// Made once per shape and device: no host-to-device copy inside a step (a captured step
+// could not contain one), and none repeated every forward.
+const Tensor& Transformer::positions(int64_t b, int64_t t, Device device) const {
+  for (const Tensor& p : positions_)
+    if (p.size(0) == b && p.size(1) == t && p.device() == device) return p;
+  positions_.push_back(make_positions(b, t, device));
+  return positions_.back();
 }
 
 Tensor Transformer::run_blocks(Tensor x, RoutingMode mode, ForwardResult& result) const {

@@ -10,6 +10,7 @@
 // - causal routing (sampling, causal eval) decides per token from that token's input alone.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -163,6 +164,7 @@ class Transformer : public nn::Module {
   Tensor routed_top_c(size_t b, const Tensor& x, const Tensor& pos, ForwardResult& result) const;
   Tensor routed_causal(size_t b, const Tensor& x) const;
   Tensor head(const Tensor& h) const;  // final norm + LM head
+  const Tensor& positions(int64_t b, int64_t t, Device device) const;  // [B,T]: 0..T-1 per row
   int64_t capacity(size_t block, int64_t seq_len) const;
 
   modtrain::ModelConfig cfg_;
@@ -173,6 +175,7 @@ class Transformer : public nn::Module {
   std::shared_ptr<nn::RMSNorm> final_norm_;
   std::shared_ptr<nn::Linear> lm_head_;  // null when tied
   LmLoss lm_loss_;                       // null: cross_entropy
+  mutable std::deque<Tensor> positions_;  // positions() made so far (references stay valid)
 };
 
 }  // namespace mod::model

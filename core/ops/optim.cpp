@@ -2,6 +2,8 @@
 // rewrites parameter storage and records nothing.
 #include "core/ops/optim.h"
 
+#include <cmath>
+
 #include "core/ops/check.h"
 
 namespace mod {
@@ -16,7 +18,22 @@ void like_param(const Tensor& param, const Tensor& t, const char* name) {
 }
 }  // namespace
 
+std::array<double, kAdamWConstants> adamw_step_constants(const AdamWArgs& args) {
+  const double step = static_cast<double>(args.step);
+  return {1.0 - args.lr * args.weight_decay, args.lr / (1.0 - std::pow(args.beta1, step)),
+          1.0 / std::sqrt(1.0 - std::pow(args.beta2, step))};
+}
+
 void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWArgs& args) {
+  const auto c = adamw_step_constants(args);
+  const Tensor consts =
+      Tensor::from_vector(std::vector<double>(c.begin(), c.end()), {kAdamWConstants}, DType::F64)
+          .to(param.device());
+  adamw_update(param, grad, m, v, args, consts);
+}
+
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWArgs& args,
+                  const Tensor& consts) {
   check::floating(kOp, param, "param");
   like_param(param, grad, "grad");
   like_param(param, m, "m");
@@ -29,7 +46,33 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
   if (!(args.lr >= 0.0) || !(args.eps >= 0.0) || !(args.weight_decay >= 0.0))
     check::fail(kOp, "lr = " + std::to_string(args.lr) + ", eps = " + std::to_string(args.eps) +
                          ", weight_decay = " + std::to_string(args.weight_decay) + " must be >= 0");
-  backend_of(param).adamw_update(param, grad, m, v, args);
+  if (consts.dtype() != DType::F64 || consts.numel() != kAdamWConstants)
+    check::fail(kOp, "consts is " + describe(consts) + "; expected f64 [" +
+                         std::to_string(kAdamWConstants) + "] (adamw_step_constants)");
+  check::same_device(kOp, param, "param", consts, "consts");
+  backend_of(param).adamw_update(param, grad, m, v, args, consts);
+}
+
+AdamWStepConstants::AdamWStepConstants(const AdamWArgs& hyper, Device device)
+    : hyper_(hyper),
+      decayed_(Tensor::zeros({kAdamWConstants}, DType::F64, device)),
+      plain_(Tensor::zeros({kAdamWConstants}, DType::F64, device)) {}
+
+void AdamWStepConstants::set(double lr, int64_t step) {
+  hyper_.lr = lr;
+  hyper_.step = step;
+  for (bool decays : {true, false}) {
+    const auto c = adamw_step_constants(args(decays));
+    Tensor dst = tensor(decays);
+    dst.copy_from(Tensor::from_vector(std::vector<double>(c.begin(), c.end()), {kAdamWConstants},
+                                      DType::F64));
+  }
+}
+
+AdamWArgs AdamWStepConstants::args(bool decays) const {
+  AdamWArgs a = hyper_;
+  if (!decays) a.weight_decay = 0.0;
+  return a;
 }
 
 }  // namespace mod

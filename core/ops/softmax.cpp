@@ -101,7 +101,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                         shape_str(lead) + " (logits " + shape_str(logits.shape()) + ")");
   check::same_device(op, targets, "targets", logits, "logits");
   const int64_t v = logits.size(-1), n = targets.numel();
-  const int64_t count = count_targets(op, targets, v, ignore_index);
+  // Host ids are checked here; a device's are not (that would cost a host round trip every
+  // step): they come from data shards, whose ids read_shard checks against the vocabulary.
+  if (targets.device() == Device::CPU) count_targets(op, targets, v, ignore_index);
 
   const Tensor logits2 = logits.view({n, v}), targets1 = targets.view({n});
   Tensor losses = Tensor::empty({n}, logits.dtype(), logits.device());
@@ -110,8 +112,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   be.cross_entropy_forward(logits2, targets1, ignore_index, losses, lse);
   Tensor loss = Tensor::empty({}, logits.dtype(), logits.device());
   be.sum_all(losses, loss);
-  const double inv_count = count == 0 ? 0.0 : 1.0 / static_cast<double>(count);
-  be.scale(loss, inv_count, loss);
+  // The mean's divisor stays where the targets are: a captured step (CUDA graph) recounts it.
+  Tensor inv_count = Tensor::empty({}, logits.dtype(), logits.device());
+  be.inverse_target_count(targets1, ignore_index, inv_count);
+  be.binary(BinaryKind::Mul, Broadcast::Same, 1, 1, loss, inv_count, loss);
 
   if (any_requires_grad({logits}))
     record_cross_entropy_grad(loss, Op::CrossEntropy, logits, targets1, lse, ignore_index, 0,
@@ -121,7 +125,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 
 void record_cross_entropy_grad(Tensor& loss, Op op, const Tensor& logits,
                                const Tensor& targets, const Tensor& lse, int64_t ignore_index,
-                               int64_t vocab_start, double inv_count) {
+                               int64_t vocab_start, const Tensor& inv_count) {
   const int64_t v = logits.size(-1);
   const Tensor logits2 = logits.view({logits.numel() / v, v});
   record(loss, op, {logits},
@@ -130,12 +134,14 @@ void record_cross_entropy_grad(Tensor& loss, Op op, const Tensor& logits,
            Tensor dlogits = Tensor::empty(shape, g.dtype(), g.device());
            Tensor d2 = dlogits.view(logits2.shape());
            Backend& b = backend_of(g);
-           // The incoming scalar folds into grad_scale on the host; on a device it would
-           // need a copy back, so there it is applied as one more pass instead.
+           // s = g / count. On the host it folds into grad_scale; on a device it would need a
+           // copy back, so there it is applied as one more pass (the same products either way).
+           Tensor s = Tensor::empty({}, g.dtype(), g.device());
+           b.binary(BinaryKind::Mul, Broadcast::Same, 1, 1, g, inv_count, s);
            const bool host = g.device() == Device::CPU;
-           const double scale = host ? inv_count * g.item() : inv_count;
-           b.cross_entropy_backward(logits2, targets1, lse, ignore_index, vocab_start, scale, d2);
-           if (!host) b.binary(BinaryKind::Mul, Broadcast::Inner, d2.numel(), 1, d2, g, d2);
+           b.cross_entropy_backward(logits2, targets1, lse, ignore_index, vocab_start,
+                                    host ? s.item() : 1.0, d2);
+           if (!host) b.binary(BinaryKind::Mul, Broadcast::Inner, d2.numel(), 1, d2, s, d2);
            return std::vector<Tensor>{dlogits};
          });
 }

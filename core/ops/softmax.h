@@ -15,8 +15,9 @@ Tensor softmax(const Tensor& x);
 // mean(logsumexp(router_logits)^2)). Backward: dx = softmax(x) * dout, recomputed from x.
 Tensor logsumexp(const Tensor& x);
 // logits [..., V], targets [...] (i32/i64). Mean over targets != ignore_index (a scalar); 0
-// when every target is ignored. Never materialises probabilities in the forward. A target
-// outside [0, V) that is not ignore_index throws, naming its (flat) position and value.
+// when every target is ignored. Never materialises probabilities in the forward, and never
+// waits for the host. A host target outside [0, V) that is not ignore_index throws, naming its
+// (flat) position and value; device targets are trusted (the data shards are checked).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 
 // Number of targets (any device) != ignore_index; throws "op: targets[i] = t is out of range
@@ -24,12 +25,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 int64_t count_targets(const char* op, const Tensor& targets, int64_t v, int64_t ignore_index);
 
 // Records on `loss` (recorded as `op`) the gradient of a mean cross-entropy with respect to
-// `logits`: d logits = g * inv_count * (exp(logits - lse) - onehot(target)), zero rows where
+// `logits`: d logits = g * inv_count * (exp(logits - lse) - onehot(target)) (inv_count a scalar
+// tensor of logits' dtype and device), zero rows where
 // ignored. logits may be the columns [vocab_start, vocab_start + V) of a wider vocabulary with lse
 // the whole rows' (the vocabulary-parallel loss). Targets are copied (callers often refill their
 // batch buffer before backward).
 void record_cross_entropy_grad(Tensor& loss, Op op, const Tensor& logits,
                                const Tensor& targets, const Tensor& lse, int64_t ignore_index,
-                               int64_t vocab_start, double inv_count);
+                               int64_t vocab_start, const Tensor& inv_count);
 
 }  // namespace mod

@@ -18,34 +18,55 @@ double learning_rate(const modtrain::OptimizerConfig& cfg, int64_t step, int64_t
   return cfg.min_lr() + 0.5 * (cfg.lr() - cfg.min_lr()) * (1.0 + std::cos(std::numbers::pi * progress));
 }
 
-double grad_sq_sum(const std::vector<Tensor>& params) {
-  double sq = 0;
-  for (const Tensor& p : params) {
-    const Tensor& g = p.grad();
-    if (!g.defined()) continue;
-    Tensor s = Tensor::empty({}, g.dtype(), g.device());
-    Tensor g2 = Tensor::empty(g.shape(), g.dtype(), g.device());
+Tensor grad_sq_sum(const std::vector<Tensor>& params, Device device) {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  Tensor total = Tensor::zeros({}, DType::F64, device);
+  if (grads.empty()) return total;
+  // One slot per gradient, summed in its dtype, then added up in f64 (as the norm's square
+  // of a large model must be).
+  const DType dtype = grads.front().dtype();
+  Tensor sums = Tensor::zeros({static_cast<int64_t>(grads.size())}, dtype, device);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    if (g.dtype() != dtype || g.device() != device)
+      throw std::logic_error("grad_sq_sum: gradient " + describe(g) + " differs from " +
+                             describe(grads.front()) + " in dtype or device");
+    Tensor g2 = Tensor::empty(g.shape(), dtype, device);
+    Tensor slot = sums.narrow0(static_cast<int64_t>(i), 1);
     Backend& be = backend_of(g);
     be.binary(BinaryKind::Mul, Broadcast::Same, 1, g.numel(), g, g, g2);
-    be.sum_all(g2, s);
-    sq += s.item();
+    be.sum_all(g2, slot);
   }
-  return sq;
+  backend(device).sum_all(sums.to(DType::F64), total);
+  return total;
 }
 
-void clip_to_norm(const std::vector<Tensor>& params, double norm, double max_norm) {
-  if (!(max_norm > 0 && norm > max_norm)) return;
-  const double factor = max_norm / (norm + 1e-6);
+Tensor clip_to_sq_sum(const std::vector<Tensor>& params, const Tensor& sq, double max_norm) {
+  Tensor norm = Tensor::empty({}, DType::F64, sq.device());
+  const Tensor* first = nullptr;
+  for (const Tensor& p : params)
+    if (p.grad().defined() && !first) first = &p.grad();
+  if (!first) {
+    backend_of(sq).clip_factor(sq, max_norm, norm, norm);  // no gradient: only the norm (0)
+    return norm;
+  }
+  Tensor factor = Tensor::empty({}, first->dtype(), sq.device());
+  Backend& be = backend_of(sq);
+  be.clip_factor(sq, max_norm, norm, factor);
+  // On the host a factor of 1 is seen for free and the pass skipped; a device always scales.
+  if (factor.device() == Device::CPU && factor.item() == 1.0) return norm;
   for (const Tensor& p : params) {
     Tensor g = p.grad();
-    if (g.defined()) backend_of(g).scale(g, factor, g);
+    if (g.defined()) be.binary(BinaryKind::Mul, Broadcast::Outer, 1, g.numel(), g, factor, g);
   }
+  return norm;
 }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
-  const double norm = std::sqrt(grad_sq_sum(params));
-  clip_to_norm(params, norm, max_norm);
-  return norm;
+  const Device device = params.empty() ? Device::CPU : params.front().device();
+  return clip_to_sq_sum(params, grad_sq_sum(params, device), max_norm).item();
 }
 
 bool takes_weight_decay(const std::string& name, const modtrain::OptimizerConfig& cfg) {
@@ -62,7 +83,8 @@ bool takes_weight_decay(const std::string& name, const modtrain::OptimizerConfig
 
 AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params,
              const modtrain::OptimizerConfig& cfg)
-    : cfg_(cfg) {
+    : cfg_(cfg),
+      consts_(adamw_hyper(cfg), named_params.empty() ? Device::CPU : named_params.front().second.device()) {
   for (auto& [name, p] : named_params) {
     decay_.push_back(takes_weight_decay(name, cfg));
     slots_.push_back({name, p, Tensor::zeros(p.shape(), p.dtype(), p.device()),
@@ -70,21 +92,25 @@ AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params,
   }
 }
 
-void AdamW::step(double lr) {
-  ++step_;
+void AdamW::set_learning_rate(double lr) { consts_.set(lr, ++step_); }
+
+void AdamW::apply() {
   NoGradGuard no_grad;
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     if (!s.param.grad().defined()) continue;
-    AdamWArgs args;
-    args.lr = lr;
-    args.beta1 = cfg_.beta1();
-    args.beta2 = cfg_.beta2();
-    args.eps = cfg_.eps();
-    args.weight_decay = decay_[i] ? cfg_.weight_decay() : 0.0;
-    args.step = step_;
-    adamw_update(s.param, s.param.grad(), s.m, s.v, args);
+    adamw_update(s.param, s.param.grad(), s.m, s.v, consts_.args(decay_[i]),
+                 consts_.tensor(decay_[i]));
   }
+}
+
+AdamWArgs adamw_hyper(const modtrain::OptimizerConfig& cfg) {
+  AdamWArgs args;
+  args.beta1 = cfg.beta1();
+  args.beta2 = cfg.beta2();
+  args.eps = cfg.eps();
+  args.weight_decay = cfg.weight_decay();
+  return args;
 }
 
 }  // namespace mod::train

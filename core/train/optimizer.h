@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "configs/modtrain.pb.h"
+#include "core/ops/optim.h"
 #include "core/tensor.h"
 
 namespace mod::train {
@@ -16,20 +17,29 @@ namespace mod::train {
 // total_steps. step is 0-based.
 double learning_rate(const modtrain::OptimizerConfig& cfg, int64_t step, int64_t total_steps);
 
-// Scales every gradient by min(1, max_norm / norm) when max_norm > 0; returns the norm before
-// clipping (computed in double).
+// Scales every gradient by max_norm / (norm + 1e-6) when max_norm > 0 and the norm exceeds it;
+// returns the norm before clipping (read on the host).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
-// The pieces of clip_grad_norm, for a norm summed over ranks: the sum of squared gradient
-// entries, and the clip itself given the global norm.
-double grad_sq_sum(const std::vector<Tensor>& params);
-void clip_to_norm(const std::vector<Tensor>& params, double norm, double max_norm);
+// The pieces of clip_grad_norm, for a norm summed over ranks, all on the gradients' device
+// (no host round trip, so a captured step can clip): the sum of squared gradient entries (f64
+// scalar on `device`, 0 without gradients), and the clip given the global sum, which returns
+// the norm (f64 scalar tensor).
+Tensor grad_sq_sum(const std::vector<Tensor>& params, Device device);
+Tensor clip_to_sq_sum(const std::vector<Tensor>& params, const Tensor& sq, double max_norm);
 
 class AdamW {
  public:
   AdamW(std::vector<std::pair<std::string, Tensor>> named_params,
         const modtrain::OptimizerConfig& cfg);
   // One update at learning rate lr; parameters without a gradient are left alone.
-  void step(double lr);
+  void step(double lr) {
+    set_learning_rate(lr);
+    apply();
+  }
+  // step's two halves: the next update's constants, written to the device from the host (done
+  // before a captured step replays), and the update itself (the part a step captures).
+  void set_learning_rate(double lr);
+  void apply();
   bool decays(size_t i) const { return decay_[i]; }
   int64_t steps_taken() const { return step_; }
 
@@ -46,7 +56,11 @@ class AdamW {
   std::vector<Slot> slots_;
   std::vector<bool> decay_;
   int64_t step_ = 0;
+  AdamWStepConstants consts_;
 };
+
+// beta1, beta2, eps and weight decay from the config (lr and step are per step).
+AdamWArgs adamw_hyper(const modtrain::OptimizerConfig& cfg);
 
 // True for parameters that take weight decay under cfg (matrices of linear layers, by name).
 bool takes_weight_decay(const std::string& name, const modtrain::OptimizerConfig& cfg);

@@ -42,18 +42,6 @@ std::string format_duration(double seconds) {
                   static_cast<long long>(s % 60));
   return buf;
 }
-// Fault injection for the dead-rank test: world rank MOD_FAULT_EXIT_RANK exits with code 3 in
-// the middle of step MOD_FAULT_EXIT_STEP (1-based), between its forward and backward, as a
-// crashed or OOM-killed process would.
-void maybe_exit_for_test(int world_rank, int64_t step) {
-  const char* rank = std::getenv("MOD_FAULT_EXIT_RANK");
-  const char* at = std::getenv("MOD_FAULT_EXIT_STEP");
-  if (rank && at && std::atoi(rank) == world_rank && std::atoll(at) == step + 1) {
-    std::fprintf(stderr, "modtrain: rank %d: exiting mid-step %lld (MOD_FAULT_EXIT_STEP)\n",
-                 world_rank, static_cast<long long>(step + 1));
-    std::_Exit(3);
-  }
-}
 }  // namespace
 
 DataSplits load_splits(const std::string& dir, int64_t model_vocab) {
@@ -161,9 +149,9 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
       zero1_index_.push_back(group.size());
       group.push_back({name, t, takes_weight_decay(name, cfg_.optimizer())});
     }
-    zero1_ = std::make_unique<parallel::ShardedAdamW>(std::move(zd), cfg_.optimizer(), mesh_->dp());
+    zero1_ = std::make_unique<parallel::ShardedAdamW>(std::move(zd), adamw_hyper(cfg_.optimizer()), mesh_->dp());
     if (!ze.empty())
-      zero1_experts_ = std::make_unique<parallel::ShardedAdamW>(std::move(ze), cfg_.optimizer(), mesh_->edp());
+      zero1_experts_ = std::make_unique<parallel::ShardedAdamW>(std::move(ze), adamw_hyper(cfg_.optimizer()), mesh_->edp());
   } else {
     optimizer_ = std::make_unique<AdamW>(params, cfg_.optimizer());
   }
@@ -192,63 +180,6 @@ parallel::ShardedAdamW& Trainer::zero1_for(const std::string& name) const {
   return shards_.at(name).expert ? *zero1_experts_ : *zero1_;
 }
 
-// The norm over the whole model: tp-sharded gradients are summed over the tp group, experts
-// split over ep over the ep group, replicated ones (identical on every rank of those groups)
-// counted once. Gradients are already reduced over dp.
-double Trainer::global_grad_norm_and_clip() {
-  std::vector<Tensor> tp_sharded, ep_sharded, replicated, all;
-  for (const auto& [name, t] : model_->named_parameters()) {
-    const parallel::ShardSpec& spec = shards_.at(name);
-    (spec.dim < 0 ? replicated : spec.expert ? ep_sharded : tp_sharded).push_back(t);
-    all.push_back(t);
-  }
-  Tensor tp_sq = Tensor::scalar(grad_sq_sum(tp_sharded), DType::F64);
-  if (mesh_->tp().size() > 1) mesh_->tp().all_reduce(tp_sq);
-  Tensor ep_sq = Tensor::scalar(grad_sq_sum(ep_sharded), DType::F64);
-  if (mesh_->ep().size() > 1) mesh_->ep().all_reduce(ep_sq);
-  const double norm = std::sqrt(tp_sq.item() + ep_sq.item() + grad_sq_sum(replicated));
-  clip_to_norm(all, norm, cfg_.optimizer().grad_clip());
-  return norm;
-}
-
-// Every dp rank saw its own rows: the step's loss and routing statistics are dp means (each
-// rank's share of tokens is equal).
-void Trainer::reduce_step_metrics(double& loss, double& aux) {
-  if (mesh_->dp().size() == 1) return;
-  std::vector<double> v = {loss, aux};
-  for (const auto& s : last_stats_) {
-    for (double x : {s.router_mean, s.router_std, s.accuracy, s.precision, s.recall}) v.push_back(x);
-    for (double x : s.routed_fraction_by_bucket) v.push_back(x);
-  }
-  for (const auto& s : last_moe_stats_)
-    for (double x : {s.unrouted_fraction, s.noop_fraction, s.dropped_fraction, s.max_load}) v.push_back(x);
-  Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64);
-  mesh_->dp().all_reduce(t);
-  const double inv = 1.0 / mesh_->dp().size();
-  size_t k = 0;
-  auto next = [&] { return t.data<double>()[k++] * inv; };
-  loss = next();
-  aux = next();
-  for (auto& s : last_stats_) {
-    for (double* x : {&s.router_mean, &s.router_std, &s.accuracy, &s.precision, &s.recall}) *x = next();
-    for (double& x : s.routed_fraction_by_bucket) x = next();
-  }
-  for (auto& s : last_moe_stats_)
-    for (double* x : {&s.unrouted_fraction, &s.noop_fraction, &s.dropped_fraction, &s.max_load}) *x = next();
-}
-
-// Buckets all-reduce during the last micro-batch's backward; each ignores the other's leaves.
-LeafGradReady Trainer::gradient_ready_hook() {
-  LeafGradReady dense = buckets_ ? buckets_->ready_hook() : LeafGradReady();
-  LeafGradReady experts = expert_buckets_ ? expert_buckets_->ready_hook() : LeafGradReady();
-  if (!experts) return dense;
-  if (!dense) return experts;
-  return [dense, experts](const Tensor& leaf) {
-    dense(leaf);
-    experts(leaf);
-  };
-}
-
 // MFU's denominator for one process: its GPU's dense peak (bf16 tensor cores under BF16, f32
 // otherwise), or the SGEMM rate measured on the host.
 double Trainer::peak_flops_per_process() const {
@@ -259,52 +190,6 @@ double Trainer::peak_flops_per_process() const {
   }
 #endif
   return measured_peak_flops();
-}
-
-// Under train.precision BF16 the layers compute in bf16 from the f32 master weights.
-model::ForwardResult Trainer::forward_batch(const Tensor& inputs, const Tensor& targets) const {
-  if (cfg_.train().precision() != modtrain::TrainConfig::BF16) return model_->forward(inputs, targets);
-  AutocastGuard bf16(DType::BF16);
-  return model_->forward(inputs, targets);
-}
-
-double Trainer::train_step(int64_t step) {
-  const int accum = cfg_.train().grad_accum();
-  model_->zero_grad();
-  double loss = 0, aux = 0;
-  for (int micro = 0; micro < accum; ++micro) {
-    const data::Batch batch = loader_->next(row_begin_, row_end_);
-    model::ForwardResult r = forward_batch(batch.inputs.to(device_), batch.targets.to(device_));
-    if (check_routing_) parallel::check_same_routing(r, mesh_->tp());
-    maybe_exit_for_test(mesh_->world().rank(), step);
-    const bool last = micro == accum - 1;
-    // Buckets all-reduce during the last micro-batch's backward; earlier ones accumulate.
-    backward(scale(r.loss, 1.0 / accum), Tensor(), last ? gradient_ready_hook() : LeafGradReady());
-    loss += r.lm_loss.item() / accum;
-    if (r.aux_loss.defined()) aux += r.aux_loss.item() / accum;
-    if (last) {
-      last_stats_ = std::move(r.stats);
-      model::resolve_stats(last_stats_);  // after backward is under way: no mid-forward wait
-      last_moe_stats_ = std::move(r.moe_stats);
-    }
-  }
-  if (buckets_) buckets_->finish();
-  if (expert_buckets_) expert_buckets_->finish();
-  reduce_step_metrics(loss, aux);
-  last_grad_norm_ = global_grad_norm_and_clip();
-  if (!std::isfinite(loss) || !std::isfinite(last_grad_norm_))
-    throw std::runtime_error("training diverged at step " + std::to_string(step) + ": loss " +
-                             std::to_string(loss) + ", gradient norm " +
-                             std::to_string(last_grad_norm_) + " (lower optimizer.lr?)");
-  const double lr = learning_rate(cfg_.optimizer(), step, cfg_.train().steps());
-  if (zero1_) {
-    zero1_->step(lr);
-    if (zero1_experts_) zero1_experts_->step(lr);
-  } else {
-    optimizer_->step(lr);
-  }
-  last_aux_ = aux;
-  return loss;
 }
 
 double Trainer::run() {

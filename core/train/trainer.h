@@ -74,9 +74,21 @@ class Trainer {
  private:
   double peak_flops_per_process() const;
   model::ForwardResult forward_batch(const Tensor& inputs, const Tensor& targets) const;
+  // A step's results, left on the device until finish_step reads them.
+  struct StepOutputs {
+    Tensor loss, aux;  // f64 scalars: means over the micro-batches
+    Tensor grad_norm;  // f64 scalar, before clipping
+    std::vector<model::RoutedBlockStats> stats;  // unresolved: device tensors
+    std::vector<model::MoeStats> moe_stats;
+  };
+  // One step (trainer_step.cpp) = load_step (host -> device), enqueue_step (device work only,
+  // what a CUDA graph captures), finish_step (the one wait: results read, divergence checked).
   double train_step(int64_t step);
+  void load_step(int64_t step);
+  StepOutputs enqueue_step(int64_t step);
+  double finish_step(int64_t step, const StepOutputs& out);
   LeafGradReady gradient_ready_hook();
-  double global_grad_norm_and_clip();
+  Tensor global_grad_norm_and_clip();  // the norm before clipping, f64 on the device
   void reduce_step_metrics(double& loss, double& aux);
   // The ZeRO-1 optimizer holding a parameter's moments (zero1_experts_ for expert weights).
   parallel::ShardedAdamW& zero1_for(const std::string& name) const;
@@ -115,6 +127,9 @@ class Trainer {
   std::vector<model::RoutedBlockStats> last_stats_;
   std::vector<model::MoeStats> last_moe_stats_;
   double last_aux_ = 0, last_grad_norm_ = 0;
+  std::vector<std::pair<Tensor, Tensor>> step_inputs_;  // per micro-batch: inputs, targets
+  std::unique_ptr<CapturedWork> graph_;                 // train.cuda_graph, after warm-up
+  StepOutputs graph_outputs_;                           // the tensors graph_ writes
 };
 
 }  // namespace mod::train

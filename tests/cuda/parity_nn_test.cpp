@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "core/ops/optim.h"
 #include "tests/cuda/backend_parity.h"
 
 using namespace mod;
@@ -284,8 +285,51 @@ TEST_CASE("cuda: adamw_update over several steps", "[cuda]") {
       for (int s = 0; s < kSteps; ++s) {
         AdamWArgs a = args;
         a.step = first_step + s;
-        b.adamw_update(t[0], t[3 + static_cast<size_t>(s)], t[1], t[2], a);
+        const auto c = adamw_step_constants(a);
+        const Tensor consts =
+            Tensor::from_vector({c.begin(), c.end()}, {kAdamWConstants}, DType::F64).to(b.device());
+        b.adamw_update(t[0], t[3 + static_cast<size_t>(s)], t[1], t[2], a, consts);
       }
     });
+  }
+}
+
+// The device-side pieces of a captured step: the clip factor (below, at and above max_norm,
+// and max_norm 0 = off) and the mean's divisor (some targets ignored, all ignored).
+TEST_CASE("cuda: clip_factor and inverse_target_count", "[cuda]") {
+  const DType dtype = GENERATE(MOD_PARITY_DTYPES);
+  INFO("factor dtype " << dtype_name(dtype));
+  // The CPU has no bf16 kernels: it computes in f32, rounded to bf16 as the GPU's f32 is.
+  const DType cpu_dtype = dtype == DType::BF16 ? DType::F32 : dtype;
+  auto as_gpu = [&](const Tensor& host) { return dtype == DType::BF16 ? host.to(DType::BF16) : host; };
+  for (double sq : {0.0, 0.25, 1.0, 4.0, 1e6}) {
+    for (double max_norm : {0.0, 1.0}) {
+      INFO("sq " << sq << ", max_norm " << max_norm);
+      Tensor results[2][2];  // [cpu, gpu][norm, factor]
+      for (int d = 0; d < 2; ++d) {
+        Backend& b = d ? gpu() : cpu();
+        const Tensor sq_t = Tensor::scalar(sq, DType::F64).to(b.device());
+        Tensor norm = Tensor::empty({}, DType::F64, b.device());
+        Tensor factor = Tensor::empty({}, d ? dtype : cpu_dtype, b.device());
+        b.clip_factor(sq_t, max_norm, norm, factor);
+        results[d][0] = norm.to(Device::CPU);
+        results[d][1] = d ? factor.to(Device::CPU) : as_gpu(factor);
+      }
+      CHECK(results[1][0].item() == results[0][0].item());
+      CHECK(results[1][1].item() == results[0][1].item());
+    }
+  }
+  const int64_t ignore = -100;
+  for (int64_t ignored : {int64_t{0}, int64_t{3}, int64_t{5000}}) {
+    std::vector<int64_t> ids(5000);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i) < ignored ? ignore : static_cast<int64_t>(i % 50);
+    for (DType index : {DType::I32, DType::I64}) {
+      const Tensor targets = indices(ids, {5000}, index);
+      Tensor got = Tensor::empty({}, dtype, Device::CUDA), want = Tensor::empty({}, cpu_dtype);
+      gpu().inverse_target_count(targets.to(Device::CUDA), ignore, got);
+      cpu().inverse_target_count(targets, ignore, want);
+      INFO(ignored << " of 5000 ignored, " << dtype_name(index));
+      CHECK(got.to(Device::CPU).item() == as_gpu(want).item());
+    }
   }
 }

@@ -1,5 +1,6 @@
 // CPU AdamW: one fused pass over param, grad and both moments, in place. Bias corrections are
-// computed once in double; the per-element math runs in the parameter's dtype.
+// computed once on the host in double (adamw_step_constants); the per-element math runs in the
+// parameter's dtype. And the global-norm clip factor.
 #include <cmath>
 
 #include "core/cpu/cpu_backend.h"
@@ -9,20 +10,20 @@ namespace mod::cpu {
 
 // param, grad, m, v: same shape. Decoupled weight decay (p *= 1 - lr*wd) precedes the Adam step.
 void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                              const AdamWArgs& args) {
+                              const AdamWArgs& args, const Tensor& consts) {
+  const double* c = consts.data<double>();
   dispatch_float(param.dtype(), "adamw_update", [&](auto z) {
     using T = decltype(z);
     T* p = param.data<T>();
     const T* g = grad.data<T>();
     T* pm = m.data<T>();
     T* pv = v.data<T>();
-    const double step = static_cast<double>(args.step);
-    const T decay = static_cast<T>(1.0 - args.lr * args.weight_decay);
+    const T decay = static_cast<T>(c[0]);
     const T b1 = static_cast<T>(args.beta1), b2 = static_cast<T>(args.beta2);
     const T one_b1 = static_cast<T>(1.0 - args.beta1), one_b2 = static_cast<T>(1.0 - args.beta2);
     // p -= lr * (m / bc1) / (sqrt(v / bc2) + eps), with the two corrections folded in.
-    const T step_size = static_cast<T>(args.lr / (1.0 - std::pow(args.beta1, step)));
-    const T rsqrt_bc2 = static_cast<T>(1.0 / std::sqrt(1.0 - std::pow(args.beta2, step)));
+    const T step_size = static_cast<T>(c[1]);
+    const T rsqrt_bc2 = static_cast<T>(c[2]);
     const T eps = static_cast<T>(args.eps);
     const int64_t n = param.numel();
 #pragma omp parallel for simd schedule(static) if (n > kParallelElements)
@@ -33,6 +34,16 @@ void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tens
       pv[i] = vi;
       p[i] = decay * p[i] - step_size * mi / (std::sqrt(vi) * rsqrt_bc2 + eps);
     }
+  });
+}
+
+void CpuBackend::clip_factor(const Tensor& sq, double max_norm, Tensor& norm, Tensor& factor) {
+  const double n = std::sqrt(sq.data<double>()[0]);
+  norm.data<double>()[0] = n;
+  const double f = max_norm > 0 && n > max_norm ? max_norm / (n + 1e-6) : 1.0;
+  dispatch_float(factor.dtype(), "clip_factor", [&](auto z) {
+    using T = decltype(z);
+    factor.data<T>()[0] = static_cast<T>(f);
   });
 }
 

@@ -182,4 +182,21 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
   });
 }
 
+// out [1] = 1 / (targets != ignore_index), 0 when none is counted.
+void CpuBackend::inverse_target_count(const Tensor& targets, int64_t ignore_index, Tensor& out) {
+  const int64_t n = targets.numel();
+  int64_t count = 0;
+  auto scan = [&](const auto* p) {
+    for (int64_t i = 0; i < n; ++i) count += static_cast<int64_t>(p[i]) != ignore_index;
+  };
+  if (targets.dtype() == DType::I32)
+    scan(targets.data<int32_t>());
+  else
+    scan(targets.data<int64_t>());
+  dispatch_float(out.dtype(), "inverse_target_count", [&](auto z) {
+    using T = decltype(z);
+    out.data<T>()[0] = count == 0 ? T(0) : static_cast<T>(1.0 / static_cast<double>(count));
+  });
+}
+
 }  // namespace mod::cpu

@@ -315,4 +315,32 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
   });
 }
 
+namespace {
+// One block counts every target (a few thousand to a million ids: microseconds) and writes
+// 1 / count, so the mean never needs the count on the host.
+template <typename I, typename T>
+__global__ void inverse_target_count_kernel(const I* targets, int64_t n, int64_t ignore_index,
+                                            T* out) {
+  __shared__ unsigned long long scratch[32];
+  unsigned long long count = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    count += static_cast<int64_t>(targets[i]) != ignore_index;
+  count = block_sum(count, scratch);
+  if (threadIdx.x == 0)
+    *out = from_acc<T>(static_cast<Acc<T>>(count == 0 ? 0.0 : 1.0 / static_cast<double>(count)));
+}
+}  // namespace
+
+void CudaBackend::inverse_target_count(const Tensor& targets, int64_t ignore_index, Tensor& out) {
+  dispatch_float(out.dtype(), "inverse_target_count", [&](auto z) {
+    using T = decltype(z);
+    dispatch_index(targets.dtype(), "inverse_target_count", [&](auto zi) {
+      using I = decltype(zi);
+      inverse_target_count_kernel<<<1, 1024, 0, compute_stream()>>>(
+          targets.data<I>(), targets.numel(), ignore_index, out.data<T>());
+      MOD_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
 }  // namespace mod::cuda
