@@ -7,7 +7,9 @@
 #include <numeric>
 #include <tuple>
 
+#include "core/backend.h"
 #include "core/ops.h"
+#include "core/ops/optim.h"
 #include "core/random.h"
 
 using namespace mod;
@@ -221,6 +223,62 @@ TEST_CASE("adamw_update matches a naive double reference over 3 steps", "[forwar
     check_close(m, rm, 1e-5);
     check_close(v, rv, 1e-5);
   }
+}
+
+// What a captured step reads from device tensors instead of host arguments.
+TEST_CASE("adamw_update with AdamWStepConstants equals the host-argument update", "[forward]") {
+  Rng rng(17);
+  AdamWArgs hyper;
+  hyper.beta1 = 0.9;
+  hyper.beta2 = 0.95;
+  hyper.eps = 1e-8;
+  hyper.weight_decay = 0.1;
+  AdamWStepConstants consts(hyper, Device::CPU);
+  for (bool decays : {true, false}) {
+    Tensor p = randn({40}, rng), m = Tensor::zeros({40}), v = Tensor::zeros({40});
+    Tensor q = p.clone(), mq = m.clone(), vq = v.clone();
+    for (int64_t step = 1; step <= 3; ++step) {
+      const Tensor g = randn({40}, rng);
+      consts.set(1e-2 * static_cast<double>(step), step);
+      adamw_update(p, g, m, v, consts.args(decays), consts.tensor(decays));
+      AdamWArgs a = hyper;
+      a.lr = 1e-2 * static_cast<double>(step);
+      a.step = step;
+      a.weight_decay = decays ? hyper.weight_decay : 0.0;
+      adamw_update(q, g, mq, vq, a);
+    }
+    INFO("decays " << decays);
+    CHECK(p.to_vector() == q.to_vector());
+    CHECK(m.to_vector() == mq.to_vector());
+  }
+  const auto c = adamw_step_constants(consts.args(true));
+  CHECK(c[0] == 1.0 - 0.03 * 0.1);
+  CHECK(c[1] == Approx(0.03 / (1 - std::pow(0.9, 3))));
+  CHECK(c[2] == Approx(1 / std::sqrt(1 - std::pow(0.95, 3))));
+  Tensor p = randn({4}, rng), m = Tensor::zeros({4}), v = Tensor::zeros({4});
+  CHECK_THROWS_WITH(adamw_update(p, randn({4}, rng), m, v, consts.args(true), Tensor::zeros({3})),
+                    Contains("consts") && Contains("f64 [3]"));
+}
+
+TEST_CASE("inverse_target_count and clip_factor: the device scalars of a step", "[forward]") {
+  Backend& be = backend(Device::CPU);
+  Tensor out = Tensor::empty({});
+  be.inverse_target_count(Tensor::from_indices({3, -100, 7, 7}, {4}), -100, out);
+  CHECK(out.item() == static_cast<float>(1.0 / 3.0));
+  be.inverse_target_count(Tensor::from_indices({-100, -100}, {2}), -100, out);
+  CHECK(out.item() == 0.0);
+  Tensor norm = Tensor::empty({}, DType::F64), factor = Tensor::empty({});
+  be.clip_factor(Tensor::scalar(16.0, DType::F64), 1.0, norm, factor);
+  CHECK(norm.item() == 4.0);
+  CHECK(factor.item() == static_cast<float>(1.0 / (4.0 + 1e-6)));
+  be.clip_factor(Tensor::scalar(0.25, DType::F64), 1.0, norm, factor);
+  CHECK(factor.item() == 1.0);
+  be.clip_factor(Tensor::scalar(16.0, DType::F64), 0.0, norm, factor);  // 0: clipping off
+  CHECK(factor.item() == 1.0);
+  // cross_entropy divides by the count of targets that are not ignored.
+  const Tensor logits = Tensor::zeros({4, 8});
+  CHECK(cross_entropy(logits, Tensor::from_indices({3, -100, 7, 7}, {4})).item() ==
+        Approx(std::log(8.0)));
 }
 
 TEST_CASE("routing, loss and optimizer ops reject bad input naming it", "[errors]") {

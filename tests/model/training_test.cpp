@@ -52,6 +52,37 @@ TEST_CASE("tiny dense and MoD models overfit a fixed batch below loss 0.3", "[tr
   }
 }
 
+// The norm is sqrt of the f64 sum of every squared entry; above max_norm every gradient is
+// scaled by max_norm / (norm + 1e-6), at or below it nothing changes; parameters without a
+// gradient are skipped.
+TEST_CASE("clip_grad_norm: the global norm, and the scale only above max_norm", "[train]") {
+  Rng rng(31);
+  std::vector<Tensor> params = {Tensor::zeros({3, 5}), Tensor::zeros({7}), Tensor::zeros({2})};
+  for (Tensor& p : params) p.set_requires_grad(true);
+  for (size_t i = 0; i < 2; ++i) sum(mul(params[i], randn(params[i].shape(), rng))).backward();
+  double sq = 0;
+  for (size_t i = 0; i < 2; ++i)
+    for (double g : params[i].grad().to_vector()) sq += g * g;
+  const double norm = std::sqrt(sq);
+  for (double max_norm : {0.0, norm * 2, norm / 3}) {
+    INFO("max_norm " << max_norm << ", norm " << norm);
+    std::vector<std::vector<double>> before;
+    for (size_t i = 0; i < 2; ++i) before.push_back(params[i].grad().to_vector());
+    const double got = train::clip_grad_norm(params, max_norm);
+    CHECK(got == Approx(norm).epsilon(1e-6));
+    const bool clips = max_norm > 0 && norm > max_norm;
+    const double f = clips ? static_cast<float>(max_norm / (got + 1e-6)) : 1.0;
+    for (size_t i = 0; i < 2; ++i) {
+      const auto after = params[i].grad().to_vector();
+      for (size_t k = 0; k < after.size(); ++k)
+        CHECK(after[k] == static_cast<float>(static_cast<float>(before[i][k]) * static_cast<float>(f)));
+      Tensor g = params[i].grad();  // shares the gradient's storage: restores it
+      if (clips) g.copy_from(Tensor::from_vector(before[i], params[i].shape()));
+    }
+    CHECK_FALSE(params[2].grad().defined());
+  }
+}
+
 TEST_CASE("learning rate: linear warm-up, then cosine to min_lr", "[train]") {
   modtrain::OptimizerConfig o;
   o.set_lr(1.0);
