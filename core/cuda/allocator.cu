@@ -76,7 +76,13 @@ void* device_allocate(size_t bytes) {
     it->second.pop_back();
     c.stats.cached_bytes -= size;
   } else {
+    // cudaMalloc is a "potentially unsafe" call inside a capture (it is not captured): allowed
+    // here by switching this thread to relaxed mode around it, since the graph's pool keeps the
+    // block for as long as the graph lives.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (pool != 0) cudaThreadExchangeStreamCaptureMode(&mode);
     cudaError_t err = cudaMalloc(&p, size);
+    if (pool != 0) cudaThreadExchangeStreamCaptureMode(&mode);
     if (err == cudaErrorMemoryAllocation && pool == 0) {  // no synchronising inside a capture
       cudaGetLastError();
       // Blocks freed by the host may still be read by queued kernels: drain before cudaFree.
