@@ -1,0 +1,136 @@
+// Whole training runs on a real GPU against the CPU (CUDA builds; skipped without a GPU: the
+// binary says so and exits 77, which CTest reports as skipped). The kernels one by one are in
+// tests/cuda; the plumbing of the device path, bitwise on an emulated device, is in
+// tests/parallel/device_path_test.cpp. Here the GPU's own arithmetic meets the CPU's over a
+// whole run, so the tolerances are a run's, not a kernel's:
+//   f32 on the GPU (no TF32) vs the CPU: every step's loss within 1e-3 relative
+//     (reduction orders differ; 50 steps of AdamW grow the first 1e-7 differences);
+//   bf16 on the GPU vs the CPU's f32: every step's loss within 0.05 absolute (bf16 keeps 8
+//     bits; the loss falls from ~5.5 to ~2 on the Markov corpus);
+//   a CUDA-graph run vs the eager run on the GPU: within 1e-5 relative per step (the same
+//     kernels in the same order; only atomics in scatter-adds may reorder).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint/checkpoint.h"
+#include "core/cuda/allocator.h"
+#include "core/cuda/device.h"
+#include "tests/parallel/tiny_runs.h"
+
+namespace mod {
+namespace {
+
+constexpr int kSteps = 50;
+
+// 77 at exit when there was no GPU to test on (after mpi_main returned 0: the skipped cases
+// asserted nothing).
+bool have_gpu() {
+  if (cuda::device_count() > 0) return true;
+  static bool said = false;
+  if (!said) {
+    said = true;
+    std::printf("gpu_training_tests: no CUDA device (%s): skipping\n",
+                cuda::describe_devices().c_str());
+    std::atexit([] {
+      std::fflush(nullptr);
+      std::_Exit(77);
+    });
+  }
+  return false;
+}
+
+struct Run {
+  std::vector<double> losses;
+  std::string dir;
+};
+
+Run train_run(const std::string& recipe, std::vector<std::string> extra,
+              const std::string& resume_from = "", int steps = kSteps) {
+  extra.push_back("checkpoint.every_steps=25");
+  const auto cfg = test::tiny_recipe(recipe, steps, "", extra);
+  Run r;
+  r.dir = test::temp_dir("gpu_run");
+  auto local = parallel::make_local_communicator();
+  train::Trainer trainer(cfg, r.dir, /*quiet=*/true, *local);
+  if (!resume_from.empty()) trainer.resume(resume_from);
+  trainer.run();
+  r.losses = trainer.losses();
+  return r;
+}
+
+void require_close(const Run& got, const Run& want, double rtol, double atol,
+                   size_t first_step = 0) {
+  REQUIRE(got.losses.size() + first_step == want.losses.size());
+  for (size_t s = 0; s < got.losses.size(); ++s) {
+    const double g = got.losses[s], w = want.losses[first_step + s];
+    INFO("step " << first_step + s + 1 << ": " << g << " vs " << w);
+    CHECK(std::isfinite(g));
+    CHECK(std::abs(g - w) <= atol + rtol * std::abs(w));
+  }
+}
+
+std::string checkpoint_at(const Run& r, int step) {
+  std::string dir = ckpt::checkpoints_dir(r.dir);
+  dir += '/';
+  dir += ckpt::step_dir_name(step);
+  return dir;
+}
+
+const std::vector<std::string> kGpu = {"train.device=CUDA"};
+const std::vector<std::string> kGpuBf16 = {"train.device=CUDA", "train.precision=BF16"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::string& b) {
+  a.push_back(b);
+  return a;
+}
+}  // namespace
+
+TEST_CASE("tiny_dense and tiny_mod: 50 steps on the GPU track the CPU (f32, bf16)", "[gpu]") {
+  if (!have_gpu()) return;
+  for (const char* recipe : {"tiny_dense", "tiny_mod"}) {
+    INFO(recipe);
+    const Run cpu = train_run(recipe, {});
+    require_close(train_run(recipe, kGpu), cpu, 1e-3, 0.0);
+    require_close(train_run(recipe, kGpuBf16), cpu, 0.0, 0.05);
+  }
+}
+
+TEST_CASE("train.cuda_graph on the GPU: replays track the eager run, no cudaMalloc once warm",
+          "[gpu]") {
+  if (!have_gpu()) return;
+  for (const char* recipe : {"tiny_dense", "tiny_mod"}) {
+    for (const auto& precision : {kGpu, kGpuBf16}) {
+      INFO(recipe << (precision.size() > 1 ? " bf16" : " f32"));
+      const Run eager = train_run(recipe, precision);
+      const size_t mallocs_before = cuda::allocator_stats().device_mallocs;
+      const Run graph = train_run(recipe, with(precision, "train.cuda_graph=true"));
+      require_close(graph, eager, 1e-5, 0.0);
+      // A second graphed run reuses the cache the first left: the capture's pool, once
+      // returned, and the eager step's blocks.
+      const size_t mallocs_first = cuda::allocator_stats().device_mallocs;
+      train_run(recipe, with(precision, "train.cuda_graph=true"));
+      INFO("cudaMalloc calls: " << mallocs_first - mallocs_before << " in the first graphed run, "
+                                << cuda::allocator_stats().device_mallocs - mallocs_first
+                                << " in the second");
+      CHECK(cuda::allocator_stats().device_mallocs == mallocs_first);
+    }
+  }
+}
+
+TEST_CASE("a checkpoint written on the GPU resumes on the CPU, and the reverse", "[gpu]") {
+  if (!have_gpu()) return;
+  const Run cpu = train_run("tiny_mod", {});
+  const Run gpu = train_run("tiny_mod", kGpu);
+  const Run cpu_from_gpu = train_run("tiny_mod", {}, checkpoint_at(gpu, 25));
+  const Run gpu_from_cpu = train_run("tiny_mod", kGpu, checkpoint_at(cpu, 25));
+  // Both continue the CPU run's curve from step 26 to the f32 tolerance.
+  require_close(cpu_from_gpu, cpu, 1e-3, 0.0, 25);
+  require_close(gpu_from_cpu, cpu, 1e-3, 0.0, 25);
+}
+
+}  // namespace mod
