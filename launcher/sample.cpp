@@ -19,10 +19,15 @@ int sample(int argc, char** argv) {
       ("top-k", po::value<int64_t>()->default_value(0), "keep the k most likely tokens; 0: all")
       ("top-p", po::value<double>()->default_value(0.95), "nucleus probability mass")
       ("seed", po::value<uint64_t>()->default_value(1), "sampling seed")
+      ("device", po::value<std::string>()->default_value("CPU"), "CPU, or CUDA (this process's GPU)")
       ("tokenizer", po::value<std::string>(), "tokenizer file (default: <data.dir>/tokenizer.txt)");
   po::variables_map vm;
   if (!parse(argc, argv, "usage: modtrain sample --checkpoint FILE [--prompt TEXT]", o, vm)) return 0;
+  const std::string device = vm["device"].as<std::string>();
+  if (device != "CPU" && device != "CUDA")
+    throw std::invalid_argument("--device " + device + ": expected CPU or CUDA");
   auto loaded = train::load_weights(vm["checkpoint"].as<std::string>());
+  if (device == "CUDA") loaded.model->to(Device::CUDA);
   const std::string tok_path = vm.count("tokenizer") ? vm["tokenizer"].as<std::string>()
                                                      : loaded.config.data().dir() + "/tokenizer.txt";
   auto tok = data::Tokenizer::load(tok_path);

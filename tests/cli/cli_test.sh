@@ -52,4 +52,6 @@ expect_error "train.bin" "$modtrain" train --config "$src/configs/recipes/tiny_m
   --run-dir "$work/r3" --data "$work/missing"
 expect_error "run-dir" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto"
 expect_error "unknown command" "$modtrain" frobnicate
+expect_error "expected CPU or CUDA" "$modtrain" sample --checkpoint "$work/run/model.safetensors" \
+  --tokenizer "$work/data/tokenizer.txt" --device TPU
 echo "cli_test: all checks passed"

@@ -73,7 +73,11 @@ inline modtrain::RunConfig tiny_recipe(const std::string& name, int steps, const
     sets.push_back("parallel." + layout.substr(at, layout.find(' ', at) - at));
   }
   sets.insert(sets.end(), extra.begin(), extra.end());
-  return config::load(std::string(MOD_SOURCE_DIR) + "/configs/recipes/" + name + ".textproto", sets);
+  // MOD_SOURCE_DIR in the environment wins: a test binary carried to another machine
+  // (scripts/gpu_run.sh) finds the recipes in the checkout it runs from.
+  const char* src = std::getenv("MOD_SOURCE_DIR");
+  return config::load(std::string(src ? src : MOD_SOURCE_DIR) + "/configs/recipes/" + name + ".textproto",
+                      sets);
 }
 
 inline double relative_norm_diff(const Tensor& a, const Tensor& b) {
