@@ -12,10 +12,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build-gpu-bundle}
+mkdir -p "$build"
 cmake -S . -B "$build" -G Ninja -DMOD_CUDA_ARCHITECTURES=90 -DMOD_USE_MPI=OFF \
   -DMOD_USE_ONEDNN=OFF -DMOD_NATIVE=OFF -DCMAKE_CXX_FLAGS="-march=x86-64-v3" \
-  -DMOD_BUILD_BENCHMARKS=OFF > "$build.configure.log" 2>&1 || {
-  cat "$build.configure.log"
+  -DMOD_BUILD_BENCHMARKS=OFF > "$build/configure.log" 2>&1 || {
+  cat "$build/configure.log"
   exit 1
 }
 cmake --build "$build" --target modtrain cuda_tests gpu_training_tests nccl_tests
@@ -33,7 +34,7 @@ for b in "${bins[@]}"; do strip -o "$root/bin/$(basename "$b")" "$b"; done
 # with dlopen, so it and its dependencies are added by name.
 system='/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*)\.so'
 cuda='/lib(cuda|cudart|cublas|cublasLt|nccl|cudnn[^/]*)\.so'
-openblas=$(ldconfig -p | awk '/libopenblas\.so\.0 /{print $NF; exit}')
+openblas=$(ldconfig -p | awk '/libopenblas\.so\.0 /{p = $NF} END {print p}')
 [ -n "$openblas" ] || { echo "gpu_bundle: libopenblas.so.0 not found (scripts/install_deps.sh)" >&2; exit 1; }
 { ldd "${bins[@]}"; ldd "$openblas"; echo "x => $openblas (0)"; } \
   | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u \
