@@ -164,7 +164,7 @@ double Trainer::finish_step(int64_t step, const StepOutputs& out) {
   // Checked after the update (checking before it would wait for the device mid-step); a
   // diverged run stops here and its parameters are never saved.
   if (!std::isfinite(loss) || !std::isfinite(last_grad_norm_))
-    throw std::runtime_error("training diverged at step " + std::to_string(step) + ": loss " +
+    throw std::runtime_error("training diverged at step " + std::to_string(step + 1) + ": loss " +
                              std::to_string(loss) + ", gradient norm " +
                              std::to_string(last_grad_norm_) + " (lower optimizer.lr?)");
   last_aux_ = aux;

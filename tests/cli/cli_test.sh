@@ -52,6 +52,14 @@ expect_error "train.bin" "$modtrain" train --config "$src/configs/recipes/tiny_m
   --run-dir "$work/r3" --data "$work/missing"
 expect_error "run-dir" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto"
 expect_error "unknown command" "$modtrain" frobnicate
+# A learning rate of 1e6 without clipping blows the loss up in the second step: the run stops
+# there naming the step as the progress line does, and leaves no weights file.
+expect_error "training diverged at step 2" "$modtrain" train \
+  --config "$src/configs/recipes/tiny_mod.textproto" --run-dir "$work/diverged" --data "$work/data" \
+  --set model.d_model=64 --set model.n_heads=2 --set model.d_ff=128 --set model.n_layers=2 \
+  --set model.seq_len=64 --set train.steps=8 --set train.eval_every=0 --set optimizer.lr=1e6 \
+  --set optimizer.min_lr=0 --set optimizer.warmup_steps=0 --set optimizer.grad_clip=0
+[ ! -e "$work/diverged/model.safetensors" ] || fail "a diverged run wrote weights"
 expect_error "expected CPU or CUDA" "$modtrain" sample --checkpoint "$work/run/model.safetensors" \
   --tokenizer "$work/data/tokenizer.txt" --device TPU
 echo "cli_test: all checks passed"
