@@ -97,6 +97,11 @@ class Backend {
   virtual void embedding_forward(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
   // dtable [V,D] += scatter of dout [N,D] by ids; repeated ids accumulate.
   virtual void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dtable) = 0;
+  // A vocabulary slice [start, start + rows) (tensor parallelism): ids [N] (i32/i64, any
+  // value) -> local [N] i64 = id - start where the slice holds id, else 0, and here [N] (float)
+  // = 1 there, else 0. On the device, so the ranks' bookkeeping needs no host copy.
+  virtual void index_slice(const Tensor& ids, int64_t start, int64_t rows, Tensor& local,
+                           Tensor& here) = 0;
 
   // --- norm family (ops/norm); x,y [N,D]; forward caches per-row stats for backward ---
   virtual void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,

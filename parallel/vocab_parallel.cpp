@@ -1,7 +1,6 @@
-// Vocabulary-parallel embedding and cross-entropy (see vocab_parallel.h). The heavy work runs
-// through the tensor backend, so both work on the CPU and on a GPU. Per-row bookkeeping (which
-// rank holds a token's row) is computed on the host from the B*T ids, which cross_entropy copies
-// there anyway to count and check its targets.
+// Vocabulary-parallel embedding and cross-entropy (see vocab_parallel.h). Everything runs
+// through the tensor backend, the per-row bookkeeping (which rank holds a token's row) included
+// (index_slice), so both work on the CPU and on a GPU without waiting for the host.
 #include "parallel/vocab_parallel.h"
 
 #include <stdexcept>
@@ -15,37 +14,26 @@
 namespace mod::parallel {
 
 namespace {
-int64_t id_at(const Tensor& host_ids, int64_t i) {
-  return host_ids.dtype() == DType::I64 ? host_ids.data<int64_t>()[i]
-                                        : host_ids.data<int32_t>()[i];
-}
-
 // For each row of ids: its row in this rank's slice [start, start + rows) (0 when elsewhere)
-// and a 0/1 flag saying whether the slice holds it, both on `device`.
+// and a 0/1 flag saying whether the slice holds it, both on ids' device.
 struct SliceRows {
   Tensor local;  // i64, ids' shape
   Tensor here;   // `dtype`, ids' shape + [1]
 };
 
-SliceRows slice_rows(const Tensor& ids, int64_t start, int64_t rows, DType dtype, Device device) {
-  const Tensor host = ids.to(Device::CPU);
-  Tensor local = Tensor::empty(ids.shape(), DType::I64);
+SliceRows slice_rows(const Tensor& ids, int64_t start, int64_t rows, DType dtype) {
   Shape flag_shape = ids.shape();
   flag_shape.push_back(1);
-  Tensor here = Tensor::empty(flag_shape, dtype);
-  for (int64_t i = 0; i < ids.numel(); ++i) {
-    const int64_t id = id_at(host, i) - start;
-    const bool mine = id >= 0 && id < rows;
-    local.data<int64_t>()[i] = mine ? id : 0;
-    here.set(i, mine ? 1.0 : 0.0);
-  }
-  return {local.to(device), here.to(device)};
+  SliceRows s{Tensor::empty(ids.shape(), DType::I64, ids.device()),
+              Tensor::empty(flag_shape, dtype, ids.device())};
+  backend_of(ids).index_slice(ids, start, rows, s.local, s.here);
+  return s;
 }
 }  // namespace
 
 Tensor vocab_parallel_embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start,
                                 Communicator& tp) {
-  const SliceRows s = slice_rows(ids, vocab_start, table.size(0), table.dtype(), table.device());
+  const SliceRows s = slice_rows(ids, vocab_start, table.size(0), table.dtype());
   return reduce_from_tp(mul(embedding(s.local, table), s.here), tp);
 }
 
@@ -66,14 +54,13 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   const Device device = logits.device();
   Backend& be = backend_of(logits);
 
-  // Host side: checked ids, the counted rows, and where each row's target logit lies.
-  const Tensor host_targets = targets.to(Device::CPU).view({n});
-  const int64_t counted =
-      count_targets("vocab_parallel_cross_entropy", host_targets, vocab, ignore_index);
-  Tensor counted_host = Tensor::empty({n}, dtype);
-  for (int64_t i = 0; i < n; ++i) counted_host.set(i, id_at(host_targets, i) != ignore_index ? 1.0 : 0.0);
-  const SliceRows s = slice_rows(host_targets, vocab_start, v, dtype, device);
-  const Tensor counted_rows = counted_host.to(device);
+  // Host ids are checked (a device's come from checked shards, as in cross_entropy). Counted
+  // rows: targets inside the whole vocabulary, i.e. not ignore_index.
+  const Tensor targets1 = targets.view({n});
+  if (targets.device() == Device::CPU)
+    count_targets("vocab_parallel_cross_entropy", targets1, vocab, ignore_index);
+  const SliceRows s = slice_rows(targets1, vocab_start, v, dtype);
+  const Tensor counted_rows = slice_rows(targets1, 0, vocab, dtype).here.view({n});
   const Tensor rows2 = logits.view({n, v});
 
   // logsumexp over the whole vocabulary = logsumexp over ranks of each slice's logsumexp:
@@ -102,9 +89,8 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   be.binary(BinaryKind::Mul, Broadcast::Same, n, 1, per_row, counted_rows, per_row);
   Tensor loss = Tensor::empty({}, dtype, device);
   be.sum_all(per_row, loss);
-  // The same divisor, rounded the same way, as cross_entropy's inverse_target_count.
-  const Tensor inv_count =
-      Tensor::scalar(counted ? 1.0 / static_cast<double>(counted) : 0.0, dtype).to(device);
+  Tensor inv_count = Tensor::empty({}, dtype, device);
+  be.inverse_target_count(targets1, ignore_index, inv_count);
   be.binary(BinaryKind::Mul, Broadcast::Same, 1, 1, loss, inv_count, loss);
 
   // d logits = (softmax over the whole vocabulary - onehot) / counted on the local slice: the

@@ -30,6 +30,8 @@ class CudaBackend final : public Backend {
   void sum_inner(int64_t outer, int64_t inner, const Tensor& x, Tensor& out) override;
   void embedding_forward(const Tensor& ids, const Tensor& table, Tensor& out) override;
   void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dtable) override;
+  void index_slice(const Tensor& ids, int64_t start, int64_t rows, Tensor& local,
+                   Tensor& here) override;
   void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
                        Tensor& rstd) override;
   void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,

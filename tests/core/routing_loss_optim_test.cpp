@@ -260,6 +260,14 @@ TEST_CASE("adamw_update with AdamWStepConstants equals the host-argument update"
                     Contains("consts") && Contains("f64 [3]"));
 }
 
+TEST_CASE("index_slice: rows of a vocabulary slice and where the slice holds them", "[forward]") {
+  Tensor local = Tensor::empty({6}, DType::I64), here = Tensor::empty({6});
+  backend(Device::CPU).index_slice(Tensor::from_indices({9, 10, 14, 15, -100, 12}, {6}), 10, 5,
+                                   local, here);
+  CHECK(local.to_vector() == std::vector<double>{0, 0, 4, 0, 0, 2});
+  CHECK(here.to_vector() == std::vector<double>{0, 1, 1, 0, 0, 1});
+}
+
 TEST_CASE("inverse_target_count and clip_factor: the device scalars of a step", "[forward]") {
   Backend& be = backend(Device::CPU);
   Tensor out = Tensor::empty({});

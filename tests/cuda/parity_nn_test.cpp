@@ -51,6 +51,23 @@ TEST_CASE("cuda: embedding forward and backward, repeated ids, i32 and i64 ids",
   }
 }
 
+// The vocabulary-parallel bookkeeping: ids below, inside and above the slice, and ignored.
+TEST_CASE("cuda: index_slice", "[cuda]") {
+  const DType dtype = GENERATE(DType::F32, DType::F64, DType::BF16);
+  const std::vector<int64_t> ids = {5, 300, 699, 700, 999, -100, 450, 0, 301};
+  const int64_t n = static_cast<int64_t>(ids.size());
+  for (DType index : {DType::I32, DType::I64}) {
+    INFO(dtype_name(dtype) << " flags, " << dtype_name(index) << " ids");
+    const Tensor host_ids = indices(ids, {n}, index);
+    Tensor local = Tensor::empty({n}, DType::I64, Device::CUDA), here = Tensor::empty({n}, dtype, Device::CUDA);
+    gpu().index_slice(host_ids.to(Device::CUDA), 300, 400, local, here);
+    Tensor want_local = Tensor::empty({n}, DType::I64), want_here = Tensor::empty({n}, DType::F64);
+    cpu().index_slice(host_ids, 300, 400, want_local, want_here);
+    CHECK(local.to(Device::CPU).to_vector() == want_local.to_vector());
+    CHECK(here.to(Device::CPU).to(DType::F64).to_vector() == want_here.to_vector());
+  }
+}
+
 TEST_CASE("cuda: rmsnorm and layernorm, forward and backward", "[cuda]") {
   const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
   Rng rng(202);

@@ -83,6 +83,9 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
   void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dtable) override {
     run([=, this]() mutable { CpuBackend::embedding_backward(ids, dout, dtable); });
   }
+  void index_slice(const Tensor& ids, int64_t start, int64_t rows, Tensor& local, Tensor& here) override {
+    run([=, this]() mutable { CpuBackend::index_slice(ids, start, rows, local, here); });
+  }
   void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) override {
     run([=, this]() mutable { CpuBackend::rmsnorm_forward(x, weight, eps, y, rstd); });
   }

@@ -64,4 +64,26 @@ void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& dout, Tenso
   });
 }
 
+void CpuBackend::index_slice(const Tensor& ids, int64_t start, int64_t rows, Tensor& local,
+                             Tensor& here) {
+  const int64_t n = ids.numel();
+  int64_t* out = local.data<int64_t>();
+  dispatch_float(here.dtype(), "index_slice", [&](auto z) {
+    using T = decltype(z);
+    T* flag = here.data<T>();
+    auto scan = [&](const auto* p) {
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t id = static_cast<int64_t>(p[i]) - start;
+        const bool mine = id >= 0 && id < rows;
+        out[i] = mine ? id : 0;
+        flag[i] = mine ? T(1) : T(0);
+      }
+    };
+    if (ids.dtype() == DType::I32)
+      scan(ids.data<int32_t>());
+    else
+      scan(ids.data<int64_t>());
+  });
+}
+
 }  // namespace mod::cpu

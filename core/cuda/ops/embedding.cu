@@ -85,4 +85,33 @@ void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dout, Tens
   });
 }
 
+namespace {
+template <typename I, typename T>
+__global__ void index_slice_kernel(const I* ids, int64_t n, int64_t start, int64_t rows,
+                                   int64_t* local, T* here) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t id = static_cast<int64_t>(ids[i]) - start;
+    const bool mine = id >= 0 && id < rows;
+    local[i] = mine ? id : 0;
+    here[i] = from_acc<T>(mine ? Acc<T>(1) : Acc<T>(0));
+  }
+}
+}  // namespace
+
+void CudaBackend::index_slice(const Tensor& ids, int64_t start, int64_t rows, Tensor& local,
+                              Tensor& here) {
+  const int64_t n = ids.numel();
+  if (n == 0) return;
+  dispatch_float(here.dtype(), "index_slice", [&](auto z) {
+    using T = decltype(z);
+    dispatch_index(ids.dtype(), "index_slice", [&](auto zi) {
+      using I = decltype(zi);
+      index_slice_kernel<<<grid_for(n), kThreads, 0, compute_stream()>>>(
+          ids.data<I>(), n, start, rows, local.data<int64_t>(), here.data<T>());
+      MOD_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
 }  // namespace mod::cuda
