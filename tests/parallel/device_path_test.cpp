@@ -130,7 +130,8 @@ TEST_CASE("a CUDA-graph step replays exactly as eager CPU steps (emulated device
   const std::vector<std::pair<const char*, std::string>> cases = {
       {"tiny_dense", ""},
       {"tiny_mod", ""},  // the predictor's BCE on detached inputs
-      {"tiny_mod", "model.mod.causal.method=AUX_BCE"}};
+      {"tiny_mod", "model.mod.causal.method=AUX_BCE"},
+      {"tiny_mod", "parallel.zero1=true"}};  // the sharded optimizer's code, in a group of one
   for (const auto& [recipe, method] : cases) {
     INFO(recipe << " " << method);
     std::vector<std::string> extra = knobs;
