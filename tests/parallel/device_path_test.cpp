@@ -121,12 +121,13 @@ TEST_CASE("sampling-time decoding on the device equals the CPU's, token by token
 // train.cuda_graph: step 1 runs eagerly, step 2 is captured (its kernels recorded, not run)
 // and every step from 2 on is a replay of that recording with the step's batch and learning
 // rate loaded into the captured tensors. Warm-up changes the learning rate every step,
-// max_norm 0.05 clips every step, and two micro-batches accumulate: a constant baked into the
-// recording, or a host read inside it, would change the losses or throw.
+// max_norm 0.05 clips every step, two micro-batches accumulate, and validation runs eagerly
+// between replays: a constant baked into the recording, or a host read inside it, would change
+// the losses or throw.
 TEST_CASE("a CUDA-graph step replays exactly as eager CPU steps (emulated device)", "[device]") {
   test::EmulatedCudaBackend& emulated = emulate_cuda();
   const std::vector<std::string> knobs = {"optimizer.warmup_steps=6", "optimizer.grad_clip=0.05",
-                                          "train.grad_accum=2"};
+                                          "train.grad_accum=2", "train.eval_every=3"};
   const std::vector<std::pair<const char*, std::string>> cases = {
       {"tiny_dense", ""},
       {"tiny_mod", ""},  // the predictor's BCE on detached inputs
