@@ -257,10 +257,6 @@ void validate(const modtrain::RunConfig& cfg) {
   if (t.cuda_graph()) {
     if (t.device() != modtrain::TrainConfig::CUDA)
       bad_field("train.cuda_graph", "needs train.device: CUDA (graphs are a CUDA feature)");
-    if (m.moe().enabled())
-      bad_field("train.cuda_graph", "cannot capture an MoE model's step: its expert slots are "
-                                    "chosen on the host (set model.moe.enabled: false or drop "
-                                    "train.cuda_graph)");
     if (p.dp() * p.tp() > 1)
       bad_field("train.cuda_graph", "runs in one process for now (parallel.dp and parallel.tp "
                                     "must be 1; the collectives are not captured)");

@@ -44,6 +44,15 @@ struct AdamWArgs {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
   int64_t step = 1;  // 1-based, for bias correction
 };
+// MoE slot selection (Backend::moe_select).
+struct MoeSelectArgs {
+  bool token_choice = false;
+  int64_t experts = 0;  // E real experts; a no-op expert, if any, is probs' last column
+  int64_t noop = 0;     // expert choice: tokens the no-op expert takes first (0: none)
+  int64_t k = 0;        // slots per (sequence, expert)
+  int64_t top_k = 1;    // token choice: experts each token asks for
+};
+
 // The scalars one AdamW step multiplies by, computed on the host in double (core/ops/optim.h
 // adamw_step_constants): {1 - lr * weight_decay, lr / (1 - beta1^step), 1 / sqrt(1 - beta2^step)}.
 // Kernels read them from a device tensor, so a captured step replays with the current values.
@@ -174,6 +183,16 @@ class Backend {
   // scores [B,T] -> idx [B,k] (i64): the k largest per row, sorted ascending by position;
   // among equal scores the lower position wins.
   virtual void topk_rows(const Tensor& scores, int64_t k, Tensor& idx) = 0;
+  // MoE slot selection per sequence, on the device (the semantics of core/model/moe_routing.h).
+  // probs [B,T,E'] (float) -> expert-major slots, (e, b, j) at (e * B + b) * K + j:
+  //   rows [E*B*K] i64       b * T + the slot's token (b * T for an empty slot)
+  //   gate_rows [E*B*K] i64  rows * E' + e: the slot's gate in probs viewed [B*T*E']
+  //   valid [E*B*K] (float)  1, or 0 for an empty token-choice slot
+  //   share [B,E] (float)    token choice: each expert's share of the sequence's first
+  //                          choices (the balance loss); 0 under expert choice
+  //   counts [B,2] f64       per sequence: tokens no real expert took, choices dropped
+  virtual void moe_select(const Tensor& probs, const MoeSelectArgs& args, Tensor& rows,
+                          Tensor& gate_rows, Tensor& valid, Tensor& share, Tensor& counts) = 0;
 
   // --- loss family (ops/loss) ---
   // losses = max(x,0) - x*t + log(1 + exp(-|x|)), elementwise; targets same shape, float.

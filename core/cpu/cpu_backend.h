@@ -64,6 +64,8 @@ class CpuBackend : public Backend {
   void gather_rows(const Tensor& x, const Tensor& idx, Tensor& out) override;
   void scatter_add_rows(const Tensor& idx, const Tensor& src, Tensor& out) override;
   void topk_rows(const Tensor& scores, int64_t k, Tensor& idx) override;
+  void moe_select(const Tensor& probs, const MoeSelectArgs& args, Tensor& rows, Tensor& gate_rows,
+                  Tensor& valid, Tensor& share, Tensor& counts) override;
   void bce_with_logits_forward(const Tensor& logits, const Tensor& targets,
                                Tensor& losses) override;
   void bce_with_logits_backward(const Tensor& logits, const Tensor& targets, double grad_scale,

@@ -57,6 +57,18 @@ void Experts::shard(int64_t first, int64_t count) {
 
 // --- the layer ---
 
+void resolve_moe_stats(std::vector<MoeStats>& stats) {
+  for (MoeStats& s : stats) {
+    if (s.top_k == 0) continue;
+    const SelectionStats st = selection_stats(s.counts, s.share, s.tokens, s.top_k, s.token_choice);
+    s.unrouted_fraction = st.unrouted_fraction;
+    s.dropped_fraction = st.dropped_fraction;
+    s.max_load = st.max_load;
+    s.counts = s.share = Tensor();
+    s.top_k = 0;
+  }
+}
+
 MoeMlp::MoeMlp(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype)
     : cfg_(cfg.moe()), n_all_(cfg.moe().n_experts() + (cfg.moe().noop_expert() ? 1 : 0)) {
   const int64_t d = cfg.d_model(), f = cfg_.d_expert() > 0 ? cfg_.d_expert() : cfg.d_ff();
@@ -71,7 +83,7 @@ MoeMlp::MoeMlp(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype)
 // Balance (token choice): per sequence E * sum_e f_e * mean_t p_e (Switch), averaged over
 // sequences, so a dp rank's share of the batch gives the same mean as one process.
 Tensor MoeMlp::aux_losses(const Tensor& logits_in, const Tensor& probs_in,
-                          const ExpertSlots& slots) const {
+                          const MoeSelection& sel) const {
   const Tensor logits = loss_precision(logits_in), probs = loss_precision(probs_in);
   Tensor aux;
   if (cfg_.z_weight() > 0) {
@@ -82,8 +94,8 @@ Tensor MoeMlp::aux_losses(const Tensor& logits_in, const Tensor& probs_in,
     const int64_t b = probs.size(0), t = probs.size(1), e = cfg_.n_experts();
     Tensor ones = Tensor::full({b, 1, t}, 1.0 / static_cast<double>(t), probs.dtype(), probs.device());
     Tensor mean_p = matmul(ones, probs);  // [B,1,E]
-    std::vector<double> share(slots.first_choice_share);
-    Tensor f = Tensor::from_vector(share, {b, 1, e}, probs.dtype()).to(probs.device());
+    Tensor f = sel.share.view({b, 1, e});
+    if (f.dtype() != probs.dtype()) f = f.to(probs.dtype());
     Tensor balance = scale(sum(mul(mean_p, f)), cfg_.balance_weight() * static_cast<double>(e) / b);
     aux = aux.defined() ? add(aux, balance) : balance;
   }
@@ -96,35 +108,28 @@ MoeOutput MoeMlp::forward(const Tensor& x) const {
   MoeOutput result;
   Tensor logits = router_->forward(x);  // [B,T,E']
   Tensor probs = softmax(logits);
-  const ExpertSlots slots = cfg_.routing() == modtrain::MoEConfig::TOKEN_CHOICE
-                                ? token_choice(detach(probs), cfg_)
-                                : expert_choice(detach(probs), cfg_);
-  result.stats = {0, slots.unrouted_fraction, slots.noop_fraction, slots.dropped_fraction, slots.max_load};
-  result.aux = aux_losses(logits, probs, slots);
-  const int64_t k = slots.k, s = b * k;
+  const MoeSelection sel = select_experts(detach(probs), cfg_);
+  result.stats.noop_fraction = sel.noop_fraction;
+  result.stats.counts = sel.counts;
+  result.stats.share = sel.share;
+  result.stats.tokens = t;
+  result.stats.token_choice = !sel.all_valid;
+  result.stats.top_k = sel.all_valid ? 1 : cfg_.top_k();
+  result.aux = aux_losses(logits, probs, sel);
+  const int64_t k = sel.k, s = b * k;
   if (k == 0) {  // the no-op expert took every token
     result.out = Tensor::zeros({b, t, d}, x.dtype(), x.device());
     return result;
   }
-  // Row (e, r, j) of the dispatch reads token r * T + token[(e, r, j)] of x viewed as [1, B*T, D];
-  // its gate is probs at (that token, e) of probs viewed as [1, B*T*E', 1].
-  std::vector<int64_t> rows(e * s), gate_rows(e * s);
-  for (int64_t ei = 0; ei < e; ++ei)
-    for (int64_t r = 0; r < b; ++r)
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t slot = (ei * b + r) * k + j, tok = r * t + slots.token[slot];
-        rows[slot] = tok;
-        gate_rows[slot] = tok * n_all_ + ei;
-      }
-  const Tensor idx = Tensor::from_indices(rows, {1, e * s}).to(x.device());
+  // Slot (e, r, j) reads row rows[slot] of x viewed as [1, B*T, D]; its gate is probs at
+  // gate_rows[slot] of probs viewed as [1, B*T*E', 1].
+  const Tensor idx = sel.rows.view({1, e * s});
   Tensor xs = reshape(gather_rows(reshape(x, {1, b * t, d}), idx), {e, s, d});
   Tensor ys = exchange_.dispatch ? exchange_.combine(experts_->forward(exchange_.dispatch(xs)))
                                  : experts_->forward(xs);
-  Tensor gates = gather_rows(reshape(probs, {1, b * t * n_all_, 1}), Tensor::from_indices(gate_rows, {1, e * s}).to(x.device()));
-  if (!slots.all_valid) {  // empty token-choice slots: gate 0, so neither output nor gradient
-    std::vector<double> mask(slots.valid.begin(), slots.valid.end());
-    gates = mul(gates, Tensor::from_vector(mask, {1, e * s, 1}, x.dtype()).to(x.device()));
-  }
+  Tensor gates = gather_rows(reshape(probs, {1, b * t * n_all_, 1}), sel.gate_rows.view({1, e * s}));
+  // Empty token-choice slots: gate 0, so neither output nor gradient.
+  if (!sel.all_valid) gates = mul(gates, sel.valid.view({1, e * s, 1}));
   Tensor out = scatter_add_rows(Tensor::zeros({1, b * t, d}, x.dtype(), x.device()), idx,
                                 mul(reshape(ys, {1, e * s, d}), gates));
   result.out = reshape(out, {b, t, d});

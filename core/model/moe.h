@@ -5,7 +5,7 @@
 // E' = E (+1 with the no-op expert), K slots per (sequence, expert), S = B * K.
 //
 //   router logits            [B,T,E']     probs = softmax over E'
-//   slots (host selection)   [E,B,K]      token positions, expert-major
+//   slots (moe_select)       [E,B,K]      rows of x, expert-major, chosen on probs' device
 //   dispatched x             [E,S,D]      gather_rows of the slots
 //   (expert parallelism)     [E/ep, ep*S/tp, D] on the rank that owns the experts
 //   expert MLPs              up/gate [E,F,D], down [E,D,F]: batched GEMMs
@@ -57,7 +57,15 @@ struct ExpertExchange {
 struct MoeStats {
   int block = 0;
   double unrouted_fraction = 0, noop_fraction = 0, dropped_fraction = 0, max_load = 0;
+  // Until resolve_moe_stats: the selection's per-sequence counts and shares, left on their
+  // device so that the forward never waits for the host; top_k 0 once resolved.
+  Tensor counts, share;
+  int64_t tokens = 0, top_k = 0;
+  bool token_choice = false;
 };
+// Computes the fractions above from the tensors each entry holds (a host copy each), then drops
+// them; entries already resolved are left alone.
+void resolve_moe_stats(std::vector<MoeStats>& stats);
 
 struct MoeOutput {
   Tensor out;  // [B,T,D]: the MLP's contribution (before the residual add)
@@ -79,7 +87,7 @@ class MoeMlp : public nn::Module {
   void set_exchange(ExpertExchange exchange) { exchange_ = std::move(exchange); }
 
  private:
-  Tensor aux_losses(const Tensor& logits, const Tensor& probs, const ExpertSlots& slots) const;
+  Tensor aux_losses(const Tensor& logits, const Tensor& probs, const MoeSelection& sel) const;
 
   modtrain::MoEConfig cfg_;
   int64_t n_all_;  // E'

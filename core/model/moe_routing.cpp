@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
-#include <numeric>
 #include <stdexcept>
+
+#include "core/backend.h"
 
 namespace mod::model {
 
@@ -16,30 +16,59 @@ void check_probs(const Tensor& probs, int64_t experts, const char* what) {
                                 " must be [B,T," + std::to_string(experts) + "]");
 }
 
-// The k best of candidates by score (descending, ties to the lower position), ascending.
-std::vector<int64_t> top_positions(std::vector<int64_t> candidates, int64_t k,
-                                   const std::function<double(int64_t)>& score) {
-  auto better = [&](int64_t a, int64_t b) {
-    const double sa = score(a), sb = score(b);
-    return sa != sb ? sa > sb : a < b;
-  };
-  std::nth_element(candidates.begin(), candidates.begin() + k, candidates.end(), better);
-  candidates.resize(k);
-  std::sort(candidates.begin(), candidates.end());
-  return candidates;
-}
-
-ExpertSlots empty_slots(int64_t b, int64_t t, int64_t e, int64_t k) {
+// The selection on the host: slots' tokens and the statistics over all B * T tokens.
+ExpertSlots read_back(const MoeSelection& sel, int64_t top_k) {
   ExpertSlots s;
-  s.batch = b;
-  s.tokens = t;
-  s.experts = e;
-  s.k = k;
-  s.token.assign(e * b * k, 0);
-  s.valid.assign(e * b * k, 1);
+  s.batch = sel.batch;
+  s.tokens = sel.tokens;
+  s.experts = sel.experts;
+  s.k = sel.k;
+  s.all_valid = sel.all_valid;
+  s.noop_fraction = sel.noop_fraction;
+  const int64_t b = sel.batch, t = sel.tokens, e = sel.experts, n = e * b * sel.k;
+  const Tensor rows = sel.rows.to(Device::CPU), valid = sel.valid.to(Device::CPU).to(DType::F64);
+  s.token.resize(n);
+  s.valid.resize(n);
+  for (int64_t slot = 0; slot < n; ++slot) {
+    const int64_t r = slot / sel.k % b;
+    s.token[slot] = rows.data<int64_t>()[slot] - r * t;
+    s.valid[slot] = valid.data<double>()[slot] != 0 ? 1 : 0;
+  }
+  const SelectionStats st = selection_stats(sel.counts, sel.share, t, top_k, !sel.all_valid);
+  s.unrouted_fraction = st.unrouted_fraction;
+  s.dropped_fraction = st.dropped_fraction;
+  s.max_load = st.max_load;
+  if (!sel.all_valid) {
+    const Tensor share = sel.share.to(Device::CPU).to(DType::F64);
+    s.first_choice_share.assign(share.data<double>(), share.data<double>() + b * e);
+  }
   return s;
 }
 }  // namespace
+
+SelectionStats selection_stats(const Tensor& counts_in, const Tensor& share_in, int64_t tokens,
+                               int64_t top_k, bool token_choice) {
+  SelectionStats st;
+  const Tensor counts = counts_in.to(Device::CPU);
+  const int64_t b = counts.size(0);
+  double unrouted = 0, dropped = 0;
+  for (int64_t r = 0; r < b; ++r) {
+    unrouted += counts.data<double>()[r * 2];
+    dropped += counts.data<double>()[r * 2 + 1];
+  }
+  const double all = static_cast<double>(b * tokens);
+  st.unrouted_fraction = unrouted / all;
+  if (!token_choice) return st;
+  st.dropped_fraction = dropped / (all * static_cast<double>(top_k));
+  const Tensor share = share_in.to(Device::CPU).to(DType::F64);
+  const int64_t e = share.size(1);
+  for (int64_t ei = 0; ei < e; ++ei) {
+    double total = 0;
+    for (int64_t r = 0; r < b; ++r) total += share.data<double>()[r * e + ei];
+    st.max_load = std::max(st.max_load, total * static_cast<double>(e) / static_cast<double>(b));
+  }
+  return st;
+}
 
 int64_t noop_tokens(const modtrain::MoEConfig& cfg, int64_t t) {
   if (!cfg.noop_expert()) return 0;
@@ -55,89 +84,45 @@ int64_t expert_slots(const modtrain::MoEConfig& cfg, int64_t t) {
   return std::clamp<int64_t>(std::llround(cfg.capacity_factor() * pool / e), 1, pool);
 }
 
+MoeSelection select_experts(const Tensor& probs, const modtrain::MoEConfig& cfg) {
+  const bool token = cfg.routing() == modtrain::MoEConfig::TOKEN_CHOICE;
+  const int64_t e_real = cfg.n_experts(), e_all = e_real + (!token && cfg.noop_expert() ? 1 : 0);
+  check_probs(probs, e_all, token ? "token_choice" : "expert_choice");
+  MoeSelectArgs a;
+  a.token_choice = token;
+  a.experts = e_real;
+  const int64_t b = probs.size(0), t = probs.size(1);
+  a.noop = token ? 0 : noop_tokens(cfg, t);
+  a.k = expert_slots(cfg, t);
+  a.top_k = token ? cfg.top_k() : 1;
+  MoeSelection sel;
+  sel.batch = b;
+  sel.tokens = t;
+  sel.experts = e_real;
+  sel.k = a.k;
+  sel.all_valid = !token;
+  sel.noop_fraction = static_cast<double>(a.noop) / static_cast<double>(t);
+  const Device device = probs.device();
+  const int64_t n = e_real * b * a.k;
+  sel.rows = Tensor::empty({n}, DType::I64, device);
+  sel.gate_rows = Tensor::empty({n}, DType::I64, device);
+  sel.valid = Tensor::empty({n}, probs.dtype(), device);
+  sel.share = Tensor::empty({b, e_real}, probs.dtype() == DType::BF16 ? DType::F32 : probs.dtype(), device);
+  sel.counts = Tensor::empty({b, 2}, DType::F64, device);
+  backend_of(probs).moe_select(probs, a, sel.rows, sel.gate_rows, sel.valid, sel.share, sel.counts);
+  return sel;
+}
+
 ExpertSlots expert_choice(const Tensor& probs, const modtrain::MoEConfig& cfg) {
-  const int64_t e_real = cfg.n_experts(), e_all = e_real + (cfg.noop_expert() ? 1 : 0);
-  check_probs(probs, e_all, "expert_choice");
-  const int64_t b = probs.size(0), t = probs.size(1), k = expert_slots(cfg, t),
-                n_noop = noop_tokens(cfg, t);
-  ExpertSlots s = empty_slots(b, t, e_real, k);
-  const Tensor host = probs.to(Device::CPU).to(DType::F64);  // routing runs on the host
-  const double* pd = host.data<double>();
-  int64_t unrouted = 0;
-  for (int64_t r = 0; r < b; ++r) {
-    auto p = [&](int64_t pos, int64_t e) { return pd[(r * t + pos) * e_all + e]; };
-    std::vector<int64_t> pool(t);
-    std::iota(pool.begin(), pool.end(), 0);
-    if (n_noop > 0) {
-      std::vector<uint8_t> noop(t, 0);
-      for (int64_t pos : top_positions(pool, n_noop, [&](int64_t i) { return p(i, e_real); }))
-        noop[pos] = 1;
-      pool.clear();
-      for (int64_t i = 0; i < t; ++i)
-        if (!noop[i]) pool.push_back(i);
-    }
-    std::vector<uint8_t> taken(t, 0);
-    for (int64_t e = 0; e < e_real; ++e) {
-      const auto chosen = top_positions(pool, k, [&](int64_t i) { return p(i, e); });
-      for (int64_t j = 0; j < k; ++j) {
-        s.token[(e * b + r) * k + j] = chosen[j];
-        taken[chosen[j]] = 1;
-      }
-    }
-    unrouted += t - std::count(taken.begin(), taken.end(), 1);
-  }
-  s.unrouted_fraction = static_cast<double>(unrouted) / static_cast<double>(b * t);
-  s.noop_fraction = static_cast<double>(n_noop) / static_cast<double>(t);
-  return s;
+  if (cfg.routing() != modtrain::MoEConfig::EXPERT_CHOICE)
+    throw std::invalid_argument("expert_choice: the config routes by token choice");
+  return read_back(select_experts(probs, cfg), 1);
 }
 
 ExpertSlots token_choice(const Tensor& probs, const modtrain::MoEConfig& cfg) {
-  const int64_t e_real = cfg.n_experts(), top = cfg.top_k();
-  check_probs(probs, e_real, "token_choice");
-  const int64_t b = probs.size(0), t = probs.size(1), k = expert_slots(cfg, t);
-  ExpertSlots s = empty_slots(b, t, e_real, k);
-  s.all_valid = false;
-  s.first_choice_share.assign(b * e_real, 0.0);
-  std::fill(s.valid.begin(), s.valid.end(), 0);
-  int64_t dropped = 0, unrouted = 0;
-  std::vector<double> first_total(e_real, 0.0);
-  const Tensor host = probs.to(Device::CPU).to(DType::F64);  // routing runs on the host
-  const double* pd = host.data<double>();
-  for (int64_t r = 0; r < b; ++r) {
-    // choice[i * top + c]: token i's c-th expert.
-    std::vector<int64_t> choice(t * top);
-    for (int64_t i = 0; i < t; ++i) {
-      std::vector<int64_t> order(e_real);
-      std::iota(order.begin(), order.end(), 0);
-      auto pr = [&](int64_t e) { return pd[(r * t + i) * e_real + e]; };
-      std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int64_t a, int64_t c) {
-        return pr(a) != pr(c) ? pr(a) > pr(c) : a < c;
-      });
-      std::copy(order.begin(), order.begin() + top, choice.begin() + i * top);
-      s.first_choice_share[r * e_real + order[0]] += 1.0 / static_cast<double>(t);
-      first_total[order[0]] += 1.0;
-    }
-    std::vector<int64_t> used(e_real, 0);
-    std::vector<uint8_t> routed(t, 0);
-    for (int64_t c = 0; c < top; ++c)
-      for (int64_t i = 0; i < t; ++i) {
-        const int64_t e = choice[i * top + c];
-        if (used[e] == k) {
-          ++dropped;
-          continue;
-        }
-        const int64_t slot = (e * b + r) * k + used[e]++;
-        s.token[slot] = i;
-        s.valid[slot] = 1;
-        routed[i] = 1;
-      }
-    unrouted += t - std::count(routed.begin(), routed.end(), 1);
-  }
-  const double tokens = static_cast<double>(b * t);
-  s.unrouted_fraction = unrouted / tokens;
-  s.dropped_fraction = dropped / (tokens * top);
-  for (double n : first_total) s.max_load = std::max(s.max_load, n * e_real / tokens);
-  return s;
+  if (cfg.routing() != modtrain::MoEConfig::TOKEN_CHOICE)
+    throw std::invalid_argument("token_choice: the config routes by expert choice");
+  return read_back(select_experts(probs, cfg), cfg.top_k());
 }
 
 }  // namespace mod::model

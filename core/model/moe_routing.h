@@ -1,7 +1,8 @@
-// Which tokens each expert takes: the selections of an MoE layer, computed on the host from the
-// router probabilities (a selection has no gradient). Every sequence gets the same number of
-// slots K per expert, so tensor shapes never depend on the data; routing never looks across the
-// batch, so a dp rank's rows route exactly as they would in one process.
+// Which tokens each expert takes: the selections of an MoE layer, computed where the router
+// probabilities are (Backend::moe_select; a selection has no gradient), so a step on a GPU
+// never waits for the host. Every sequence gets the same number of slots K per expert, so
+// tensor shapes never depend on the data; routing never looks across the batch, so a dp rank's
+// rows route exactly as they would in one process.
 //
 // Shapes: B sequences, T tokens entering the layer, E real experts, E' = E (+1 no-op expert).
 #pragma once
@@ -14,6 +15,28 @@
 
 namespace mod::model {
 
+// One layer's selection on probs' device (Backend::moe_select has the layouts).
+struct MoeSelection {
+  int64_t batch = 0, tokens = 0, experts = 0, k = 0;  // B, T, E, K
+  Tensor rows, gate_rows;  // [E*B*K] i64
+  Tensor valid;            // [E*B*K] probs' dtype: 0 for an empty token-choice slot
+  Tensor share;            // [B,E] (f32 for bf16 probs): token choice's first-choice shares
+  Tensor counts;           // [B,2] f64: unrouted tokens, dropped choices, per sequence
+  bool all_valid = true;   // expert choice fills every slot
+  double noop_fraction = 0;
+};
+MoeSelection select_experts(const Tensor& probs, const modtrain::MoEConfig& cfg);
+
+// A selection's statistics over all B * T tokens, from its counts and shares (copied to the
+// host here): tokens no real expert took; under token choice also the dropped share of the
+// T * top_k choices and max_e of E * (expert e's share of the first choices).
+struct SelectionStats {
+  double unrouted_fraction = 0, dropped_fraction = 0, max_load = 0;
+};
+SelectionStats selection_stats(const Tensor& counts, const Tensor& share, int64_t tokens,
+                               int64_t top_k, bool token_choice);
+
+// A selection read back to the host (tests, and the rules spelled out).
 // Slot tables, expert-major: entry (e, b, j) at (e * B + b) * K + j.
 struct ExpertSlots {
   int64_t batch = 0, tokens = 0, experts = 0, k = 0;  // B, T, E, K

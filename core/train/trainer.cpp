@@ -222,9 +222,12 @@ double Trainer::run() {
     if (model_->routed(b))
       for (const char* k : {"router_mean", "router_std", "predictor_acc", "precision", "recall"})
         columns.push_back("block" + std::to_string(b) + "_" + k);
-  for (int b = 0; b < model_->config().n_layers(); ++b)
+  for (int b = 0; b < model_->config().n_layers(); ++b) {
+    model::MoeStats names;  // only its block and the config decide the names
+    names.block = b;
     if (model_->moe(b))
-      for (const auto& [name, _] : moe_metrics({b}, cfg_.model().moe())) columns.push_back(name);
+      for (const auto& [name, _] : moe_metrics(names, cfg_.model().moe())) columns.push_back(name);
+  }
   // Only world rank 0 writes; the others compute the same reduced metrics and drop them.
   std::unique_ptr<metrics::CsvWriter> csv;
   std::unique_ptr<metrics::TensorBoardWriter> tb;

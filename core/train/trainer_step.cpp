@@ -160,6 +160,7 @@ double Trainer::finish_step(int64_t step, const StepOutputs& out) {
   last_stats_ = out.stats;
   model::resolve_stats(last_stats_);
   last_moe_stats_ = out.moe_stats;
+  model::resolve_moe_stats(last_moe_stats_);
   reduce_step_metrics(loss, aux);
   // Checked after the update (checking before it would wait for the device mid-step); a
   // diverged run stops here and its parameters are never saved.

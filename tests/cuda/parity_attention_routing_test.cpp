@@ -205,3 +205,49 @@ TEST_CASE("cuda: topk_rows with ties, k = 1, T/8 and T", "[cuda]") {
     }
   }
 }
+
+// MoE slot selection: expert choice with and without a no-op expert, token choice top 1 and 2
+// (which drops), on probabilities with many ties (integer levels) and on normal ones; every
+// output must equal the CPU's exactly (selections are comparisons, and comparisons of values
+// rounded to the dtype under test agree in every dtype).
+TEST_CASE("cuda: moe_select, expert and token choice", "[cuda]") {
+  const DType dtype = GENERATE(MOD_PARITY_DTYPES);
+  Rng rng(305);
+  struct Case {
+    std::string what;
+    MoeSelectArgs args;
+    int64_t e_all;
+  };
+  MoeSelectArgs ec{false, 4, 0, 6, 1}, noop{false, 4, 12, 3, 1}, tc1{true, 4, 0, 5, 1},
+      tc2{true, 4, 0, 7, 2};
+  const std::vector<Case> cases = {{"expert choice", ec, 4}, {"expert choice + no-op", noop, 5},
+                                   {"token choice top 1", tc1, 4}, {"token choice top 2", tc2, 4}};
+  const int64_t b = 3, t = 24;
+  for (const Case& c : cases) {
+    for (bool ties : {true, false}) {
+      INFO(c.what << (ties ? ", tied levels" : ", normal") << ", " << dtype_name(dtype));
+      Tensor probs = Tensor::empty({b, t, c.e_all}, DType::F64);
+      for (int64_t i = 0; i < probs.numel(); ++i)
+        probs.set(i, ties ? static_cast<double>(rng.below(4)) / 4 : rng.normal());
+      probs = rounded(probs, dtype).to(DType::F64);
+      const int64_t n = c.args.experts * b * c.args.k;
+      const DType share_dtype = dtype == DType::BF16 ? DType::F32 : dtype;
+      Tensor rows = Tensor::empty({n}, DType::I64), gates = Tensor::empty({n}, DType::I64),
+             valid = Tensor::empty({n}, DType::F64), share = Tensor::empty({b, c.args.experts}, DType::F64),
+             counts = Tensor::empty({b, 2}, DType::F64);
+      cpu().moe_select(probs, c.args, rows, gates, valid, share, counts);
+      Tensor g_rows = Tensor::empty({n}, DType::I64, Device::CUDA),
+             g_gates = Tensor::empty({n}, DType::I64, Device::CUDA),
+             g_valid = Tensor::empty({n}, dtype, Device::CUDA),
+             g_share = Tensor::empty({b, c.args.experts}, share_dtype, Device::CUDA),
+             g_counts = Tensor::empty({b, 2}, DType::F64, Device::CUDA);
+      gpu().moe_select(to_gpu(probs, dtype), c.args, g_rows, g_gates, g_valid, g_share, g_counts);
+      CHECK(g_rows.to(Device::CPU).to_vector() == rows.to_vector());
+      CHECK(g_gates.to(Device::CPU).to_vector() == gates.to_vector());
+      CHECK(g_valid.to(Device::CPU).to(DType::F64).to_vector() == valid.to_vector());
+      CHECK(g_counts.to(Device::CPU).to_vector() == counts.to_vector());
+      CHECK(g_share.to(Device::CPU).to(DType::F64).to_vector() ==
+            share.to(share_dtype).to(DType::F64).to_vector());
+    }
+  }
+}

@@ -128,15 +128,19 @@ TEST_CASE("a CUDA-graph step replays exactly as eager CPU steps (emulated device
   test::EmulatedCudaBackend& emulated = emulate_cuda();
   const std::vector<std::string> knobs = {"optimizer.warmup_steps=6", "optimizer.grad_clip=0.05",
                                           "train.grad_accum=2", "train.eval_every=3"};
-  const std::vector<std::pair<const char*, std::string>> cases = {
-      {"tiny_dense", ""},
-      {"tiny_mod", ""},  // the predictor's BCE on detached inputs
-      {"tiny_mod", "model.mod.causal.method=AUX_BCE"},
-      {"tiny_mod", "parallel.zero1=true"}};  // the sharded optimizer's code, in a group of one
-  for (const auto& [recipe, method] : cases) {
-    INFO(recipe << " " << method);
+  const std::vector<std::pair<const char*, std::vector<std::string>>> cases = {
+      {"tiny_dense", {}},
+      {"tiny_mod", {}},  // the predictor's BCE on detached inputs
+      {"tiny_mod", {"model.mod.causal.method=AUX_BCE"}},
+      {"tiny_mod", {"parallel.zero1=true"}},  // the sharded optimizer's code, in a group of one
+      {"tiny_mode_integrated", {}},           // expert choice with a no-op expert
+      {"tiny_mode_staged", {}},
+      {"tiny_moe", {"model.moe.routing=TOKEN_CHOICE", "model.moe.top_k=2",
+                    "model.moe.balance_weight=0.01"}}};  // drops, and the balance loss's shares
+  for (const auto& [recipe, sets] : cases) {
+    INFO(recipe << " " << (sets.empty() ? "" : sets.front()));
     std::vector<std::string> extra = knobs;
-    if (!method.empty()) extra.push_back(method);
+    extra.insert(extra.end(), sets.begin(), sets.end());
     std::vector<std::string> graphed = extra;
     graphed.push_back("train.cuda_graph=true");
     const int before = emulated.captures();
@@ -158,9 +162,9 @@ TEST_CASE("train.cuda_graph resumes: the first step after a checkpoint runs eage
 TEST_CASE("train.cuda_graph refuses what it cannot capture, naming the field", "[device]") {
   CHECK_THROWS_WITH(test::tiny_recipe("tiny_dense", 1, "", {"train.cuda_graph=true"}),
                     Catch::Contains("train.cuda_graph") && Catch::Contains("train.device"));
-  CHECK_THROWS_WITH(test::tiny_recipe("tiny_mode_staged", 1, "",
+  CHECK_THROWS_WITH(test::tiny_recipe("tiny_mod", 1, "dp=2",
                                       {"train.cuda_graph=true", "train.device=CUDA"}),
-                    Catch::Contains("train.cuda_graph") && Catch::Contains("MoE"));
+                    Catch::Contains("train.cuda_graph") && Catch::Contains("parallel.dp"));
 }
 
 TEST_CASE("a host read inside a capture fails it, naming the copy", "[device]") {

@@ -155,6 +155,10 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
   void topk_rows(const Tensor& scores, int64_t k, Tensor& idx) override {
     run([=, this]() mutable { CpuBackend::topk_rows(scores, k, idx); });
   }
+  void moe_select(const Tensor& probs, const MoeSelectArgs& args, Tensor& rows, Tensor& gate_rows,
+                  Tensor& valid, Tensor& share, Tensor& counts) override {
+    run([=, this]() mutable { CpuBackend::moe_select(probs, args, rows, gate_rows, valid, share, counts); });
+  }
   void bce_with_logits_forward(const Tensor& logits, const Tensor& targets, Tensor& losses) override {
     run([=, this]() mutable { CpuBackend::bce_with_logits_forward(logits, targets, losses); });
   }
