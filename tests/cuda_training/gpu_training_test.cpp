@@ -90,9 +90,10 @@ std::vector<std::string> with(std::vector<std::string> a, const std::string& b) 
 }
 }  // namespace
 
-TEST_CASE("tiny_dense and tiny_mod: 50 steps on the GPU track the CPU (f32, bf16)", "[gpu]") {
+TEST_CASE("tiny_dense, tiny_mod and integrated MoDE: 50 steps on the GPU track the CPU "
+          "(f32, bf16)", "[gpu]") {
   if (!have_gpu()) return;
-  for (const char* recipe : {"tiny_dense", "tiny_mod"}) {
+  for (const char* recipe : {"tiny_dense", "tiny_mod", "tiny_mode_integrated"}) {
     INFO(recipe);
     const Run cpu = train_run(recipe, {});
     require_close(train_run(recipe, kGpu), cpu, 1e-3, 0.0);
@@ -103,7 +104,7 @@ TEST_CASE("tiny_dense and tiny_mod: 50 steps on the GPU track the CPU (f32, bf16
 TEST_CASE("train.cuda_graph on the GPU: replays track the eager run, no cudaMalloc once warm",
           "[gpu]") {
   if (!have_gpu()) return;
-  for (const char* recipe : {"tiny_dense", "tiny_mod"}) {
+  for (const char* recipe : {"tiny_dense", "tiny_mod", "tiny_mode_integrated"}) {
     for (const auto& precision : {kGpu, kGpuBf16}) {
       INFO(recipe << (precision.size() > 1 ? " bf16" : " f32"));
       const Run eager = train_run(recipe, precision);
