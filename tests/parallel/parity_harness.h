@@ -18,13 +18,24 @@ inline constexpr double kTolerance = 1e-5;
 inline constexpr int kSteps = 20;
 inline constexpr int kExpertSteps = 10;  // MoDE layouts: 12 runs at np4, so fewer steps each
 
+// MOD_PARITY_DEVICE=CUDA runs every layout and the reference on GPUs (one per rank; a machine
+// with as many GPUs as ranks): the layouts on GPUs against one GPU (docs/gpu.md).
+inline std::vector<std::string> device_sets() {
+  const char* device = std::getenv("MOD_PARITY_DEVICE");
+  if (!device || std::string(device).empty()) return {};
+  return {std::string("train.device=") + device};
+}
+
 // name: a recipe, or "tiny_moe_token_choice" (tiny_moe with top-2 token choice, capacity 1.25).
 inline modtrain::RunConfig recipe(const std::string& name, const std::string& layout, int steps) {
-  if (name == "tiny_moe_token_choice")
-    return test::tiny_recipe("tiny_moe", steps, layout,
-                             {"model.moe.routing=TOKEN_CHOICE", "model.moe.top_k=2",
-                              "model.moe.capacity_factor=1.25"});
-  return test::tiny_recipe(name, steps, layout);
+  std::vector<std::string> sets = device_sets();
+  if (name == "tiny_moe_token_choice") {
+    for (const char* s : {"model.moe.routing=TOKEN_CHOICE", "model.moe.top_k=2",
+                          "model.moe.capacity_factor=1.25"})
+      sets.push_back(s);
+    return test::tiny_recipe("tiny_moe", steps, layout, sets);
+  }
+  return test::tiny_recipe(name, steps, layout, sets);
 }
 
 struct RunResult {
@@ -36,7 +47,9 @@ inline RunResult train(const modtrain::RunConfig& cfg, parallel::Communicator& w
   train::Trainer trainer(cfg, temp_dir("parity_run"),
                          /*quiet=*/true, world);
   trainer.run();
-  return {trainer.losses(), trainer.full_parameters()};
+  RunResult r{trainer.losses(), trainer.full_parameters()};
+  for (auto& [name, p] : r.params) p = p.to(Device::CPU);  // compared and broadcast on the host
+  return r;
 }
 
 // World rank 0 trains alone; the result reaches every rank.
