@@ -41,7 +41,8 @@ class CudaGraph final : public CapturedWork {
 
 void CudaBackend::begin_capture() {
   capture_pool = begin_graph_pool();
-  const cudaError_t err = cudaStreamBeginCapture(compute_stream(), cudaStreamCaptureModeThreadLocal);
+  const cudaError_t err =
+      cudaStreamBeginCapture(compute_stream(), cudaStreamCaptureModeThreadLocal);
   if (err != cudaSuccess) {
     end_graph_pool();
     release_graph_pool(capture_pool);

@@ -107,7 +107,8 @@ MoeSelection select_experts(const Tensor& probs, const modtrain::MoEConfig& cfg)
   sel.rows = Tensor::empty({n}, DType::I64, device);
   sel.gate_rows = Tensor::empty({n}, DType::I64, device);
   sel.valid = Tensor::empty({n}, probs.dtype(), device);
-  sel.share = Tensor::empty({b, e_real}, probs.dtype() == DType::BF16 ? DType::F32 : probs.dtype(), device);
+  const DType share_dtype = probs.dtype() == DType::BF16 ? DType::F32 : probs.dtype();
+  sel.share = Tensor::empty({b, e_real}, share_dtype, device);
   sel.counts = Tensor::empty({b, 2}, DType::F64, device);
   backend_of(probs).moe_select(probs, a, sel.rows, sel.gate_rows, sel.valid, sel.share, sel.counts);
   return sel;

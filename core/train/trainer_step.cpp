@@ -59,11 +59,13 @@ void Trainer::reduce_step_metrics(double& loss, double& aux) {
   if (mesh_->dp().size() == 1) return;
   std::vector<double> v = {loss, aux};
   for (const auto& s : last_stats_) {
-    for (double x : {s.router_mean, s.router_std, s.accuracy, s.precision, s.recall}) v.push_back(x);
+    for (double x : {s.router_mean, s.router_std, s.accuracy, s.precision, s.recall})
+      v.push_back(x);
     for (double x : s.routed_fraction_by_bucket) v.push_back(x);
   }
   for (const auto& s : last_moe_stats_)
-    for (double x : {s.unrouted_fraction, s.noop_fraction, s.dropped_fraction, s.max_load}) v.push_back(x);
+    for (double x : {s.unrouted_fraction, s.noop_fraction, s.dropped_fraction, s.max_load})
+      v.push_back(x);
   Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64);
   mesh_->dp().all_reduce(t);
   const double inv = 1.0 / mesh_->dp().size();
@@ -72,11 +74,13 @@ void Trainer::reduce_step_metrics(double& loss, double& aux) {
   loss = next();
   aux = next();
   for (auto& s : last_stats_) {
-    for (double* x : {&s.router_mean, &s.router_std, &s.accuracy, &s.precision, &s.recall}) *x = next();
+    for (double* x : {&s.router_mean, &s.router_std, &s.accuracy, &s.precision, &s.recall})
+      *x = next();
     for (double& x : s.routed_fraction_by_bucket) x = next();
   }
   for (auto& s : last_moe_stats_)
-    for (double* x : {&s.unrouted_fraction, &s.noop_fraction, &s.dropped_fraction, &s.max_load}) *x = next();
+    for (double* x : {&s.unrouted_fraction, &s.noop_fraction, &s.dropped_fraction, &s.max_load})
+      *x = next();
 }
 
 // Buckets all-reduce during the last micro-batch's backward; each ignores the other's leaves.
@@ -93,7 +97,8 @@ LeafGradReady Trainer::gradient_ready_hook() {
 
 // Under train.precision BF16 the layers compute in bf16 from the f32 master weights.
 model::ForwardResult Trainer::forward_batch(const Tensor& inputs, const Tensor& targets) const {
-  if (cfg_.train().precision() != modtrain::TrainConfig::BF16) return model_->forward(inputs, targets);
+  if (cfg_.train().precision() != modtrain::TrainConfig::BF16)
+    return model_->forward(inputs, targets);
   AutocastGuard bf16(DType::BF16);
   return model_->forward(inputs, targets);
 }
@@ -105,8 +110,9 @@ void Trainer::load_step(int64_t step) {
   for (int micro = 0; micro < accum; ++micro) {
     const data::Batch batch = loader_->next(row_begin_, row_end_);
     if (step_inputs_.size() <= static_cast<size_t>(micro))
-      step_inputs_.push_back({Tensor::empty(batch.inputs.shape(), batch.inputs.dtype(), device_),
-                              Tensor::empty(batch.targets.shape(), batch.targets.dtype(), device_)});
+      step_inputs_.push_back(
+          {Tensor::empty(batch.inputs.shape(), batch.inputs.dtype(), device_),
+           Tensor::empty(batch.targets.shape(), batch.targets.dtype(), device_)});
     step_inputs_[micro].first.copy_from(batch.inputs);
     step_inputs_[micro].second.copy_from(batch.targets);
   }

@@ -10,7 +10,6 @@
 //   a CUDA-graph run vs the eager run on the GPU: within 1e-5 relative per step (the same
 //     kernels in the same order; only atomics in scatter-adds may reorder).
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -90,8 +89,10 @@ std::vector<std::string> with(std::vector<std::string> a, const std::string& b) 
 }
 }  // namespace
 
-TEST_CASE("tiny_dense, tiny_mod and integrated MoDE: 50 steps on the GPU track the CPU "
-          "(f32, bf16)", "[gpu]") {
+TEST_CASE(
+    "tiny_dense, tiny_mod and integrated MoDE: 50 steps on the GPU track the CPU "
+    "(f32, bf16)",
+    "[gpu]") {
   if (!have_gpu()) return;
   for (const char* recipe : {"tiny_dense", "tiny_mod", "tiny_mode_integrated"}) {
     INFO(recipe);

@@ -53,13 +53,17 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
   void fill(Tensor& dst, double value) override {
     run([=, this]() mutable { CpuBackend::fill(dst, value); });
   }
-  void copy_rows(const Tensor& src, size_t src_offset, size_t src_pitch, Tensor& dst, size_t dst_offset, size_t dst_pitch, size_t rows, size_t width) override {
-    run([=, this]() mutable { CpuBackend::copy_rows(src, src_offset, src_pitch, dst, dst_offset, dst_pitch, rows, width); });
+  void copy_rows(const Tensor& src, size_t src_offset, size_t src_pitch, Tensor& dst,
+                 size_t dst_offset, size_t dst_pitch, size_t rows, size_t width) override {
+    run([=, this]() mutable {
+      CpuBackend::copy_rows(src, src_offset, src_pitch, dst, dst_offset, dst_pitch, rows, width);
+    });
   }
   void gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) override {
     run([=, this]() mutable { CpuBackend::gemm(args, a, b, c); });
   }
-  void binary(BinaryKind kind, Broadcast bcast, int64_t outer, int64_t inner, const Tensor& a, const Tensor& b, Tensor& out) override {
+  void binary(BinaryKind kind, Broadcast bcast, int64_t outer, int64_t inner, const Tensor& a,
+              const Tensor& b, Tensor& out) override {
     run([=, this]() mutable { CpuBackend::binary(kind, bcast, outer, inner, a, b, out); });
   }
   void scale(const Tensor& x, double alpha, Tensor& out) override {
@@ -83,20 +87,30 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
   void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dtable) override {
     run([=, this]() mutable { CpuBackend::embedding_backward(ids, dout, dtable); });
   }
-  void index_slice(const Tensor& ids, int64_t start, int64_t rows, Tensor& local, Tensor& here) override {
+  void index_slice(const Tensor& ids, int64_t start, int64_t rows, Tensor& local,
+                   Tensor& here) override {
     run([=, this]() mutable { CpuBackend::index_slice(ids, start, rows, local, here); });
   }
-  void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) override {
+  void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
+                       Tensor& rstd) override {
     run([=, this]() mutable { CpuBackend::rmsnorm_forward(x, weight, eps, y, rstd); });
   }
-  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd, Tensor& dx, Tensor& dweight) override {
+  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                        Tensor& dx, Tensor& dweight) override {
     run([=, this]() mutable { CpuBackend::rmsnorm_backward(dy, x, weight, rstd, dx, dweight); });
   }
-  void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y, Tensor& mean, Tensor& rstd) override {
-    run([=, this]() mutable { CpuBackend::layernorm_forward(x, weight, bias, eps, y, mean, rstd); });
+  void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                         Tensor& y, Tensor& mean, Tensor& rstd) override {
+    run([=, this]() mutable {
+      CpuBackend::layernorm_forward(x, weight, bias, eps, y, mean, rstd);
+    });
   }
-  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) override {
-    run([=, this]() mutable { CpuBackend::layernorm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias); });
+  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                          const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                          Tensor& dbias) override {
+    run([=, this]() mutable {
+      CpuBackend::layernorm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias);
+    });
   }
   void gelu_forward(const Tensor& x, Tensor& y) override {
     run([=, this]() mutable { CpuBackend::gelu_forward(x, y); });
@@ -119,7 +133,8 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
   void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& y) override {
     run([=, this]() mutable { CpuBackend::swiglu_forward(gate, up, y); });
   }
-  void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup) override {
+  void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate,
+                       Tensor& dup) override {
     run([=, this]() mutable { CpuBackend::swiglu_backward(gate, up, dy, dgate, dup); });
   }
   void softmax_forward(const Tensor& x, Tensor& y) override {
@@ -131,20 +146,33 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
   void logsumexp_forward(const Tensor& x, Tensor& out) override {
     run([=, this]() mutable { CpuBackend::logsumexp_forward(x, out); });
   }
-  void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& losses, Tensor& lse) override {
-    run([=, this]() mutable { CpuBackend::cross_entropy_forward(logits, targets, ignore_index, losses, lse); });
+  void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                             Tensor& losses, Tensor& lse) override {
+    run([=, this]() mutable {
+      CpuBackend::cross_entropy_forward(logits, targets, ignore_index, losses, lse);
+    });
   }
-  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index, int64_t vocab_start, double grad_scale, Tensor& dlogits) override {
-    run([=, this]() mutable { CpuBackend::cross_entropy_backward(logits, targets, lse, ignore_index, vocab_start, grad_scale, dlogits); });
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              int64_t ignore_index, int64_t vocab_start, double grad_scale,
+                              Tensor& dlogits) override {
+    run([=, this]() mutable {
+      CpuBackend::cross_entropy_backward(logits, targets, lse, ignore_index, vocab_start,
+                                         grad_scale, dlogits);
+    });
   }
   void rope(const Tensor& x, const Tensor& pos, double theta, bool inverse, Tensor& y) override {
     run([=, this]() mutable { CpuBackend::rope(x, pos, theta, inverse, y); });
   }
-  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos, Tensor& out, Tensor& lse) override {
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos,
+                         const Tensor& k_pos, Tensor& out, Tensor& lse) override {
     run([=, this]() mutable { CpuBackend::attention_forward(q, k, v, q_pos, k_pos, out, lse); });
   }
-  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos, const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override {
-    run([=, this]() mutable { CpuBackend::attention_backward(q, k, v, q_pos, k_pos, out, lse, dout, dq, dk, dv); });
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos,
+                          const Tensor& k_pos, const Tensor& out, const Tensor& lse,
+                          const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override {
+    run([=, this]() mutable {
+      CpuBackend::attention_backward(q, k, v, q_pos, k_pos, out, lse, dout, dq, dk, dv);
+    });
   }
   void gather_rows(const Tensor& x, const Tensor& idx, Tensor& out) override {
     run([=, this]() mutable { CpuBackend::gather_rows(x, idx, out); });
@@ -157,18 +185,25 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
   }
   void moe_select(const Tensor& probs, const MoeSelectArgs& args, Tensor& rows, Tensor& gate_rows,
                   Tensor& valid, Tensor& share, Tensor& counts) override {
-    run([=, this]() mutable { CpuBackend::moe_select(probs, args, rows, gate_rows, valid, share, counts); });
+    run([=, this]() mutable {
+      CpuBackend::moe_select(probs, args, rows, gate_rows, valid, share, counts);
+    });
   }
-  void bce_with_logits_forward(const Tensor& logits, const Tensor& targets, Tensor& losses) override {
+  void bce_with_logits_forward(const Tensor& logits, const Tensor& targets,
+                               Tensor& losses) override {
     run([=, this]() mutable { CpuBackend::bce_with_logits_forward(logits, targets, losses); });
   }
-  void bce_with_logits_backward(const Tensor& logits, const Tensor& targets, double grad_scale, Tensor& dlogits) override {
-    run([=, this]() mutable { CpuBackend::bce_with_logits_backward(logits, targets, grad_scale, dlogits); });
+  void bce_with_logits_backward(const Tensor& logits, const Tensor& targets, double grad_scale,
+                                Tensor& dlogits) override {
+    run([=, this]() mutable {
+      CpuBackend::bce_with_logits_backward(logits, targets, grad_scale, dlogits);
+    });
   }
   void inverse_target_count(const Tensor& targets, int64_t ignore_index, Tensor& out) override {
     run([=, this]() mutable { CpuBackend::inverse_target_count(targets, ignore_index, out); });
   }
-  void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWArgs& args, const Tensor& consts) override {
+  void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWArgs& args,
+                    const Tensor& consts) override {
     run([=, this]() mutable { CpuBackend::adamw_update(param, grad, m, v, args, consts); });
   }
   void clip_factor(const Tensor& sq, double max_norm, Tensor& norm, Tensor& factor) override {

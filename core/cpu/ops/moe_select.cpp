@@ -73,9 +73,8 @@ std::pair<int64_t, int64_t> token_choice_row(const T* p, const MoeSelectArgs& a,
     std::vector<int64_t> order(e_real);
     std::iota(order.begin(), order.end(), 0);
     const T* pr = p + (r * t + i) * s.e_all;
-    std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int64_t x, int64_t y) {
-      return pr[x] != pr[y] ? pr[x] > pr[y] : x < y;
-    });
+    std::partial_sort(order.begin(), order.begin() + top, order.end(),
+                      [&](int64_t x, int64_t y) { return pr[x] != pr[y] ? pr[x] > pr[y] : x < y; });
     std::copy(order.begin(), order.begin() + top, choice.begin() + i * top);
     ++first[order[0]];
   }
@@ -126,7 +125,8 @@ void CpuBackend::moe_select(const Tensor& probs, const MoeSelectArgs& a, Tensor&
       cnt[r * 2] = static_cast<double>(unrouted);
       cnt[r * 2 + 1] = static_cast<double>(dropped);
       for (int64_t e = 0; e < a.experts; ++e)
-        sh[r * a.experts + e] = static_cast<T>(static_cast<double>(first[e]) / static_cast<double>(t));
+        sh[r * a.experts + e] =
+            static_cast<T>(static_cast<double>(first[e]) / static_cast<double>(t));
     }
   });
 }

@@ -138,8 +138,8 @@ __global__ void finish_counts(const int32_t* taken, const int32_t* dropped, cons
     counts[r * 2 + 1] = dropped ? dropped[r] : 0.0;
   }
   for (int64_t x = threadIdx.x; x < e; x += blockDim.x)
-    share[r * e + x] = first ? from_acc<S>(static_cast<Acc<S>>(static_cast<double>(first[r * e + x]) /
-                                                                static_cast<double>(t)))
+    share[r * e + x] = first ? from_acc<S>(static_cast<Acc<S>>(
+                                   static_cast<double>(first[r * e + x]) / static_cast<double>(t)))
                              : from_acc<S>(Acc<S>(0));
 }
 
@@ -172,18 +172,19 @@ void CudaBackend::moe_select(const Tensor& probs, const MoeSelectArgs& a, Tensor
         MOD_CUDA_CHECK_LAUNCH();
       }
       if (a.k > 0) {  // every kept (token, expert) marks its token in `taken`
-        rank_select<T><<<static_cast<unsigned>(b * a.experts), kSelectThreads, smem,
-                         compute_stream()>>>(p, out, 0, a.experts, a.k,
-                                             noop.defined() ? noop.data<int32_t>() : nullptr,
-                                             taken.data<int32_t>(), valid.data<T>());
+        rank_select<T>
+            <<<static_cast<unsigned>(b * a.experts), kSelectThreads, smem, compute_stream()>>>(
+                p, out, 0, a.experts, a.k, noop.defined() ? noop.data<int32_t>() : nullptr,
+                taken.data<int32_t>(), valid.data<T>());
         MOD_CUDA_CHECK_LAUNCH();
       }
     } else {
       choice = zeros_i32(b * t * a.top_k);
       first = zeros_i32(b * a.experts);
       dropped = zeros_i32(b);
-      token_choices<T><<<dim3(grid_for(t), static_cast<unsigned>(b)), kThreads, 0, compute_stream()>>>(
-          p, t, a.experts, a.top_k, choice.data<int32_t>(), first.data<int32_t>());
+      token_choices<T>
+          <<<dim3(grid_for(t), static_cast<unsigned>(b)), kThreads, 0, compute_stream()>>>(
+              p, t, a.experts, a.top_k, choice.data<int32_t>(), first.data<int32_t>());
       MOD_CUDA_CHECK_LAUNCH();
       token_place<T><<<grid_for(a.experts * b, 64), 64, 0, compute_stream()>>>(
           out, a.experts, a.top_k, choice.data<int32_t>(), taken.data<int32_t>(),
