@@ -54,11 +54,9 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   const Device device = logits.device();
   Backend& be = backend_of(logits);
 
-  // Host ids are checked (a device's come from checked shards, as in cross_entropy). Counted
-  // rows: targets inside the whole vocabulary, i.e. not ignore_index.
+  // Counted rows: targets inside the whole vocabulary, i.e. not ignore_index.
   const Tensor targets1 = targets.view({n});
-  if (targets.device() == Device::CPU)
-    count_targets("vocab_parallel_cross_entropy", targets1, vocab, ignore_index);
+  check_targets("vocab_parallel_cross_entropy", targets1, vocab, ignore_index);
   const SliceRows s = slice_rows(targets1, vocab_start, v, dtype);
   const Tensor counted_rows = slice_rows(targets1, 0, vocab, dtype).here.view({n});
   const Tensor rows2 = logits.view({n, v});

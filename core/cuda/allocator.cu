@@ -5,7 +5,6 @@
 
 #include <map>
 #include <mutex>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -34,7 +33,6 @@ struct Cache {
   std::mutex mutex;
   std::map<std::pair<int, size_t>, std::vector<void*>> free_blocks;  // (pool, size) -> blocks
   std::unordered_map<void*, Block> blocks;  // every live or cached block
-  std::set<int> graph_pools;                // private pools of live graphs
   int capturing = 0;                        // the pool being captured into, 0: none
   int next_pool = 1;
   AllocatorStats stats;
@@ -113,7 +111,6 @@ void device_deallocate(void* ptr, size_t /*bytes*/) {
   // A block freed during a capture may have been used by captured kernels: it joins the graph's
   // pool, so no eager tensor takes it while the graph can still replay.
   if (c.capturing != 0) b.pool = c.capturing;
-  if (b.pool != 0 && !c.graph_pools.count(b.pool)) b.pool = 0;  // its graph is gone
   const size_t size = b.size;
   c.free_blocks[{b.pool, size}].push_back(ptr);
   c.stats.in_use_bytes -= size;
@@ -131,7 +128,6 @@ int begin_graph_pool() {
   std::lock_guard<std::mutex> lock(c.mutex);
   if (c.capturing != 0) throw std::logic_error("CUDA graph capture: already capturing");
   c.capturing = c.next_pool++;
-  c.graph_pools.insert(c.capturing);
   return c.capturing;
 }
 
@@ -144,23 +140,19 @@ void end_graph_pool() {
 void release_graph_pool(int pool) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
-  c.graph_pools.erase(pool);
   if (c.capturing == pool) c.capturing = 0;
-  // Cached blocks go back to the general pool; live ones follow when they are freed.
+  // Every block of the pool, cached or still held by a tensor, becomes the general pool's.
+  for (auto& [p, b] : c.blocks)
+    if (b.pool == pool) b.pool = 0;
   for (auto it = c.free_blocks.begin(); it != c.free_blocks.end();) {
     if (it->first.first != pool) {
       ++it;
       continue;
     }
     auto& general = c.free_blocks[{0, it->first.second}];
-    for (void* p : it->second) {
-      c.blocks.at(p).pool = 0;
-      general.push_back(p);
-    }
+    general.insert(general.end(), it->second.begin(), it->second.end());
     it = c.free_blocks.erase(it);
   }
-  for (auto& [p, b] : c.blocks)
-    if (b.pool == pool) b.pool = 0;
 }
 
 void release_cached() {

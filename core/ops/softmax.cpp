@@ -19,30 +19,23 @@ int64_t leading_numel(const Tensor& x) {
 
 }  // namespace
 
-// The count divides the mean on the host, so device targets are copied back (B*T indices, one
-// small copy; the range check comes with it).
-int64_t count_targets(const char* op, const Tensor& device_targets, int64_t v, int64_t ignore_index) {
-  const Tensor targets = device_targets.to(Device::CPU);
+void check_targets(const char* op, const Tensor& targets, int64_t v, int64_t ignore_index) {
+  if (targets.device() != Device::CPU) return;  // no host round trip: shards are checked
   const int64_t n = targets.numel();
-  int64_t count = 0;
   auto scan = [&](const auto* p) {
     for (int64_t i = 0; i < n; ++i) {
       const int64_t t = static_cast<int64_t>(p[i]);
-      if (t == ignore_index) continue;
-      if (t < 0 || t >= v)
+      if (t != ignore_index && (t < 0 || t >= v))
         check::fail(op, "targets[" + std::to_string(i) + "] = " + std::to_string(t) +
                             " is out of range [0, " + std::to_string(v) +
                             ") and is not ignore_index (" + std::to_string(ignore_index) + ")");
-      ++count;
     }
   };
   if (targets.dtype() == DType::I32)
     scan(targets.data<int32_t>());
   else
     scan(targets.data<int64_t>());
-  return count;
 }
-
 
 Tensor softmax(const Tensor& x) {
   const char* op = op_name(Op::Softmax);
@@ -101,9 +94,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                         shape_str(lead) + " (logits " + shape_str(logits.shape()) + ")");
   check::same_device(op, targets, "targets", logits, "logits");
   const int64_t v = logits.size(-1), n = targets.numel();
-  // Host ids are checked here; a device's are not (that would cost a host round trip every
-  // step): they come from data shards, whose ids read_shard checks against the vocabulary.
-  if (targets.device() == Device::CPU) count_targets(op, targets, v, ignore_index);
+  check_targets(op, targets, v, ignore_index);
 
   const Tensor logits2 = logits.view({n, v}), targets1 = targets.view({n});
   Tensor losses = Tensor::empty({n}, logits.dtype(), logits.device());

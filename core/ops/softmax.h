@@ -20,9 +20,10 @@ Tensor logsumexp(const Tensor& x);
 // (flat) position and value; device targets are trusted (the data shards are checked).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 
-// Number of targets (any device) != ignore_index; throws "op: targets[i] = t is out of range
-// [0, v) ..." for the first other one outside [0, v).
-int64_t count_targets(const char* op, const Tensor& targets, int64_t v, int64_t ignore_index);
+// Host targets: throws "op: targets[i] = t is out of range [0, v) ..." for the first one
+// outside [0, v) that is not ignore_index. Device targets are not read (that would cost a host
+// round trip every step): they come from data shards, whose ids read_shard checks.
+void check_targets(const char* op, const Tensor& targets, int64_t v, int64_t ignore_index);
 
 // Records on `loss` (recorded as `op`) the gradient of a mean cross-entropy with respect to
 // `logits`: d logits = g * inv_count * (exp(logits - lse) - onehot(target)) (inv_count a scalar

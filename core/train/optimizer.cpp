@@ -44,15 +44,14 @@ Tensor grad_sq_sum(const std::vector<Tensor>& params, Device device) {
 }
 
 Tensor clip_to_sq_sum(const std::vector<Tensor>& params, const Tensor& sq, double max_norm) {
-  Tensor norm = Tensor::empty({}, DType::F64, sq.device());
-  const Tensor* first = nullptr;
+  DType dtype = DType::F64;  // the gradients' (none: the factor scales nothing)
   for (const Tensor& p : params)
-    if (p.grad().defined() && !first) first = &p.grad();
-  if (!first) {
-    backend_of(sq).clip_factor(sq, max_norm, norm, norm);  // no gradient: only the norm (0)
-    return norm;
-  }
-  Tensor factor = Tensor::empty({}, first->dtype(), sq.device());
+    if (p.grad().defined()) {
+      dtype = p.grad().dtype();
+      break;
+    }
+  Tensor norm = Tensor::empty({}, DType::F64, sq.device());
+  Tensor factor = Tensor::empty({}, dtype, sq.device());
   Backend& be = backend_of(sq);
   be.clip_factor(sq, max_norm, norm, factor);
   // On the host a factor of 1 is seen for free and the pass skipped; a device always scales.
@@ -83,8 +82,8 @@ bool takes_weight_decay(const std::string& name, const modtrain::OptimizerConfig
 
 AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params,
              const modtrain::OptimizerConfig& cfg)
-    : cfg_(cfg),
-      consts_(adamw_hyper(cfg), named_params.empty() ? Device::CPU : named_params.front().second.device()) {
+    : consts_(adamw_hyper(cfg),
+              named_params.empty() ? Device::CPU : named_params.front().second.device()) {
   for (auto& [name, p] : named_params) {
     decay_.push_back(takes_weight_decay(name, cfg));
     slots_.push_back({name, p, Tensor::zeros(p.shape(), p.dtype(), p.device()),

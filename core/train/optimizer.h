@@ -52,7 +52,6 @@ class AdamW {
   void set_steps_taken(int64_t s) { step_ = s; }
 
  private:
-  modtrain::OptimizerConfig cfg_;
   std::vector<Slot> slots_;
   std::vector<bool> decay_;
   int64_t step_ = 0;
