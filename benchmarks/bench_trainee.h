@@ -9,11 +9,11 @@
 
 #include "configs/config.h"
 #include "core/autograd.h"
-#include "core/model/flops.h"
-#include "core/model/transformer.h"
 #include "core/random.h"
-#include "core/train/optimizer.h"
-#include "core/train/trainer.h"
+#include "model/flops.h"
+#include "model/transformer.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
 
 namespace mod::bench {
 

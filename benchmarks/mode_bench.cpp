@@ -38,12 +38,13 @@
 #include "configs/config.h"
 #include "core/cpu/blas.h"
 #include "core/device_report.h"
-#include "core/model/flops.h"
-#include "core/model/moe_routing.h"
-#include "core/model/transformer.h"
 #include "core/random.h"
-#include "core/train/optimizer.h"
-#include "core/train/trainer.h"
+#include "model/flops.h"
+#include "model/moe_routing.h"
+#include "model/routing_schedule.h"
+#include "model/transformer.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
 
 using namespace mod;
 using bench::Timing;

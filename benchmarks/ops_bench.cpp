@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "core/all_ops.h"
 #include "core/backend.h"
-#include "core/ops/optim.h"
 #include "core/cpu/blas.h"
 #include "core/device_report.h"
-#include "core/ops.h"
+#include "core/ops/optim.h"
 #include "core/random.h"
 #include "tests/reference/naive_ops.h"
 

@@ -75,16 +75,17 @@
 #include "benchmarks/parallel_napkin.h"
 #include "configs/config.h"
 #include "core/autograd.h"
-#include "core/data/loader.h"
-#include "core/data/shard.h"
 #include "core/device_report.h"
-#include "core/model/flops.h"
-#include "core/model/transformer.h"
 #include "core/random.h"
-#include "core/train/trainer.h"
+#include "model/flops.h"
+#include "model/routing_schedule.h"
+#include "model/transformer.h"
 #include "parallel/counting_communicator.h"
 #include "parallel/mesh.h"
 #include "parallel/world.h"
+#include "train/data/loader.h"
+#include "train/data/shard.h"
+#include "train/trainer.h"
 
 using namespace mod;
 using bench::default_layouts;
@@ -324,7 +325,7 @@ Ceiling comm_ceiling(const parallel::Stats& per_run, int steps, const Layout& l)
   }
   Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64);
   world().broadcast(t, 0);
-  parallel::DeviceMesh mesh(world(), parallel::ParallelDims{l.dp, l.tp, l.ep});
+  parallel::Mesh mesh(world(), parallel::ParallelDims{l.dp, l.tp, l.ep});
   auto group = [&mesh](const std::string& name) -> Communicator& {
     return name == "dp"    ? mesh.dp()
            : name == "edp" ? mesh.edp()

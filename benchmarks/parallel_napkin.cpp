@@ -5,8 +5,9 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "core/model/flops.h"
-#include "core/model/moe_routing.h"
+#include "model/flops.h"
+#include "model/moe_routing.h"
+#include "model/routing_schedule.h"
 
 namespace mod::bench {
 

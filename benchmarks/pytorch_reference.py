@@ -3,7 +3,7 @@
 on the same training step as benchmarks/train_bench (zero_grad, forward with targets, backward,
 clip_grad_norm, AdamW) on random token batches. The yardstick for benchmarks/compare_pytorch.sh.
 
-Architecture (core/model/transformer.h): token embedding; pre-norm RMSNorm blocks with causal
+Architecture (model/transformer.h): token embedding; pre-norm RMSNorm blocks with causal
 multi-head attention, rotary embeddings in the GPT-NeoX half-split layout, and a GELU (tanh) MLP;
 final RMSNorm; LM head tied to the embedding. A routed block: router r = w.x, per-sequence top-C
 with the indices sorted, gather, the block's delta at the original positions, scale by r,

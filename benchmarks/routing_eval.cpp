@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "core/train/trainer.h"
-#include "core/train/weights.h"
+#include "train/trainer.h"
+#include "train/weights.h"
 
 using namespace mod;
 namespace po = boost::program_options;

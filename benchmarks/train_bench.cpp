@@ -22,15 +22,15 @@
 
 #include "benchmarks/bench_trainee.h"
 #include "configs/config.h"
+#include "core/all_ops.h"
 #include "core/autograd.h"
 #include "core/device_report.h"
-#include "core/model/flops.h"
-#include "core/model/sampler.h"
-#include "core/model/transformer.h"
-#include "core/ops.h"
 #include "core/random.h"
-#include "core/train/optimizer.h"
-#include "core/train/trainer.h"
+#include "model/flops.h"
+#include "model/sampler.h"
+#include "model/transformer.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
 
 using namespace mod;
 using bench::random_tokens;

@@ -11,12 +11,12 @@
 #pragma once
 
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "core/op.h"
+#include "core/op_catalogue.h"
 #include "core/tensor.h"
 
 namespace mod {

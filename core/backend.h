@@ -183,7 +183,7 @@ class Backend {
   // scores [B,T] -> idx [B,k] (i64): the k largest per row, sorted ascending by position;
   // among equal scores the lower position wins.
   virtual void topk_rows(const Tensor& scores, int64_t k, Tensor& idx) = 0;
-  // MoE slot selection per sequence, on the device (the semantics of core/model/moe_routing.h).
+  // MoE slot selection per sequence, on the device (the semantics of model/moe_routing.h).
   // probs [B,T,E'] (float) -> expert-major slots, (e, b, j) at (e * B + b) * K + j:
   //   rows [E*B*K] i64       b * T + the slot's token (b * T for an empty slot)
   //   gate_rows [E*B*K] i64  rows * E' + e: the slot's gate in probs viewed [B*T*E']

@@ -1,9 +1,10 @@
 // modtrain export: a checkpoint (or a run directory's latest) -> one safetensors file of the
 // whole model, readable by eval, sample and the Python safetensors package.
+#include "train/checkpoint/export.h"
+
 #include <cstdio>
 #include <stdexcept>
 
-#include "core/checkpoint/export.h"
 #include "launcher/cli.h"
 
 namespace mod::cli {

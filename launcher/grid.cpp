@@ -1,5 +1,5 @@
 // modtrain grid plan|run|submit|collect: isoFLOP grids (configs/grid.proto, docs/grids.md).
-// Every subcommand expands the spec afresh (core/grid/expand.h), so point names, step counts
+// Every subcommand expands the spec afresh (grid/expand.h), so point names, step counts
 // and Slurm array indices are the same for plan, run, submit and collect of one spec. Layout
 // under the output directory OUT:
 //   OUT/plan.csv, OUT/points/<point>.textproto   one RunConfig per runnable point (plan, run, submit)
@@ -25,16 +25,16 @@
 #include <stdexcept>
 
 #include "configs/config.h"
-#include "configs/grid.h"
-#include "core/checkpoint/export.h"
-#include "core/grid/expand.h"
-#include "core/grid/plots.h"
-#include "core/grid/results.h"
-#include "core/grid/run_state.h"
-#include "core/grid/sbatch.h"
-#include "core/grid/throughput.h"
-#include "core/train/stop_signal.h"
+#include "grid/expand.h"
+#include "grid/plots.h"
+#include "grid/results.h"
+#include "grid/run_state.h"
+#include "grid/sbatch.h"
+#include "grid/spec.h"
+#include "grid/throughput.h"
 #include "launcher/cli.h"
+#include "train/checkpoint/export.h"
+#include "train/stop_signal.h"
 
 namespace mod::cli {
 
@@ -81,7 +81,7 @@ void add_grid_options(po::options_description& o) {
 Grid load(const po::variables_map& vm) {
   Grid g;
   g.spec_path = vm["spec"].as<std::string>();
-  g.spec = config::load_grid(g.spec_path);
+  g.spec = grid::load_grid(g.spec_path);
   if (vm.count("data")) g.spec.mutable_base()->mutable_data()->set_dir(vm["data"].as<std::string>());
   std::string out = vm.count("out") ? vm["out"].as<std::string>() : g.spec.out_dir();
   if (out.empty()) out = "runs/grids/" + g.spec.name();

@@ -4,9 +4,9 @@
 #include <exception>
 #include <string>
 
-#include "core/train/stop_signal.h"
 #include "launcher/cli.h"
 #include "parallel/world.h"
+#include "train/stop_signal.h"
 
 namespace {
 constexpr const char* kUsage =

@@ -9,9 +9,9 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "core/data/shard.h"
-#include "core/data/tokenizer.h"
 #include "launcher/cli.h"
+#include "train/data/shard.h"
+#include "train/data/tokenizer.h"
 
 namespace mod::cli {
 

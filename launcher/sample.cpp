@@ -3,10 +3,10 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "core/data/tokenizer.h"
-#include "core/model/sampler.h"
-#include "core/train/weights.h"
 #include "launcher/cli.h"
+#include "model/sampler.h"
+#include "train/data/tokenizer.h"
+#include "train/weights.h"
 
 namespace mod::cli {
 

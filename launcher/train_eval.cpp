@@ -4,12 +4,12 @@
 #include <stdexcept>
 
 #include "configs/config.h"
-#include "core/model/flops.h"
-#include "core/train/stop_signal.h"
-#include "core/train/trainer.h"
-#include "core/train/weights.h"
 #include "launcher/cli.h"
+#include "model/flops.h"
 #include "parallel/world.h"
+#include "train/stop_signal.h"
+#include "train/trainer.h"
+#include "train/weights.h"
 
 namespace mod::cli {
 

@@ -1,5 +1,5 @@
 // Expert-parallel collectives as an autograd pair (Megatron-LM's dispatch/combine). Each is an
-// op in the catalogue (core/op.h, collective = true); each backward is the other's forward.
+// op in the catalogue (core/op_catalogue.h, collective = true); each backward is the other's forward.
 //
 // Shapes: E experts (global, expert-major), S slots per expert (fixed, data-independent), D width;
 // ep ranks keep E/ep consecutive experts each; tp ranks hold bitwise-identical x.

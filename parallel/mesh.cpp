@@ -51,7 +51,7 @@ void ParallelDims::validate_model(const modtrain::ModelConfig& m) const {
                                 " + " + s(experts % ep));
 }
 
-DeviceMesh::DeviceMesh(Communicator& world, ParallelDims dims) : world_(world), dims_(dims) {
+Mesh::Mesh(Communicator& world, ParallelDims dims) : world_(world), dims_(dims) {
   dims_.validate(world.size());
   const int r = world.rank(), dp_rank = r / dims_.tp, tp_rank = r % dims_.tp;
   tp_ = world.split(dp_rank, tp_rank, "tp");

@@ -26,10 +26,10 @@ struct ParallelDims {
   void validate_model(const modtrain::ModelConfig& model) const;
 };
 
-class DeviceMesh {
+class Mesh {
  public:
   // Collective over world: splits it into the dp, tp, ep and edp groups.
-  DeviceMesh(Communicator& world, ParallelDims dims);
+  Mesh(Communicator& world, ParallelDims dims);
 
   Communicator& world() const { return world_; }
   Communicator& dp() const { return *dp_; }  // same tp rank, one rank per dp index

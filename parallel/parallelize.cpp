@@ -82,7 +82,7 @@ Tensor slice_dim(const Tensor& t, int dim, int64_t offset, int64_t len) {
   return out;
 }
 
-ShardMap parallelize_tensor(model::Transformer& model, const DeviceMesh& mesh) {
+ShardMap parallelize_tensor(model::Transformer& model, const Mesh& mesh) {
   mesh.dims().validate_model(model.config());
   Sharder s{model, mesh.tp(), {}};
   for (const auto& [name, p] : model.named_parameters()) s.specs[name] = {-1, p.shape(), 0};
@@ -119,7 +119,7 @@ ShardMap parallelize_tensor(model::Transformer& model, const DeviceMesh& mesh) {
   return s.specs;
 }
 
-void parallelize_experts(model::Transformer& model, const DeviceMesh& mesh, ShardMap& specs) {
+void parallelize_experts(model::Transformer& model, const Mesh& mesh, ShardMap& specs) {
   Communicator* ep = &mesh.ep();
   Communicator* tp = &mesh.tp();
   for (size_t b = 0; b < model.num_blocks(); ++b) {
@@ -142,7 +142,7 @@ void parallelize_experts(model::Transformer& model, const DeviceMesh& mesh, Shar
   }
 }
 
-Communicator& group_of(const ShardSpec& spec, const DeviceMesh& mesh) {
+Communicator& group_of(const ShardSpec& spec, const Mesh& mesh) {
   return spec.expert ? mesh.ep() : mesh.tp();
 }
 

@@ -24,7 +24,7 @@
 #include <map>
 #include <string>
 
-#include "core/model/transformer.h"
+#include "model/transformer.h"
 #include "parallel/mesh.h"
 
 namespace mod::parallel {
@@ -44,11 +44,11 @@ using ShardMap = std::map<std::string, ShardSpec>;
 
 // Shards model in place for mesh.tp() (nothing to do at tp = 1) and returns every parameter's
 // spec.
-ShardMap parallelize_tensor(model::Transformer& model, const DeviceMesh& mesh);
+ShardMap parallelize_tensor(model::Transformer& model, const Mesh& mesh);
 
 // Shards the experts of every MoE MLP over mesh.ep() and routes their slots through the
 // expert-parallel exchange (needed whenever ep or tp > 1); marks expert weights in specs.
-void parallelize_experts(model::Transformer& model, const DeviceMesh& mesh, ShardMap& specs);
+void parallelize_experts(model::Transformer& model, const Mesh& mesh, ShardMap& specs);
 
 // Debug check: every tp rank chose the same tokens in every routed block (they must, since
 // their inputs are bitwise equal). Throws naming the block and the first differing rank.
@@ -58,7 +58,7 @@ void check_same_routing(const model::ForwardResult& result, Communicator& tp);
 // for tensor-parallel slices, mesh.ep() for experts (see group_of).
 Tensor gather_parameter(const Tensor& local, const ShardSpec& spec, Communicator& group);
 // The group a parameter's slices are spread over: ep for experts, tp otherwise.
-Communicator& group_of(const ShardSpec& spec, const DeviceMesh& mesh);
+Communicator& group_of(const ShardSpec& spec, const Mesh& mesh);
 
 // Copy of the slice [offset, offset + len) of t along dim.
 Tensor slice_dim(const Tensor& t, int dim, int64_t offset, int64_t len);

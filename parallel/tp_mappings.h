@@ -1,5 +1,5 @@
 // Tensor-parallel collectives as autograd pairs (Megatron-LM's mappings). Each is an op in the
-// catalogue (core/op.h, collective = true) with its backward beside its forward.
+// catalogue (core/op_catalogue.h, collective = true) with its backward beside its forward.
 //
 //   op               forward                         backward             in -> out (tp ranks)
 //   copy_to_tp       identity                        all-reduce sum       [..., D] -> [..., D]

@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/all_ops.h"
 #include "core/autograd.h"
 #include "core/backend.h"
-#include "core/ops.h"
 #include "parallel/tp_mappings.h"
 
 namespace mod::parallel {

@@ -29,7 +29,7 @@ class ShardedAdamW {
     set_learning_rate(lr);
     apply();
   }
-  // step's two halves, as AdamW's (core/train/optimizer.h).
+  // step's two halves, as AdamW's (train/optimizer.h).
   void set_learning_rate(double lr);
   void apply();
   int64_t steps_taken() const { return step_; }

@@ -1,5 +1,5 @@
-// CPU backend: memory, copies and conversions; and backend(), the one place that maps a device
-// to its kernels.
+// CPU backend: memory, copies and conversions (the kernels are in core/cpu/ops/<family>.cpp; the
+// device registry, backend(Device), in core/backend_registry.cpp).
 #include "core/cpu/cpu_backend.h"
 
 #include <omp.h>
@@ -11,9 +11,6 @@
 #include "core/cpu/blas.h"
 #include "core/cpu/dispatch.h"
 #include "core/cpu/host_allocator.h"
-#ifdef MOD_HAVE_CUDA
-#include "core/cuda/cuda_backend.h"
-#endif
 
 namespace mod {
 
@@ -77,34 +74,5 @@ void CpuBackend::fill(Tensor& dst, double value) {
 }
 
 }  // namespace cpu
-
-namespace {
-Backend* cuda_for_testing = nullptr;
-}  // namespace
-
-void Backend::begin_capture() {
-  throw std::runtime_error("capture: the " + std::string(device_name(device())) +
-                           " backend has no graphs to capture work into (CUDA only)");
-}
-
-std::unique_ptr<CapturedWork> Backend::end_capture() {
-  throw std::runtime_error("capture: the " + std::string(device_name(device())) +
-                           " backend has no graphs to capture work into (CUDA only)");
-}
-
-void set_cuda_backend_for_testing(Backend* b) { cuda_for_testing = b; }
-
-Backend& backend(Device device) {
-  // Leaked on purpose: tensors in static storage may be freed after static destructors ran.
-  static cpu::CpuBackend* cpu_backend = new cpu::CpuBackend;
-  if (device == Device::CPU) return *cpu_backend;
-  if (cuda_for_testing != nullptr) return *cuda_for_testing;
-#ifdef MOD_HAVE_CUDA
-  return cuda::cuda_backend();
-#else
-  throw std::runtime_error(
-      "tensor on cuda: this build has no CUDA (configure with nvcc on PATH, MOD_USE_CUDA=ON)");
-#endif
-}
 
 }  // namespace mod

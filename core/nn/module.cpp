@@ -3,7 +3,7 @@
 
 #include <stdexcept>
 
-#include "core/ops.h"
+#include "core/all_ops.h"
 
 namespace mod::nn {
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "core/op.h"
+#include "core/op_catalogue.h"
 #include "core/tensor.h"
 
 namespace mod {

@@ -5,8 +5,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "core/all_ops.h"
 #include "core/backend.h"
-#include "core/ops.h"
 #include "core/random.h"
 
 using namespace mod;

@@ -2,7 +2,7 @@
 // no-grad scopes, and the errors for misuse.
 #include <catch2/catch.hpp>
 
-#include "core/ops.h"
+#include "core/all_ops.h"
 #include "core/random.h"
 
 using namespace mod;

@@ -2,8 +2,8 @@
 // argument errors.
 #include <catch2/catch.hpp>
 
+#include "core/all_ops.h"
 #include "core/backend.h"
-#include "core/ops.h"
 #include "core/random.h"
 
 using namespace mod;

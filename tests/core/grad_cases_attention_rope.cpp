@@ -2,7 +2,7 @@
 // contiguous) positions, a query block at the end of a longer key sequence, and sequences
 // longer than one 64-row tile so the tiled backward crosses tile and causal boundaries, and
 // than one 256-key chunk so the forward's online softmax rescales.
-#include "core/ops.h"
+#include "core/all_ops.h"
 #include "tests/core/grad_check.h"
 
 namespace mod::test {

@@ -1,6 +1,6 @@
 // Gradient cases for matmul, elementwise arithmetic and reductions. Sizes are deliberately not
 // multiples of the SIMD width.
-#include "core/ops.h"
+#include "core/all_ops.h"
 #include "tests/core/grad_check.h"
 
 namespace mod::test {

@@ -2,7 +2,7 @@
 // deliberately not multiples of the SIMD width; logsumexp covers a 1-D input (scalar output);
 // cross-entropy covers ignored targets, a 3-D logits tensor, i32 targets and a non-default
 // ignore_index.
-#include "core/ops.h"
+#include "core/all_ops.h"
 #include "tests/core/grad_check.h"
 
 namespace mod::test {

@@ -1,6 +1,6 @@
 // Gradient cases for embedding, the routing gather/scatter-add and the BCE routing loss. Index
 // inputs include repeats and unsorted rows, since those are where scatter gradients go wrong.
-#include "core/ops.h"
+#include "core/all_ops.h"
 #include "tests/core/grad_check.h"
 
 namespace mod::test {

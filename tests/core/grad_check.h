@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/op.h"
+#include "core/op_catalogue.h"
 #include "core/random.h"
 #include "core/tensor.h"
 

@@ -1,9 +1,10 @@
 // Modules: hierarchical parameter names, registration errors, and a small training step through
 // Linear layers that actually lowers a loss.
+#include "core/nn/module.h"
+
 #include <catch2/catch.hpp>
 
-#include "core/nn/module.h"
-#include "core/ops.h"
+#include "core/all_ops.h"
 
 using namespace mod;
 using Catch::Matchers::Contains;

@@ -6,7 +6,7 @@
 #include <functional>
 #include <numbers>
 
-#include "core/ops.h"
+#include "core/all_ops.h"
 #include "core/random.h"
 
 using namespace mod;

@@ -7,8 +7,8 @@
 #include <numeric>
 #include <tuple>
 
+#include "core/all_ops.h"
 #include "core/backend.h"
-#include "core/ops.h"
 #include "core/ops/optim.h"
 #include "core/random.h"
 

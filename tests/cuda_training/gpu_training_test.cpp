@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "core/checkpoint/checkpoint.h"
 #include "core/cuda/allocator.h"
 #include "core/cuda/device.h"
 #include "tests/parallel/tiny_runs.h"
+#include "train/checkpoint/checkpoint.h"
 
 namespace mod {
 namespace {

@@ -1,19 +1,19 @@
 // isoFLOP grids: expansion spends each budget to within one step's FLOPs, point names are
 // stable, invalid specs fail naming the field, skipped points carry their reason; the recipes
 // load; the job-array script and the run-directory inspection.
-#include <catch2/catch.hpp>
 #include <google/protobuf/text_format.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 
-#include "configs/grid.h"
-#include "core/grid/expand.h"
-#include "core/grid/run_state.h"
-#include "core/grid/sbatch.h"
 #include "core/util/safetensors.h"
+#include "grid/expand.h"
+#include "grid/run_state.h"
+#include "grid/sbatch.h"
+#include "grid/spec.h"
 
 using namespace mod;
 using Catch::Matchers::Contains;
@@ -22,7 +22,7 @@ namespace {
 const std::string kTiny = MOD_SOURCE_DIR "/tests/grid/tiny_grid.textproto";
 const std::string kGrids = MOD_SOURCE_DIR "/configs/grids/";
 
-modtrain::GridSpec tiny() { return config::load_grid(kTiny); }
+modtrain::GridSpec tiny() { return grid::load_grid(kTiny); }
 
 // The tiny spec with `extra` merged in (scalars replace, messages merge, repeated fields
 // append), validated as "tiny_grid+".
@@ -30,9 +30,9 @@ modtrain::GridSpec tiny_with(const std::string& extra) {
   std::ifstream in(kTiny);
   std::stringstream ss;
   ss << in.rdbuf();
-  auto spec = config::parse_grid_text(ss.str(), kTiny);
+  auto spec = grid::parse_grid_text(ss.str(), kTiny);
   REQUIRE(google::protobuf::TextFormat::MergeFromString(extra, &spec));
-  config::validate_grid(spec, "tiny_grid+");
+  grid::validate_grid(spec, "tiny_grid+");
   return spec;
 }
 
@@ -177,15 +177,15 @@ TEST_CASE("invalid grid specs fail with the file and the field", "[grid][errors]
     }
   }
   // Empty lists and a missing name.
-  CHECK_THROWS_WITH(config::validate_grid(modtrain::GridSpec(), "empty.textproto"),
+  CHECK_THROWS_WITH(grid::validate_grid(modtrain::GridSpec(), "empty.textproto"),
                     Contains("empty.textproto") && Contains("name"));
   auto no_budgets = tiny();
   no_budgets.clear_budgets();
-  CHECK_THROWS_WITH(config::validate_grid(no_budgets, "f"), Contains("budgets") && Contains("none given"));
+  CHECK_THROWS_WITH(grid::validate_grid(no_budgets, "f"), Contains("budgets") && Contains("none given"));
   // Syntax errors and unknown fields name the file and line.
-  CHECK_THROWS_WITH(config::parse_grid_text("name: \"x\"\nbudget: [1e12]\n", "bad.textproto"),
+  CHECK_THROWS_WITH(grid::parse_grid_text("name: \"x\"\nbudget: [1e12]\n", "bad.textproto"),
                     Contains("bad.textproto:2") && Contains("budget"));
-  CHECK_THROWS_WITH(config::load_grid("/nonexistent/grid.textproto"), Contains("/nonexistent/grid.textproto"));
+  CHECK_THROWS_WITH(grid::load_grid("/nonexistent/grid.textproto"), Contains("/nonexistent/grid.textproto"));
 }
 
 TEST_CASE("every grid in configs/grids loads and expands", "[grid]") {
@@ -193,7 +193,7 @@ TEST_CASE("every grid in configs/grids loads and expands", "[grid]") {
   for (const auto& entry : std::filesystem::directory_iterator(kGrids)) {
     if (entry.path().extension() != ".textproto") continue;
     INFO(entry.path());
-    const auto spec = config::load_grid(entry.path().string());
+    const auto spec = grid::load_grid(entry.path().string());
     const auto points = grid::expand(spec);
     CHECK(points.size() ==
           static_cast<size_t>(spec.budgets_size() * spec.shapes_size() * spec.variants_size()));
@@ -206,7 +206,7 @@ TEST_CASE("every grid in configs/grids loads and expands", "[grid]") {
   // The paper-like grid: 60M .. 3B dense parameters, every point runnable. Integrated MoDE
   // (8 experts, 12.5% of tokens on them) has more parameters but fewer FLOPs per token than
   // dense, so at the same budget and shape it trains more steps.
-  const auto paper = grid::expand(config::load_grid(kGrids + "paper_gpu.textproto"));
+  const auto paper = grid::expand(grid::load_grid(kGrids + "paper_gpu.textproto"));
   int64_t smallest = INT64_MAX, largest = 0;
   std::map<std::string, const grid::GridPoint*> dense;  // by budget and shape
   int mode_points = 0;

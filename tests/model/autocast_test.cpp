@@ -5,14 +5,13 @@
 // the embedding table's, which sums several casts' gradients in f32 (to f32 rounding).
 // Any layer that forgets to autocast fails with a dtype mismatch, any that casts twice or
 // drops the gradient fails the comparison. (bf16 itself runs on the GPU: tests/cuda.)
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 
+#include "core/all_ops.h"
 #include "core/autograd.h"
-#include "core/model/transformer.h"
-#include "core/ops.h"
+#include "model/transformer.h"
 #include "tests/model/tiny_configs.h"
 
 namespace mod {

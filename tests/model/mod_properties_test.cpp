@@ -1,14 +1,13 @@
-// The Mixture-of-Depths invariants of DESIGN.md section 3, each as a test that fails when the
+// The Mixture-of-Depths invariants of docs/architecture.md section 3, each as a test that fails when the
 // invariant breaks: dense equivalence at capacity 1, exactly C sorted routed tokens, original
 // positions, the router on the gradient path, per-sequence BCE targets, causal routing, and
 // incremental decoding through the ragged KV caches.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 
-#include "core/ops.h"
-#include "core/model/transformer.h"
+#include "core/all_ops.h"
+#include "model/transformer.h"
 #include "tests/core/grad_check.h"
 #include "tests/model/tiny_configs.h"
 

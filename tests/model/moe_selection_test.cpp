@@ -1,16 +1,15 @@
-// Mixture-of-experts slot selection (DESIGN.md section 3): expert choice and token choice
+// Mixture-of-experts slot selection (docs/architecture.md section 3): expert choice and token choice
 // against hand-built and brute-force answers; capacity rounding, ties, per-sequence routing,
 // the no-op expert and token-choice overflow.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <set>
 #include <vector>
 
-#include "core/model/moe_routing.h"
-#include "core/ops.h"
+#include "core/all_ops.h"
 #include "core/random.h"
+#include "model/moe_routing.h"
 
 using namespace mod;
 using namespace mod::model;

@@ -1,24 +1,24 @@
-// The mixture-of-experts layer and MoDE (DESIGN.md section 3), each property as a test that fails
+// The mixture-of-experts layer and MoDE (docs/architecture.md section 3), each property as a test that fails
 // when it breaks (the slot selections: moe_selection_test.cpp): forward values against a
 // token-by-token computation; finite-difference gradients of the layer, a staged-MoDE block and
 // whole models; the two limits of integrated MoDE (all capacity on the no-op expert is the identity,
 // none is a plain MoE); causal routing and incremental decoding; FLOPs and parameter counts.
-#include <catch2/catch.hpp>
+#include "model/moe.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
 #include <memory>
 #include <numbers>
 
-#include "core/model/flops.h"
-#include "core/model/moe.h"
-#include "core/model/moe_routing.h"
-#include "core/model/transformer.h"
-#include "core/ops.h"
-#include "core/train/optimizer.h"
+#include "core/all_ops.h"
+#include "model/flops.h"
+#include "model/moe_routing.h"
+#include "model/transformer.h"
 #include "tests/core/grad_check.h"
 #include "tests/model/tiny_configs.h"
+#include "train/optimizer.h"
 
 using mod::test::arange_positions;
 using mod::test::max_diff;

@@ -1,15 +1,14 @@
 // Training-side checks: tiny dense and MoD models overfit a fixed batch; the schedule and the
 // FLOP accounting give hand-computed values; weights round-trip through the weights file.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 
-#include "core/model/flops.h"
-#include "core/model/transformer.h"
-#include "core/ops.h"
-#include "core/train/optimizer.h"
-#include "core/train/weights.h"
+#include "core/all_ops.h"
+#include "model/flops.h"
+#include "model/transformer.h"
 #include "tests/model/tiny_configs.h"
+#include "train/optimizer.h"
+#include "train/weights.h"
 
 using namespace mod;
 using Catch::Matchers::Contains;

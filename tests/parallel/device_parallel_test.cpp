@@ -5,16 +5,15 @@
 // the tensor-parallel mappings, gradient buckets, ZeRO-1 and the expert exchanges all keep
 // device tensors on the device, or a host access to one throws.
 #include <catch2/catch.hpp>
-
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "core/train/trainer.h"
-#include "parallel/device_world.h"
+#include "parallel/device_communicator.h"
 #include "tests/parallel/emulated_cuda.h"
 #include "tests/parallel/host_staging_communicator.h"
 #include "tests/parallel/tiny_runs.h"
+#include "train/trainer.h"
 
 namespace mod {
 namespace {
@@ -37,7 +36,7 @@ Run train_run(const std::string& recipe, const std::string& layout, bool on_devi
 
 void install_emulated_gpus() {
   test::emulate_cuda();
-  parallel::set_device_world_factory_for_testing([](parallel::Communicator& world) {
+  parallel::set_device_communicator_factory_for_testing([](parallel::Communicator& world) {
     return std::make_unique<test::HostStagingCommunicator>(world.split(0, world.rank(), "world"));
   });
 }
@@ -77,10 +76,10 @@ TEST_CASE("every parallel layout trains on the (emulated) device exactly as on t
 TEST_CASE("without NCCL or a test stand-in, several processes on CUDA is an error naming NCCL",
           "[device][mpi]") {
 #ifdef MOD_HAVE_NCCL
-  SUCCEED("this build has NCCL: make_device_world builds it");
+  SUCCEED("this build has NCCL: make_device_communicator builds it");
 #else
-  parallel::set_device_world_factory_for_testing({});
-  CHECK_THROWS_WITH(parallel::make_device_world(parallel::world()), Catch::Contains("NCCL"));
+  parallel::set_device_communicator_factory_for_testing({});
+  CHECK_THROWS_WITH(parallel::make_device_communicator(parallel::world()), Catch::Contains("NCCL"));
 #endif
 }
 

@@ -7,10 +7,10 @@
 #include <catch2/catch.hpp>
 
 #include "core/autograd.h"
-#include "core/checkpoint/checkpoint.h"
-#include "core/model/transformer.h"
+#include "model/transformer.h"
 #include "tests/parallel/emulated_cuda.h"
 #include "tests/parallel/tiny_runs.h"
+#include "train/checkpoint/checkpoint.h"
 
 namespace mod {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ops.h"
+#include "core/all_ops.h"
 #include "parallel/counting_communicator.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/mesh.h"
@@ -146,7 +146,7 @@ TEST_CASE("mesh: ep and edp groups have the documented sizes and members", "[mpi
   const int r = world().rank();
   for (const ParallelDims& d : layouts(world().size())) {
     INFO("layout " << layout_name(d) << ", world rank " << r);
-    DeviceMesh mesh(world(), d);
+    Mesh mesh(world(), d);
     const Place p = place_of(r, d);
     std::vector<int64_t> tp, dp, ep, edp;
     for (int t = 0; t < d.tp; ++t) tp.push_back(p.dp * d.tp + t);
@@ -176,7 +176,7 @@ TEST_CASE("dispatch_to_experts sends each expert's tp share to its ep rank, sour
       INFO("layout " << layout_name(d) << ", " << dtype_name(dtype) << ", world rank "
                      << world().rank());
       CountingCommunicator counted(world());
-      DeviceMesh mesh(counted, d);
+      Mesh mesh(counted, d);
       const Place p = place_of(world().rank(), d);
       const int64_t El = kE / d.ep, S = kSlotsPerTp * d.tp, sl = kSlotsPerTp;
       const Tensor x = make({kE, S, kD}, dtype, [&](int64_t e, int64_t s, int64_t c) {
@@ -216,7 +216,7 @@ TEST_CASE("combine_from_experts returns slots to their expert and all-gathers th
       INFO("layout " << layout_name(d) << ", " << dtype_name(dtype) << ", world rank "
                      << world().rank());
       CountingCommunicator counted(world());
-      DeviceMesh mesh(counted, d);
+      Mesh mesh(counted, d);
       const Place p = place_of(world().rank(), d);
       const int64_t El = kE / d.ep, S = kSlotsPerTp * d.tp, sl = kSlotsPerTp;
       auto y_value = [&](int64_t le, int64_t row, int64_t c) {
@@ -252,7 +252,7 @@ TEST_CASE("dispatch and combine gradients reach the slots they came from", "[mpi
     for (DType dtype : {DType::F32, DType::F64}) {
       INFO("layout " << layout_name(d) << ", " << dtype_name(dtype) << ", world rank "
                      << world().rank());
-      DeviceMesh mesh(world(), d);
+      Mesh mesh(world(), d);
       const Place p = place_of(world().rank(), d);
       const int64_t El = kE / d.ep, S = kSlotsPerTp * d.tp, sl = kSlotsPerTp;
 

@@ -1,5 +1,5 @@
 // The parity harness: a recipe under parallel layouts against one process on the same global
-// batch (DESIGN.md section 4). Used by parity_test.cpp (tiny_dense, tiny_mod) and
+// batch (docs/architecture.md section 4). Used by parity_test.cpp (tiny_dense, tiny_mod) and
 // mode_parity_test.cpp (MoDE under expert parallelism).
 //
 // Each recipe runs 20 steps (MoDE: 10) under each layout the world size allows. World rank 0

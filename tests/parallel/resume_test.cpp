@@ -1,4 +1,4 @@
-// Resume against a run that never stopped (DESIGN.md section 5). A 20-step run checkpoints at
+// Resume against a run that never stopped (docs/architecture.md section 5). A 20-step run checkpoints at
 // step 10; a second trainer resumes from that checkpoint and runs steps 11-20.
 // - Same layout: the resumed losses and final parameters are bitwise equal (tiny_dense, and
 //   tiny_mod with its predictor; ZeRO-1 off and on).
@@ -6,11 +6,10 @@
 //   the parity tests (relative 1e-5), since a layout only reorders sums.
 // - MoDE: experts saved split over ep=2 resume under ep=1 (every rank reads all experts), and
 //   the reverse, with ZeRO-1 moments gathered over the expert data-parallel group.
-#include "tests/parallel/tiny_runs.h"
-
 #include <cstring>
 
-#include "core/checkpoint/checkpoint.h"
+#include "tests/parallel/tiny_runs.h"
+#include "train/checkpoint/checkpoint.h"
 
 using namespace mod;
 

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -12,10 +11,10 @@
 #include <vector>
 
 #include "configs/config.h"
-#include "core/data/shard.h"
 #include "core/random.h"
-#include "core/train/trainer.h"
 #include "parallel/world.h"
+#include "train/data/shard.h"
+#include "train/trainer.h"
 
 namespace mod::test {
 

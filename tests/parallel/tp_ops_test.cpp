@@ -6,11 +6,10 @@
 // - under mpirun, each op on its tp slice against the single-process op on the whole tensor,
 //   forward and backward, and gather_parameter reassembling shards along dim 0 and dim 1.
 #include <catch2/catch.hpp>
-
 #include <set>
 
+#include "core/all_ops.h"
 #include "core/autograd.h"
-#include "core/ops.h"
 #include "core/random.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/parallelize.h"

@@ -1,14 +1,14 @@
 // metrics.csv and TensorBoard event files: the event file is valid TFRecord framing (lengths
 // and payloads with masked CRC-32C) of Event messages carrying our scalars; CSV rows append and
 // a resume drops the rows after its step.
-#include <catch2/catch.hpp>
+#include "train/metrics/metrics_writer.h"
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 
-#include "core/metrics/metrics_writer.h"
-#include "core/metrics/tb_event.pb.h"
 #include "core/util/crc32c.h"
+#include "train/metrics/tb_event.pb.h"
 
 using namespace mod;
 namespace fs = std::filesystem;

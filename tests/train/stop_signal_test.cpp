@@ -1,12 +1,13 @@
 // Stop signals (SIGTERM, SIGUSR1) arriving while GEMMs run: the flag is set and nothing else
 // happens. A handler run on a thread inside oneDNN 2.x's JIT SGEMM wrote its frame over heap
 // memory (stop_signal.cpp); with the handler alone this test failed.
-#include <catch2/catch.hpp>
+#include "train/stop_signal.h"
 
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -15,7 +16,6 @@
 #include <vector>
 
 #include "core/cpu/blas.h"
-#include "core/train/stop_signal.h"
 
 TEST_CASE("stop signals during GEMMs set the flag and leave results and heap intact", "[signals]") {
   // First, before this process starts any other thread (each test case runs in a process of its

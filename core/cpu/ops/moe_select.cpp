@@ -1,4 +1,4 @@
-// CPU MoE slot selection (Backend::moe_select; the rules are core/model/moe_routing.h's):
+// CPU MoE slot selection (Backend::moe_select; the rules are model/moe_routing.h's):
 // sequence by sequence, expert choice takes the k best tokens per expert after the no-op
 // expert's picks left the pool, token choice places first choices in position order, then
 // second choices, into K slots per expert. Scores are compared in the probabilities' own dtype

@@ -1,0 +1,101 @@
+// Result gathering (see results.h).
+#include "grid/results.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "train/trainer.h"
+#include "train/weights.h"
+
+namespace mod::grid {
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c == '\n' ? ' ' : c);
+  return out + "\"";
+}
+
+namespace {
+double evaluate_weights(const std::string& path, int eval_batches) {
+  auto loaded = train::load_weights(path);
+  const auto& cfg = loaded.config;
+  const auto data = train::load_splits(cfg.data().dir(), cfg.model().vocab_size());
+  const int batches = eval_batches > 0 ? eval_batches : cfg.train().eval_batches();
+  return train::evaluate(*loaded.model, *data.val, cfg.model().seq_len(), cfg.train().batch_size(),
+                         batches, model::RoutingMode::TopC)
+      .loss;
+}
+}  // namespace
+
+std::vector<PointResult> collect_results(const std::vector<GridPoint>& points,
+                                         const std::string& runs_dir, int eval_batches) {
+  std::vector<PointResult> out;
+  for (const GridPoint& p : points) {
+    PointResult r;
+    r.point = &p;
+    if (p.skipped()) {
+      r.status = "skipped";
+      r.note = p.skip_reason;
+      out.push_back(std::move(r));
+      continue;
+    }
+    const std::string dir = runs_dir + "/" + p.name;
+    r.state = inspect_run(dir, p.steps, p.tokens_per_step);
+    r.status = status_name(r.state.status);
+    if (r.state.status == RunStatus::Finished) {
+      if (r.state.final_val_loss) {
+        r.val_loss = r.state.final_val_loss;
+        r.note = "val_loss of metrics.csv at step " + std::to_string(p.steps);
+      } else {
+        try {
+          r.val_loss = evaluate_weights(dir + "/model.safetensors", eval_batches);
+          r.note = "evaluated model.safetensors (metrics.csv has no val_loss at the final step)";
+        } catch (const std::exception& e) {
+          r.status = "failed";
+          r.note = std::string("cannot evaluate model.safetensors: ") + e.what();
+        }
+      }
+    } else if (r.state.status == RunStatus::Partial) {
+      r.note = r.state.describe();
+    } else {
+      r.note = "no run in " + dir;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void write_results_csv(const std::string& path, const std::vector<PointResult>& results) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    if (!f) throw std::runtime_error("grid collect: cannot write " + tmp);
+    f << "point,budget,shape,variant,routed,parameters,non_embedding_parameters,"
+         "forward_flops_per_token,training_flops_per_token,steps,tokens,flops,final_val_loss,"
+         "status,train_seconds,note\n";
+    char buf[512];
+    for (const auto& r : results) {
+      const GridPoint& p = *r.point;
+      std::snprintf(buf, sizeof buf, "%s,%s,%s,%s,%d,%lld,%lld,%.6g,%.6g,%lld,%lld,%.6g,", p.name.c_str(),
+                    p.budget_label.c_str(), p.shape.c_str(), p.variant.c_str(), p.routed ? 1 : 0,
+                    static_cast<long long>(p.flops.parameters),
+                    static_cast<long long>(p.flops.non_embedding_parameters), p.flops.forward_per_token,
+                    p.flops.training_per_token, static_cast<long long>(p.steps),
+                    static_cast<long long>(p.tokens()), p.flops_spent);
+      f << buf;
+      if (r.val_loss) {
+        std::snprintf(buf, sizeof buf, "%.6f", *r.val_loss);
+        f << buf;
+      }
+      std::snprintf(buf, sizeof buf, ",%s,%.1f,", csv_field(r.status).c_str(), r.state.train_seconds);
+      f << buf << csv_field(r.note) << "\n";
+    }
+    if (!f.flush()) throw std::runtime_error("grid collect: cannot write " + tmp);
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace mod::grid

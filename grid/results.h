@@ -1,0 +1,36 @@
+// Gathering a grid's outcome (`modtrain grid collect`): each point's state and final validation
+// loss, from its run directory's metrics.csv (the val_loss row at the final step) or, when that
+// is missing (train.eval_every 0), by evaluating its model.safetensors on the validation split.
+// Missing and unfinished points are results too, with their status; nothing here is fatal.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "grid/expand.h"
+#include "grid/run_state.h"
+
+namespace mod::grid {
+
+struct PointResult {
+  const GridPoint* point = nullptr;
+  RunState state;
+  std::optional<double> val_loss;  // finished points only
+  std::string status;  // "finished", "partial", "not started", "skipped" or "failed"
+  std::string note;    // the skip reason, what is missing, or where the loss came from
+};
+
+// runs_dir/<point name> is each point's run directory. eval_batches: validation batches when a
+// finished point's loss must be computed (0: the point's train.eval_batches).
+std::vector<PointResult> collect_results(const std::vector<GridPoint>& points,
+                                         const std::string& runs_dir, int eval_batches);
+
+// point,budget,shape,variant,routed,parameters,non_embedding_parameters,forward_flops_per_token,
+// training_flops_per_token,steps,tokens,flops,final_val_loss,status,train_seconds,note
+void write_results_csv(const std::string& path, const std::vector<PointResult>& results);
+
+// A text field for a CSV cell: quoted when it holds a comma, quote or newline.
+std::string csv_field(const std::string& s);
+
+}  // namespace mod::grid

@@ -1,0 +1,118 @@
+// Run-directory inspection (see run_state.h).
+#include "grid/run_state.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <vector>
+
+namespace mod::grid {
+
+namespace fs = std::filesystem;
+
+const char* status_name(RunStatus s) {
+  switch (s) {
+    case RunStatus::NotStarted: return "not started";
+    case RunStatus::Partial: return "partial";
+    case RunStatus::Finished: return "finished";
+  }
+  return "?";
+}
+
+int64_t weights_step(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return -1;
+  unsigned char len_bytes[8];
+  if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) return -1;
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = len << 8 | len_bytes[i];  // little-endian
+  if (len == 0 || len > (uint64_t{1} << 30)) return -1;
+  std::string header(len, '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(len))) return -1;
+  // Metadata values are JSON strings: "format":"modtrain-weights-1", "step":"N".
+  static const std::regex format_re("\"format\"\\s*:\\s*\"modtrain-weights-1\"");
+  static const std::regex step_re("\"step\"\\s*:\\s*\"([0-9]+)\"");
+  std::smatch m;
+  if (!std::regex_search(header, format_re) || !std::regex_search(header, m, step_re)) return -1;
+  return std::stoll(m[1].str());
+}
+
+namespace {
+
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  std::string cell;
+  while (std::getline(ss, cell, ',')) out.push_back(cell);
+  if (!line.empty() && line.back() == ',') out.emplace_back();
+  return out;
+}
+
+void read_metrics(const std::string& path, int64_t steps, int64_t tokens_per_step, RunState& st) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) return;
+  const auto header = split_csv(line);
+  int val_col = -1, tps_col = -1;
+  for (size_t i = 0; i < header.size(); ++i) {
+    if (header[i] == "val_loss") val_col = static_cast<int>(i);
+    if (header[i] == "tokens_per_s") tps_col = static_cast<int>(i);
+  }
+  while (std::getline(in, line)) {
+    const auto cells = split_csv(line);
+    if (cells.empty() || cells[0].empty()) continue;
+    try {
+      const int64_t step = std::stoll(cells[0]);
+      st.metrics_step = step;
+      if (tps_col >= 0 && tps_col < static_cast<int>(cells.size()) && !cells[tps_col].empty()) {
+        const double tps = std::stod(cells[tps_col]);
+        if (tps > 0) st.train_seconds += static_cast<double>(tokens_per_step) / tps;
+      }
+      if (step == steps && val_col >= 0 && val_col < static_cast<int>(cells.size()) &&
+          !cells[val_col].empty())
+        st.final_val_loss = std::stod(cells[val_col]);
+    } catch (const std::exception&) {
+      continue;  // a torn last line of an interrupted run
+    }
+  }
+}
+
+}  // namespace
+
+RunState inspect_run(const std::string& run_dir, int64_t steps, int64_t tokens_per_step) {
+  RunState st;
+  if (!fs::is_directory(run_dir)) return st;
+  st.weights_step = weights_step(run_dir + "/model.safetensors");
+  std::ifstream latest(run_dir + "/checkpoints/latest");
+  std::string name;
+  if (latest >> name && name.rfind("step_", 0) == 0) {
+    try {
+      st.checkpoint_step = std::stoll(name.substr(5));
+    } catch (const std::exception&) {
+    }
+  }
+  read_metrics(run_dir + "/metrics.csv", steps, tokens_per_step, st);
+  if (st.weights_step == steps)
+    st.status = RunStatus::Finished;
+  else if (st.checkpoint_step > 0 || st.metrics_step > 0 || st.weights_step >= 0)
+    st.status = RunStatus::Partial;
+  if (st.status != RunStatus::Finished) st.final_val_loss.reset();
+  return st;
+}
+
+std::string RunState::describe() const {
+  std::string s = status_name(status);
+  if (status != RunStatus::Partial) return s;
+  std::vector<std::string> parts;
+  if (checkpoint_step >= 0) parts.push_back("checkpoint at step " + std::to_string(checkpoint_step));
+  if (metrics_step >= 0) parts.push_back("metrics to step " + std::to_string(metrics_step));
+  if (weights_step >= 0)
+    parts.push_back("model.safetensors at step " + std::to_string(weights_step) +
+                    " (another step count: was the spec changed?)");
+  for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : ": ") + parts[i];
+  return s;
+}
+
+}  // namespace mod::grid

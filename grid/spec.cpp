@@ -1,0 +1,190 @@
+// GridSpec loading and validation (see grid.h).
+#include "grid/spec.h"
+
+#include <cmath>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "configs/config.h"
+
+namespace mod::grid {
+
+namespace {
+
+std::string num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// A RunConfig error "config: model.mod.capacity: ..." re-homed under the spec field that holds
+// the offending part: `prefix` replaces "config: " + `strip` (e.g. "model.mod." -> "variants[1].mod.").
+std::string rehome(const std::string& error, const std::string& strip, const std::string& prefix) {
+  std::string e = error;
+  if (e.rfind("config: ", 0) == 0) e = e.substr(8);
+  if (e.rfind(strip, 0) == 0) return prefix + e.substr(strip.size());
+  return e;
+}
+
+}  // namespace
+
+bool valid_grid_label(const std::string& label) {
+  static const std::regex ok("[A-Za-z0-9.-]+");
+  return std::regex_match(label, ok);
+}
+
+modtrain::GridSpec parse_grid_text(const std::string& text, const std::string& origin) {
+  modtrain::GridSpec spec;
+  config::parse_text_message(text, origin, spec, "grid spec");
+  return spec;
+}
+
+void validate_grid(const modtrain::GridSpec& spec, const std::string& origin) {
+  auto fail = [&](const std::string& message) {
+    throw std::invalid_argument("grid spec " + origin + ": " + message);
+  };
+  auto bad = [&](const std::string& field, const std::string& what) { fail(field + ": " + what); };
+  auto label = [&](const std::string& field, const std::string& v) {
+    if (!valid_grid_label(v))
+      bad(field, "'" + v + "' must be letters, digits, '.' or '-' (no '_': it separates the "
+                 "parts of a point name), e.g. \"s2\"");
+  };
+  if (!spec.has_name()) bad("name", "missing; e.g. name: \"cpu_small\"");
+  if (spec.name().empty() || spec.name().find_first_of(" \t\n/'\"") != std::string::npos)
+    bad("name", "'" + spec.name() + "' must be non-empty without spaces, quotes or '/'");
+
+  if (spec.budgets_size() == 0) bad("budgets", "none given; e.g. budgets: [1e13, 3e13]");
+  for (int i = 0; i < spec.budgets_size(); ++i)
+    if (!std::isfinite(spec.budgets(i)) || spec.budgets(i) <= 0)
+      bad("budgets[" + std::to_string(i) + "]", num(spec.budgets(i)) + " must be a positive number of FLOPs");
+  for (int i = 0; i < spec.budgets_size(); ++i)
+    for (int j = 0; j < i; ++j)
+      if (std::abs(spec.budgets(i) - spec.budgets(j)) <= 0.01 * std::max(spec.budgets(i), spec.budgets(j)))
+        bad("budgets[" + std::to_string(i) + "]",
+            num(spec.budgets(i)) + " is within 1% of budgets[" + std::to_string(j) + "] " +
+                num(spec.budgets(j)) + " (point names carry budgets to 3 significant digits)");
+
+  // The base, with the fields every point overrides made valid: steps, shape and routing.
+  modtrain::RunConfig base = spec.base();
+  base.mutable_train()->set_steps(1);
+  base.mutable_model()->set_d_model(64);
+  base.mutable_model()->set_n_layers(2);
+  base.mutable_model()->set_n_heads(2);
+  base.mutable_model()->set_d_ff(128);
+  base.mutable_model()->clear_mod();
+  try {
+    config::validate(base);
+  } catch (const std::invalid_argument& e) {
+    fail("base." + rehome(e.what(), "", ""));
+  }
+
+  if (spec.shapes_size() == 0) bad("shapes", "none given; e.g. shapes { name: \"s1\" d_model: 64 ... }");
+  std::set<std::string> names;
+  int max_layers = 1;
+  for (int i = 0; i < spec.shapes_size(); ++i) {
+    const auto& s = spec.shapes(i);
+    const std::string f = "shapes[" + std::to_string(i) + "]";
+    if (!s.has_name()) bad(f + ".name", "missing");
+    label(f + ".name", s.name());
+    if (!names.insert(s.name()).second) bad(f + ".name", "'" + s.name() + "' names two shapes");
+    const std::pair<const char*, bool> required[] = {{"d_model", s.has_d_model()},
+                                                     {"n_layers", s.has_n_layers()},
+                                                     {"n_heads", s.has_n_heads()},
+                                                     {"d_ff", s.has_d_ff()}};
+    for (const auto& [field, has] : required)
+      if (!has) bad(f + "." + field, "missing (every shape sets d_model, n_layers, n_heads, d_ff)");
+    const std::pair<const char*, int> sizes[] = {
+        {"d_model", s.d_model()}, {"n_layers", s.n_layers()}, {"n_heads", s.n_heads()}, {"d_ff", s.d_ff()}};
+    for (const auto& [field, v] : sizes)
+      if (v <= 0) bad(f + "." + field, std::to_string(v) + " must be positive");
+    if (s.d_model() % s.n_heads() != 0)
+      bad(f + ".n_heads", std::to_string(s.n_heads()) + " heads do not divide " + f + ".d_model " +
+                              std::to_string(s.d_model()));
+    if ((s.d_model() / s.n_heads()) % 2 != 0)
+      bad(f + ".n_heads", "head dim d_model / n_heads = " + std::to_string(s.d_model() / s.n_heads()) +
+                              " must be even for rotary embeddings");
+    for (int j = 0; j < s.overrides_size(); ++j) {
+      modtrain::RunConfig probe = base;
+      try {
+        config::apply_override(probe, s.overrides(j));
+      } catch (const std::invalid_argument& e) {
+        bad(f + ".overrides[" + std::to_string(j) + "]", rehome(e.what(), "", ""));
+      }
+    }
+    max_layers = std::max(max_layers, s.n_layers());
+  }
+
+  names.clear();
+  if (spec.variants_size() == 0)
+    bad("variants", "none given; e.g. variants { name: \"dense\" } variants { name: \"mod\" mod { enabled: true } }");
+  for (int i = 0; i < spec.variants_size(); ++i) {
+    const auto& v = spec.variants(i);
+    const std::string f = "variants[" + std::to_string(i) + "]";
+    if (!v.has_name()) bad(f + ".name", "missing");
+    label(f + ".name", v.name());
+    if (!names.insert(v.name()).second) bad(f + ".name", "'" + v.name() + "' names two variants");
+    // The routing on the deepest shape: blocks beyond a smaller shape's depth are a point's
+    // problem (skipped at expansion), not the variant's.
+    modtrain::RunConfig probe = base;
+    probe.mutable_model()->set_n_layers(max_layers);
+    *probe.mutable_model()->mutable_mod() = v.mod();
+    try {
+      config::validate(probe);
+    } catch (const std::invalid_argument& e) {
+      fail(rehome(e.what(), "model.mod.", f + ".mod."));
+    }
+    for (int j = 0; j < v.overrides_size(); ++j) {
+      try {
+        config::apply_override(probe, v.overrides(j));
+      } catch (const std::invalid_argument& e) {
+        bad(f + ".overrides[" + std::to_string(j) + "]", rehome(e.what(), "", ""));
+      }
+    }
+  }
+
+  if (spec.min_steps() < 1) bad("min_steps", std::to_string(spec.min_steps()) + " must be >= 1");
+  if (!(spec.warmup_fraction() >= 0 && spec.warmup_fraction() < 1))
+    bad("warmup_fraction", num(spec.warmup_fraction()) + " must be in [0, 1)");
+
+  const auto& s = spec.slurm();
+  static const std::regex time_re("([0-9]+-)?[0-9]+(:[0-9]+){0,2}");
+  if (!std::regex_match(s.time_limit(), time_re))
+    bad("slurm.time_limit", "'" + s.time_limit() + "' is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)");
+  if (s.nodes() < 1) bad("slurm.nodes", std::to_string(s.nodes()) + " must be >= 1");
+  if (s.ntasks() < s.nodes())
+    bad("slurm.ntasks", std::to_string(s.ntasks()) + " must be >= slurm.nodes " + std::to_string(s.nodes()));
+  const int ranks = base.parallel().dp() * base.parallel().tp();
+  if (s.ntasks() != ranks)
+    bad("slurm.ntasks", std::to_string(s.ntasks()) + " != base.parallel.dp " +
+                            std::to_string(base.parallel().dp()) + " x base.parallel.tp " +
+                            std::to_string(base.parallel().tp()) + " = " + std::to_string(ranks) +
+                            " (one rank per task)");
+  if (s.gpus_per_task() < 0) bad("slurm.gpus_per_task", "must be >= 0 (0: not requested)");
+  if (s.cpus_per_task() < 1) bad("slurm.cpus_per_task", std::to_string(s.cpus_per_task()) + " must be >= 1");
+  if (s.max_concurrent() < 0) bad("slurm.max_concurrent", "must be >= 0 (0: no limit)");
+  if (s.signal_lead_s() < 0 || s.signal_lead_s() > 65535)
+    bad("slurm.signal_lead_s", std::to_string(s.signal_lead_s()) + " must be in [0, 65535] seconds");
+  for (int i = 0; i < s.extra_sbatch_size(); ++i)
+    if (s.extra_sbatch(i).rfind("--", 0) != 0 || s.extra_sbatch(i).find('\n') != std::string::npos)
+      bad("slurm.extra_sbatch[" + std::to_string(i) + "]",
+          "'" + s.extra_sbatch(i) + "' must be one long option, e.g. \"--exclusive\"");
+  for (int i = 0; i < s.setup_size(); ++i)
+    if (s.setup(i).find('\n') != std::string::npos)
+      bad("slurm.setup[" + std::to_string(i) + "]", "must be one line");
+  const std::pair<const char*, const std::string*> plain[] = {
+      {"slurm.partition", &s.partition()}, {"slurm.account", &s.account()}, {"slurm.qos", &s.qos()},
+      {"slurm.mem", &s.mem()}, {"slurm.srun_args", &s.srun_args()}, {"slurm.modtrain", &s.modtrain()},
+      {"out_dir", &spec.out_dir()}};
+  for (const auto& [field, v] : plain)
+    if (v->find_first_of("\n'\"") != std::string::npos) bad(field, "must not hold quotes or newlines");
+}
+
+modtrain::GridSpec load_grid(const std::string& path) {
+  modtrain::GridSpec spec = parse_grid_text(config::read_text_file(path, "grid spec"), path);
+  validate_grid(spec, path);
+  return spec;
+}
+
+}  // namespace mod::grid

@@ -1,0 +1,118 @@
+// Checkpoint metadata conversion, merging and validation (see metadata.h).
+#include "train/checkpoint/metadata.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+#include "train/checkpoint/box.h"
+
+namespace mod::ckpt {
+
+namespace pb = modtrain::ckpt;
+
+DType parse_dtype(const std::string& name, const std::string& where) {
+  for (DType t : {DType::F32, DType::F64, DType::I32, DType::I64, DType::BF16})
+    if (name == dtype_name(t)) return t;
+  throw std::runtime_error(where + ": dtype '" + name + "' is not one of f32, f64, i32, i64, bf16");
+}
+
+std::vector<pb::TensorInfo> merge_pieces(const std::vector<pb::RankPieces>& ranks) {
+  std::map<std::string, pb::TensorInfo> by_name;
+  for (const pb::RankPieces& r : ranks)
+    for (const pb::TensorInfo& t : r.tensors()) {
+      auto [it, fresh] = by_name.try_emplace(t.name(), t);
+      if (fresh) continue;
+      pb::TensorInfo& merged = it->second;
+      const bool same_shape = std::equal(merged.global_shape().begin(), merged.global_shape().end(),
+                                         t.global_shape().begin(), t.global_shape().end());
+      if (merged.dtype() != t.dtype() || !same_shape)
+        throw std::runtime_error(
+            "checkpoint: tensor " + t.name() + ": saved as " + merged.dtype() +
+            shape_str(Shape(merged.global_shape().begin(), merged.global_shape().end())) +
+            " by one entry and " + t.dtype() +
+            shape_str(Shape(t.global_shape().begin(), t.global_shape().end())) + " by another");
+      for (const pb::Piece& p : t.pieces()) *merged.add_pieces() = p;
+    }
+  std::vector<pb::TensorInfo> out;
+  for (auto& [_, t] : by_name) out.push_back(std::move(t));
+  return out;
+}
+
+pb::CheckpointMeta make_meta(const TrainState& s, std::vector<pb::TensorInfo> tensors) {
+  pb::CheckpointMeta m;
+  m.set_format_version(kFormatVersion);
+  *m.mutable_config() = s.config;
+  m.set_step(s.step);
+  m.set_tokens_seen(s.tokens_seen);
+  m.mutable_loader()->set_seed(s.loader_seed);
+  m.mutable_loader()->set_batches_drawn(s.batches_drawn);
+  for (uint64_t w : s.rng_state) m.add_rng_state(w);
+  m.mutable_mesh()->set_dp(s.mesh.dp);
+  m.mutable_mesh()->set_tp(s.mesh.tp);
+  m.mutable_mesh()->set_zero1(s.mesh.zero1);
+  m.mutable_mesh()->set_world_size(s.mesh.world_size);
+  m.mutable_progress()->set_elapsed_seconds(s.elapsed_seconds);
+  m.mutable_progress()->set_last_metrics_step(s.last_metrics_step);
+  m.set_optimizer_steps(s.optimizer_steps);
+  for (auto& t : tensors) *m.add_tensors() = std::move(t);
+  return m;
+}
+
+TrainState state_from_meta(const pb::CheckpointMeta& m) {
+  TrainState s;
+  s.config = m.config();
+  s.step = m.step();
+  s.tokens_seen = m.tokens_seen();
+  s.loader_seed = m.loader().seed();
+  s.batches_drawn = m.loader().batches_drawn();
+  s.rng_state.assign(m.rng_state().begin(), m.rng_state().end());
+  s.mesh = {m.mesh().dp(), m.mesh().tp(), m.mesh().zero1(), m.mesh().world_size()};
+  s.elapsed_seconds = m.progress().elapsed_seconds();
+  s.last_metrics_step = m.progress().last_metrics_step();
+  s.optimizer_steps = m.optimizer_steps();
+  return s;
+}
+
+void validate_index(const pb::CheckpointMeta& meta, const std::string& where) {
+  for (const pb::TensorInfo& t : meta.tensors()) {
+    const std::string at = where + ": tensor " + t.name();
+    auto bad = [&](const std::string& what) { throw std::runtime_error(at + ": " + what); };
+    const DType dtype = parse_dtype(t.dtype(), at);
+    const Shape global(t.global_shape().begin(), t.global_shape().end());
+    const int nd = static_cast<int>(global.size());
+    std::vector<Box> boxes;
+    int64_t covered = 0;
+    for (const pb::Piece& p : t.pieces()) {
+      const Shape local(p.local_shape().begin(), p.local_shape().end());
+      const std::string piece = "piece in " + p.file() + " " + shape_str(local) + " at offset " +
+                                std::to_string(p.offset()) + " along dim " +
+                                std::to_string(p.shard_dim());
+      if (p.file().empty() || p.file().find('/') != std::string::npos)
+        bad("piece file name '" + p.file() + "' is not a plain file name");
+      if (p.shard_dim() < -1 || p.shard_dim() >= nd || static_cast<int>(local.size()) != nd)
+        bad(piece + " does not fit the global shape " + shape_str(global));
+      for (int d = 0; d < nd; ++d) {
+        const bool fits = d == p.shard_dim() ? p.offset() >= 0 && local[d] >= 0 &&
+                                                   p.offset() + local[d] <= global[d]
+                                             : local[d] == global[d];
+        if (!fits) bad(piece + " does not fit the global shape " + shape_str(global));
+      }
+      if (p.byte_length() != static_cast<uint64_t>(shape_numel(local)) * dtype_size(dtype))
+        bad(piece + ": " + std::to_string(p.byte_length()) + " bytes for " + t.dtype());
+      const Box box = slab_box(local, p.shard_dim(), p.offset());
+      for (const Box& other : boxes)
+        if (box_numel(intersect(box, other)) > 0)
+          bad(piece +
+              " overlaps another piece (two ranks wrote the same slice; mark replicas "
+              "writer = false)");
+      boxes.push_back(box);
+      covered += shape_numel(local);
+    }
+    if (covered != shape_numel(global))
+      bad("the pieces hold " + std::to_string(covered) + " of its " +
+          std::to_string(shape_numel(global)) + " elements (a slice was not written by any rank)");
+  }
+}
+
+}  // namespace mod::ckpt

@@ -1,0 +1,167 @@
+// metrics.csv and TensorBoard event files (TFRecord framing: length, masked CRC-32C of the
+// length, payload, masked CRC-32C of the payload).
+#include "train/metrics/metrics_writer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <iterator>
+#include <stdexcept>
+
+#include "core/util/crc32c.h"
+#include "train/metrics/tb_event.pb.h"
+
+namespace mod::metrics {
+
+namespace {
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Writes bytes to path.tmp and renames it over path, so a crash leaves the old or the new file.
+void replace_file(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) throw std::runtime_error("metrics: cannot write " + tmp);
+  }
+  std::filesystem::rename(tmp, path);
+}
+}  // namespace
+
+TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  const std::string base = dir + "/events.out.tfevents." +
+                           std::to_string(static_cast<int64_t>(now_seconds())) + ".modtrain." +
+                           std::to_string(::getpid());
+  path_ = base;
+  for (int n = 1; std::filesystem::exists(path_); ++n) path_ = base + "." + std::to_string(n);
+  out_.open(path_, std::ios::binary | std::ios::app);
+  if (!out_) throw std::runtime_error("tensorboard: cannot open " + path_);
+  modtrain::tb::Event e;
+  e.set_wall_time(now_seconds());
+  e.set_file_version("brain.Event:2");
+  write_record(e.SerializeAsString());
+}
+
+void TensorBoardWriter::write_record(const std::string& bytes) {
+  const uint64_t len = bytes.size();
+  const uint32_t len_crc = crc32c_masked(crc32c(&len, sizeof len));
+  const uint32_t data_crc = crc32c_masked(crc32c(bytes.data(), bytes.size()));
+  out_.write(reinterpret_cast<const char*>(&len), sizeof len);
+  out_.write(reinterpret_cast<const char*>(&len_crc), sizeof len_crc);
+  out_.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out_.write(reinterpret_cast<const char*>(&data_crc), sizeof data_crc);
+}
+
+void TensorBoardWriter::scalar(const std::string& tag, double value, int64_t step) {
+  modtrain::tb::Event e;
+  e.set_wall_time(now_seconds());
+  e.set_step(step);
+  auto* v = e.mutable_summary()->add_value();
+  v->set_tag(tag);
+  v->set_simple_value(static_cast<float>(value));
+  write_record(e.SerializeAsString());
+}
+
+void TensorBoardWriter::flush() { out_.flush(); }
+
+void TensorBoardWriter::truncate_after(const std::string& dir, int64_t last_kept) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("events.out.tfevents.", 0) != 0) continue;
+    const std::string path = entry.path().string();
+    if (entry.path().extension() == ".tmp") {  // a rewrite cut short by a crash
+      std::filesystem::remove(entry.path());
+      continue;
+    }
+    std::ifstream in(path, std::ios::binary);
+    const std::string all((std::istreambuf_iterator<char>(in)), {});
+    std::string kept;
+    size_t pos = 0;
+    bool dropped = false;
+    // Record: u64 length, masked CRC of the length, payload, masked CRC of the payload.
+    while (pos + 12 <= all.size()) {
+      uint64_t len;
+      uint32_t len_crc, data_crc;
+      std::memcpy(&len, all.data() + pos, 8);
+      std::memcpy(&len_crc, all.data() + pos + 8, 4);
+      if (len_crc != crc32c_masked(crc32c(&len, 8)) || pos + 16 > all.size() ||
+          len > all.size() - pos - 16)
+        break;
+      const char* data = all.data() + pos + 12;
+      std::memcpy(&data_crc, data + len, 4);
+      if (data_crc != crc32c_masked(crc32c(data, len))) break;
+      modtrain::tb::Event e;
+      const size_t record = 16 + len;
+      if (e.ParseFromArray(data, static_cast<int>(len)) && e.step() > last_kept)
+        dropped = true;
+      else
+        kept.append(all, pos, record);
+      pos += record;
+    }
+    if (pos != all.size()) dropped = true;  // a torn record at the end
+    if (dropped) replace_file(path, kept);
+  }
+}
+
+CsvWriter::CsvWriter(const std::string& path, std::vector<std::string> columns)
+    : columns_(std::move(columns)) {
+  const bool fresh = !std::filesystem::exists(path) || std::filesystem::file_size(path) == 0;
+  out_.open(path, std::ios::app);
+  if (!out_) throw std::runtime_error("metrics: cannot open " + path);
+  if (fresh) {
+    out_ << "step,loss";
+    for (const auto& c : columns_) out_ << "," << c;
+    out_ << "\n";
+  }
+}
+
+void CsvWriter::row(int64_t step, double loss, const std::map<std::string, double>& values) {
+  out_ << step << "," << loss;
+  for (const auto& c : columns_) {
+    out_ << ",";
+    auto it = values.find(c);
+    if (it != values.end() && std::isfinite(it->second)) out_ << it->second;
+  }
+  out_ << "\n";
+  out_.flush();
+}
+
+void CsvWriter::truncate_after(const std::string& path, int64_t last_kept) {
+  std::ifstream in(path);
+  if (!in) return;
+  const std::string all((std::istreambuf_iterator<char>(in)), {});
+  in.close();
+  std::string kept;
+  size_t begin = 0, line_no = 0;
+  // Only complete lines: a last line without its newline was torn by a crash.
+  for (size_t end; (end = all.find('\n', begin)) != std::string::npos; begin = end + 1) {
+    const std::string line = all.substr(begin, end - begin);
+    if (line_no++ > 0) {
+      if (line.empty()) continue;
+      size_t used = 0;
+      int64_t step = 0;
+      try {
+        step = std::stoll(line, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used >= line.size() || line[used] != ',')
+        throw std::runtime_error("metrics: " + path + ":" + std::to_string(line_no) +
+                                 ": expected a step number first, found '" + line + "'");
+      if (step > last_kept) continue;
+    }
+    kept += line + "\n";
+  }
+  if (kept.size() != all.size()) replace_file(path, kept);
+}
+
+}  // namespace mod::metrics

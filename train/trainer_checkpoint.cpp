@@ -1,0 +1,163 @@
+// The trainer's checkpoints: what a save holds, when it happens, and resuming under any layout.
+// Tensors are saved by their global names and shapes: model/<param>, optim/m/<param> and
+// optim/v/<param>, tensor-parallel slices as pieces of the global tensor, written by dp rank 0
+// (its dp replicas are identical). ZeRO-1 moments are gathered over dp first, so the files do
+// not depend on dp or ZeRO-1 and a resume under another layout just reads other slices.
+#include <cstdio>
+#include <stdexcept>
+
+#include "core/random.h"
+#include "core/util/safetensors.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/reader.h"
+#include "train/metrics/metrics_writer.h"
+#include "train/stop_signal.h"
+#include "train/trainer.h"
+
+namespace mod::train {
+
+namespace {
+ckpt::TensorEntry entry(const std::string& name, const Tensor& local,
+                        const parallel::ShardSpec& spec, bool writer) {
+  // Files are written from host memory: a GPU tensor is copied (a snapshot, so a background
+  // save may outlive the step).
+  return {name, local.to(Device::CPU), spec.global_shape, spec.dim, spec.offset, writer};
+}
+
+// This rank's slice of a global tensor as the spec places it.
+Tensor local_slice(const Tensor& full, const parallel::ShardSpec& spec, const Shape& local_shape) {
+  return spec.dim < 0 ? full : parallel::slice_dim(full, spec.dim, spec.offset, local_shape[spec.dim]);
+}
+}  // namespace
+
+std::vector<ckpt::TensorEntry> Trainer::checkpoint_entries() {
+  // One writer per piece: dp rank 0 for tp shards, tp rank 0 of it for replicated tensors, and
+  // for experts the first rank of their expert data-parallel group (edp holds their replicas).
+  const bool dp_writer = mesh_->dp_rank() == 0, tp_writer = dp_writer && mesh_->tp_rank() == 0;
+  const bool expert_writer = mesh_->edp().rank() == 0;
+  std::vector<ckpt::TensorEntry> out;
+  const auto params = model_->named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, p] = params[i];
+    const parallel::ShardSpec& spec = shards_.at(name);
+    const bool writer = spec.expert ? expert_writer : spec.dim >= 0 ? dp_writer : tp_writer;
+    out.push_back(entry("model/" + name, p, spec, writer));
+    Tensor m, v;
+    if (zero1_) {
+      std::tie(m, v) = zero1_for(name).full_moments(zero1_index_[i]);  // collective over its group
+    } else {
+      m = optimizer_->slots()[i].m;
+      v = optimizer_->slots()[i].v;
+    }
+    out.push_back(entry("optim/m/" + name, m, spec, writer));
+    out.push_back(entry("optim/v/" + name, v, spec, writer));
+  }
+  return out;
+}
+
+void Trainer::save_checkpoint(int64_t steps_done, double elapsed) {
+  if (!checkpointer_) checkpointer_ = std::make_unique<ckpt::Checkpointer>(run_dir_, mesh_->world());
+  ckpt::TrainState st;
+  st.config = cfg_;
+  st.step = steps_done;
+  st.tokens_seen = steps_done * cfg_.train().batch_size() * cfg_.train().grad_accum() * cfg_.model().seq_len();
+  const data::LoaderState ls = loader_->state();
+  st.loader_seed = ls.seed;
+  st.batches_drawn = ls.batches_drawn;
+  const auto words = Rng(cfg_.train().seed()).state();  // init stream; training draws no randomness
+  st.rng_state.assign(words.begin(), words.end());
+  st.mesh = {mesh_->dims().dp, mesh_->dims().tp, zero1_ != nullptr, mesh_->world().size()};
+  st.elapsed_seconds = elapsed;
+  st.last_metrics_step = steps_done;
+  st.optimizer_steps = zero1_ ? zero1_->steps_taken() : optimizer_->steps_taken();
+  checkpointer_->save(checkpoint_entries(), st, ckpt::save_options(cfg_.checkpoint()));
+  if (!quiet_ && !checkpointer_->pending())
+    std::printf("checkpoint %s\n", checkpointer_->last_committed().value_or("?").c_str());
+}
+
+bool Trainer::checkpoint_due(int64_t steps_done, double minutes_since_save) {
+  const auto& c = cfg_.checkpoint();
+  // Clocks differ between ranks: rank 0's reading decides for everyone.
+  Tensor due = Tensor::scalar(
+      (c.every_steps() > 0 && steps_done % c.every_steps() == 0) ||
+              (c.every_minutes() > 0 && minutes_since_save >= c.every_minutes())
+          ? 1.0 : 0.0,
+      DType::I32);
+  mesh_->world().broadcast(due, 0);
+  return due.item() != 0;
+}
+
+bool Trainer::any_rank_stopping() {
+  Tensor flag = Tensor::scalar(stop_signal_received() != 0 ? 1.0 : 0.0, DType::I32);
+  mesh_->world().all_reduce(flag, parallel::ReduceOp::Max);
+  return flag.item() != 0;
+}
+
+void Trainer::resume(const std::string& spec) {
+  std::optional<std::string> dir;
+  if (spec == "auto") {
+    dir = ckpt::find_latest(run_dir_);
+    if (!dir) {
+      if (!quiet_) std::printf("resume auto: no checkpoint in %s, starting from step 0\n", run_dir_.c_str());
+      return;
+    }
+  } else {
+    dir = ckpt::resolve_checkpoint(spec);
+  }
+  ckpt::CheckpointReader reader(*dir);
+  reader.check_compatible(cfg_);
+  const ckpt::TrainState& st = reader.state();
+  if (st.step >= cfg_.train().steps())
+    throw std::invalid_argument("resume: checkpoint " + *dir + " is at step " + std::to_string(st.step) +
+                                ", not before train.steps " + std::to_string(cfg_.train().steps()) +
+                                " (raise train.steps to train further)");
+  const auto params = model_->named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, p] = params[i];
+    const parallel::ShardSpec& s = shards_.at(name);
+    auto read = [&](const std::string& key) {
+      return reader.read(key, p.shape(), s.dim, s.offset, p.dtype());
+    };
+    Tensor dst = p;
+    dst.copy_from(read("model/" + name));
+    Tensor m = read("optim/m/" + name), v = read("optim/v/" + name);
+    if (zero1_) {
+      zero1_for(name).load_moments(zero1_index_[i], m, v);
+    } else {
+      optimizer_->slots()[i].m.copy_from(m);
+      optimizer_->slots()[i].v.copy_from(v);
+    }
+  }
+  if (zero1_) {
+    zero1_->set_steps_taken(st.optimizer_steps);
+    if (zero1_experts_) zero1_experts_->set_steps_taken(st.optimizer_steps);
+  } else {
+    optimizer_->set_steps_taken(st.optimizer_steps);
+  }
+  loader_->restore({st.loader_seed, st.batches_drawn});
+  start_step_ = st.step;
+  elapsed_before_ = st.elapsed_seconds;
+  if (!quiet_)
+    std::printf("resumed from %s: step %lld, saved under dp %d x tp %d%s\n", dir->c_str(),
+                static_cast<long long>(st.step), st.mesh.dp, st.mesh.tp, st.mesh.zero1 ? " (ZeRO-1)" : "");
+}
+
+void Trainer::init_from(const std::string& path) {
+  SafetensorsFile file = load_safetensors(path);
+  for (const auto& [name, p] : model_->named_parameters()) {
+    const parallel::ShardSpec& s = shards_.at(name);
+    auto it = file.tensors.find(name);
+    if (it == file.tensors.end()) throw std::runtime_error("init from " + path + ": missing tensor " + name);
+    if (it->second.shape() != s.global_shape)
+      throw std::runtime_error("init from " + path + ": tensor " + name + " has shape " +
+                               shape_str(it->second.shape()) + ", the model expects " +
+                               shape_str(s.global_shape));
+    Tensor dst = p;
+    dst.copy_from(local_slice(it->second.to(p.dtype()), s, p.shape()));
+  }
+  if (file.tensors.size() != shards_.size())
+    throw std::runtime_error("init from " + path + ": " + std::to_string(file.tensors.size()) +
+                             " tensors, the model has " + std::to_string(shards_.size()) + " parameters");
+}
+
+}  // namespace mod::train

@@ -1,0 +1,62 @@
+// Weights file (see weights.h).
+#include "train/weights.h"
+
+#include <stdexcept>
+
+#include "configs/config.h"
+#include "core/util/safetensors.h"
+
+namespace mod::train {
+
+void save_weights(const std::string& path, const model::Transformer& model,
+                  const modtrain::RunConfig& cfg, int64_t step) {
+  save_weights(path, model.named_parameters(), cfg, step);
+}
+
+void save_weights(const std::string& path,
+                  const std::vector<std::pair<std::string, Tensor>>& params,
+                  const modtrain::RunConfig& cfg, int64_t step) {
+  save_safetensors(path, params,
+                   {{"format", "modtrain-weights-1"},
+                    {"config", config::to_text(cfg)},
+                    {"step", std::to_string(step)}});
+}
+
+namespace {
+void copy_into(model::Transformer& model, const SafetensorsFile& file, const std::string& path) {
+  for (auto& [name, param] : model.named_parameters()) {
+    auto it = file.tensors.find(name);
+    if (it == file.tensors.end())
+      throw std::runtime_error("weights " + path + ": missing tensor " + name);
+    if (it->second.shape() != param.shape())
+      throw std::runtime_error("weights " + path + ": tensor " + name + " has shape " +
+                               shape_str(it->second.shape()) + ", the model expects " +
+                               shape_str(param.shape()));
+    Tensor p = param;
+    p.copy_from(it->second.to(param.dtype()));
+  }
+  if (file.tensors.size() != model.named_parameters().size())
+    throw std::runtime_error("weights " + path + ": " + std::to_string(file.tensors.size()) +
+                             " tensors, the model has " +
+                             std::to_string(model.named_parameters().size()) + " parameters");
+}
+}  // namespace
+
+void assign_parameters(model::Transformer& model, const std::string& path) {
+  copy_into(model, load_safetensors(path), path);
+}
+
+LoadedModel load_weights(const std::string& path) {
+  SafetensorsFile file = load_safetensors(path);
+  if (file.metadata["format"] != "modtrain-weights-1")
+    throw std::runtime_error("weights " + path + ": not a modtrain weights file (metadata format '" +
+                             file.metadata["format"] + "')");
+  LoadedModel out;
+  out.config = config::parse_text(file.metadata["config"], path + " (metadata config)");
+  out.step = std::stoll(file.metadata["step"]);
+  out.model = std::make_unique<model::Transformer>(out.config.model(), out.config.train().seed());
+  copy_into(*out.model, file, path);
+  return out;
+}
+
+}  // namespace mod::train

@@ -1,0 +1,33 @@
+// The weights file that train writes and eval/sample read (until checkpoints carry more):
+// model.safetensors with every parameter by name and metadata {format: modtrain-weights-1,
+// config: the RunConfig in text format, step: N}. Loading checks every name and shape.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "configs/modtrain.pb.h"
+#include "model/transformer.h"
+
+namespace mod::train {
+
+void save_weights(const std::string& path, const model::Transformer& model,
+                  const modtrain::RunConfig& cfg, int64_t step);
+// The same file from named full tensors (a tensor-parallel model's gathered parameters).
+void save_weights(const std::string& path,
+                  const std::vector<std::pair<std::string, Tensor>>& params,
+                  const modtrain::RunConfig& cfg, int64_t step);
+
+struct LoadedModel {
+  modtrain::RunConfig config;
+  std::unique_ptr<model::Transformer> model;
+  int64_t step = 0;
+};
+LoadedModel load_weights(const std::string& path);
+
+// Copies tensors into the model's parameters; every parameter must be present with its shape.
+void assign_parameters(model::Transformer& model, const std::string& path);
+
+}  // namespace mod::train
