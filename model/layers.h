@@ -1,0 +1,64 @@
+// The layers a transformer block is made of: causal self-attention with RoPE (and its KV cache
+// for sampling), the MLP, the MoD router and the causal-routing predictor.
+// Shape legend: B batch, T tokens, D width, H heads, Dh head dim.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "configs/modtrain.pb.h"
+#include "core/nn/module.h"
+
+namespace mod::model {
+
+// Per-block KV cache for sampling: a routed block stores only the tokens that entered it.
+struct KvCache {
+  Tensor k, v;               // [max_len, H, Dh]
+  std::vector<int64_t> pos;  // original position of each cached token
+  int64_t size() const { return static_cast<int64_t>(pos.size()); }
+};
+
+class Attention : public nn::Module {
+ public:
+  Attention(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype);
+  // x [B,T,D] at positions pos [B,T] (ascending) -> [B,T,D]. With a cache (B = 1), the
+  // tokens' K/V are appended to it and the queries attend to everything cached.
+  Tensor forward(const Tensor& x, const Tensor& pos, KvCache* cache = nullptr) const;
+
+ private:
+  int64_t head_dim_;
+  double rope_theta_;
+  std::shared_ptr<nn::Linear> wq_, wk_, wv_, wo_;
+};
+
+class Mlp : public nn::Module {
+ public:
+  Mlp(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype);
+  Tensor forward(const Tensor& x) const;
+
+ private:
+  bool swiglu_;
+  std::shared_ptr<nn::Linear> up_, gate_, down_;
+};
+
+// r = w.x (+ b): one scalar per token.
+class Router : public nn::Module {
+ public:
+  Router(int64_t d_model, bool bias, Rng& rng, double init_std, DType dtype);
+  Tensor scores(const Tensor& x) const;  // x [B,T,D] -> [B,T]
+
+ private:
+  std::shared_ptr<nn::Linear> proj_;
+};
+
+// Causal-routing predictor: two layers on the detached block input, logit per token.
+class Predictor : public nn::Module {
+ public:
+  Predictor(int64_t d_model, int64_t hidden, Rng& rng, double init_std, DType dtype);
+  Tensor logits(const Tensor& x) const;  // x [B,T,D] (detached by the caller) -> [B,T]
+
+ private:
+  std::shared_ptr<nn::Linear> in_, out_;
+};
+
+}  // namespace mod::model
