@@ -21,7 +21,7 @@ void ForwardResult::add_aux_loss(const Tensor& term) {
 }
 
 Tensor apply_gate(modtrain::RouterConfig::Gate gate, const Tensor& r) {
-  return gate == modtrain::RouterConfig::SIGMOID ? sigmoid(r) : r;
+  return autocast(gate == modtrain::RouterConfig::SIGMOID ? sigmoid(r) : r);
 }
 
 Block::Block(const modtrain::ModelConfig& cfg, bool routed, Rng& rng, DType dtype, bool moe) {

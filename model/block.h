@@ -72,7 +72,8 @@ struct TopCRouting {
 TopCRouting route_top_c(const Block& block, const Tensor& x, const Tensor& pos, int64_t capacity,
                         modtrain::RouterConfig::Gate gate, ForwardResult* result = nullptr);
 
-// g(r): the router weight that scales a routed token's delta (identity, the paper; or sigmoid).
+// g(r): the router weight that scales a routed token's delta (identity, the paper; or sigmoid),
+// in the compute dtype of the delta it scales (r itself is kept in master precision).
 Tensor apply_gate(modtrain::RouterConfig::Gate gate, const Tensor& r);
 
 }  // namespace mod::model

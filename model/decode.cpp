@@ -7,6 +7,7 @@
 namespace mod::model {
 
 std::vector<KvCache> Transformer::make_caches(int64_t max_len) const {
+  require_causal_decision("sampling");
   const int64_t h = cfg_.n_heads(), dh = cfg_.d_model() / cfg_.n_heads();
   std::vector<KvCache> caches(blocks_.size());
   for (auto& c : caches) {

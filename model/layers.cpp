@@ -10,6 +10,20 @@
 
 namespace mod::model {
 
+namespace {
+// Routing scores are ranked (top-C) and thresholded (causal routing), so they are computed in
+// the master weights' precision under a narrower autocast: bf16's 8 bits would tie close scores,
+// and top-C hands ties to the earlier position, a bias toward early tokens.
+template <class Fn>
+Tensor in_master_precision(const nn::Linear& layer, Fn&& fn) {
+  const auto compute = autocast_dtype();
+  const DType master = layer.weight().dtype();
+  if (!compute || dtype_size(*compute) >= dtype_size(master)) return fn();
+  AutocastGuard wide(master);
+  return fn();
+}
+}  // namespace
+
 Attention::Attention(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype)
     : head_dim_(cfg.d_model() / cfg.n_heads()), rope_theta_(cfg.rope_theta()) {
   const int64_t d = cfg.d_model();
@@ -69,7 +83,8 @@ Router::Router(int64_t d_model, bool bias, Rng& rng, double init_std, DType dtyp
 }
 
 Tensor Router::scores(const Tensor& x) const {
-  return reshape(proj_->forward(x), {x.size(0), x.size(1)});
+  return in_master_precision(*proj_,
+                             [&] { return reshape(proj_->forward(x), {x.size(0), x.size(1)}); });
 }
 
 Predictor::Predictor(int64_t d_model, int64_t hidden, Rng& rng, double init_std, DType dtype) {
@@ -80,7 +95,9 @@ Predictor::Predictor(int64_t d_model, int64_t hidden, Rng& rng, double init_std,
 }
 
 Tensor Predictor::logits(const Tensor& x) const {
-  return reshape(out_->forward(silu(in_->forward(x))), {x.size(0), x.size(1)});
+  return in_master_precision(*out_, [&] {
+    return reshape(out_->forward(silu(in_->forward(x))), {x.size(0), x.size(1)});
+  });
 }
 
 }  // namespace mod::model

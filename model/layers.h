@@ -41,7 +41,8 @@ class Mlp : public nn::Module {
   std::shared_ptr<nn::Linear> up_, gate_, down_;
 };
 
-// r = w.x (+ b): one scalar per token.
+// r = w.x (+ b): one scalar per token, in the master weights' precision even under a narrower
+// autocast (top-C ranks these scores; the predictor's logits likewise).
 class Router : public nn::Module {
  public:
   Router(int64_t d_model, bool bias, Rng& rng, double init_std, DType dtype);

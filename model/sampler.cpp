@@ -59,7 +59,8 @@ Generation generate(const Transformer& model, const std::vector<int64_t>& prompt
   while (static_cast<int64_t>(g.tokens.size()) < max_new && pos < max_len) {
     const int64_t next = sample_token(logits, params, rng);
     g.tokens.push_back(next);
-    if (static_cast<int64_t>(g.tokens.size()) == max_new || pos + 1 > max_len) break;
+    // The last token that fits is not fed: its logits would predict past model.seq_len.
+    if (static_cast<int64_t>(g.tokens.size()) == max_new || pos + 1 >= max_len) break;
     logits = model.decode_step(next, pos++, caches);
   }
   g.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -51,6 +51,15 @@ int64_t Transformer::capacity(size_t block, int64_t seq_len) const {
   return capacity_tokens(capacity_fraction(cfg_, static_cast<int>(block)), seq_len);
 }
 
+void Transformer::require_causal_decision(const char* what) const {
+  if (!cfg_.mod().enabled() || cfg_.mod().causal().method() != CausalRoutingConfig::NONE) return;
+  throw std::invalid_argument(
+      std::string(what) +
+      ": model.mod.causal.method is NONE, so the routed blocks have no causal decision (top-C "
+      "routing looks at later tokens); train with causal.method PREDICTOR or AUX_BCE to sample "
+      "or evaluate with causal routing");
+}
+
 Tensor Transformer::head(const Tensor& h) const {
   Tensor n = final_norm_->forward(h);
   return lm_head_ ? lm_head_->forward(n) : embed_->attend(n);
@@ -139,6 +148,7 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets,
   } else {
     if (grad_enabled())
       throw std::logic_error("causal routing is for evaluation and sampling: use NoGradGuard");
+    require_causal_decision("causal routing");
     // Routed counts differ per sequence, so sequences run one at a time.
     Tensor h = Tensor::empty(x.shape(), x.dtype(), x.device());
     for (int64_t s = 0; s < x.size(0); ++s)

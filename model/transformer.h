@@ -44,6 +44,8 @@ class Transformer : public nn::Module {
   Tensor routed_top_c(size_t b, const Tensor& x, const Tensor& pos, ForwardResult& result) const;
   Tensor routed_causal(size_t b, const Tensor& x) const;
   Tensor head(const Tensor& h) const;  // final norm + LM head
+  // Throws unless routed blocks have a trained causal decision (causal.method not NONE).
+  void require_causal_decision(const char* what) const;
   const Tensor& positions(int64_t b, int64_t t, Device device) const;  // [B,T]: 0..T-1 per row
   int64_t capacity(size_t block, int64_t seq_len) const;
 
