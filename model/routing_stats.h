@@ -18,7 +18,8 @@ struct RoutedBlockStats {
   double accuracy = 0, precision = 0, recall = 0;
   std::vector<double> routed_fraction_by_bucket;  // top-C share per position bucket (8 buckets)
   // Until resolve_stats: the detached router scores, decision logits and top-C membership
-  // ([B,T] each), left on their device so that the forward never waits for the host.
+  // ([B,T] each), left on their device so that the forward never waits for the host. A causal
+  // forward records one entry per sequence ([1,T]) whose member marks the tokens admitted.
   Tensor r, decision, member;
 };
 

@@ -95,14 +95,24 @@ Tensor Transformer::routed_top_c(size_t b, const Tensor& x, const Tensor& pos,
 
 // Routed block in causal mode (one sequence, no grad): a token enters iff its own decision
 // logit is positive, so nothing after it can change whether it is routed.
-Tensor Transformer::routed_causal(size_t b, const Tensor& x) const {
+Tensor Transformer::routed_causal(size_t b, const Tensor& x, ForwardResult& result) const {
   const Block& blk = *blocks_[b];
   const int64_t t = x.size(1);
   Tensor r = blk.router()->scores(x);
   const Tensor decision = (blk.predictor() ? blk.predictor()->logits(x) : r).to(Device::CPU);
   std::vector<int64_t> chosen;
+  Tensor admitted = Tensor::zeros({1, t});  // on the host: read only by statistics and traces
   for (int64_t i = 0; i < t; ++i)
-    if (decision.at(i) > 0) chosen.push_back(i);
+    if (decision.at(i) > 0) {
+      chosen.push_back(i);
+      admitted.set(i, 1.0);
+    }
+  RoutedBlockStats s;
+  s.block = static_cast<int>(b);
+  s.r = r;
+  s.decision = decision;
+  s.member = admitted;
+  result.stats.push_back(std::move(s));
   if (chosen.empty()) return x;
   const int64_t c = static_cast<int64_t>(chosen.size());
   const Tensor idx = Tensor::from_indices(chosen, {1, c}).to(x.device());
@@ -127,7 +137,7 @@ Tensor Transformer::run_blocks(Tensor x, RoutingMode mode, ForwardResult& result
     if (!routed_[b])
       x = add(x, blocks_[b]->delta(x, pos, nullptr, mode, &result));
     else
-      x = mode == RoutingMode::TopC ? routed_top_c(b, x, pos, result) : routed_causal(b, x);
+      x = mode == RoutingMode::TopC ? routed_top_c(b, x, pos, result) : routed_causal(b, x, result);
     for (size_t i = moe_before; i < result.moe_stats.size(); ++i)
       result.moe_stats[i].block = static_cast<int>(b);
   }

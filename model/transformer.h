@@ -42,7 +42,7 @@ class Transformer : public nn::Module {
  private:
   Tensor run_blocks(Tensor x, RoutingMode mode, ForwardResult& result) const;
   Tensor routed_top_c(size_t b, const Tensor& x, const Tensor& pos, ForwardResult& result) const;
-  Tensor routed_causal(size_t b, const Tensor& x) const;
+  Tensor routed_causal(size_t b, const Tensor& x, ForwardResult& result) const;
   Tensor head(const Tensor& h) const;  // final norm + LM head
   // Throws unless routed blocks have a trained causal decision (causal.method not NONE).
   void require_causal_decision(const char* what) const;
