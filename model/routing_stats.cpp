@@ -13,11 +13,13 @@ void fill_stats(RoutedBlockStats& s) {
   const Tensor r = s.r.to(Device::CPU), decision_logits = s.decision.to(Device::CPU),
                member = s.member.to(Device::CPU);
   const int64_t n = r.numel(), t = r.size(-1);
+  const std::vector<double> scores = r.to_vector();
   double sum = 0, sq = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    sum += r.at(i);
-    sq += r.at(i) * r.at(i);
+  for (double v : scores) {
+    sum += v;
+    sq += v * v;
   }
+  s.router_histogram = util::make_histogram(scores);
   s.router_mean = sum / n;
   s.router_std = std::sqrt(std::max(0.0, sq / n - s.router_mean * s.router_mean));
   int64_t tp = 0, fp = 0, fn = 0, correct = 0;

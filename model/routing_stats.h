@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "core/util/histogram.h"
 
 namespace mod::model {
 
@@ -17,6 +18,7 @@ struct RoutedBlockStats {
   // Causal decision (predictor, or router when there is no predictor) vs top-C membership.
   double accuracy = 0, precision = 0, recall = 0;
   std::vector<double> routed_fraction_by_bucket;  // top-C share per position bucket (8 buckets)
+  util::Histogram router_histogram;               // of r over all tokens (TensorBoard)
   // Until resolve_stats: the detached router scores, decision logits and top-C membership
   // ([B,T] each), left on their device so that the forward never waits for the host. A causal
   // forward records one entry per sequence ([1,T]) whose member marks the tokens admitted.

@@ -236,3 +236,19 @@ TEST_CASE("generation stops at model.seq_len without feeding the last token", "[
   CHECK(g.seen[0] == 11);  // positions 0..10 fed; the token at 11 is only sampled
   CHECK(g.admitted[0] <= 11);
 }
+
+TEST_CASE("resolved routing statistics carry a histogram of every router score", "[mod]") {
+  Transformer m(test::tiny_model(true), 18, DType::F64);
+  const Tensor tokens = seeded_tokens(2, 12, 45);
+  auto stats = m.forward(tokens, tokens).stats;
+  REQUIRE(stats.size() == 1);
+  const auto r = values(stats[0].r);
+  resolve_stats(stats);
+  const auto& h = stats[0].router_histogram;
+  CHECK(h.num == 24);
+  CHECK(h.min == *std::min_element(r.begin(), r.end()));
+  CHECK(h.max == *std::max_element(r.begin(), r.end()));
+  double total = 0;
+  for (double c : h.count) total += c;
+  CHECK(total == 24);
+}

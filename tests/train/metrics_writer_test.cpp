@@ -26,6 +26,8 @@ TEST_CASE("TensorBoard event files hold framed, checksummed scalar events", "[me
     metrics::TensorBoardWriter tb(dir.string());
     tb.scalar("loss", 2.5, 1);
     tb.scalar("loss", 2.25, 2);
+    tb.scalar("loss", 0.0, 3);  // a oneof, as in tensorflow: zero is written, not dropped
+    tb.histogram("router/block_1", util::make_histogram({-1.0, 0.5, 2.0, 2.0}, 3), 3);
     tb.flush();
     path = tb.path();
   }
@@ -44,12 +46,37 @@ TEST_CASE("TensorBoard event files hold framed, checksummed scalar events", "[me
     REQUIRE(e.ParseFromString(data));
     events.push_back(e);
   }
-  REQUIRE(events.size() == 3);
+  REQUIRE(events.size() == 5);
   CHECK(events[0].file_version() == "brain.Event:2");
   CHECK(events[2].step() == 2);
   CHECK(events[2].summary().value(0).tag() == "loss");
   CHECK(events[2].summary().value(0).simple_value() == 2.25f);
+  CHECK(events[3].summary().value(0).has_simple_value());
+  const auto& h = events[4].summary().value(0);
+  CHECK(h.tag() == "router/block_1");
+  REQUIRE(h.has_histo());
+  CHECK(h.histo().min() == -1.0);
+  CHECK(h.histo().max() == 2.0);
+  CHECK(h.histo().num() == 4);
+  CHECK(h.histo().sum() == 3.5);
+  CHECK(h.histo().sum_squares() == 9.25);
+  CHECK(std::vector<double>(h.histo().bucket_limit().begin(), h.histo().bucket_limit().end()) ==
+        std::vector<double>{0.0, 1.0, 2.0});
+  CHECK(std::vector<double>(h.histo().bucket().begin(), h.histo().bucket().end()) ==
+        std::vector<double>{1, 1, 2});
   fs::remove_all(dir);
+}
+
+TEST_CASE("histograms: equal-width buckets, (lower, upper], the minimum in the first",
+          "[metrics]") {
+  const auto h = util::make_histogram({0.0, 0.25, 0.5, 0.75, 1.0, 1.0}, 4);
+  CHECK(h.upper == std::vector<double>{0.25, 0.5, 0.75, 1.0});
+  CHECK(h.count == std::vector<double>{2, 1, 1, 2});
+  CHECK(h.num == 6);
+  const auto flat = util::make_histogram({3.0, 3.0}, 10);
+  CHECK(flat.upper == std::vector<double>{3.0});
+  CHECK(flat.count == std::vector<double>{2});
+  CHECK(util::make_histogram({}, 10).upper.empty());
 }
 
 TEST_CASE("metrics.csv starts with step and loss and drops rows past a resume point",

@@ -69,6 +69,25 @@ void TensorBoardWriter::scalar(const std::string& tag, double value, int64_t ste
   write_record(e.SerializeAsString());
 }
 
+void TensorBoardWriter::histogram(const std::string& tag, const util::Histogram& h, int64_t step) {
+  modtrain::tb::Event e;
+  e.set_wall_time(now_seconds());
+  e.set_step(step);
+  auto* v = e.mutable_summary()->add_value();
+  v->set_tag(tag);
+  auto* histo = v->mutable_histo();
+  histo->set_min(h.min);
+  histo->set_max(h.max);
+  histo->set_num(h.num);
+  histo->set_sum(h.sum);
+  histo->set_sum_squares(h.sum_squares);
+  for (size_t i = 0; i < h.upper.size(); ++i) {
+    histo->add_bucket_limit(h.upper[i]);
+    histo->add_bucket(h.count[i]);
+  }
+  write_record(e.SerializeAsString());
+}
+
 void TensorBoardWriter::flush() { out_.flush(); }
 
 void TensorBoardWriter::truncate_after(const std::string& dir, int64_t last_kept) {

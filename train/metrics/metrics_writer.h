@@ -1,5 +1,6 @@
 // Run metrics for people and plots: metrics.csv (first columns step, loss; one row per logged
-// step, columns fixed by the first row) and a TensorBoard event file with the same scalars.
+// step, columns fixed by the first row) and a TensorBoard event file with the same scalars
+// (and histograms, such as each routed block's router scores).
 // Both continue a resumed run: call the writers' truncate_after(checkpoint step) before opening,
 // so the steps after the checkpoint, which the resumed run writes again, appear once.
 #pragma once
@@ -10,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/util/histogram.h"
+
 namespace mod::metrics {
 
 class TensorBoardWriter {
@@ -17,6 +20,7 @@ class TensorBoardWriter {
   // A new file dir/events.out.tfevents.<time>.modtrain.<pid>[.<n>] (never an existing one).
   explicit TensorBoardWriter(const std::string& dir);
   void scalar(const std::string& tag, double value, int64_t step);
+  void histogram(const std::string& tag, const util::Histogram& h, int64_t step);
   void flush();
   const std::string& path() const { return path_; }
   // Rewrites every event file in dir without the events of steps > last_kept, and without a
