@@ -364,6 +364,9 @@ int submit(const SubmitOptions& o) {
                                                      : g.spec.slurm().modtrain();
   paths.spec = g.spec_path;
   const std::string script = sbatch_script(g.spec, runnable, paths);
+  const std::string job_sh = g.out + "/" + kJobProtocolFile;  // sourced by grid.sbatch
+  std::ofstream(job_sh + ".tmp") << job_protocol_script();
+  fs::rename(job_sh + ".tmp", job_sh);
   const std::string path = g.out + "/grid.sbatch";
   std::ofstream(path + ".tmp") << script;
   fs::rename(path + ".tmp", path);

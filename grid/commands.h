@@ -5,7 +5,7 @@
 //   plan.csv, points/<point>.textproto   one RunConfig per runnable point (plan, run, submit)
 //   runs/<point>/                        each point's run directory (the trainer's)
 //   logs/                                training logs (run: <point>.log; Slurm: task_<i>.out)
-//   grid.sbatch                          the job-array script (submit)
+//   grid.sbatch, modtrain_job.sh         the job-array script and the protocol it sources
 //   results.csv, *.png, plots/           collect
 // Each returns the process's exit status and throws std::invalid_argument on bad input.
 #pragma once
@@ -47,7 +47,7 @@ struct SubmitOptions {
   GridOptions grid;
   bool dry_run = false;  // write the scripts without running sbatch
 };
-// Writes OUT/grid.sbatch (grid/sbatch.h) and submits the array.
+// Writes OUT/grid.sbatch and OUT/modtrain_job.sh (grid/sbatch.h) and submits the array.
 int submit(const SubmitOptions& o);
 
 struct CollectOptions {
