@@ -80,7 +80,7 @@ int run(int argc, char** argv) {
 int submit(int argc, char** argv) {
   po::options_description o("modtrain grid submit options");
   add_grid_options(o);
-  o.add_options()("dry-run", po::bool_switch(), "write OUT/grid.sbatch (and the point configs) without submitting");
+  o.add_options()("dry-run", po::bool_switch(), "write OUT/grid.sbatch (with OUT/modtrain_job.sh and the point configs) without submitting");
   po::variables_map vm;
   if (!parse(argc, argv, "usage: modtrain grid submit --spec FILE [--dry-run]", o, vm)) return 0;
   return grid::submit({grid_options(vm), vm["dry-run"].as<bool>()});
