@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Sourced by cluster/train_*.sbatch inside the batch script: starts the training step, passes
+# Sourced by cluster/train_*.sbatch inside the batch script (and by a grid's job array, as the
+# copy `modtrain grid submit` writes beside it): starts the training step, passes
 # USR1/TERM on to it, and decides from its exit status whether the job requeues itself.
 # Invariant: a run that stopped with a checkpoint (exit 75) while its job was still RUNNING is
 # put back in the queue once, by `scontrol requeue`; a job Slurm already requeued (preemption

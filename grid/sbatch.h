@@ -5,7 +5,9 @@
 // submitted again to finish whatever is left. Each task runs
 //   srun modtrain train --config OUT/points/NAME.textproto --run-dir OUT/runs/NAME --resume auto
 // SIGUSR1 arrives slurm.signal_lead_s before the time limit; the trainer checkpoints and exits
-// 75, and the task requeues itself (scontrol requeue) to continue in a fresh allocation.
+// 75, and the task requeues itself (scontrol requeue) to continue in a fresh allocation. That
+// protocol is not retyped here: the script sources OUT/modtrain_job.sh, a copy of
+// cluster/modtrain_job.sh (job_protocol_script()) that `grid submit` writes beside it.
 #pragma once
 
 #include <string>
@@ -26,6 +28,10 @@ struct SbatchPaths {
 // points: the runnable points (array_index 0..n-1 in order). Throws when there are none.
 std::string sbatch_script(const modtrain::GridSpec& spec, const std::vector<const GridPoint*>& points,
                           const SbatchPaths& paths);
+
+// The text of cluster/modtrain_job.sh as built into this program, for OUT/<kJobProtocolFile>.
+const char* job_protocol_script();
+inline constexpr const char* kJobProtocolFile = "modtrain_job.sh";
 
 // The --array value: "0-7" or "0-7%4" with slurm.max_concurrent = 4.
 std::string array_range(int points, int max_concurrent);

@@ -7,9 +7,9 @@
 #include "launcher/cli.h"
 #include "model/flops.h"
 #include "parallel/world.h"
+#include "train/inference.h"
 #include "train/stop_signal.h"
 #include "train/trainer.h"
-#include "train/weights.h"
 
 namespace mod::cli {
 
@@ -65,21 +65,14 @@ int eval(int argc, char** argv) {
       ("batch-size", po::value<int64_t>()->default_value(8), "sequences per batch");
   po::variables_map vm;
   if (!parse(argc, argv, "usage: modtrain eval --checkpoint FILE", o, vm)) return 0;
-  auto loaded = train::load_weights(vm["checkpoint"].as<std::string>());
-  const auto& cfg = loaded.config;
-  const std::string dir = vm.count("data") ? vm["data"].as<std::string>() : cfg.data().dir();
-  const auto data = train::load_splits(dir, cfg.model().vocab_size());
-  const int64_t batches = vm["batches"].as<int64_t>(), bs = vm["batch-size"].as<int64_t>();
-  const auto top_c = train::evaluate(*loaded.model, *data.val, cfg.model().seq_len(), bs, batches,
-                                     model::RoutingMode::TopC);
-  std::printf("%s (step %lld) on %s/val.bin, %lld tokens\n", cfg.name().c_str(),
-              static_cast<long long>(loaded.step), dir.c_str(), static_cast<long long>(top_c.tokens));
-  std::printf("  validation loss, top-C routing (training):  %.4f\n", top_c.loss);
-  if (cfg.model().mod().enabled() || cfg.model().moe().enabled()) {  // both route non-causally
-    const auto causal = train::evaluate(*loaded.model, *data.val, cfg.model().seq_len(), bs,
-                                        batches, model::RoutingMode::Causal);
-    std::printf("  validation loss, causal routing (sampling): %.4f\n", causal.loss);
-  }
+  const std::string data = vm.count("data") ? vm["data"].as<std::string>() : "";
+  const auto r = train::evaluate_weights(vm["checkpoint"].as<std::string>(), data,
+                                         vm["batches"].as<int64_t>(), vm["batch-size"].as<int64_t>());
+  std::printf("%s (step %lld) on %s/val.bin, %lld tokens\n", r.name.c_str(),
+              static_cast<long long>(r.step), r.data_dir.c_str(), static_cast<long long>(r.tokens));
+  std::printf("  validation loss, top-C routing (training):  %.4f\n", r.top_c_loss);
+  if (r.causal_loss)
+    std::printf("  validation loss, causal routing (sampling): %.4f\n", *r.causal_loss);
   return 0;
 }
 

@@ -11,7 +11,8 @@
 #   preempt  a 2-rank job preempted by a job of a higher partition, with grace time (it
 #            requeues itself) and without (Slurm requeues it), resumes and finishes;
 #   grid     tests/grid/tiny_grid.textproto (its smaller budget) as a job array: `modtrain grid
-#            submit`, every array task COMPLETED, `modtrain grid collect` writes results.csv.
+#            submit`, every array task COMPLETED (its step run by mod_run_step of the
+#            modtrain_job.sh copy beside grid.sbatch), `modtrain grid collect` writes results.csv.
 # Exits 77 (skip) only when the cluster cannot start: Slurm or munge missing, or daemons that
 # fail; the reason and the daemons' logs are printed. Uses only installed binaries.
 # Usage: slurm_test.sh MODTRAIN SOURCE_DIR {jobs|requeue|preempt|grid}
@@ -240,6 +241,9 @@ scenario_grid() {
   states=$(scontrol show job "$job" | grep -o 'JobState=[A-Z_]*' | sort | uniq -c)
   { [ "$(grep -c . <<< "$states")" -eq 1 ] && grep -q " 4 JobState=COMPLETED" <<< "$states"; } \
     || fail "array $job: expected 4 tasks COMPLETED: $states $(tail -n 20 "$out"/logs/task_*.out)"
+  # Each task ran its step through cluster/modtrain_job.sh (the copy grid submit wrote).
+  [ "$(grep -l "modtrain_job: .*the training step exited with status 0" "$out"/logs/task_*.out \
+    | wc -l)" -eq 4 ] || fail "not every task ran mod_run_step: $(tail -n 20 "$out"/logs/task_*.out)"
   (cd "$work" && "$modtrain" grid collect --spec "$spec" --out "$out" --data "$work/data") \
     > "$work/grid_collect.log" 2>&1 || fail "grid collect: $(cat "$work/grid_collect.log")"
   [ "$(wc -l < "$out/results.csv")" -eq 5 ] || fail "results.csv: $(cat "$out/results.csv")"

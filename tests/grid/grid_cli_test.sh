@@ -91,6 +91,10 @@ for line in "#SBATCH --array=0-7%2" "#SBATCH --requeue" "#SBATCH --signal=USR1@6
   grep -qF -- "$line" "$sb" || fail "grid.sbatch lacks '$line'"
 done
 bash -n "$sb" || fail "grid.sbatch is not valid bash"
+# The requeue protocol: grid.sbatch sources the copy of cluster/modtrain_job.sh beside it.
+cmp -s "$out/modtrain_job.sh" "$src/cluster/modtrain_job.sh" \
+  || fail "$out/modtrain_job.sh is not a copy of cluster/modtrain_job.sh"
+grep -qF 'source "$out/modtrain_job.sh"' "$sb" || fail "grid.sbatch does not source modtrain_job.sh"
 # submit without --dry-run and without sbatch on PATH: a clear error.
 if PATH=/nonexistent "$modtrain" grid submit "${opts[@]}" > /dev/null 2> "$work/submit.err"; then
   fail "submit succeeded without sbatch"
@@ -107,5 +111,7 @@ grep -q "is finished" "$work/task0.log" || fail "task 0 did not skip its finishe
 rm -rf "$out/runs/b2e10_s2_dense"
 SLURM_ARRAY_TASK_ID=2 PATH="$work/bin:$PATH" bash "$sb" > "$work/task2.log" 2>&1 || fail "task 2: $(cat "$work/task2.log")"
 [ -f "$out/runs/b2e10_s2_dense/model.safetensors" ] || fail "task 2 did not train b2e10_s2_dense: $(cat "$work/task2.log")"
+grep -q "modtrain_job: .*the training step exited with status 0" "$work/task2.log" \
+  || fail "task 2 did not run its step through mod_run_step: $(cat "$work/task2.log")"
 
 echo "grid_cli_test: all checks passed in $(( $(date +%s) - t0 )) s (stopped at $at; $png_note)"

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "core/util/safetensors.h"
 #include "grid/expand.h"
@@ -240,8 +241,21 @@ TEST_CASE("the job-array script has one task per runnable point", "[grid]") {
                            "#SBATCH --time=00:10:00\n", "#SBATCH --cpus-per-task=1\n",
                            "#SBATCH --output=/o/logs/task_%a.out\n", "#SBATCH --error=/o/logs/task_%a.err\n",
                            "--run-dir \"$run\" --resume auto", "--config \"$out/points/$name.textproto\"",
-                           "b2e10_s1_dense b2e10_s1_mod", "scontrol requeue", "cd '/w'"})
+                           "b2e10_s1_dense b2e10_s1_mod", "cd '/w'"})
     CHECK_THAT(s, Contains(line));
+  // The requeue protocol is sourced from the copy of cluster/modtrain_job.sh beside the script,
+  // never retyped into it; the copy is that file as built into the program.
+  for (const char* line : {"\nsource \"$out/modtrain_job.sh\" || exit 2\n",
+                           "\nmod_run_step srun \"$modtrain\" train --config",
+                           "\nmod_finish_job \"$mod_rc\"\n"})
+    CHECK_THAT(s, Contains(line));
+  for (const char* retyped : {"trap ", "wait ", "kill ", "scontrol", "-eq 75"})
+    CHECK_THAT(s, !Contains(retyped));
+  std::ifstream job_sh(MOD_SOURCE_DIR "/cluster/modtrain_job.sh");
+  std::stringstream job_text;
+  job_text << job_sh.rdbuf();
+  CHECK(grid::job_protocol_script() == job_text.str());
+  CHECK_THAT(job_text.str(), Contains("scontrol requeue") && Contains("mod_run_step()"));
   CHECK_THAT(s, !Contains("--account") && !Contains("--partition") && !Contains("--gpus"));
   // Optional settings appear when given.
   auto full = tiny_with(

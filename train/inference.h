@@ -1,0 +1,45 @@
+// What a trained weights file (train/weights.h) is used for besides training: its validation
+// loss (`modtrain eval`) and text generated from a prompt (`modtrain sample`). Invariant: a
+// routed model is evaluated with top-C routing, as trained, and with causal routing, as sampled,
+// on the same batches, so the two losses are comparable.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/sampler.h"
+
+namespace mod::train {
+
+struct WeightsEval {
+  std::string name;  // the run config's name
+  int64_t step = 0;  // the weights' training step
+  std::string data_dir;
+  int64_t tokens = 0;  // tokens evaluated
+  double top_c_loss = 0;
+  std::optional<double> causal_loss;  // for routed models (MoD, MoE) only
+};
+// Validation loss of weights on data_dir/val.bin (empty data_dir: the run's data.dir).
+WeightsEval evaluate_weights(const std::string& weights, const std::string& data_dir,
+                             int64_t batches, int64_t batch_size);
+
+struct SampleOptions {
+  std::string weights;
+  std::string prompt;
+  int64_t max_new_tokens = 200;
+  model::SamplingParams params;
+  std::string device = "CPU";  // CPU or CUDA (this process's GPU)
+  std::string tokenizer;       // empty: <data.dir>/tokenizer.txt of the run
+};
+struct Sample {
+  std::string continuation;  // the decoded new tokens
+  int64_t prompt_tokens = 0;
+  model::Generation generation;
+};
+// Throws std::invalid_argument (naming the option) on a bad device or a tokenizer whose
+// vocabulary is not the model's.
+Sample sample_text(const SampleOptions& o);
+
+}  // namespace mod::train
