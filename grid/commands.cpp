@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "configs/config.h"
+#include "core/util/find_on_path.h"
 #include "grid/expand.h"
 #include "grid/local_runner.h"
 #include "grid/plots.h"
@@ -258,7 +259,7 @@ int run(const RunOptions& o) {
   const int ranks = g.spec.base().parallel().dp() * g.spec.base().parallel().tp();
   std::vector<std::string> prefix;
   if (ranks > 1) {
-    const std::string mpirun = find_on_path(o.mpirun);
+    const std::string mpirun = util::find_on_path(o.mpirun);
     if (mpirun.empty())
       throw std::runtime_error("base.parallel.dp x tp = " + std::to_string(ranks) +
                                " needs --mpirun '" + o.mpirun + "', which is not on PATH");
@@ -380,7 +381,7 @@ int submit(const SubmitOptions& o) {
     std::printf("dry run: submit it with `sbatch %s`\n", path.c_str());
     return 0;
   }
-  const std::string sbatch = find_on_path("sbatch");
+  const std::string sbatch = util::find_on_path("sbatch");
   if (sbatch.empty())
     throw std::runtime_error(
         "sbatch is not on PATH (is this a Slurm login node?); the script is written: "

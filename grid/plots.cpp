@@ -11,32 +11,18 @@
 #include <map>
 #include <sstream>
 
+#include "core/util/find_on_path.h"
+#include "core/util/gnuplot.h"
+
 namespace mod::grid {
 
 namespace fs = std::filesystem;
-
-std::string find_on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::stringstream ss(path ? path : "");
-  std::string dir;
-  while (std::getline(ss, dir, ':')) {
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (::access(candidate.c_str(), X_OK) == 0 && fs::is_regular_file(candidate)) return candidate;
-  }
-  return "";
-}
 
 namespace {
 
 constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
                                     "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
 constexpr int kPointTypes[] = {7, 5, 9, 11, 13, 15};  // filled circle, square, triangles, ...
-
-std::string gp_quote(const std::string& s) {  // a gnuplot single-quoted string
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
 
 struct Curve {
   int budget_index = 0, variant_index = 0;
@@ -76,18 +62,13 @@ std::string write_plot(const modtrain::GridSpec& spec, const std::vector<Curve>&
   }
   std::ofstream g(gp);
   g << "# " << stem << ".png of grid " << spec.name() << ", written by `modtrain grid collect`.\n"
-    << "if (strstrt(' '.GPVAL_TERMINALS.' ', ' pngcairo ') > 0) {\n"
-    << "  set terminal pngcairo size 1100,720 noenhanced font 'sans,11'\n"
-    << "} else {\n"
-    << "  set terminal png size 1100,720 noenhanced\n"
-    << "}\n"
-    << "set output " << gp_quote(png) << "\n"
-    << "set title " << gp_quote(by_parameters ? "isoFLOP curves of grid " + spec.name() +
+    << util::gnuplot_png_output(png, 1100, 720)
+    << "set title " << util::gnuplot_quote(by_parameters ? "isoFLOP curves of grid " + spec.name() +
                                                    " (dense solid, MoD dashed; circles: minimum of each curve)"
                                              : "grid " + spec.name() +
                                                    ": final validation loss vs forward FLOPs per token")
     << "\n"
-    << "set xlabel " << gp_quote(by_parameters ? "parameters" : "forward FLOPs per token") << "\n"
+    << "set xlabel " << util::gnuplot_quote(by_parameters ? "parameters" : "forward FLOPs per token") << "\n"
     << "set ylabel 'final validation loss'\n"
     << "set logscale x\nset format x '%.1s%c'\nset grid\nset key outside right top\n"
     << "set offsets graph 0.05, graph 0.05, graph 0.05, graph 0.05\n";
@@ -97,43 +78,20 @@ std::string write_plot(const modtrain::GridSpec& spec, const std::vector<Curve>&
     const Curve& c = curves[i];
     const char* colour = kColours[c.budget_index % std::size(kColours)];
     const int pt = kPointTypes[c.variant_index % std::size(kPointTypes)];
-    g << "  " << gp_quote(dat) << " index " << i << " using 1:2 with linespoints lw 2 ps 1.3 lc rgb '"
-      << colour << "' dt " << (c.routed ? 2 : 1) << " pt " << pt << " title " << gp_quote(c.title)
+    g << "  " << util::gnuplot_quote(dat) << " index " << i << " using 1:2 with linespoints lw 2 ps 1.3 lc rgb '"
+      << colour << "' dt " << (c.routed ? 2 : 1) << " pt " << pt << " title " << util::gnuplot_quote(c.title)
       << ", \\\n";
     if (c.variant_index == 0)  // shape names, once per budget
-      g << "  " << gp_quote(dat) << " index " << i << " using 1:2:3 with labels offset char 0,1 tc rgb '"
+      g << "  " << util::gnuplot_quote(dat) << " index " << i << " using 1:2:3 with labels offset char 0,1 tc rgb '"
         << colour << "' notitle, \\\n";
   }
   for (int i = 0; i < n; ++i) {
     const char* colour = kColours[curves[i].budget_index % std::size(kColours)];
-    g << "  " << gp_quote(dat) << " index " << n + i
+    g << "  " << util::gnuplot_quote(dat) << " index " << n + i
       << " using 1:2 with points pt 6 ps 3.2 lw 2 lc rgb '" << colour << "' "
       << (i == 0 ? "title 'minimum of each curve'" : "notitle") << (i + 1 < n ? ", \\\n" : "\n");
   }
   return gp;
-}
-
-// Runs gnuplot on a script; "" on success, else what went wrong.
-std::string run_gnuplot(const std::string& gnuplot, const std::string& script, const std::string& png) {
-  std::error_code ec;
-  fs::remove(png, ec);
-  const std::string cmd = "'" + gnuplot + "' '" + script + "' 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return "cannot start " + gnuplot;
-  std::string output;
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof buf, p)) > 0) output.append(buf, got);
-  const int status = pclose(p);
-  unsigned char magic[8] = {};
-  std::ifstream f(png, std::ios::binary);
-  f.read(reinterpret_cast<char*>(magic), 8);
-  const unsigned char png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  if (status != 0 || !std::equal(magic, magic + 8, png_magic)) {
-    while (!output.empty() && output.back() == '\n') output.pop_back();
-    return "gnuplot " + script + " failed (status " + std::to_string(status) + "): " + output;
-  }
-  return "";
 }
 
 }  // namespace
@@ -162,7 +120,7 @@ PlotReport draw_plots(const modtrain::GridSpec& spec, const std::vector<PointRes
   for (auto& [key, c] : by_key) curves.push_back(std::move(c));
   const std::string plots_dir = out_dir + "/plots";
   fs::create_directories(plots_dir);
-  const std::string gnuplot = find_on_path("gnuplot");
+  const std::string gnuplot = util::find_on_path("gnuplot");
   for (int i = 0; i < 2; ++i) {
     const std::string png = out_dir + "/" + names[i] + ".png";
     const std::string gp = write_plot(spec, curves, plots_dir, png, names[i], i == 0);
@@ -171,7 +129,7 @@ PlotReport draw_plots(const modtrain::GridSpec& spec, const std::vector<PointRes
                                  "gnuplot-nox, then run `gnuplot " + gp + "` or collect again)");
       continue;
     }
-    const std::string error = run_gnuplot(gnuplot, gp, png);
+    const std::string error = util::run_gnuplot(gnuplot, gp, png);
     if (error.empty())
       report.drawn.push_back(png);
     else

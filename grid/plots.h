@@ -24,7 +24,4 @@ struct PlotReport {
 PlotReport draw_plots(const modtrain::GridSpec& spec, const std::vector<PointResult>& results,
                       const std::string& out_dir);
 
-// The first executable `name` on PATH, or "" (what a shell would run).
-std::string find_on_path(const std::string& name);
-
 }  // namespace mod::grid

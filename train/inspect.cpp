@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/util/find_on_path.h"
 #include "core/util/gnuplot.h"
 
 namespace mod::train {

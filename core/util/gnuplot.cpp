@@ -1,29 +1,14 @@
 // gnuplot as a separate program (see gnuplot.h).
 #include "core/util/gnuplot.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 namespace mod::util {
 
 namespace fs = std::filesystem;
-
-std::string find_on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::stringstream ss(path ? path : "");
-  std::string dir;
-  while (std::getline(ss, dir, ':')) {
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (::access(candidate.c_str(), X_OK) == 0 && fs::is_regular_file(candidate)) return candidate;
-  }
-  return "";
-}
 
 std::string gnuplot_quote(const std::string& s) {
   std::string out = "'";

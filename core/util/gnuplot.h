@@ -7,9 +7,6 @@
 
 namespace mod::util {
 
-// The first executable `name` on PATH, or "" (what a shell would run).
-std::string find_on_path(const std::string& name);
-
 // s as a gnuplot single-quoted string.
 std::string gnuplot_quote(const std::string& s);
 
@@ -17,8 +14,9 @@ std::string gnuplot_quote(const std::string& s);
 // else png) and write to `png`.
 std::string gnuplot_png_output(const std::string& png, int width, int height);
 
-// Runs gnuplot (a path from find_on_path) on a script that writes `png`; "" on success, else
-// what went wrong (gnuplot's own output included). A missing or non-PNG output is a failure.
+// Runs gnuplot (a path from find_on_path, core/util/find_on_path.h) on a script that writes `png`;
+// "" on success, else what went wrong (gnuplot's own output included). A missing or non-PNG output
+// is a failure.
 std::string run_gnuplot(const std::string& gnuplot, const std::string& script,
                         const std::string& png);
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/util/find_on_path.h"
 #include "core/util/gnuplot.h"
 
 using namespace mod;
