@@ -3,6 +3,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,6 +67,28 @@ struct Trainee {
     last_grad_norm = train::clip_grad_norm(model->parameters(), cfg.optimizer().grad_clip());
     opt->step(cfg.optimizer().lr());
     return r.lm_loss.item();
+  }
+
+  // The first step, checked before anything is timed: the loss is finite and within 10% of
+  // ln V (near-uniform predictions of small initial weights on random targets), the gradient
+  // norm finite and positive, and every parameter got a gradient (the others listed on stderr).
+  struct FirstStep {
+    double loss = 0, ln_v = 0;
+    int64_t missing = 0;
+    bool ok = false;
+  };
+  FirstStep first_step() {
+    FirstStep f;
+    f.loss = step();
+    f.ln_v = std::log(static_cast<double>(cfg.model().vocab_size()));
+    for (const auto& [name, p] : model->named_parameters())
+      if (!p.grad().defined()) {
+        std::fprintf(stderr, "  no gradient: %s\n", name.c_str());
+        ++f.missing;
+      }
+    f.ok = std::isfinite(f.loss) && std::abs(f.loss - f.ln_v) < 0.1 * f.ln_v &&
+           std::isfinite(last_grad_norm) && last_grad_norm > 0 && f.missing == 0;
+    return f;
   }
 };
 

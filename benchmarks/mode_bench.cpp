@@ -23,22 +23,22 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <iostream>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "benchmarks/bench_common.h"
 #include "benchmarks/bench_trainee.h"
 #include "configs/config.h"
 #include "core/cpu/blas.h"
 #include "core/device_report.h"
 #include "core/random.h"
+#include "launcher/cli.h"
 #include "model/flops.h"
 #include "model/moe_routing.h"
 #include "model/routing_schedule.h"
@@ -49,28 +49,17 @@
 using namespace mod;
 using bench::Timing;
 using bench::Trainee;
-namespace po = boost::program_options;
-using Clock = std::chrono::steady_clock;
+namespace po = cli::po;
+using bench::Clock;
+using bench::load_average;
+using bench::resolve;
+using bench::seconds_since;
 
 namespace {
 
 [[noreturn]] void fail(const std::string& what) {
   std::fprintf(stderr, "mode_bench: %s\n", what.c_str());
   std::exit(1);
-}
-
-// The 1-minute load average: above ~1 on a 2-core machine something else runs.
-double load_average() {
-  double load[1] = {-1};
-  return getloadavg(load, 1) == 1 ? load[0] : -1;
-}
-
-// A recipe path as given, else relative to the source tree (runs from any directory).
-std::string resolve(const std::string& path) {
-  namespace fs = std::filesystem;
-  if (fs::exists(path) || fs::path(path).is_absolute()) return path;
-  const std::string in_source = std::string(MOD_SOURCE_DIR) + "/" + path;
-  return fs::exists(in_source) ? in_source : path;
 }
 
 // Seconds of one 1024^3 SGEMM (the ceiling MFU is measured against), timed in every round
@@ -80,7 +69,7 @@ double sgemm_seconds() {
   static std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
   const auto t0 = Clock::now();
   cpu::blas_gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+  return seconds_since(t0);
 }
 
 // What the recipe routes, in a few words: "MoD 3/6 blocks at C 32; MoE 6/6 blocks, E 4 (+no-op),
@@ -119,27 +108,18 @@ std::string describe(const modtrain::ModelConfig& m) {
   return out.empty() ? "dense" : out;
 }
 
-// Before timing: the parameter count of count_flops is the built model's; the first step's
-// loss is finite and within 10% of ln V; the gradient norm is finite and positive; every
-// parameter received a gradient.
+// Before timing: the parameter count of count_flops is the built model's, and the first step
+// is right (Trainee::first_step).
 void check(Trainee& m) {
   int64_t count = 0;
   for (const auto& [name, p] : m.model->named_parameters()) count += p.numel();
-  const double loss = m.step(), ln_v = std::log(static_cast<double>(m.cfg.model().vocab_size()));
-  int64_t missing = 0;
-  for (const auto& [name, p] : m.model->named_parameters())
-    if (!p.grad().defined()) {
-      std::fprintf(stderr, "  no gradient: %s\n", name.c_str());
-      ++missing;
-    }
-  const bool ok = count == m.flops.parameters && std::isfinite(loss) &&
-                  std::abs(loss - ln_v) < 0.1 * ln_v && std::isfinite(m.last_grad_norm) &&
-                  m.last_grad_norm > 0 && missing == 0;
+  const Trainee::FirstStep f = m.first_step();
+  const bool ok = count == m.flops.parameters && f.ok;
   std::printf(
       "  check %-20s parameters %lld (count_flops %lld); first step loss %.4f (ln V = "
       "%.4f), grad norm %.3g, %lld without gradient  %s\n",
       m.label.c_str(), static_cast<long long>(count), static_cast<long long>(m.flops.parameters),
-      loss, ln_v, m.last_grad_norm, static_cast<long long>(missing), ok ? "ok" : "WRONG");
+      f.loss, f.ln_v, m.last_grad_norm, static_cast<long long>(f.missing), ok ? "ok" : "WRONG");
   if (!ok)
     fail(m.label + ": the parameter count or the first training step is wrong; not timing it");
 }
@@ -148,44 +128,34 @@ void check(Trainee& m) {
 
 int main(int argc, char** argv) {
   po::options_description o("mode_bench options");
-  o.add_options()("help", "show this help")(
+  o.add_options()(
       "config",
       po::value<std::vector<std::string>>()->composing()->default_value(
           {"configs/recipes/tiny_dense.textproto", "configs/recipes/tiny_mod.textproto",
            "configs/recipes/tiny_moe.textproto", "configs/recipes/tiny_mode_staged.textproto",
            "configs/recipes/tiny_mode_integrated.textproto"},
           "tiny_dense tiny_mod tiny_moe tiny_mode_staged tiny_mode_integrated"),
-      "RunConfig recipe (repeatable); ratios are against the first")(
-      "set", po::value<std::vector<std::string>>()->composing(),
-      "override for every recipe: path.to.field=value (repeatable)")(
-      "steps", po::value<int>()->default_value(10), "timed rounds (one step of every recipe each)")(
+      "RunConfig recipe (repeatable); ratios are against the first");
+  cli::add_set_option(o, "override for every recipe: path.to.field=value (repeatable)");
+  o.add_options()("steps", po::value<int>()->default_value(10),
+                  "timed rounds (one step of every recipe each)")(
       "warmup", po::value<int>()->default_value(2), "untimed rounds first");
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv)
-                  .options(o)
-                  .style(po::command_line_style::unix_style ^ po::command_line_style::allow_short)
-                  .run(),
-              vm);
-    if (vm.count("help")) {
-      std::cout << "usage: mode_bench [--config FILE ...] [--set f=v ...] [--steps N]\n"
-                << o << "\n";
+    if (!cli::parse(argc, argv, "usage: mode_bench [--config FILE ...] [--set f=v ...] [--steps N]",
+                    o, vm))
       return 0;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "mode_bench: %s (see --help)\n", e.what());
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "mode_bench: %s\n", e.what());
     return 2;
   }
-  std::vector<std::string> sets;
-  if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
   const int steps = vm["steps"].as<int>(), warmup = vm["warmup"].as<int>();
   if (steps < 1 || warmup < 0) fail("--steps must be >= 1 and --warmup >= 0");
 
   std::vector<modtrain::RunConfig> cfgs;
   try {
     for (const std::string& path : vm["config"].as<std::vector<std::string>>())
-      cfgs.push_back(config::load(resolve(path), sets));
+      cfgs.push_back(config::load(resolve(path), cli::overrides(vm)));
   } catch (const std::exception& e) {
     fail(e.what());
   }
@@ -230,7 +200,7 @@ int main(int argc, char** argv) {
     for (auto& m : ms) {
       const auto t0 = Clock::now();
       m->step();
-      m->timing.s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      m->timing.s.push_back(seconds_since(t0));
     }
   }
   const double ceiling = std::max(peak, 2.0 * 1024 * 1024 * 1024 / sgemm.best());

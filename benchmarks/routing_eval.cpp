@@ -9,22 +9,23 @@
 //   tiny_moe (step 300) on data/kjv/val.bin, 32768 tokens
 //     validation loss, top-C routing (training):  1.2345
 //     validation loss, causal routing (sampling): 1.2456       (routed models only)
-#include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "launcher/cli.h"
 #include "train/trainer.h"
 #include "train/weights.h"
 
 using namespace mod;
-namespace po = boost::program_options;
+namespace po = cli::po;
 
 int main(int argc, char** argv) {
   po::options_description o("routing_eval options");
-  o.add_options()("help", "show this help")("data", po::value<std::string>(),
-                                            "token shard directory (default: each run's data.dir)")(
+  o.add_options()("data", po::value<std::string>(),
+                  "token shard directory (default: each run's data.dir)")(
       "batches", po::value<int64_t>()->default_value(16), "validation batches")(
       "batch-size", po::value<int64_t>()->default_value(8), "sequences per batch")(
       "weights", po::value<std::vector<std::string>>()->composing(),
@@ -32,21 +33,15 @@ int main(int argc, char** argv) {
   po::positional_options_description pos;
   pos.add("weights", -1);
   po::variables_map vm;
+  const char* usage = "usage: routing_eval [--data DIR] [--batches N] FILE.safetensors ...";
   try {
-    po::store(po::command_line_parser(argc, argv)
-                  .options(o)
-                  .positional(pos)
-                  .style(po::command_line_style::unix_style ^ po::command_line_style::allow_short)
-                  .run(),
-              vm);
-    if (vm.count("help") || !vm.count("weights")) {
-      std::cout << "usage: routing_eval [--data DIR] [--batches N] FILE.safetensors ...\n"
-                << o << "\n";
-      return vm.count("help") ? 0 : 2;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "routing_eval: %s (see --help)\n", e.what());
+    if (!cli::parse(argc, argv, usage, o, vm, &pos)) return 0;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "routing_eval: %s\n", e.what());
+    return 2;
+  }
+  if (!vm.count("weights")) {
+    std::cout << usage << "\n" << o << "\n";
     return 2;
   }
   try {

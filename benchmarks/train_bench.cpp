@@ -10,22 +10,24 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "benchmarks/bench_common.h"
 #include "benchmarks/bench_trainee.h"
 #include "configs/config.h"
 #include "core/all_ops.h"
 #include "core/autograd.h"
 #include "core/device_report.h"
 #include "core/random.h"
+#include "launcher/cli.h"
 #include "model/flops.h"
 #include "model/sampler.h"
 #include "model/transformer.h"
@@ -36,38 +38,27 @@ using namespace mod;
 using bench::random_tokens;
 using bench::Timing;
 using bench::Trainee;
-namespace po = boost::program_options;
-using Clock = std::chrono::steady_clock;
+namespace po = cli::po;
+using bench::Clock;
+using bench::seconds_since;
 
 namespace {
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 void fail(const std::string& what) {
   std::fprintf(stderr, "train_bench: %s\n", what.c_str());
   std::exit(1);
 }
 
-// Before timing: the first step's loss is finite and within 10% of ln V (the near-uniform
-// prediction of small initial weights on random targets), the gradient norm is finite and
-// positive, and every parameter (routers and predictors included) received a gradient.
+// Before timing: the first step is right (Trainee::first_step; routers and predictors
+// included in the gradient check).
 void check_first_step(Trainee& m) {
-  const double loss = m.step(), ln_v = std::log(static_cast<double>(m.cfg.model().vocab_size()));
-  int64_t missing = 0;
-  for (const auto& [name, p] : m.model->named_parameters())
-    if (!p.grad().defined()) {
-      std::fprintf(stderr, "  no gradient: %s\n", name.c_str());
-      ++missing;
-    }
-  const bool ok = std::isfinite(loss) && std::abs(loss - ln_v) < 0.1 * ln_v &&
-                  std::isfinite(m.last_grad_norm) && m.last_grad_norm > 0 && missing == 0;
-  std::printf("  check %-5s first step: loss %.4f (ln V = %.4f), grad norm %.3g, %lld params "
-              "without gradient  %s\n",
-              m.label.c_str(), loss, ln_v, m.last_grad_norm, static_cast<long long>(missing),
-              ok ? "ok" : "WRONG");
-  if (!ok) fail(m.label + ": the first training step is wrong; not timing it");
+  const Trainee::FirstStep f = m.first_step();
+  std::printf(
+      "  check %-5s first step: loss %.4f (ln V = %.4f), grad norm %.3g, %lld params "
+      "without gradient  %s\n",
+      m.label.c_str(), f.loss, f.ln_v, m.last_grad_norm, static_cast<long long>(f.missing),
+      f.ok ? "ok" : "WRONG");
+  if (!f.ok) fail(m.label + ": the first training step is wrong; not timing it");
 }
 
 // Copies the weights of block b of `from` into the standalone block `to`.
@@ -228,36 +219,33 @@ int serve_steps(Trainee& dense, Trainee& routed) {
 
 int main(int argc, char** argv) {
   po::options_description o("train_bench options");
-  o.add_options()("help", "show this help")
-      ("config", po::value<std::string>()->default_value("configs/recipes/tiny_mod.textproto"), "MoD RunConfig; the dense twin sets model.mod.enabled=false")
-      ("set", po::value<std::vector<std::string>>()->composing(), "override: path.to.field=value (repeatable)")
-      ("steps", po::value<int>()->default_value(10), "timed training steps per model")
-      ("warmup", po::value<int>()->default_value(2), "untimed training steps per model first")
-      ("sample-reps", po::value<int>()->default_value(8), "timed generations per model (0: no sampling)")
-      ("sample-tokens", po::value<int64_t>()->default_value(0), "tokens per generation (0: seq_len - 1)")
-      ("serve", "after the checks and warm-up, step on request: read 'dense' or 'mod' lines on stdin, answer each with the step's seconds (benchmarks/pytorch_reference.py --against interleaves its steps with ours this way)");
+  o.add_options()("config",
+                  po::value<std::string>()->default_value("configs/recipes/tiny_mod.textproto"),
+                  "MoD RunConfig; the dense twin sets model.mod.enabled=false");
+  cli::add_set_option(o);
+  o.add_options()("steps", po::value<int>()->default_value(10), "timed training steps per model")(
+      "warmup", po::value<int>()->default_value(2), "untimed training steps per model first")(
+      "sample-reps", po::value<int>()->default_value(8),
+      "timed generations per model (0: no sampling)")(
+      "sample-tokens", po::value<int64_t>()->default_value(0),
+      "tokens per generation (0: seq_len - 1)")(
+      "serve",
+      "after the checks and warm-up, step on request: read 'dense' or 'mod' lines on stdin, answer "
+      "each with the step's seconds (benchmarks/pytorch_reference.py --against interleaves its "
+      "steps with ours this way)");
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv)
-                  .options(o)
-                  .style(po::command_line_style::unix_style ^ po::command_line_style::allow_short)
-                  .run(),
-              vm);
-    if (vm.count("help")) {
-      std::cout << "usage: train_bench [--config FILE] [--set f=v ...] [--steps N]\n" << o << "\n";
+    if (!cli::parse(argc, argv, "usage: train_bench [--config FILE] [--set f=v ...] [--steps N]", o,
+                    vm))
       return 0;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "train_bench: %s (see --help)\n", e.what());
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "train_bench: %s\n", e.what());
     return 2;
   }
-  std::vector<std::string> sets;
-  if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
 
   modtrain::RunConfig mod_cfg;
   try {
-    mod_cfg = config::load(vm["config"].as<std::string>(), sets);
+    mod_cfg = cli::load_config(vm);
   } catch (const std::exception& e) {
     fail(e.what());
   }

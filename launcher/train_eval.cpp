@@ -13,20 +13,6 @@
 
 namespace mod::cli {
 
-namespace {
-void add_config_options(po::options_description& o) {
-  o.add_options()
-      ("config", po::value<std::string>()->required(), "text-format RunConfig, e.g. configs/recipes/tiny_mod.textproto")
-      ("set", po::value<std::vector<std::string>>()->composing(), "override: path.to.field=value (repeatable)");
-}
-
-modtrain::RunConfig load_config(const po::variables_map& vm) {
-  std::vector<std::string> sets;
-  if (vm.count("set")) sets = vm["set"].as<std::vector<std::string>>();
-  return config::load(vm["config"].as<std::string>(), sets);
-}
-}  // namespace
-
 int train(int argc, char** argv) {
   po::options_description o("modtrain train options");
   add_config_options(o);

@@ -13,18 +13,12 @@
 
 using mod::test::arange_positions;
 using mod::test::max_diff;
+using mod::test::tokens_for;
 
 using namespace mod;
 using namespace mod::model;
 
 namespace {
-Tensor tokens_for(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int64_t> ids(b * t);
-  for (auto& i : ids) i = rng.below(vocab);
-  return Tensor::from_indices(ids, {b, t});
-}
-
 void set_all(Tensor t, double v) {
   for (int64_t i = 0; i < t.numel(); ++i) t.set(i, v);
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "configs/modtrain.pb.h"
+#include "core/random.h"
 #include "core/tensor.h"
 
 namespace mod::test {
@@ -19,6 +20,14 @@ inline Tensor arange_positions(int64_t b, int64_t t) {
   std::vector<int64_t> p(b * t);
   for (int64_t i = 0; i < b * t; ++i) p[i] = i % t;
   return Tensor::from_indices(p, {b, t});
+}
+
+// tokens [B,T] i64 uniform in [0, vocab), the same for the same seed.
+inline Tensor tokens_for(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int64_t> ids(b * t);
+  for (auto& i : ids) i = rng.below(vocab);
+  return Tensor::from_indices(ids, {b, t});
 }
 
 // The largest elementwise |a - b|.

@@ -13,15 +13,6 @@
 using namespace mod;
 using Catch::Matchers::Contains;
 
-namespace {
-Tensor fixed_tokens(int64_t b, int64_t t, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int64_t> ids(b * t);
-  for (auto& i : ids) i = rng.below(32);
-  return Tensor::from_indices(ids, {b, t});
-}
-}  // namespace
-
 TEST_CASE("tiny dense and MoD models overfit a fixed batch below loss 0.3", "[train]") {
   for (bool routed : {false, true}) {
     DYNAMIC_SECTION((routed ? "MoD" : "dense")) {
@@ -33,7 +24,7 @@ TEST_CASE("tiny dense and MoD models overfit a fixed batch below loss 0.3", "[tr
       opt.set_warmup_steps(10);
       opt.set_weight_decay(0.0);
       train::AdamW adam(m.named_parameters(), opt);
-      Tensor in = fixed_tokens(4, 12, 2), tgt = fixed_tokens(4, 12, 3);
+      Tensor in = test::tokens_for(4, 12, 32, 2), tgt = test::tokens_for(4, 12, 32, 3);
       double first = 0, last = 0;
       for (int step = 0; step < 200; ++step) {
         m.zero_grad();
