@@ -35,6 +35,7 @@ int prep(int argc, char** argv);
 int train(int argc, char** argv);
 int eval(int argc, char** argv);
 int sample(int argc, char** argv);
+int inspect(int argc, char** argv);
 int flops(int argc, char** argv);
 int export_checkpoint(int argc, char** argv);  // `modtrain export` (export is a keyword)
 int grid(int argc, char** argv);               // `modtrain grid plan|run|submit|collect`

@@ -1,4 +1,5 @@
-// modtrain: one program, one subcommand per job (prep, train, eval, sample, flops, export, grid).
+// modtrain: one program, one subcommand per job (prep, train, eval, sample, inspect, flops, export,
+// grid).
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -17,6 +18,7 @@ constexpr const char* kUsage =
     "  train   train a dense or Mixture-of-Depths transformer from a config\n"
     "  eval    validation loss with top-C and with causal routing, side by side\n"
     "  sample  generate text with a KV cache (routed blocks admit tokens causally)\n"
+    "  inspect where a trained model's routed blocks send the tokens of a text (PNG, HTML, CSV)\n"
     "  flops   parameters and FLOPs per token of a config\n"
     "  export  a checkpoint -> one safetensors file of the whole model\n"
     "  grid    isoFLOP grids: plan, run here, submit to Slurm, collect losses and plots\n"
@@ -35,6 +37,7 @@ int main(int argc, char** argv) {
     if (command == "train") return mod::cli::train(argc - 1, argv + 1);
     if (command == "eval") return mod::cli::eval(argc - 1, argv + 1);
     if (command == "sample") return mod::cli::sample(argc - 1, argv + 1);
+    if (command == "inspect") return mod::cli::inspect(argc - 1, argv + 1);
     if (command == "flops") return mod::cli::flops(argc - 1, argv + 1);
     if (command == "export") return mod::cli::export_checkpoint(argc - 1, argv + 1);
     if (command == "grid") return mod::cli::grid(argc - 1, argv + 1);

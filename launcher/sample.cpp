@@ -11,7 +11,7 @@ namespace mod::cli {
 
 int sample(int argc, char** argv) {
   po::options_description o("modtrain sample options");
-  o.add_options()("checkpoint", po::value<std::string>()->required(), "weights file, e.g. runs/tiny_mod/model.safetensors")
+  o.add_options()("checkpoint", po::value<std::string>()->required(), "weights file, checkpoint directory, or run directory, e.g. runs/tiny_mod")
       ("prompt", po::value<std::string>()->default_value("In the beginning"), "text to continue")
       ("max-new-tokens", po::value<int64_t>()->default_value(200), "tokens to generate")
       ("temperature", po::value<double>()->default_value(0.8), "0: greedy")
@@ -21,7 +21,7 @@ int sample(int argc, char** argv) {
       ("device", po::value<std::string>()->default_value("CPU"), "CPU, or CUDA (this process's GPU)")
       ("tokenizer", po::value<std::string>(), "tokenizer file (default: <data.dir>/tokenizer.txt)");
   po::variables_map vm;
-  if (!parse(argc, argv, "usage: modtrain sample --checkpoint FILE [--prompt TEXT]", o, vm)) return 0;
+  if (!parse(argc, argv, "usage: modtrain sample --checkpoint FILE|DIR [--prompt TEXT]", o, vm)) return 0;
   train::SampleOptions so;
   so.weights = vm["checkpoint"].as<std::string>();
   so.prompt = vm["prompt"].as<std::string>();

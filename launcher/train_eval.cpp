@@ -1,6 +1,7 @@
 // modtrain train / eval / flops: configs in, a run directory or a table out.
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "configs/config.h"
@@ -45,20 +46,34 @@ int train(int argc, char** argv) {
 
 int eval(int argc, char** argv) {
   po::options_description o("modtrain eval options");
-  o.add_options()("checkpoint", po::value<std::string>()->required(), "weights file, e.g. runs/tiny_mod/model.safetensors")
+  o.add_options()("checkpoint", po::value<std::string>()->required(),
+                  "weights file, checkpoint directory, or run directory (the newer of its "
+                  "model.safetensors and latest checkpoint), e.g. runs/tiny_mod")
       ("data", po::value<std::string>(), "token shard directory (default: the run's data.dir)")
       ("batches", po::value<int64_t>()->default_value(16), "validation batches")
-      ("batch-size", po::value<int64_t>()->default_value(8), "sequences per batch");
+      ("batch-size", po::value<int64_t>()->default_value(8), "sequences per batch")
+      ("json", po::bool_switch(), "print one JSON object instead of the table");
   po::variables_map vm;
-  if (!parse(argc, argv, "usage: modtrain eval --checkpoint FILE", o, vm)) return 0;
+  if (!parse(argc, argv, "usage: modtrain eval --checkpoint FILE|DIR [--json]", o, vm)) return 0;
   const std::string data = vm.count("data") ? vm["data"].as<std::string>() : "";
   const auto r = train::evaluate_weights(vm["checkpoint"].as<std::string>(), data,
                                          vm["batches"].as<int64_t>(), vm["batch-size"].as<int64_t>());
+  if (vm["json"].as<bool>()) {
+    nlohmann::json j = {{"name", r.name},          {"step", r.step},
+                        {"data_dir", r.data_dir},  {"tokens", r.tokens},
+                        {"top_c_loss", r.top_c_loss}, {"causal_loss", nullptr}};
+    if (r.causal_loss) j["causal_loss"] = *r.causal_loss;
+    if (!r.no_causal_loss.empty()) j["no_causal_loss"] = r.no_causal_loss;
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  // Six significant digits: a routing bug can move the loss by 4e-4 relative.
   std::printf("%s (step %lld) on %s/val.bin, %lld tokens\n", r.name.c_str(),
               static_cast<long long>(r.step), r.data_dir.c_str(), static_cast<long long>(r.tokens));
-  std::printf("  validation loss, top-C routing (training):  %.4f\n", r.top_c_loss);
+  std::printf("  validation loss, top-C routing (training):  %.6g\n", r.top_c_loss);
   if (r.causal_loss)
-    std::printf("  validation loss, causal routing (sampling): %.4f\n", *r.causal_loss);
+    std::printf("  validation loss, causal routing (sampling): %.6g\n", *r.causal_loss);
+  if (!r.no_causal_loss.empty()) std::printf("  no causal loss: %s\n", r.no_causal_loss.c_str());
   return 0;
 }
 

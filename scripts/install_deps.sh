@@ -11,6 +11,7 @@ packages=(
   catch2                                       # Catch2 v2 test framework
   libprotobuf-dev protobuf-compiler            # config schema and checkpoint metadata
   libboost-program-options-dev                 # command line
+  nlohmann-json3-dev                           # JSON output (modtrain eval --json)
   libopenmpi-dev openmpi-bin                   # CPU communicator
   bible-kjv                                    # default corpus
   gnuplot-nox                                  # isoFLOP plots (modtrain grid collect)

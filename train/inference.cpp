@@ -1,6 +1,8 @@
 // Evaluation and sampling of a weights file (see inference.h).
 #include "train/inference.h"
 
+#include <algorithm>
+#include <memory>
 #include <stdexcept>
 
 #include "train/data/tokenizer.h"
@@ -9,9 +11,28 @@
 
 namespace mod::train {
 
+namespace {
+// The tokenizer a model was trained with (or `path`), checked against its vocabulary.
+std::unique_ptr<data::Tokenizer> tokenizer_for(const LoadedModel& loaded, const std::string& path) {
+  const std::string tok_path = path.empty() ? loaded.config.data().dir() + "/tokenizer.txt" : path;
+  auto tok = data::Tokenizer::load(tok_path);
+  if (tok->vocab_size() != static_cast<uint32_t>(loaded.config.model().vocab_size()))
+    throw std::invalid_argument("--tokenizer " + tok_path + ": vocabulary " +
+                                std::to_string(tok->vocab_size()) + " but the model has " +
+                                std::to_string(loaded.config.model().vocab_size()));
+  return tok;
+}
+
+std::vector<int64_t> encode(const data::Tokenizer& tok, const std::string& text) {
+  std::vector<int64_t> ids;
+  for (uint32_t t : tok.encode(text)) ids.push_back(t);
+  return ids;
+}
+}  // namespace
+
 WeightsEval evaluate_weights(const std::string& weights, const std::string& data_dir,
                              int64_t batches, int64_t batch_size) {
-  auto loaded = load_weights(weights);
+  auto loaded = load_model(weights);
   const auto& cfg = loaded.config;
   WeightsEval r;
   r.name = cfg.name();
@@ -22,7 +43,11 @@ WeightsEval evaluate_weights(const std::string& weights, const std::string& data
                               model::RoutingMode::TopC);
   r.tokens = top_c.tokens;
   r.top_c_loss = top_c.loss;
-  if (cfg.model().mod().enabled() || cfg.model().moe().enabled())  // both route non-causally
+  const bool routed = cfg.model().mod().enabled() || cfg.model().moe().enabled();
+  if (cfg.model().mod().enabled() &&
+      cfg.model().mod().causal().method() == modtrain::CausalRoutingConfig::NONE)
+    r.no_causal_loss = "model.mod.causal.method is NONE: the model has no causal routing";
+  else if (routed)  // MoD and MoE both route non-causally in training
     r.causal_loss = evaluate(*loaded.model, *data.val, cfg.model().seq_len(), batch_size, batches,
                              model::RoutingMode::Causal)
                         .loss;
@@ -32,23 +57,32 @@ WeightsEval evaluate_weights(const std::string& weights, const std::string& data
 Sample sample_text(const SampleOptions& o) {
   if (o.device != "CPU" && o.device != "CUDA")
     throw std::invalid_argument("--device " + o.device + ": expected CPU or CUDA");
-  auto loaded = load_weights(o.weights);
+  auto loaded = load_model(o.weights);
   if (o.device == "CUDA") loaded.model->to(Device::CUDA);
-  const std::string tok_path =
-      o.tokenizer.empty() ? loaded.config.data().dir() + "/tokenizer.txt" : o.tokenizer;
-  auto tok = data::Tokenizer::load(tok_path);
-  if (tok->vocab_size() != static_cast<uint32_t>(loaded.config.model().vocab_size()))
-    throw std::invalid_argument("--tokenizer " + tok_path + ": vocabulary " +
-                                std::to_string(tok->vocab_size()) + " but the model has " +
-                                std::to_string(loaded.config.model().vocab_size()));
-  std::vector<int64_t> ids;
-  for (uint32_t t : tok->encode(o.prompt)) ids.push_back(t);
+  const auto tok = tokenizer_for(loaded, o.tokenizer);
+  const std::vector<int64_t> ids = encode(*tok, o.prompt);
   Sample s;
   s.prompt_tokens = static_cast<int64_t>(ids.size());
   s.generation = model::generate(*loaded.model, ids, o.max_new_tokens, o.params);
   const std::vector<uint32_t> out(s.generation.tokens.begin(), s.generation.tokens.end());
   s.continuation = tok->decode(out);
   return s;
+}
+
+Inspection inspect_text(const InspectOptions& o) {
+  const auto loaded = load_model(o.weights);
+  const auto tok = tokenizer_for(loaded, o.tokenizer);
+  std::vector<int64_t> ids = encode(*tok, o.text);
+  if (ids.empty()) throw std::invalid_argument("inspect: the text is empty");
+  Inspection in;
+  in.text_tokens = static_cast<int64_t>(ids.size());
+  ids.resize(std::min<size_t>(ids.size(), loaded.config.model().seq_len()));
+  in.trace = model::trace_routing(*loaded.model, ids);
+  for (int64_t id : ids) in.pieces.push_back(tok->decode({static_cast<uint32_t>(id)}));
+  in.title = loaded.config.name() + " (step " + std::to_string(loaded.step) + "): routing of " +
+             std::to_string(ids.size()) + " tokens";
+  in.report = write_routing_report(in.trace, in.pieces, in.title, o.out_dir);
+  return in;
 }
 
 }  // namespace mod::train

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/sampler.h"
+#include "train/inspect.h"
 
 namespace mod::train {
 
@@ -20,13 +21,15 @@ struct WeightsEval {
   int64_t tokens = 0;  // tokens evaluated
   double top_c_loss = 0;
   std::optional<double> causal_loss;  // for routed models (MoD, MoE) only
+  std::string no_causal_loss;         // why a routed model has none (causal.method NONE)
 };
-// Validation loss of weights on data_dir/val.bin (empty data_dir: the run's data.dir).
+// Validation loss of weights on data_dir/val.bin (empty data_dir: the run's data.dir). weights:
+// whatever load_model (train/weights.h) takes.
 WeightsEval evaluate_weights(const std::string& weights, const std::string& data_dir,
                              int64_t batches, int64_t batch_size);
 
 struct SampleOptions {
-  std::string weights;
+  std::string weights;  // as for evaluate_weights
   std::string prompt;
   int64_t max_new_tokens = 200;
   model::SamplingParams params;
@@ -41,5 +44,21 @@ struct Sample {
 // Throws std::invalid_argument (naming the option) on a bad device or a tokenizer whose
 // vocabulary is not the model's.
 Sample sample_text(const SampleOptions& o);
+
+struct InspectOptions {
+  std::string weights;    // as for evaluate_weights
+  std::string text;       // encoded, then cut to model.seq_len tokens
+  std::string out_dir;    // routing.png, routing.html, routing.csv
+  std::string tokenizer;  // empty: <data.dir>/tokenizer.txt of the run
+};
+struct Inspection {
+  std::string title;        // run name, step, tokens
+  int64_t text_tokens = 0;  // before the cut to model.seq_len
+  model::RoutingTrace trace;
+  std::vector<std::string> pieces;  // each token's text
+  RoutingReport report;
+};
+// `modtrain inspect`: where the model's routed blocks send the tokens of `text`.
+Inspection inspect_text(const InspectOptions& o);
 
 }  // namespace mod::train

@@ -1,10 +1,14 @@
 // Weights file (see weights.h).
 #include "train/weights.h"
 
+#include <filesystem>
 #include <stdexcept>
 
 #include "configs/config.h"
 #include "core/util/safetensors.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/metadata.h"
+#include "train/checkpoint/reader.h"
 
 namespace mod::train {
 
@@ -49,7 +53,8 @@ void assign_parameters(model::Transformer& model, const std::string& path) {
 LoadedModel load_weights(const std::string& path) {
   SafetensorsFile file = load_safetensors(path);
   if (file.metadata["format"] != "modtrain-weights-1")
-    throw std::runtime_error("weights " + path + ": not a modtrain weights file (metadata format '" +
+    throw std::runtime_error("weights " + path +
+                             ": not a modtrain weights file (metadata format '" +
                              file.metadata["format"] + "')");
   LoadedModel out;
   out.config = config::parse_text(file.metadata["config"], path + " (metadata config)");
@@ -57,6 +62,43 @@ LoadedModel load_weights(const std::string& path) {
   out.model = std::make_unique<model::Transformer>(out.config.model(), out.config.train().seed());
   copy_into(*out.model, file, path);
   return out;
+}
+
+namespace {
+LoadedModel load_checkpoint_model(const ckpt::CheckpointReader& reader) {
+  LoadedModel out;
+  out.config = reader.state().config;
+  out.step = reader.state().step;
+  out.model = std::make_unique<model::Transformer>(out.config.model(), out.config.train().seed());
+  for (auto& [name, param] : out.model->named_parameters()) {
+    const std::string key = "model/" + name;
+    if (!reader.has(key))
+      throw std::runtime_error("checkpoint " + reader.metadata_path() + ": missing tensor " + key);
+    Tensor p = param;
+    p.copy_from(reader.read(key, param.shape(), -1, 0, param.dtype()));
+  }
+  return out;
+}
+}  // namespace
+
+LoadedModel load_model(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(path)) return load_weights(path);
+  const std::string weights = path + "/model.safetensors";
+  const bool has_weights = fs::is_regular_file(weights);
+  const bool has_checkpoint = fs::exists(path + "/" + ckpt::kMetadataFile) ||
+                              fs::exists(ckpt::checkpoints_dir(path) + "/latest");
+  if (!has_weights && !has_checkpoint)
+    throw std::runtime_error(path + ": neither a weights file, a checkpoint directory (no " +
+                             std::string(ckpt::kMetadataFile) + ") nor a run directory (no " +
+                             "model.safetensors, no checkpoints/latest)");
+  if (!has_checkpoint) return load_weights(weights);
+  const ckpt::CheckpointReader reader(ckpt::resolve_checkpoint(path));
+  if (has_weights) {
+    LoadedModel w = load_weights(weights);
+    if (w.step >= reader.state().step) return w;
+  }
+  return load_checkpoint_model(reader);
 }
 
 }  // namespace mod::train

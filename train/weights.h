@@ -27,6 +27,11 @@ struct LoadedModel {
 };
 LoadedModel load_weights(const std::string& path);
 
+// What eval, sample and inspect take: a weights file; a checkpoint directory; or a run
+// directory, meaning the newer of its model.safetensors and its latest checkpoint (by step; the
+// weights file on a tie). Errors say which of the three was expected.
+LoadedModel load_model(const std::string& path);
+
 // Copies tensors into the model's parameters; every parameter must be present with its shape.
 void assign_parameters(model::Transformer& model, const std::string& path);
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end check of the modtrain command line on a small corpus: prep (byte and BPE), a short
-# MoD training run whose loss falls, eval with both routings, sample, flops; and bad input that
-# must fail with a message naming the culprit. Usage: cli_test.sh MODTRAIN SOURCE_DIR
+# MoD training run whose loss falls, eval with both routings (of a weights file, a run and a
+# checkpoint directory; as a table and as JSON), sample, inspect, flops; and bad input that must
+# fail with a message naming the culprit. Usage: cli_test.sh MODTRAIN SOURCE_DIR
 set -euo pipefail
 modtrain=$1
 src=$2
@@ -19,7 +20,8 @@ grep -q "vocab_size 300" "$work/bpe/tokenizer.txt" || fail "BPE tokenizer not wr
 "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" --run-dir "$work/run" \
   --data "$work/data" --set model.d_model=64 --set model.n_heads=2 --set model.d_ff=128 \
   --set model.n_layers=2 --set model.seq_len=64 --set train.steps=30 --set train.eval_every=15 \
-  --set optimizer.warmup_steps=5 --set optimizer.lr=3e-3 > "$work/train.log"
+  --set optimizer.warmup_steps=5 --set optimizer.lr=3e-3 --set checkpoint.every_steps=30 \
+  > "$work/train.log"
 first=$(awk -F, 'NR==2 {print $2}' "$work/run/metrics.csv")
 last=$(awk -F, 'END {print $2}' "$work/run/metrics.csv")
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' || fail "loss did not fall: $first -> $last"
@@ -31,12 +33,52 @@ grep -q "ETA" "$work/train.log" || fail "no progress line"
   > "$work/eval.log"
 grep -q "top-C routing" "$work/eval.log" && grep -q "causal routing" "$work/eval.log" \
   || fail "eval did not print both routings"
+grep -Eq "top-C routing \(training\): +[0-9]\.[0-9]{5}$" "$work/eval.log" \
+  || fail "eval did not print 6 significant digits: $(cat "$work/eval.log")"
+# The same weights from the run directory, its checkpoint directory, and as JSON.
+top_c() { sed -nE 's/.*top-C routing \(training\): +([0-9.e+-]+)$/\1/p' "$1"; }
+"$modtrain" eval --checkpoint "$work/run" --data "$work/data" --batches 2 > "$work/eval_run.log"
+ckpt_dir=$(ls -d "$work"/run/checkpoints/step_* | head -1)
+"$modtrain" eval --checkpoint "$ckpt_dir" --data "$work/data" --batches 2 > "$work/eval_ckpt.log"
+[ "$(top_c "$work/eval.log")" = "$(top_c "$work/eval_run.log")" ] \
+  && [ "$(top_c "$work/eval.log")" = "$(top_c "$work/eval_ckpt.log")" ] \
+  || fail "eval of the weights file, run dir and checkpoint dir differ"
+"$modtrain" eval --checkpoint "$work/run" --data "$work/data" --batches 2 --json > "$work/eval.json"
+python3 - "$work/eval.json" "$(top_c "$work/eval.log")" <<'PY' || fail "eval --json: $(cat "$work/eval.json")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["step"] == 30 and j["tokens"] > 0, j
+assert abs(j["top_c_loss"] - float(sys.argv[2])) <= 1e-5 * j["top_c_loss"], j
+assert j["causal_loss"] is not None and j["causal_loss"] > 0, j
+PY
 "$modtrain" sample --checkpoint "$work/run/model.safetensors" --tokenizer "$work/data/tokenizer.txt" \
   --prompt "int main" --max-new-tokens 20 > "$work/sample.log" 2> "$work/sample.err"
 grep -q "^int main" "$work/sample.log" || fail "sample did not continue the prompt"
 grep -q "tokens/s" "$work/sample.err" || fail "sample did not report tokens/s"
 "$modtrain" flops --config "$src/configs/recipes/tiny_mod.textproto" | grep -q "training" \
   || fail "flops printed no total"
+
+# inspect: the routed block's picks under both routings, as CSV, HTML and (with gnuplot) PNG.
+"$modtrain" inspect --checkpoint "$work/run" --tokenizer "$work/data/tokenizer.txt" \
+  --text "int main(int argc, char** argv) { return 0; }" --out "$work/inspect" > "$work/inspect.log"
+grep -q "^block 1: top-C 6, causal [0-9]*, agreement" "$work/inspect.log" \
+  || fail "inspect printed no routing summary: $(cat "$work/inspect.log")"
+[ "$(wc -l < "$work/inspect/routing.csv")" -eq 46 ] || fail "routing.csv: not 1 + 45 rows"
+[ "$(awk -F, 'NR > 1 && $(NF-1) == 1' "$work/inspect/routing.csv" | wc -l)" -eq 6 ] \
+  || fail "routing.csv: not C = round(0.125 * 45) = 6 top-C picks"
+grep -q "block 1: top-C 6" "$work/inspect/routing.html" || fail "routing.html lacks the block"
+if command -v gnuplot > /dev/null; then
+  head -c 8 "$work/inspect/routing.png" | od -An -c | grep -q "P   N   G" || fail "routing.png is no PNG"
+fi
+
+# causal.method NONE: no causal decision, so eval reports why and sampling is refused.
+"$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" --run-dir "$work/none" \
+  --data "$work/data" --set model.d_model=64 --set model.n_heads=2 --set model.d_ff=128 \
+  --set model.n_layers=2 --set model.seq_len=64 --set train.steps=2 --set train.eval_every=0 \
+  --set model.mod.causal.method=NONE > /dev/null
+"$modtrain" eval --checkpoint "$work/none" --data "$work/data" --batches 1 > "$work/eval_none.log"
+grep -q "no causal loss: model.mod.causal.method is NONE" "$work/eval_none.log" \
+  || fail "eval of a NONE model: $(cat "$work/eval_none.log")"
 
 # Bad input: non-zero exit and a message naming the field, file or option.
 expect_error() {  # expect_error PATTERN command...
@@ -62,4 +104,8 @@ expect_error "training diverged at step 2" "$modtrain" train \
 [ ! -e "$work/diverged/model.safetensors" ] || fail "a diverged run wrote weights"
 expect_error "expected CPU or CUDA" "$modtrain" sample --checkpoint "$work/run/model.safetensors" \
   --tokenizer "$work/data/tokenizer.txt" --device TPU
+expect_error "model.mod.causal.method is NONE" "$modtrain" sample --checkpoint "$work/none" \
+  --tokenizer "$work/data/tokenizer.txt"
+expect_error "one of --text and --text-file" "$modtrain" inspect --checkpoint "$work/run"
+expect_error "neither a weights file" "$modtrain" eval --checkpoint "$work"
 echo "cli_test: all checks passed"

@@ -33,13 +33,6 @@ std::vector<int64_t> positions(const Tensor& pos) {
   return p;
 }
 
-// Tokens [B,T] drawn from `seed`: the same seed gives the same batch.
-Tensor seeded_tokens(int64_t b, int64_t t, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int64_t> ids(b * t);
-  for (auto& i : ids) i = rng.below(32);
-  return Tensor::from_indices(ids, {b, t});
-}
 }  // namespace
 
 TEST_CASE("Block::delta against its weights: zero output projections give exactly x", "[mod]") {
@@ -106,7 +99,7 @@ TEST_CASE("causal-routing BCE targets are per sequence, on a batch where batch-l
     Tensor both;
     int64_t first_row_share = c;
     for (uint64_t seed = 1; seed < 200 && first_row_share == c; ++seed) {
-      both = seeded_tokens(2, t, seed);
+      both = test::tokens_for(2, t, 32, seed);
       const auto r = values(m.forward(both, both).stats.at(0).r);  // [2,12]
       std::vector<std::pair<double, int64_t>> all;
       for (int64_t i = 0; i < 2 * t; ++i) all.push_back({-r[i], i});
@@ -171,7 +164,7 @@ TEST_CASE("AUX_BCE on a plain MoD model: decoding with KV caches equals the caus
   cfg.mutable_mod()->mutable_causal()->set_method(CausalRoutingConfig::AUX_BCE);
   Transformer m(cfg, 14, DType::F64);
   REQUIRE(m.num_blocks() == 2);
-  const Tensor tok = seeded_tokens(1, 12, 43);
+  const Tensor tok = test::tokens_for(1, 12, 32, 43);
   NoGradGuard g;
   const Tensor full = m.forward(tok, Tensor(), RoutingMode::Causal).logits;  // [1,12,32]
   auto caches = m.make_caches(12);
@@ -189,7 +182,7 @@ TEST_CASE("causal.method NONE: sampling and causal evaluation are refused, namin
   auto cfg = test::tiny_model(true);
   cfg.mutable_mod()->mutable_causal()->set_method(CausalRoutingConfig::NONE);
   Transformer m(cfg, 15, DType::F64);
-  const Tensor tok = seeded_tokens(1, 12, 44);
+  const Tensor tok = test::tokens_for(1, 12, 32, 44);
   NoGradGuard g;
   using Catch::Matchers::Contains;
   CHECK_THROWS_WITH(m.forward(tok, Tensor(), RoutingMode::Causal),
@@ -239,7 +232,7 @@ TEST_CASE("generation stops at model.seq_len without feeding the last token", "[
 
 TEST_CASE("resolved routing statistics carry a histogram of every router score", "[mod]") {
   Transformer m(test::tiny_model(true), 18, DType::F64);
-  const Tensor tokens = seeded_tokens(2, 12, 45);
+  const Tensor tokens = test::tokens_for(2, 12, 32, 45);
   auto stats = m.forward(tokens, tokens).stats;
   REQUIRE(stats.size() == 1);
   const auto r = values(stats[0].r);

@@ -1,7 +1,8 @@
 // The Mixture-of-Depths invariants of docs/architecture.md section 3, each as a test that fails when the
 // invariant breaks: dense equivalence at capacity 1, exactly C sorted routed tokens, original
-// positions, the router on the gradient path, per-sequence BCE targets, causal routing, and
-// incremental decoding through the ragged KV caches.
+// positions, the router on the gradient path, causal routing, and
+// incremental decoding through the ragged KV caches (per-sequence BCE targets and more:
+// mod_fidelity_test.cpp).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -127,22 +128,6 @@ TEST_CASE("the router weight gets a finite-difference-checked gradient through x
   double norm = 0;
   for (double v : g.to_vector()) norm += v * v;
   CHECK(norm > 1e-8);
-}
-
-TEST_CASE("causal-routing BCE targets are per sequence: a batch of two equals each alone",
-          "[mod]") {
-  for (auto method : {modtrain::CausalRoutingConfig::PREDICTOR, modtrain::CausalRoutingConfig::AUX_BCE}) {
-    auto cfg = test::tiny_model(true);
-    cfg.mutable_mod()->mutable_causal()->set_method(method);
-    Transformer m(cfg, 8, DType::F64);
-    Tensor both = tokens_for(2, 12, 32, 21);
-    Tensor first = both.narrow0(0, 1), second = both.narrow0(1, 1);
-    NoGradGuard g;
-    const double pair = m.forward(both, both).aux_loss.item();
-    const double alone = 0.5 * (m.forward(first, first).aux_loss.item() +
-                                m.forward(second, second).aux_loss.item());
-    CHECK(pair == Approx(alone).epsilon(1e-12));
-  }
 }
 
 TEST_CASE("in causal routing mode, later tokens never change earlier logits", "[mod]") {
