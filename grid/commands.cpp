@@ -406,16 +406,19 @@ int collect(const CollectOptions& o) {
   fs::create_directories(g.out);
   write_results_csv(g.out + "/results.csv", results);
 
-  std::printf("\n%-24s %9s %13s %9s %10s  %s\n", "point", "params", "fwd FLOPs/tok", "steps",
-              "val loss", "status");
+  // MoD losses are labelled by routing: top-C (as trained) sees the whole sequence; causal is
+  // what sampling gets.
+  std::printf("\n%-24s %9s %13s %9s %10s %10s  %s\n", "point", "params", "fwd FLOPs/tok", "steps",
+              "val top-C", "val causal", "status");
   std::vector<const PointResult*> open;
   for (const auto& r : results) {
     const GridPoint& p = *r.point;
-    char loss[32] = "-";
+    char loss[32] = "-", causal[32] = "-";
     if (r.val_loss) std::snprintf(loss, sizeof loss, "%.4f", *r.val_loss);
-    std::printf("%-24s %9s %13.3g %9lld %10s  %s\n", p.name.c_str(),
+    if (r.causal_val_loss) std::snprintf(causal, sizeof causal, "%.4f", *r.causal_val_loss);
+    std::printf("%-24s %9s %13.3g %9lld %10s %10s  %s\n", p.name.c_str(),
                 si(static_cast<double>(p.flops.parameters)).c_str(), p.flops.forward_per_token,
-                static_cast<long long>(p.steps), loss, r.status.c_str());
+                static_cast<long long>(p.steps), loss, causal, r.status.c_str());
     if (r.status != "finished") open.push_back(&r);
   }
   // Per (budget, variant): the isoFLOP-optimal shape.

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "core/util/find_on_path.h"
 #include "core/util/gnuplot.h"
@@ -24,11 +25,13 @@ constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", 
                                     "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
 constexpr int kPointTypes[] = {7, 5, 9, 11, 13, 15};  // filled circle, square, triangles, ...
 
+// One (budget, variant) curve of top-C losses, or, for a routed variant, of causal ones.
 struct Curve {
   int budget_index = 0, variant_index = 0;
   std::string title;
-  bool routed = false;
-  std::vector<const PointResult*> points;  // finished, with a loss
+  bool routed = false, causal = false;
+  std::vector<const PointResult*> points;  // finished, with this curve's loss
+  double loss(const PointResult* r) const { return causal ? *r->causal_val_loss : *r->val_loss; }
 };
 
 // Writes the data file (one block per curve, then one block holding each curve's minimum) and
@@ -49,14 +52,14 @@ std::string write_plot(const modtrain::GridSpec& spec, const std::vector<Curve>&
       std::sort(pts.begin(), pts.end(), [&](auto* a, auto* b) { return x_of(a) < x_of(b); });
       d << "# " << c.title << "\n";
       for (const auto* r : pts)
-        d << x_of(r) << " " << *r->val_loss << " " << r->point->shape << " " << r->point->name << "\n";
+        d << x_of(r) << " " << c.loss(r) << " " << r->point->shape << " " << r->point->name << "\n";
       d << "\n\n";
     }
     for (const Curve& c : curves) {
       const auto* best = *std::min_element(c.points.begin(), c.points.end(),
-                                           [](auto* a, auto* b) { return *a->val_loss < *b->val_loss; });
+                                           [&](auto* a, auto* b) { return c.loss(a) < c.loss(b); });
       d << "# minimum of " << c.title << "\n"
-        << x_of(best) << " " << *best->val_loss << " " << best->point->shape << " " << best->point->name
+        << x_of(best) << " " << c.loss(best) << " " << best->point->shape << " " << best->point->name
         << "\n\n\n";
     }
   }
@@ -64,7 +67,7 @@ std::string write_plot(const modtrain::GridSpec& spec, const std::vector<Curve>&
   g << "# " << stem << ".png of grid " << spec.name() << ", written by `modtrain grid collect`.\n"
     << util::gnuplot_png_output(png, 1100, 720)
     << "set title " << util::gnuplot_quote(by_parameters ? "isoFLOP curves of grid " + spec.name() +
-                                                   " (dense solid, MoD dashed; circles: minimum of each curve)"
+                                                   " (dense solid, MoD top-C dashed, MoD causal dotted; circles: minima)"
                                              : "grid " + spec.name() +
                                                    ": final validation loss vs forward FLOPs per token")
     << "\n"
@@ -79,9 +82,9 @@ std::string write_plot(const modtrain::GridSpec& spec, const std::vector<Curve>&
     const char* colour = kColours[c.budget_index % std::size(kColours)];
     const int pt = kPointTypes[c.variant_index % std::size(kPointTypes)];
     g << "  " << util::gnuplot_quote(dat) << " index " << i << " using 1:2 with linespoints lw 2 ps 1.3 lc rgb '"
-      << colour << "' dt " << (c.routed ? 2 : 1) << " pt " << pt << " title " << util::gnuplot_quote(c.title)
+      << colour << "' dt " << (c.causal ? 3 : c.routed ? 2 : 1) << " pt " << pt << " title " << util::gnuplot_quote(c.title)
       << ", \\\n";
-    if (c.variant_index == 0)  // shape names, once per budget
+    if (c.variant_index == 0 && !c.causal)  // shape names, once per budget
       g << "  " << util::gnuplot_quote(dat) << " index " << i << " using 1:2:3 with labels offset char 0,1 tc rgb '"
         << colour << "' notitle, \\\n";
   }
@@ -100,16 +103,21 @@ PlotReport draw_plots(const modtrain::GridSpec& spec, const std::vector<PointRes
                       const std::string& out_dir) {
   PlotReport report;
   const std::string names[2] = {"isoflop", "loss_vs_flops_per_token"};
-  std::map<std::pair<int, int>, Curve> by_key;  // (budget, variant) in spec order
-  for (const auto& r : results) {
-    if (!r.val_loss) continue;
+  std::map<std::tuple<int, int, bool>, Curve> by_key;  // (budget, variant, causal), spec order
+  auto add = [&](const PointResult& r, bool causal) {
     const GridPoint& p = *r.point;
-    Curve& c = by_key[{p.budget_index, p.variant_index}];
+    Curve& c = by_key[{p.budget_index, p.variant_index, causal}];
     c.budget_index = p.budget_index;
     c.variant_index = p.variant_index;
     c.routed = p.routed;
-    c.title = p.budget_label + " FLOPs, " + p.variant;
+    c.causal = causal;
+    c.title = p.budget_label + " FLOPs, " + p.variant +
+              (!p.routed ? "" : causal ? " (causal routing)" : " (top-C routing)");
     c.points.push_back(&r);
+  };
+  for (const auto& r : results) {
+    if (r.val_loss) add(r, false);
+    if (r.causal_val_loss && r.point->routed) add(r, true);
   }
   auto fail_all = [&](const std::string& why) {
     for (const auto& n : names) report.not_drawn.push_back(n + ".png: " + why);

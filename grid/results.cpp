@@ -6,8 +6,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "train/trainer.h"
-#include "train/weights.h"
+#include "train/inference.h"
 
 namespace mod::grid {
 
@@ -18,17 +17,6 @@ std::string csv_field(const std::string& s) {
   return out + "\"";
 }
 
-namespace {
-double evaluate_weights(const std::string& path, int eval_batches) {
-  auto loaded = train::load_weights(path);
-  const auto& cfg = loaded.config;
-  const auto data = train::load_splits(cfg.data().dir(), cfg.model().vocab_size());
-  const int batches = eval_batches > 0 ? eval_batches : cfg.train().eval_batches();
-  return train::evaluate(*loaded.model, *data.val, cfg.model().seq_len(), cfg.train().batch_size(),
-                         batches, model::RoutingMode::TopC)
-      .loss;
-}
-}  // namespace
 
 std::vector<PointResult> collect_results(const std::vector<GridPoint>& points,
                                          const std::string& runs_dir, int eval_batches) {
@@ -48,10 +36,13 @@ std::vector<PointResult> collect_results(const std::vector<GridPoint>& points,
     if (r.state.status == RunStatus::Finished) {
       if (r.state.final_val_loss) {
         r.val_loss = r.state.final_val_loss;
+        r.causal_val_loss = r.state.final_val_loss_causal;
         r.note = "val_loss of metrics.csv at step " + std::to_string(p.steps);
       } else {
         try {
-          r.val_loss = evaluate_weights(dir + "/model.safetensors", eval_batches);
+          const auto e = train::evaluate_weights(dir + "/model.safetensors", "", eval_batches, 0);
+          r.val_loss = e.top_c_loss;
+          r.causal_val_loss = e.causal_loss;
           r.note = "evaluated model.safetensors (metrics.csv has no val_loss at the final step)";
         } catch (const std::exception& e) {
           r.status = "failed";
@@ -75,7 +66,7 @@ void write_results_csv(const std::string& path, const std::vector<PointResult>& 
     if (!f) throw std::runtime_error("grid collect: cannot write " + tmp);
     f << "point,budget,shape,variant,routed,parameters,non_embedding_parameters,"
          "forward_flops_per_token,training_flops_per_token,steps,tokens,flops,final_val_loss,"
-         "status,train_seconds,note\n";
+         "final_val_loss_causal,status,train_seconds,note\n";
     char buf[512];
     for (const auto& r : results) {
       const GridPoint& p = *r.point;
@@ -86,11 +77,14 @@ void write_results_csv(const std::string& path, const std::vector<PointResult>& 
                     p.flops.training_per_token, static_cast<long long>(p.steps),
                     static_cast<long long>(p.tokens()), p.flops_spent);
       f << buf;
-      if (r.val_loss) {
-        std::snprintf(buf, sizeof buf, "%.6f", *r.val_loss);
-        f << buf;
+      for (const auto& loss : {r.val_loss, r.causal_val_loss}) {
+        if (loss) {
+          std::snprintf(buf, sizeof buf, "%.6f", *loss);
+          f << buf;
+        }
+        f << ",";
       }
-      std::snprintf(buf, sizeof buf, ",%s,%.1f,", csv_field(r.status).c_str(), r.state.train_seconds);
+      std::snprintf(buf, sizeof buf, "%s,%.1f,", csv_field(r.status).c_str(), r.state.train_seconds);
       f << buf << csv_field(r.note) << "\n";
     }
     if (!f.flush()) throw std::runtime_error("grid collect: cannot write " + tmp);

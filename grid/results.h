@@ -1,6 +1,7 @@
 // Gathering a grid's outcome (`modtrain grid collect`): each point's state and final validation
-// loss, from its run directory's metrics.csv (the val_loss row at the final step) or, when that
-// is missing (train.eval_every 0), by evaluating its model.safetensors on the validation split.
+// losses (top-C routing as trained; causal routing as sampled, for routed models), from its run
+// directory's metrics.csv (val_loss and val_loss_causal at the final step) or, when that is
+// missing (train.eval_every 0), by evaluating its model.safetensors on the validation split.
 // Missing and unfinished points are results too, with their status; nothing here is fatal.
 #pragma once
 
@@ -16,7 +17,8 @@ namespace mod::grid {
 struct PointResult {
   const GridPoint* point = nullptr;
   RunState state;
-  std::optional<double> val_loss;  // finished points only
+  std::optional<double> val_loss;         // finished points only; top-C routing for MoD
+  std::optional<double> causal_val_loss;  // finished routed points: causal (sampling) routing
   std::string status;  // "finished", "partial", "not started", "skipped" or "failed"
   std::string note;    // the skip reason, what is missing, or where the loss came from
 };
@@ -27,7 +29,8 @@ std::vector<PointResult> collect_results(const std::vector<GridPoint>& points,
                                          const std::string& runs_dir, int eval_batches);
 
 // point,budget,shape,variant,routed,parameters,non_embedding_parameters,forward_flops_per_token,
-// training_flops_per_token,steps,tokens,flops,final_val_loss,status,train_seconds,note
+// training_flops_per_token,steps,tokens,flops,final_val_loss,final_val_loss_causal,status,
+// train_seconds,note
 void write_results_csv(const std::string& path, const std::vector<PointResult>& results);
 
 // A text field for a CSV cell: quoted when it holds a comma, quote or newline.

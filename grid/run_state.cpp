@@ -55,9 +55,10 @@ void read_metrics(const std::string& path, int64_t steps, int64_t tokens_per_ste
   std::string line;
   if (!in || !std::getline(in, line)) return;
   const auto header = split_csv(line);
-  int val_col = -1, tps_col = -1;
+  int val_col = -1, causal_col = -1, tps_col = -1;
   for (size_t i = 0; i < header.size(); ++i) {
     if (header[i] == "val_loss") val_col = static_cast<int>(i);
+    if (header[i] == "val_loss_causal") causal_col = static_cast<int>(i);
     if (header[i] == "tokens_per_s") tps_col = static_cast<int>(i);
   }
   while (std::getline(in, line)) {
@@ -70,9 +71,13 @@ void read_metrics(const std::string& path, int64_t steps, int64_t tokens_per_ste
         const double tps = std::stod(cells[tps_col]);
         if (tps > 0) st.train_seconds += static_cast<double>(tokens_per_step) / tps;
       }
-      if (step == steps && val_col >= 0 && val_col < static_cast<int>(cells.size()) &&
-          !cells[val_col].empty())
-        st.final_val_loss = std::stod(cells[val_col]);
+      auto final_value = [&](int col, std::optional<double>& out) {
+        if (step == steps && col >= 0 && col < static_cast<int>(cells.size()) &&
+            !cells[col].empty())
+          out = std::stod(cells[col]);
+      };
+      final_value(val_col, st.final_val_loss);
+      final_value(causal_col, st.final_val_loss_causal);
     } catch (const std::exception&) {
       continue;  // a torn last line of an interrupted run
     }
@@ -98,7 +103,10 @@ RunState inspect_run(const std::string& run_dir, int64_t steps, int64_t tokens_p
     st.status = RunStatus::Finished;
   else if (st.checkpoint_step > 0 || st.metrics_step > 0 || st.weights_step >= 0)
     st.status = RunStatus::Partial;
-  if (st.status != RunStatus::Finished) st.final_val_loss.reset();
+  if (st.status != RunStatus::Finished) {
+    st.final_val_loss.reset();
+    st.final_val_loss_causal.reset();
+  }
   return st;
 }
 

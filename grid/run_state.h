@@ -1,6 +1,6 @@
 // What a grid point's run directory says about it, read without loading any tensor: the step of
 // model.safetensors (from its JSON header), the latest checkpoint, and metrics.csv (its last
-// step and the validation loss logged at the final step). The trainer writes model.safetensors
+// step and the validation losses, top-C and causal, logged at the final step). The trainer writes model.safetensors
 // only when every step is done, so "finished" means: model.safetensors at the point's steps.
 #pragma once
 
@@ -23,6 +23,8 @@ struct RunState {
   int64_t checkpoint_step = -1;  // checkpoints/latest; -1: none
   int64_t metrics_step = -1;     // last row of metrics.csv; -1: no rows
   std::optional<double> final_val_loss;  // val_loss of the row at the point's final step
+  // val_loss_causal of that row: routed models evaluated with causal (sampling) routing
+  std::optional<double> final_val_loss_causal;
   double train_seconds = 0;  // sum over metrics rows of tokens_per_step / tokens_per_s
   std::string describe() const;  // e.g. "partial: checkpoint at step 200, metrics to step 230"
 };

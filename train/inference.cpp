@@ -39,6 +39,8 @@ WeightsEval evaluate_weights(const std::string& weights, const std::string& data
   r.step = loaded.step;
   r.data_dir = data_dir.empty() ? cfg.data().dir() : data_dir;
   const auto data = load_splits(r.data_dir, cfg.model().vocab_size());
+  if (batches == 0) batches = cfg.train().eval_batches();
+  if (batch_size == 0) batch_size = cfg.train().batch_size();
   const auto top_c = evaluate(*loaded.model, *data.val, cfg.model().seq_len(), batch_size, batches,
                               model::RoutingMode::TopC);
   r.tokens = top_c.tokens;

@@ -23,8 +23,9 @@ struct WeightsEval {
   std::optional<double> causal_loss;  // for routed models (MoD, MoE) only
   std::string no_causal_loss;         // why a routed model has none (causal.method NONE)
 };
-// Validation loss of weights on data_dir/val.bin (empty data_dir: the run's data.dir). weights:
-// whatever load_model (train/weights.h) takes.
+// Validation loss of weights on data_dir/val.bin (empty data_dir: the run's data.dir; batches
+// or batch_size 0: the run's train.eval_batches, train.batch_size). weights: whatever
+// load_model (train/weights.h) takes.
 WeightsEval evaluate_weights(const std::string& weights, const std::string& data_dir,
                              int64_t batches, int64_t batch_size);
 
