@@ -14,6 +14,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/stream.h"
+#include "core/dtype_dispatch.h"
 #include "core/tensor.h"
 
 namespace mod::cuda {
@@ -33,28 +34,13 @@ template <> __device__ __forceinline__ float to_acc<bf16>(bf16 v) { return __bfl
 template <typename T> __device__ __forceinline__ T from_acc(Acc<T> v) { return static_cast<T>(v); }
 template <> __device__ __forceinline__ bf16 from_acc<bf16>(float v) { return __float2bfloat16(v); }
 
-// Calls f(T{}) for the tensor's float dtype.
+using BF16Case = DTypeCase<DType::BF16, bf16>;
+
+// Calls f(T{}) for the tensor's float dtype (f32, f64 or bf16); dispatch_index comes from
+// core/dtype_dispatch.h.
 template <typename F>
 void dispatch_float(DType t, const char* kernel, F&& f) {
-  switch (t) {
-    case DType::F32: f(float{}); return;
-    case DType::F64: f(double{}); return;
-    case DType::BF16: f(bf16{}); return;
-    default:
-      throw std::invalid_argument(std::string(kernel) + ": CUDA kernel takes f32, f64 or bf16, got " +
-                                  dtype_name(t));
-  }
-}
-
-template <typename F>
-void dispatch_index(DType t, const char* kernel, F&& f) {
-  switch (t) {
-    case DType::I32: f(int32_t{}); return;
-    case DType::I64: f(int64_t{}); return;
-    default:
-      throw std::invalid_argument(std::string(kernel) + ": indices must be i32 or i64, got " +
-                                  dtype_name(t));
-  }
+  dispatch_dtype<F32Case, F64Case, BF16Case>(t, kernel, "CUDA kernel takes", f);
 }
 
 // Calls f(S{}) with S the element type of the per-row statistics (rstd, mean, lse) an op keeps
