@@ -1,12 +1,14 @@
-// Shared pieces of the CUDA kernels: dtype dispatch, the accumulation type, launch sizes and
-// warp/block reductions. Kernels are templates over the storage type T (float, double,
-// __nv_bfloat16) and, where they take indices, the index type I (int32_t, int64_t). Arithmetic
-// runs in Acc<T> (float for f32 and bf16, double for f64); bf16 is only a storage format.
+// Shared pieces of the CUDA kernels: dtype dispatch, the accumulation type and its math, launch
+// sizes (flat and per row) and warp/block reductions. Kernels are templates over the storage
+// type T (float, double, __nv_bfloat16) and, where they take indices, the index type I (int32_t,
+// int64_t). Arithmetic runs in Acc<T> (float for f32 and bf16, double for f64); bf16 is only a
+// storage format.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -33,6 +35,51 @@ template <typename T> __device__ __forceinline__ Acc<T> to_acc(T v) { return v; 
 template <> __device__ __forceinline__ float to_acc<bf16>(bf16 v) { return __bfloat162float(v); }
 template <typename T> __device__ __forceinline__ T from_acc(Acc<T> v) { return static_cast<T>(v); }
 template <> __device__ __forceinline__ bf16 from_acc<bf16>(float v) { return __float2bfloat16(v); }
+
+// Acc math: the accurate functions (exp within 2 ulp; sqrtf IEEE-rounded under -prec-sqrt),
+// never the __expf-style intrinsics, so results stay close to the CPU's.
+__device__ __forceinline__ float acc_exp(float v) {
+  return expf(v);
+}
+__device__ __forceinline__ double acc_exp(double v) {
+  return exp(v);
+}
+__device__ __forceinline__ float acc_log(float v) {
+  return logf(v);
+}
+__device__ __forceinline__ double acc_log(double v) {
+  return log(v);
+}
+__device__ __forceinline__ float acc_log1p(float v) {
+  return log1pf(v);
+}
+__device__ __forceinline__ double acc_log1p(double v) {
+  return log1p(v);
+}
+__device__ __forceinline__ float acc_sqrt(float v) {
+  return sqrtf(v);
+}
+__device__ __forceinline__ double acc_sqrt(double v) {
+  return sqrt(v);
+}
+__device__ __forceinline__ float acc_abs(float v) {
+  return fabsf(v);
+}
+__device__ __forceinline__ double acc_abs(double v) {
+  return fabs(v);
+}
+
+// 1 / (1 + exp(-x)); saturates cleanly to 0 and 1.
+template <typename A>
+__device__ __forceinline__ A acc_sigmoid(A x) {
+  return A(1) / (A(1) + acc_exp(-x));
+}
+
+// The dtype of an Acc<T> buffer (partial sums, delta) allocated on the host.
+template <typename T>
+constexpr DType acc_dtype() {
+  return std::is_same_v<Acc<T>, double> ? DType::F64 : DType::F32;
+}
 
 using BF16Case = DTypeCase<DType::BF16, bf16>;
 
@@ -64,6 +111,18 @@ inline constexpr int kThreads = 256;
 inline unsigned grid_for(int64_t n, int threads = kThreads) {
   const int64_t blocks = (n + threads - 1) / threads;
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 8 ? 65535 * 8 : blocks));
+}
+
+// Row kernels (norm, softmax) run one block per row, grid-striding over rows past this cap.
+inline constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;
+// Threads for one row of `cols` columns: about 8 columns each, a warp multiple in
+// [32, max_threads].
+inline int row_threads(int64_t cols, int max_threads) {
+  const int64_t t = ((cols + 7) / 8 + 31) / 32 * 32;
+  return static_cast<int>(std::clamp<int64_t>(t, 32, max_threads));
+}
+inline unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>(std::min(rows, kMaxRowBlocks));
 }
 
 template <typename A>

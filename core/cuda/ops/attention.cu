@@ -52,10 +52,6 @@ constexpr int row_pad() {
   return sizeof(T) < 4 ? static_cast<int>(4 / sizeof(T)) : 1;
 }
 
-__device__ __forceinline__ float acc_exp(float v) { return expf(v); }
-__device__ __forceinline__ double acc_exp(double v) { return exp(v); }
-__device__ __forceinline__ float acc_log(float v) { return logf(v); }
-__device__ __forceinline__ double acc_log(double v) { return log(v); }
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // One [B, L] position tensor, i32 or i64.
@@ -676,9 +672,7 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
   dispatch_float(q.dtype(), kName, [&](auto zt) {
     using T = decltype(zt);
     using A = Acc<T>;
-    Tensor delta = Tensor::empty({g.B, g.H, g.T}, std::is_same_v<A, double> ? DType::F64
-                                                                             : DType::F32,
-                                 Device::CUDA);
+    Tensor delta = Tensor::empty({g.B, g.H, g.T}, acc_dtype<T>(), Device::CUDA);
     if (q.numel() > 0) {
       const int64_t rows = g.B * g.T * g.H;
       attention_delta_rows<T><<<grid_for(rows * 32), kThreads, 0, compute_stream()>>>(

@@ -19,28 +19,6 @@ namespace mod::cuda {
 namespace {
 
 constexpr int kMaxRowThreads = 512;
-constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;  // grid cap; blocks stride over more rows
-
-// Threads for one row of D columns: about 8 columns each, a warp multiple in [32, 512].
-int row_threads(int64_t d) {
-  const int64_t t = ((d + 7) / 8 + 31) / 32 * 32;
-  return static_cast<int>(std::clamp<int64_t>(t, 32, kMaxRowThreads));
-}
-unsigned row_blocks(int64_t n) {
-  return static_cast<unsigned>(std::min(n, kMaxRowBlocks));
-}
-
-__device__ __forceinline__ float acc_sqrt(float v) {
-  return sqrtf(v);
-}
-__device__ __forceinline__ double acc_sqrt(double v) {
-  return sqrt(v);
-}
-
-template <typename T>
-constexpr DType acc_dtype() {
-  return std::is_same_v<Acc<T>, double> ? DType::F64 : DType::F32;
-}
 
 // LayerNorm's mean and rstd share one statistics dtype.
 void check_same_stats(const char* kernel, const Tensor& mean, const Tensor& rstd) {
@@ -310,7 +288,8 @@ void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& weight, double 
       p.n = n;
       p.d = d;
       p.eps = static_cast<Acc<T>>(eps);
-      rmsnorm_forward_rows<<<row_blocks(n), row_threads(d), 0, compute_stream()>>>(p);
+      rmsnorm_forward_rows<<<row_blocks(n), row_threads(d, kMaxRowThreads), 0, compute_stream()>>>(
+          p);
       MOD_CUDA_CHECK_LAUNCH();
     });
   });
@@ -334,7 +313,8 @@ void CudaBackend::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tens
         p.dx = dx.data<T>();
         p.n = n;
         p.d = d;
-        rmsnorm_backward_dx_rows<<<row_blocks(n), row_threads(d), 0, compute_stream()>>>(p);
+        rmsnorm_backward_dx_rows<<<row_blocks(n), row_threads(d, kMaxRowThreads), 0,
+                                   compute_stream()>>>(p);
         MOD_CUDA_CHECK_LAUNCH();
       }
       launch_param_grads<T, S>(dy, x, nullptr, rstd.data<S>(), dweight, nullptr);
@@ -362,7 +342,8 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& weight, const
       p.n = n;
       p.d = d;
       p.eps = static_cast<Acc<T>>(eps);
-      layernorm_forward_rows<<<row_blocks(n), row_threads(d), 0, compute_stream()>>>(p);
+      layernorm_forward_rows<<<row_blocks(n), row_threads(d, kMaxRowThreads), 0,
+                               compute_stream()>>>(p);
       MOD_CUDA_CHECK_LAUNCH();
     });
   });
@@ -389,7 +370,8 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
         p.dx = dx.data<T>();
         p.n = n;
         p.d = d;
-        layernorm_backward_dx_rows<<<row_blocks(n), row_threads(d), 0, compute_stream()>>>(p);
+        layernorm_backward_dx_rows<<<row_blocks(n), row_threads(d, kMaxRowThreads), 0,
+                                     compute_stream()>>>(p);
         MOD_CUDA_CHECK_LAUNCH();
       }
       launch_param_grads<T, S>(dy, x, mean.data<S>(), rstd.data<S>(), dweight, &dbias);

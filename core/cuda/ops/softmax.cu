@@ -18,29 +18,6 @@ namespace mod::cuda {
 namespace {
 
 constexpr int kMaxRowThreads = 1024;
-constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;  // grid cap; blocks stride over more rows
-
-// Threads for one row of V columns: about 8 columns each, a warp multiple in [32, 1024].
-int row_threads(int64_t v) {
-  const int64_t t = ((v + 7) / 8 + 31) / 32 * 32;
-  return static_cast<int>(std::clamp<int64_t>(t, 32, kMaxRowThreads));
-}
-unsigned row_blocks(int64_t n) {
-  return static_cast<unsigned>(std::min(n, kMaxRowBlocks));
-}
-
-__device__ __forceinline__ float acc_exp(float v) {
-  return expf(v);
-}
-__device__ __forceinline__ double acc_exp(double v) {
-  return exp(v);
-}
-__device__ __forceinline__ float acc_log(float v) {
-  return logf(v);
-}
-__device__ __forceinline__ double acc_log(double v) {
-  return log(v);
-}
 
 // max over the elements seen and sum of exp(x - max) over them.
 template <typename A>
@@ -227,8 +204,8 @@ void CudaBackend::softmax_forward(const Tensor& x, Tensor& y) {
   if (n == 0 || v == 0) return;
   dispatch_float(x.dtype(), "softmax_forward", [&](auto z) {
     using T = decltype(z);
-    softmax_forward_rows<<<row_blocks(n), row_threads(v), 0, compute_stream()>>>(x.data<T>(),
-                                                                                 y.data<T>(), n, v);
+    softmax_forward_rows<<<row_blocks(n), row_threads(v, kMaxRowThreads), 0, compute_stream()>>>(
+        x.data<T>(), y.data<T>(), n, v);
     MOD_CUDA_CHECK_LAUNCH();
   });
 }
@@ -239,7 +216,7 @@ void CudaBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx
   if (n == 0 || v == 0) return;
   dispatch_float(y.dtype(), "softmax_backward", [&](auto z) {
     using T = decltype(z);
-    softmax_backward_rows<<<row_blocks(n), row_threads(v), 0, compute_stream()>>>(
+    softmax_backward_rows<<<row_blocks(n), row_threads(v, kMaxRowThreads), 0, compute_stream()>>>(
         y.data<T>(), dy.data<T>(), dx.data<T>(), n, v);
     MOD_CUDA_CHECK_LAUNCH();
   });
@@ -251,8 +228,8 @@ void CudaBackend::logsumexp_forward(const Tensor& x, Tensor& out) {
   if (n == 0 || v == 0) return;
   dispatch_float(x.dtype(), "logsumexp_forward", [&](auto z) {
     using T = decltype(z);
-    logsumexp_rows<<<row_blocks(n), row_threads(v), 0, compute_stream()>>>(x.data<T>(),
-                                                                           out.data<T>(), n, v);
+    logsumexp_rows<<<row_blocks(n), row_threads(v, kMaxRowThreads), 0, compute_stream()>>>(
+        x.data<T>(), out.data<T>(), n, v);
     MOD_CUDA_CHECK_LAUNCH();
   });
 }
@@ -276,7 +253,8 @@ void CudaBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targ
         p.n = n;
         p.v = v;
         p.ignore_index = ignore_index;
-        cross_entropy_forward_rows<<<row_blocks(n), row_threads(v), 0, compute_stream()>>>(p);
+        cross_entropy_forward_rows<<<row_blocks(n), row_threads(v, kMaxRowThreads), 0,
+                                     compute_stream()>>>(p);
         MOD_CUDA_CHECK_LAUNCH();
       });
     });
@@ -308,7 +286,8 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
         p.ignore_index = ignore_index;
         p.vocab_start = vocab_start;
         p.grad_scale = static_cast<Acc<T>>(grad_scale);
-        cross_entropy_backward_rows<<<row_blocks(n), row_threads(v), 0, compute_stream()>>>(p);
+        cross_entropy_backward_rows<<<row_blocks(n), row_threads(v, kMaxRowThreads), 0,
+                                      compute_stream()>>>(p);
         MOD_CUDA_CHECK_LAUNCH();
       });
     });
