@@ -38,36 +38,17 @@ template <> __device__ __forceinline__ bf16 from_acc<bf16>(float v) { return __f
 
 // Acc math: the accurate functions (exp within 2 ulp; sqrtf IEEE-rounded under -prec-sqrt),
 // never the __expf-style intrinsics, so results stay close to the CPU's.
-__device__ __forceinline__ float acc_exp(float v) {
-  return expf(v);
-}
-__device__ __forceinline__ double acc_exp(double v) {
-  return exp(v);
-}
-__device__ __forceinline__ float acc_log(float v) {
-  return logf(v);
-}
-__device__ __forceinline__ double acc_log(double v) {
-  return log(v);
-}
-__device__ __forceinline__ float acc_log1p(float v) {
-  return log1pf(v);
-}
-__device__ __forceinline__ double acc_log1p(double v) {
-  return log1p(v);
-}
-__device__ __forceinline__ float acc_sqrt(float v) {
-  return sqrtf(v);
-}
-__device__ __forceinline__ double acc_sqrt(double v) {
-  return sqrt(v);
-}
-__device__ __forceinline__ float acc_abs(float v) {
-  return fabsf(v);
-}
-__device__ __forceinline__ double acc_abs(double v) {
-  return fabs(v);
-}
+// clang-format off
+#define MOD_ACC_MATH(name, f32, f64)                                   \
+  __device__ __forceinline__ float name(float v) { return f32(v); } \
+  __device__ __forceinline__ double name(double v) { return f64(v); }
+MOD_ACC_MATH(acc_exp, expf, exp)
+MOD_ACC_MATH(acc_log, logf, log)
+MOD_ACC_MATH(acc_log1p, log1pf, log1p)
+MOD_ACC_MATH(acc_sqrt, sqrtf, sqrt)
+MOD_ACC_MATH(acc_abs, fabsf, fabs)
+#undef MOD_ACC_MATH
+// clang-format on
 
 // 1 / (1 + exp(-x)); saturates cleanly to 0 and 1.
 template <typename A>
@@ -125,6 +106,35 @@ inline unsigned row_blocks(int64_t rows) {
   return static_cast<unsigned>(std::min(rows, kMaxRowBlocks));
 }
 
+// A grid-stride walk over the flat index i of a row-major [rows, cols] array that keeps
+// (row, col) = (i / cols, i % cols) by additions: a 64-bit division per element would cost more
+// than the memory traffic.
+class GridRowCol {
+ public:
+  __device__ explicit GridRowCol(int64_t cols)
+      : i(blockIdx.x * int64_t(blockDim.x) + threadIdx.x),
+        row(i / cols),
+        col(i % cols),
+        cols_(cols),
+        stride_(int64_t(gridDim.x) * blockDim.x),
+        stride_row_(stride_ / cols),
+        stride_col_(stride_ % cols) {}
+  __device__ void next() {
+    i += stride_;
+    row += stride_row_;
+    col += stride_col_;
+    if (col >= cols_) {
+      col -= cols_;
+      ++row;
+    }
+  }
+
+  int64_t i, row, col;
+
+ private:
+  int64_t cols_, stride_, stride_row_, stride_col_;
+};
+
 template <typename A>
 __device__ __forceinline__ A warp_sum(A v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -148,17 +158,6 @@ __device__ A block_sum(A v, A* scratch) {
   const int warps = (blockDim.x + 31) >> 5;
   v = lane < warps ? scratch[lane] : A(0);
   return warp_sum(v);
-}
-template <typename A>
-__device__ A block_max(A v, A* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  const int warps = (blockDim.x + 31) >> 5;
-  v = lane < warps ? scratch[lane] : A(-INFINITY);
-  return warp_max(v);
 }
 
 }  // namespace mod::cuda
