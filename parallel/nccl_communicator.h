@@ -20,14 +20,21 @@
 // - send/recv: NCCL has no tags. Messages between two ranks match in call order and must have
 //   the same element count on both sides (NCCL cannot check it; a mismatch corrupts or hangs
 //   until the timeout); tags are checked (>= 0) and otherwise ignored.
-// See docs/parallel.md, "NCCL backend".
+// See docs/parallel.md, "NCCL backend". The pieces: nccl_state.h (error state), nccl_work.h
+// (events, Work), nccl_watchdog.h (the watchdog thread).
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "parallel/communicator.h"
 
 namespace mod::parallel {
+
+namespace nccl {
+struct NcclState;
+class Event;
+}  // namespace nccl
 
 // Wraps `host` (any communicator: its group becomes the NCCL group) and, when the group has
 // more than one rank, builds an NCCL communicator on cuda::current_device(): rank 0 makes the
@@ -37,5 +44,45 @@ namespace mod::parallel {
 // so a machine with one GPU runs the NCCL code path; split() passes it on.
 std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> host,
                                                      bool nccl_for_group_of_one = false);
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(std::unique_ptr<Communicator> host, bool nccl_for_group_of_one);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
+  const std::string& name() const override { return host_->name(); }
+
+  void all_reduce(const Tensor& t, ReduceOp op) override;
+  std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) override;
+  void reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) override;
+  void all_gather(const Tensor& in, const Tensor& out) override;
+  void all_to_all(const Tensor& in, const Tensor& out) override;
+  void broadcast(const Tensor& t, int root) override;
+  void barrier() override { host_->barrier(); }  // host only: queued GPU work is not waited for
+  void send(const Tensor& t, int dst, int tag) override;
+  void recv(const Tensor& t, int src, int tag) override;
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
+  [[noreturn]] void abort(const std::string& message, int code) override;
+
+ private:
+  // Where a collective goes: the host communicator for CPU tensors, and for undefined ones,
+  // which it reports; NCCL for CUDA tensors. One CPU and one CUDA tensor is an error.
+  static bool on_host(const Tensor& t) { return !t.defined() || t.device() == Device::CPU; }
+  bool on_host(const char* what, const Tensor& in, const Tensor& out) const;
+  // Enqueues `enqueue(state)` on the comm stream after the compute stream's work so far and
+  // returns its done-event, which the watchdog now watches.
+  template <typename Enqueue>
+  std::shared_ptr<nccl::Event> launch(const char* what, Enqueue&& enqueue);
+  // Every later kernel on the compute stream runs after `done`.
+  static void wait_on(const nccl::Event& done);
+
+  std::unique_ptr<Communicator> host_;  // destroyed after nccl_ (declared first)
+  bool nccl_for_group_of_one_;
+  std::shared_ptr<nccl::NcclState> nccl_;  // null for a group of one
+};
 
 }  // namespace mod::parallel

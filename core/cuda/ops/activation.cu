@@ -14,21 +14,12 @@ namespace {
 constexpr double kGeluC0 = 0.7978845608028654;  // sqrt(2/pi)
 constexpr double kGeluC1 = 0.044715;
 
-__device__ __forceinline__ float exp_acc(float x) { return expf(x); }
-__device__ __forceinline__ double exp_acc(double x) { return exp(x); }
-
-// 1 / (1 + exp(-x)); saturates cleanly to 0 and 1.
-template <typename A>
-__device__ __forceinline__ A sigmoid_acc(A x) {
-  return A(1) / (A(1) + exp_acc(-x));
-}
-
 // y = x sigmoid(2u), u = c0 (x + c1 x^3).
 struct GeluForward {
   template <typename A>
   __device__ A operator()(A v) const {
     const A u = A(kGeluC0) * (v + A(kGeluC1) * v * v * v);
-    return v * sigmoid_acc(A(2) * u);
+    return v * acc_sigmoid(A(2) * u);
   }
 };
 // With s = sigmoid(2u): dy/dx = s + 2 x s (1 - s) du/dx.
@@ -38,31 +29,35 @@ struct GeluGrad {
     const A c0 = A(kGeluC0), c1 = A(kGeluC1);
     const A u = c0 * (v + c1 * v * v * v);
     const A du = c0 * (A(1) + A(3) * c1 * v * v);
-    const A s = sigmoid_acc(A(2) * u);
+    const A s = acc_sigmoid(A(2) * u);
     return s + A(2) * v * s * (A(1) - s) * du;
   }
 };
 struct SigmoidForward {
   template <typename A>
-  __device__ A operator()(A v) const { return sigmoid_acc(v); }
+  __device__ A operator()(A v) const {
+    return acc_sigmoid(v);
+  }
 };
 // s (1 - s), s recomputed from the input.
 struct SigmoidGrad {
   template <typename A>
   __device__ A operator()(A v) const {
-    const A s = sigmoid_acc(v);
+    const A s = acc_sigmoid(v);
     return s * (A(1) - s);
   }
 };
 struct SiluForward {
   template <typename A>
-  __device__ A operator()(A v) const { return v * sigmoid_acc(v); }
+  __device__ A operator()(A v) const {
+    return v * acc_sigmoid(v);
+  }
 };
 // s (1 + x (1 - s)), s = sigmoid(x).
 struct SiluGrad {
   template <typename A>
   __device__ A operator()(A v) const {
-    const A s = sigmoid_acc(v);
+    const A s = acc_sigmoid(v);
     return s * (A(1) + v * (A(1) - s));
   }
 };
@@ -113,7 +108,7 @@ __global__ void swiglu_forward_kernel(const T* gate, const T* up, T* y, int64_t 
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const Acc<T> g = load(gate + i);
-    y[i] = from_acc<T>(g * sigmoid_acc(g) * load(up + i));
+    y[i] = from_acc<T>(g * acc_sigmoid(g) * load(up + i));
   }
 }
 
@@ -125,7 +120,7 @@ __global__ void swiglu_backward_kernel(const T* gate, const T* up, const T* dy, 
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const A g = load(gate + i), u = load(up + i), d = load(dy + i);
-    const A s = sigmoid_acc(g);
+    const A s = acc_sigmoid(g);
     dgate[i] = from_acc<T>(d * u * s * (A(1) + g * (A(1) - s)));
     dup[i] = from_acc<T>(d * g * s);
   }

@@ -52,10 +52,6 @@ constexpr int row_pad() {
   return sizeof(T) < 4 ? static_cast<int>(4 / sizeof(T)) : 1;
 }
 
-__device__ __forceinline__ float acc_exp(float v) { return expf(v); }
-__device__ __forceinline__ double acc_exp(double v) { return exp(v); }
-__device__ __forceinline__ float acc_log(float v) { return logf(v); }
-__device__ __forceinline__ double acc_log(double v) { return log(v); }
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // One [B, L] position tensor, i32 or i64.
@@ -91,6 +87,27 @@ struct BackwardParams {
   const Acc<T>* delta;   // [B,H,T] rowsum(dout * out), from attention_delta_rows
   T *dq, *dk, *dv;
 };
+
+// Where a block works: its tile's first row and the offsets of its (b, h) slice.
+struct BlockSlice {
+  int64_t row0;          // the tile's first row (a query, or a key for dk/dv)
+  int64_t stride;        // between rows of q, k, v: H * Dh
+  int64_t q_off, k_off;  // element (b, 0, h, 0) of [B,T,H,Dh] and of [B,S,H,Dh]
+  int64_t qp0, kp0;      // row b of q_pos [B,T] and of k_pos [B,S]
+  int64_t stat0;         // element (b, h, 0) of lse and delta [B,H,T]
+};
+
+// Tile-major block order over the ceil(rows / block_rows) tiles of every (b, h) slice;
+// `last_tiles_first` (query tiles: the last see the most keys) reverses the tiles, for balance.
+__device__ __forceinline__ BlockSlice block_slice(const Geometry& g, int64_t rows, int block_rows,
+                                                  bool last_tiles_first) {
+  const int64_t block = blockIdx.x, bh = block % (g.B * g.H);
+  const int64_t tiles = (rows + block_rows - 1) / block_rows, nth = block / (g.B * g.H);
+  const int64_t tile = last_tiles_first ? tiles - 1 - nth : nth;
+  const int64_t b = bh / g.H, h = bh % g.H;
+  const int64_t q_off = (b * g.T * g.H + h) * g.Dh, k_off = (b * g.S * g.H + h) * g.Dh;
+  return {tile * block_rows, g.H * g.Dh, q_off, k_off, b * g.T, b * g.S, (b * g.H + h) * g.T};
+}
 
 // First index in [0, n) whose position is >= x (n when none). Every thread of the block runs it
 // on the same addresses (broadcast loads), so the result is block-uniform.
@@ -172,13 +189,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   T* k_s = q_s + kBlockRows * dh;
   T* v_s = k_s + kTile * ldk;
 
-  // Tile-major block order, last query tiles (the most keys) first, for balance.
-  const int64_t block = blockIdx.x, tiles = (g.T + kBlockRows - 1) / kBlockRows;
-  const int64_t tile = tiles - 1 - block / (g.B * g.H), bh = block % (g.B * g.H);
-  const int64_t b = bh / g.H, h = bh % g.H, t0 = tile * kBlockRows;
-  const int64_t stride = g.H * g.Dh;
-  const int64_t q_off = (b * g.T * g.H + h) * g.Dh, k_off = (b * g.S * g.H + h) * g.Dh;
-  const int64_t qp0 = b * g.T, kp0 = b * g.S;  // position rows
+  const auto [t0, stride, q_off, k_off, qp0, kp0, stat0] = block_slice(g, g.T, kBlockRows, true);
   stage_rows(p.q + q_off, stride, t0, g.T, kBlockRows, dh, q_s, dh, warp, lane);
 
   bool q_ok[kRows];
@@ -271,7 +282,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         const bool cpu_tile_sees = g.S > 0 && g.k_pos[kp0] <= g.q_pos[qp0 + cpu_last];
         lse = cpu_tile_sees ? A(NAN) : A(-INFINITY);
       }
-      p.lse[(b * g.H + h) * g.T + t] = from_acc<L>(static_cast<Acc<L>>(lse));
+      p.lse[stat0 + t] = from_acc<L>(static_cast<Acc<L>>(lse));
     }
   }
 }
@@ -317,12 +328,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   T* q_s = v_s + kBlockRows * dh;
   T* do_s = q_s + kTile * ldq;
 
-  // Tile-major block order, first key tiles (the most queries) first, for balance.
-  const int64_t block = blockIdx.x, tile = block / (g.B * g.H), bh = block % (g.B * g.H);
-  const int64_t b = bh / g.H, h = bh % g.H, s0 = tile * kBlockRows;
-  const int64_t stride = g.H * g.Dh;
-  const int64_t q_off = (b * g.T * g.H + h) * g.Dh, k_off = (b * g.S * g.H + h) * g.Dh;
-  const int64_t qp0 = b * g.T, kp0 = b * g.S, stat0 = (b * g.H + h) * g.T;
+  // First key tiles (the most queries) first, for balance.
+  const auto [s0, stride, q_off, k_off, qp0, kp0, stat0] = block_slice(g, g.S, kBlockRows, false);
   stage_rows(p.k + k_off, stride, s0, g.S, kBlockRows, dh, k_s, dh, warp, lane);
   stage_rows(p.v + k_off, stride, s0, g.S, kBlockRows, dh, v_s, dh, warp, lane);
 
@@ -448,13 +455,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   T* k_s = do_s + kBlockRows * dh;
   T* v_s = k_s + kTile * ldk;
 
-  // Tile-major block order, last query tiles (the most keys) first, for balance.
-  const int64_t block = blockIdx.x, tiles = (g.T + kBlockRows - 1) / kBlockRows;
-  const int64_t tile = tiles - 1 - block / (g.B * g.H), bh = block % (g.B * g.H);
-  const int64_t b = bh / g.H, h = bh % g.H, t0 = tile * kBlockRows;
-  const int64_t stride = g.H * g.Dh;
-  const int64_t q_off = (b * g.T * g.H + h) * g.Dh, k_off = (b * g.S * g.H + h) * g.Dh;
-  const int64_t qp0 = b * g.T, kp0 = b * g.S, stat0 = (b * g.H + h) * g.T;
+  const auto [t0, stride, q_off, k_off, qp0, kp0, stat0] = block_slice(g, g.T, kBlockRows, true);
   stage_rows(p.q + q_off, stride, t0, g.T, kBlockRows, dh, q_s, dh, warp, lane);
   stage_rows(p.dout + q_off, stride, t0, g.T, kBlockRows, dh, do_s, dh, warp, lane);
 
@@ -569,17 +570,6 @@ Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& q_pos, const T
                   positions(q_pos, kernel), positions(k_pos, kernel)};
 }
 
-// Calls f(L{}) for the lse storage type: q's dtype, or f32 beside bf16 q.
-template <typename T, typename F>
-void dispatch_lse(const Tensor& lse, const Tensor& q, const char* kernel, F&& f) {
-  if (lse.dtype() == q.dtype()) return f(T{});
-  if constexpr (std::is_same_v<T, bf16>)
-    if (lse.dtype() == DType::F32) return f(float{});
-  throw std::invalid_argument(std::string(kernel) + ": lse is " + dtype_name(lse.dtype()) +
-                              ", expected " + dtype_name(q.dtype()) +
-                              " like q (or f32 beside bf16 q)");
-}
-
 // Calls f(std::integral_constant<int, kMaxDh>) for the smallest bucket holding Dh.
 template <typename F>
 void dispatch_head_dim(int64_t dh, F&& f) {
@@ -638,7 +628,7 @@ void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tens
   const Geometry g = geometry(q, k, q_pos, k_pos, kName);
   dispatch_float(q.dtype(), kName, [&](auto zt) {
     using T = decltype(zt);
-    dispatch_lse<T>(lse, q, kName, [&](auto zl) {
+    dispatch_stats<T>(lse.dtype(), kName, [&](auto zl) {
       using L = decltype(zl);
       dispatch_head_dim(g.Dh, [&](auto max_dh) {
         constexpr int kMaxDh = decltype(max_dh)::value;
@@ -676,16 +666,14 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
   dispatch_float(q.dtype(), kName, [&](auto zt) {
     using T = decltype(zt);
     using A = Acc<T>;
-    Tensor delta = Tensor::empty({g.B, g.H, g.T}, std::is_same_v<A, double> ? DType::F64
-                                                                             : DType::F32,
-                                 Device::CUDA);
+    Tensor delta = Tensor::empty({g.B, g.H, g.T}, acc_dtype<T>(), Device::CUDA);
     if (q.numel() > 0) {
       const int64_t rows = g.B * g.T * g.H;
       attention_delta_rows<T><<<grid_for(rows * 32), kThreads, 0, compute_stream()>>>(
           out.data<T>(), dout.data<T>(), g.B, g.T, g.H, g.Dh, delta.data<A>());
       MOD_CUDA_CHECK_LAUNCH();
     }
-    dispatch_lse<T>(lse, q, kName, [&](auto zl) {
+    dispatch_stats<T>(lse.dtype(), kName, [&](auto zl) {
       using L = decltype(zl);
       dispatch_head_dim(g.Dh, [&](auto max_dh) {
         constexpr int kMaxDh = decltype(max_dh)::value;

@@ -24,23 +24,14 @@ __device__ __forceinline__ A apply_binary(A x, A y) {
 // a, out [outer, inner] flat (n = outer * inner > 0); b [n], [inner] or [outer] by B.
 template <BinaryKind K, Broadcast B, typename T>
 __global__ void binary_kernel(const T* a, const T* b, T* out, int64_t n, int64_t inner) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if constexpr (B == Broadcast::Same) {
-    for (; i < n; i += stride) out[i] = from_acc<T>(apply_binary<K>(load(a + i), load(b + i)));
+    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += stride)
+      out[i] = from_acc<T>(apply_binary<K>(load(a + i), load(b + i)));
   } else {
-    // i = row * inner + col, advanced by the grid stride without a division per element.
-    const int64_t stride_row = stride / inner, stride_col = stride % inner;
-    int64_t row = i / inner, col = i % inner;
-    for (; i < n; i += stride) {
-      const int64_t j = B == Broadcast::Inner ? col : row;
-      out[i] = from_acc<T>(apply_binary<K>(load(a + i), load(b + j)));
-      row += stride_row;
-      col += stride_col;
-      if (col >= inner) {
-        col -= inner;
-        ++row;
-      }
+    for (GridRowCol at(inner); at.i < n; at.next()) {
+      const int64_t j = B == Broadcast::Inner ? at.col : at.row;
+      out[at.i] = from_acc<T>(apply_binary<K>(load(a + at.i), load(b + j)));
     }
   }
 }

@@ -16,19 +16,8 @@ namespace {
 // ids [N], table [V, D] -> out [N, D]; total = N * D > 0
 template <typename T, typename I>
 __global__ void embedding_gather(const I* ids, const T* table, T* out, int64_t total, int64_t d) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const int64_t stride_row = stride / d, stride_col = stride % d;
-  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  int64_t row = i / d, col = i % d;
-  for (; i < total; i += stride) {
-    out[i] = table[static_cast<int64_t>(ids[row]) * d + col];
-    row += stride_row;
-    col += stride_col;
-    if (col >= d) {
-      col -= d;
-      ++row;
-    }
-  }
+  for (GridRowCol at(d); at.i < total; at.next())
+    out[at.i] = table[static_cast<int64_t>(ids[at.row]) * d + at.col];
 }
 
 // dtable [V, D] += dout [N, D] scattered by ids [N]; total = N * D > 0.
@@ -38,19 +27,8 @@ __global__ void embedding_gather(const I* ids, const T* table, T* out, int64_t t
 template <typename T, typename I>
 __global__ void embedding_scatter_add(const I* ids, const T* dout, T* dtable, int64_t total,
                                       int64_t d) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const int64_t stride_row = stride / d, stride_col = stride % d;
-  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  int64_t row = i / d, col = i % d;
-  for (; i < total; i += stride) {
-    atomicAdd(dtable + static_cast<int64_t>(ids[row]) * d + col, dout[i]);
-    row += stride_row;
-    col += stride_col;
-    if (col >= d) {
-      col -= d;
-      ++row;
-    }
-  }
+  for (GridRowCol at(d); at.i < total; at.next())
+    atomicAdd(dtable + static_cast<int64_t>(ids[at.row]) * d + at.col, dout[at.i]);
 }
 
 }  // namespace

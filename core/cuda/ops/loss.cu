@@ -8,12 +8,6 @@
 namespace mod::cuda {
 
 namespace {
-__device__ __forceinline__ float exp_acc(float x) { return expf(x); }
-__device__ __forceinline__ double exp_acc(double x) { return exp(x); }
-__device__ __forceinline__ float log1p_acc(float x) { return log1pf(x); }
-__device__ __forceinline__ double log1p_acc(double x) { return log1p(x); }
-__device__ __forceinline__ float abs_acc(float x) { return fabsf(x); }
-__device__ __forceinline__ double abs_acc(double x) { return fabs(x); }
 
 // logits, targets, losses [n]: losses = max(x,0) - x*t + log(1 + exp(-|x|))
 template <typename T>
@@ -23,7 +17,7 @@ __global__ void bce_forward_kernel(const T* logits, const T* targets, T* losses,
        i += int64_t(gridDim.x) * blockDim.x) {
     const A x = load(logits + i), t = load(targets + i);
     const A pos = x < A(0) ? A(0) : x;  // std::max(x, 0): a NaN logit stays NaN
-    losses[i] = from_acc<T>(pos - x * t + log1p_acc(exp_acc(-abs_acc(x))));
+    losses[i] = from_acc<T>(pos - x * t + acc_log1p(acc_exp(-acc_abs(x))));
   }
 }
 
@@ -36,7 +30,7 @@ __global__ void bce_backward_kernel(const T* logits, const T* targets, Acc<T> gr
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const A x = load(logits + i), t = load(targets + i);
-    dlogits[i] = from_acc<T>(grad_scale * (A(1) / (A(1) + exp_acc(-x)) - t));
+    dlogits[i] = from_acc<T>(grad_scale * (acc_sigmoid(x) - t));
   }
 }
 }  // namespace

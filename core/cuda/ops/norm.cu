@@ -19,28 +19,6 @@ namespace mod::cuda {
 namespace {
 
 constexpr int kMaxRowThreads = 512;
-constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;  // grid cap; blocks stride over more rows
-
-// Threads for one row of D columns: about 8 columns each, a warp multiple in [32, 512].
-int row_threads(int64_t d) {
-  const int64_t t = ((d + 7) / 8 + 31) / 32 * 32;
-  return static_cast<int>(std::clamp<int64_t>(t, 32, kMaxRowThreads));
-}
-unsigned row_blocks(int64_t n) {
-  return static_cast<unsigned>(std::min(n, kMaxRowBlocks));
-}
-
-__device__ __forceinline__ float acc_sqrt(float v) {
-  return sqrtf(v);
-}
-__device__ __forceinline__ double acc_sqrt(double v) {
-  return sqrt(v);
-}
-
-template <typename T>
-constexpr DType acc_dtype() {
-  return std::is_same_v<Acc<T>, double> ? DType::F64 : DType::F32;
-}
 
 // LayerNorm's mean and rstd share one statistics dtype.
 void check_same_stats(const char* kernel, const Tensor& mean, const Tensor& rstd) {
@@ -291,110 +269,99 @@ void launch_param_grads(const Tensor& dy, const Tensor& x, const S* mean, const 
   }
 }
 
-}  // namespace
-
-// x, y [N,D], weight [D], rstd [N] (cached for backward).
-void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
-                                  Tensor& rstd) {
+// x, y [N,D], weight (and bias) [D], rstd (and mean) [N]: LayerNorm when `mean` is given, else
+// RMSNorm (bias and mean null).
+void norm_forward(const char* kernel, const Tensor& x, const Tensor& weight, const Tensor* bias,
+                  double eps, Tensor& y, Tensor* mean, Tensor& rstd) {
   const int64_t n = x.size(0), d = x.size(1);
   if (n == 0 || d == 0) return;
-  dispatch_float(x.dtype(), "rmsnorm_forward", [&](auto z) {
+  if (mean) check_same_stats(kernel, *mean, rstd);
+  dispatch_float(x.dtype(), kernel, [&](auto z) {
     using T = decltype(z);
-    dispatch_stats<T>(rstd.dtype(), "rmsnorm_forward", [&](auto zs) {
+    dispatch_stats<T>(rstd.dtype(), kernel, [&](auto zs) {
       using S = decltype(zs);
       NormForwardParams<T, S> p{};
       p.x = x.data<T>();
       p.weight = weight.data<T>();
+      p.bias = bias ? bias->data<T>() : nullptr;
       p.y = y.data<T>();
+      p.mean = mean ? mean->data<S>() : nullptr;
       p.rstd = rstd.data<S>();
       p.n = n;
       p.d = d;
       p.eps = static_cast<Acc<T>>(eps);
-      rmsnorm_forward_rows<<<row_blocks(n), row_threads(d), 0, compute_stream()>>>(p);
+      const unsigned blocks = row_blocks(n);
+      const int threads = row_threads(d, kMaxRowThreads);
+      if (mean)
+        layernorm_forward_rows<<<blocks, threads, 0, compute_stream()>>>(p);
+      else
+        rmsnorm_forward_rows<<<blocks, threads, 0, compute_stream()>>>(p);
       MOD_CUDA_CHECK_LAUNCH();
     });
   });
 }
 
-// dy, x, dx [N,D], weight, dweight [D] (overwritten), rstd [N].
-void CudaBackend::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                   const Tensor& rstd, Tensor& dx, Tensor& dweight) {
+// dy, x, dx [N,D], weight, dweight (and dbias) [D] (overwritten), rstd (and mean) [N]: LayerNorm
+// when `mean` is given, else RMSNorm (mean and dbias null).
+void norm_backward(const char* kernel, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                   const Tensor* mean, const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                   Tensor* dbias) {
   const int64_t n = x.size(0), d = x.size(1);
   if (d == 0) return;
-  dispatch_float(x.dtype(), "rmsnorm_backward", [&](auto z) {
+  if (mean) check_same_stats(kernel, *mean, rstd);
+  dispatch_float(x.dtype(), kernel, [&](auto z) {
     using T = decltype(z);
-    dispatch_stats<T>(rstd.dtype(), "rmsnorm_backward", [&](auto zs) {
+    dispatch_stats<T>(rstd.dtype(), kernel, [&](auto zs) {
       using S = decltype(zs);
+      const S* mean_data = mean ? mean->data<S>() : nullptr;
       if (n > 0) {
         NormBackwardParams<T, S> p{};
         p.dy = dy.data<T>();
         p.x = x.data<T>();
         p.weight = weight.data<T>();
+        p.mean = mean_data;
         p.rstd = rstd.data<S>();
         p.dx = dx.data<T>();
         p.n = n;
         p.d = d;
-        rmsnorm_backward_dx_rows<<<row_blocks(n), row_threads(d), 0, compute_stream()>>>(p);
+        const unsigned blocks = row_blocks(n);
+        const int threads = row_threads(d, kMaxRowThreads);
+        if (mean)
+          layernorm_backward_dx_rows<<<blocks, threads, 0, compute_stream()>>>(p);
+        else
+          rmsnorm_backward_dx_rows<<<blocks, threads, 0, compute_stream()>>>(p);
         MOD_CUDA_CHECK_LAUNCH();
       }
-      launch_param_grads<T, S>(dy, x, nullptr, rstd.data<S>(), dweight, nullptr);
+      launch_param_grads<T, S>(dy, x, mean_data, rstd.data<S>(), dweight, dbias);
     });
   });
+}
+
+}  // namespace
+
+// x, y [N,D], weight [D], rstd [N] (cached for backward).
+void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
+                                  Tensor& rstd) {
+  norm_forward("rmsnorm_forward", x, weight, nullptr, eps, y, nullptr, rstd);
+}
+
+// dy, x, dx [N,D], weight, dweight [D] (overwritten), rstd [N].
+void CudaBackend::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                   const Tensor& rstd, Tensor& dx, Tensor& dweight) {
+  norm_backward("rmsnorm_backward", dy, x, weight, nullptr, rstd, dx, dweight, nullptr);
 }
 
 // x, y [N,D], weight, bias [D], mean and rstd [N] (cached for backward).
 void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                     double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
-  const int64_t n = x.size(0), d = x.size(1);
-  if (n == 0 || d == 0) return;
-  check_same_stats("layernorm_forward", mean, rstd);
-  dispatch_float(x.dtype(), "layernorm_forward", [&](auto z) {
-    using T = decltype(z);
-    dispatch_stats<T>(rstd.dtype(), "layernorm_forward", [&](auto zs) {
-      using S = decltype(zs);
-      NormForwardParams<T, S> p{};
-      p.x = x.data<T>();
-      p.weight = weight.data<T>();
-      p.bias = bias.data<T>();
-      p.y = y.data<T>();
-      p.mean = mean.data<S>();
-      p.rstd = rstd.data<S>();
-      p.n = n;
-      p.d = d;
-      p.eps = static_cast<Acc<T>>(eps);
-      layernorm_forward_rows<<<row_blocks(n), row_threads(d), 0, compute_stream()>>>(p);
-      MOD_CUDA_CHECK_LAUNCH();
-    });
-  });
+  norm_forward("layernorm_forward", x, weight, &bias, eps, y, &mean, rstd);
 }
 
 // dy, x, dx [N,D], weight, dweight, dbias [D] (overwritten), mean, rstd [N].
 void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                      const Tensor& mean, const Tensor& rstd, Tensor& dx,
                                      Tensor& dweight, Tensor& dbias) {
-  const int64_t n = x.size(0), d = x.size(1);
-  if (d == 0) return;
-  check_same_stats("layernorm_backward", mean, rstd);
-  dispatch_float(x.dtype(), "layernorm_backward", [&](auto z) {
-    using T = decltype(z);
-    dispatch_stats<T>(rstd.dtype(), "layernorm_backward", [&](auto zs) {
-      using S = decltype(zs);
-      if (n > 0) {
-        NormBackwardParams<T, S> p{};
-        p.dy = dy.data<T>();
-        p.x = x.data<T>();
-        p.weight = weight.data<T>();
-        p.mean = mean.data<S>();
-        p.rstd = rstd.data<S>();
-        p.dx = dx.data<T>();
-        p.n = n;
-        p.d = d;
-        layernorm_backward_dx_rows<<<row_blocks(n), row_threads(d), 0, compute_stream()>>>(p);
-        MOD_CUDA_CHECK_LAUNCH();
-      }
-      launch_param_grads<T, S>(dy, x, mean.data<S>(), rstd.data<S>(), dweight, &dbias);
-    });
-  });
+  norm_backward("layernorm_backward", dy, x, weight, &mean, rstd, dx, dweight, &dbias);
 }
 
 }  // namespace mod::cuda

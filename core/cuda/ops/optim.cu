@@ -13,8 +13,6 @@
 namespace mod::cuda {
 
 namespace {
-__device__ __forceinline__ float sqrt_acc(float x) { return sqrtf(x); }  // IEEE-rounded (-prec-sqrt)
-__device__ __forceinline__ double sqrt_acc(double x) { return sqrt(x); }
 
 // Run-invariant constants, built on the host like the CPU's; the per-step ones come from
 // `step` = {1 - lr * weight_decay, lr / (1 - beta1^step), 1 / sqrt(1 - beta2^step)} (f64).
@@ -41,7 +39,7 @@ __global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, AdamWParam
     const A vi = c.b2 * load(v + i) + c.one_b2 * gi * gi;
     m[i] = from_acc<T>(mi);
     v[i] = from_acc<T>(vi);
-    p[i] = from_acc<T>(decay * load(p + i) - step_size * mi / (sqrt_acc(vi) * rsqrt_bc2 + c.eps));
+    p[i] = from_acc<T>(decay * load(p + i) - step_size * mi / (acc_sqrt(vi) * rsqrt_bc2 + c.eps));
   }
 }
 }  // namespace

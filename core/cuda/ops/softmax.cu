@@ -18,29 +18,6 @@ namespace mod::cuda {
 namespace {
 
 constexpr int kMaxRowThreads = 1024;
-constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;  // grid cap; blocks stride over more rows
-
-// Threads for one row of V columns: about 8 columns each, a warp multiple in [32, 1024].
-int row_threads(int64_t v) {
-  const int64_t t = ((v + 7) / 8 + 31) / 32 * 32;
-  return static_cast<int>(std::clamp<int64_t>(t, 32, kMaxRowThreads));
-}
-unsigned row_blocks(int64_t n) {
-  return static_cast<unsigned>(std::min(n, kMaxRowBlocks));
-}
-
-__device__ __forceinline__ float acc_exp(float v) {
-  return expf(v);
-}
-__device__ __forceinline__ double acc_exp(double v) {
-  return exp(v);
-}
-__device__ __forceinline__ float acc_log(float v) {
-  return logf(v);
-}
-__device__ __forceinline__ double acc_log(double v) {
-  return log(v);
-}
 
 // max over the elements seen and sum of exp(x - max) over them.
 template <typename A>
@@ -227,8 +204,8 @@ void CudaBackend::softmax_forward(const Tensor& x, Tensor& y) {
   if (n == 0 || v == 0) return;
   dispatch_float(x.dtype(), "softmax_forward", [&](auto z) {
     using T = decltype(z);
-    softmax_forward_rows<<<row_blocks(n), row_threads(v), 0, compute_stream()>>>(x.data<T>(),
-                                                                                 y.data<T>(), n, v);
+    softmax_forward_rows<<<row_blocks(n), row_threads(v, kMaxRowThreads), 0, compute_stream()>>>(
+        x.data<T>(), y.data<T>(), n, v);
     MOD_CUDA_CHECK_LAUNCH();
   });
 }
@@ -239,7 +216,7 @@ void CudaBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx
   if (n == 0 || v == 0) return;
   dispatch_float(y.dtype(), "softmax_backward", [&](auto z) {
     using T = decltype(z);
-    softmax_backward_rows<<<row_blocks(n), row_threads(v), 0, compute_stream()>>>(
+    softmax_backward_rows<<<row_blocks(n), row_threads(v, kMaxRowThreads), 0, compute_stream()>>>(
         y.data<T>(), dy.data<T>(), dx.data<T>(), n, v);
     MOD_CUDA_CHECK_LAUNCH();
   });
@@ -251,68 +228,68 @@ void CudaBackend::logsumexp_forward(const Tensor& x, Tensor& out) {
   if (n == 0 || v == 0) return;
   dispatch_float(x.dtype(), "logsumexp_forward", [&](auto z) {
     using T = decltype(z);
-    logsumexp_rows<<<row_blocks(n), row_threads(v), 0, compute_stream()>>>(x.data<T>(),
-                                                                           out.data<T>(), n, v);
+    logsumexp_rows<<<row_blocks(n), row_threads(v, kMaxRowThreads), 0, compute_stream()>>>(
+        x.data<T>(), out.data<T>(), n, v);
     MOD_CUDA_CHECK_LAUNCH();
   });
 }
 
-// logits [N,V], targets [N] (in range or ignore_index, checked by the caller), losses, lse [N].
-void CudaBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
-                                        int64_t ignore_index, Tensor& losses, Tensor& lse) {
+namespace {
+// The launch both directions share: forward writes losses (out [N]) and lse [N]; backward reads
+// lse and writes dlogits (out [N,V]), from vocab_start's slice, scaled by grad_scale.
+void launch_cross_entropy(bool backward, const char* kernel, const Tensor& logits,
+                          const Tensor& targets, const Tensor& lse, int64_t ignore_index,
+                          int64_t vocab_start, double grad_scale, Tensor& out) {
   const int64_t n = logits.size(0), v = logits.size(1);
-  if (n == 0 || v == 0) return;
-  dispatch_float(logits.dtype(), "cross_entropy_forward", [&](auto z) {
+  dispatch_float(logits.dtype(), kernel, [&](auto z) {
     using T = decltype(z);
-    dispatch_index(targets.dtype(), "cross_entropy_forward", [&](auto zi) {
+    dispatch_index(targets.dtype(), kernel, [&](auto zi) {
       using I = decltype(zi);
-      dispatch_stats<T>(lse.dtype(), "cross_entropy_forward", [&](auto zs) {
+      dispatch_stats<T>(lse.dtype(), kernel, [&](auto zs) {
         using S = decltype(zs);
         CrossEntropyParams<T, I, S> p{};
         p.logits = logits.data<T>();
         p.targets = targets.data<I>();
-        p.out = losses.data<T>();
-        p.lse_out = lse.data<S>();
+        p.out = out.data<T>();
         p.n = n;
         p.v = v;
         p.ignore_index = ignore_index;
-        cross_entropy_forward_rows<<<row_blocks(n), row_threads(v), 0, compute_stream()>>>(p);
+        const unsigned blocks = row_blocks(n);
+        const int threads = row_threads(v, kMaxRowThreads);
+        if (backward) {
+          p.lse = lse.data<S>();
+          p.vocab_start = vocab_start;
+          p.grad_scale = static_cast<Acc<T>>(grad_scale);
+          cross_entropy_backward_rows<<<blocks, threads, 0, compute_stream()>>>(p);
+        } else {
+          p.lse_out = lse.data<S>();
+          cross_entropy_forward_rows<<<blocks, threads, 0, compute_stream()>>>(p);
+        }
         MOD_CUDA_CHECK_LAUNCH();
       });
     });
   });
+}
+}  // namespace
+
+// logits [N,V], targets [N] (in range or ignore_index, checked by the caller), losses, lse [N].
+void CudaBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                        int64_t ignore_index, Tensor& losses, Tensor& lse) {
+  if (logits.size(0) == 0 || logits.size(1) == 0) return;
+  launch_cross_entropy(false, "cross_entropy_forward", logits, targets, lse, ignore_index, 0, 0.0,
+                       losses);
 }
 
 // logits, dlogits [N,V], targets, lse [N].
 void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                          const Tensor& lse, int64_t ignore_index,
                                          int64_t vocab_start, double grad_scale, Tensor& dlogits) {
-  const int64_t n = logits.size(0), v = logits.size(1);
-  if (n == 0 || v == 0) return;
+  if (logits.size(0) == 0 || logits.size(1) == 0) return;
   if (vocab_start != 0 && lse.dtype() == DType::BF16)
     throw std::invalid_argument("cross_entropy_backward: a vocabulary slice needs an f32 or f64 "
                                 "lse (a bf16 one would be recomputed from this slice alone)");
-  dispatch_float(logits.dtype(), "cross_entropy_backward", [&](auto z) {
-    using T = decltype(z);
-    dispatch_index(targets.dtype(), "cross_entropy_backward", [&](auto zi) {
-      using I = decltype(zi);
-      dispatch_stats<T>(lse.dtype(), "cross_entropy_backward", [&](auto zs) {
-        using S = decltype(zs);
-        CrossEntropyParams<T, I, S> p{};
-        p.logits = logits.data<T>();
-        p.targets = targets.data<I>();
-        p.lse = lse.data<S>();
-        p.out = dlogits.data<T>();
-        p.n = n;
-        p.v = v;
-        p.ignore_index = ignore_index;
-        p.vocab_start = vocab_start;
-        p.grad_scale = static_cast<Acc<T>>(grad_scale);
-        cross_entropy_backward_rows<<<row_blocks(n), row_threads(v), 0, compute_stream()>>>(p);
-        MOD_CUDA_CHECK_LAUNCH();
-      });
-    });
-  });
+  launch_cross_entropy(true, "cross_entropy_backward", logits, targets, lse, ignore_index,
+                       vocab_start, grad_scale, dlogits);
 }
 
 namespace {
