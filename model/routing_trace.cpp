@@ -57,4 +57,26 @@ RoutingTrace trace_routing(const Transformer& model, const std::vector<int64_t>&
   return trace;
 }
 
+std::vector<double> routing_agreement(const Transformer& model, const Tensor& tokens) {
+  NoGradGuard no_grad;
+  const ForwardResult top = model.forward(tokens, Tensor(), RoutingMode::TopC);
+  const ForwardResult causal = model.forward(tokens, Tensor(), RoutingMode::Causal);
+  const size_t blocks = top.stats.size();
+  const int64_t b = tokens.size(0), t = tokens.size(1);
+  // The causal forward runs sequence by sequence: its entries are (sequence, block) in order.
+  if (causal.stats.size() != blocks * static_cast<size_t>(b))
+    throw std::logic_error("routing agreement: the two forwards saw different routed blocks");
+  std::vector<double> agreement;
+  for (size_t k = 0; k < blocks; ++k) {
+    const auto member = host_values(top.stats[k].member);
+    int64_t agree = 0;
+    for (int64_t s = 0; s < b; ++s) {
+      const auto admitted = host_values(causal.stats[s * blocks + k].member);
+      for (int64_t i = 0; i < t; ++i) agree += (member[s * t + i] > 0.5) == (admitted[i] > 0.5);
+    }
+    agreement.push_back(static_cast<double>(agree) / static_cast<double>(b * t));
+  }
+  return agreement;
+}
+
 }  // namespace mod::model

@@ -31,4 +31,8 @@ struct RoutingTrace {
 // without gradients. Throws for a model without routed blocks or with causal.method NONE.
 RoutingTrace trace_routing(const Transformer& model, const std::vector<int64_t>& tokens);
 
+// Per routed block, in block order: the share of the tokens of `tokens` [B,T] on which causal
+// routing (sampling) makes the choice top-C routing (training) makes. Same preconditions.
+std::vector<double> routing_agreement(const Transformer& model, const Tensor& tokens);
+
 }  // namespace mod::model

@@ -71,3 +71,22 @@ TEST_CASE("a routing trace refuses dense models, NONE and over-long text", "[mod
   Transformer m(test::tiny_model(true), 64, DType::F64);
   CHECK_THROWS_WITH(trace_routing(m, sequence(13)), Contains("model.seq_len 12"));
 }
+
+TEST_CASE("routing agreement over a batch equals the traces of its sequences", "[mod]") {
+  auto cfg = test::tiny_model(true);
+  cfg.set_n_layers(4);
+  Transformer m(cfg, 65, DType::F64);
+  const Tensor tokens = test::tokens_for(3, 12, 32, 66);
+  const auto agreement = routing_agreement(m, tokens);
+  REQUIRE(agreement.size() == 2);
+  std::vector<double> want(2, 0.0);
+  for (int64_t s = 0; s < 3; ++s) {
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < 12; ++i) ids.push_back(static_cast<int64_t>(tokens.at(s * 12 + i)));
+    const auto trace = trace_routing(m, ids);
+    for (size_t k = 0; k < 2; ++k) want[k] += trace.blocks[k].agreement / 3;
+  }
+  CHECK(agreement[0] == Approx(want[0]).margin(1e-12));
+  CHECK(agreement[1] == Approx(want[1]).margin(1e-12));
+  CHECK(agreement[0] < 1.0);  // top-C and causal differ somewhere: the check can tell
+}
