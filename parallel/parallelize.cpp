@@ -1,4 +1,4 @@
-// Tensor parallelism applied to a built model (see parallelize.h).
+// Tensor, expert and data parallelism and ZeRO-1 applied to a built model (see parallelize.h).
 #include "parallel/parallelize.h"
 
 #include <cstring>
@@ -140,6 +140,56 @@ void parallelize_experts(model::Transformer& model, const Mesh& mesh, ShardMap& 
       moe->set_exchange({[ep, tp](const Tensor& x) { return dispatch_to_experts(x, *ep, *tp); },
                          [ep, tp](const Tensor& y) { return combine_from_experts(y, *ep, *tp); }});
   }
+}
+
+ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
+                         const modtrain::ParallelConfig& cfg, Device device,
+                         const AdamWRule& adamw) {
+  ParallelPlan plan;
+  plan.shards = parallelize_tensor(model, mesh);
+  parallelize_experts(model, mesh, plan.shards);
+  model.to(device);
+  const auto params = model.named_parameters();
+  std::vector<std::pair<std::string, Tensor>> dense, experts;
+  std::vector<bool> is_expert;
+  NormGroup tp_sharded{{}, &mesh.tp()}, ep_sharded{{}, &mesh.ep()}, replicated;
+  for (const auto& [name, t] : params) {
+    const ShardSpec& spec = plan.shards.at(name);
+    (spec.expert ? experts : dense).emplace_back(name, t);
+    is_expert.push_back(spec.expert);
+    (spec.dim < 0 ? replicated : spec.expert ? ep_sharded : tp_sharded).params.push_back(t);
+  }
+  plan.norm_groups = {std::move(tp_sharded), std::move(ep_sharded), std::move(replicated)};
+  const int dp = mesh.dims().dp;
+  if (dp > 1)
+    plan.dense_buckets = std::make_unique<GradBucketer>(dense, mesh.dp(), cfg.bucket_mb());
+  // Expert gradients: the all-to-all summed the ep group's tokens in; the edp group (dp / ep
+  // replicas times the tp shares of the slots) sums the rest; dividing by dp makes the mean.
+  if (!experts.empty() && (dp > 1 || mesh.edp().size() > 1))
+    plan.expert_buckets = std::make_unique<GradBucketer>(experts, mesh.edp(), cfg.bucket_mb(), dp);
+  if (cfg.zero1()) {
+    std::vector<ShardedAdamW::Param> zp;
+    for (const auto& [name, t] : params) zp.push_back({name, t, adamw.decays(name)});
+    plan.zero1 =
+        std::make_unique<Zero1Optimizer>(zp, is_expert, adamw.hyper, mesh.dp(), mesh.edp());
+  }
+  return plan;
+}
+
+LeafGradReady ParallelPlan::grad_ready_hook() const {
+  LeafGradReady d = dense_buckets ? dense_buckets->ready_hook() : LeafGradReady();
+  LeafGradReady e = expert_buckets ? expert_buckets->ready_hook() : LeafGradReady();
+  if (!e) return d;
+  if (!d) return e;
+  return [d, e](const Tensor& leaf) {
+    d(leaf);
+    e(leaf);
+  };
+}
+
+void ParallelPlan::finish_grad_sync() const {
+  if (dense_buckets) dense_buckets->finish();
+  if (expert_buckets) expert_buckets->finish();
 }
 
 Communicator& group_of(const ShardSpec& spec, const Mesh& mesh) {

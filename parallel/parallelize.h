@@ -19,13 +19,21 @@
 //   mlp.experts.up/gate [E, F, D]            experts j*E/ep..     dispatch_to_experts, then
 //   mlp.experts.down [E, D, F]               experts j*E/ep..     combine_from_experts
 //   mlp.router.weight [E', D]                replicated
+//
+// parallelize applies both, then data parallelism (gradient buckets) and ZeRO-1, and returns
+// the plan a training step runs with: the model itself never learns it is parallel.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "model/transformer.h"
+#include "parallel/data_parallel.h"
 #include "parallel/mesh.h"
+#include "parallel/zero1.h"
 
 namespace mod::parallel {
 
@@ -62,5 +70,45 @@ Communicator& group_of(const ShardSpec& spec, const Mesh& mesh);
 
 // Copy of the slice [offset, offset + len) of t along dim.
 Tensor slice_dim(const Tensor& t, int dim, int64_t offset, int64_t len);
+
+// Parameters whose squared gradient norms clipping sums over one group: tp-sharded ones over
+// tp, ep-sharded experts over ep, and replicated ones (equal wherever they are held) nowhere, so
+// each parameter counts once. Their gradients are already reduced over dp (experts: edp).
+struct NormGroup {
+  std::vector<Tensor> params;
+  Communicator* sum_over = nullptr;  // null: replicated
+};
+
+// How a parallelized model's gradients are synchronised and clipped and its optimizer state
+// sharded: what a training step runs with.
+struct ParallelPlan {
+  ShardMap shards;
+  std::unique_ptr<GradBucketer> dense_buckets;   // dense parameters over dp (dp > 1)
+  std::unique_ptr<GradBucketer> expert_buckets;  // expert weights over edp
+  std::unique_ptr<Zero1Optimizer> zero1;         // parallel.zero1 (else the trainer's AdamW)
+  // tp-sharded, ep-sharded, replicated: the order the norm's squares are added in.
+  std::vector<NormGroup> norm_groups;
+
+  // For the backward of a step's last micro-batch: buckets start all-reducing as their
+  // gradients become final (each bucketer ignores the other's parameters).
+  LeafGradReady grad_ready_hook() const;
+  // Waits for every bucket: gradients are then dp means (experts: summed over edp, / dp).
+  void finish_grad_sync() const;
+};
+
+// The AdamW that ZeRO-1 shards: its constants and which parameters take weight decay, by name
+// (the trainer's rules, train/optimizer.h).
+struct AdamWRule {
+  AdamWArgs hyper;
+  std::function<bool(const std::string&)> decays;
+};
+
+// The parallelize step: tensor parallelism, then expert parallelism (both on the host, so
+// every device starts from the same initialisation), then the model moves to `device` and the
+// dp buckets (parallel.bucket_mb) and ZeRO-1 state (parallel.zero1, with `adamw`) are
+// allocated beside its parameters.
+ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
+                         const modtrain::ParallelConfig& cfg, Device device,
+                         const AdamWRule& adamw);
 
 }  // namespace mod::parallel

@@ -1,4 +1,4 @@
-// ZeRO-1 sharded AdamW (see zero1.h).
+// ZeRO-1 sharded AdamW, and over a whole model (see zero1.h).
 #include "parallel/zero1.h"
 
 #include "core/autograd.h"
@@ -88,6 +88,45 @@ void ShardedAdamW::load_moments(size_t i, const Tensor& m, const Tensor& v) {
     m_[i].narrow0(0, end - begin).copy_from(m.view({p.numel()}).narrow0(begin, end - begin));
     v_[i].narrow0(0, end - begin).copy_from(v.view({p.numel()}).narrow0(begin, end - begin));
   }
+}
+
+Zero1Optimizer::Zero1Optimizer(const std::vector<ShardedAdamW::Param>& params,
+                               const std::vector<bool>& expert, const AdamWArgs& hyper,
+                               Communicator& dp, Communicator& edp) {
+  std::vector<ShardedAdamW::Param> dense, experts;
+  std::vector<std::pair<bool, size_t>> index;  // (expert, index in its group), as params
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto& group = expert[i] ? experts : dense;
+    index.emplace_back(expert[i], group.size());
+    group.push_back(params[i]);
+  }
+  dense_ = std::make_unique<ShardedAdamW>(std::move(dense), hyper, dp);
+  if (!experts.empty()) experts_ = std::make_unique<ShardedAdamW>(std::move(experts), hyper, edp);
+  for (const auto& [is_expert, k] : index)
+    where_.emplace_back(is_expert ? experts_.get() : dense_.get(), k);
+}
+
+void Zero1Optimizer::set_learning_rate(double lr) {
+  dense_->set_learning_rate(lr);
+  if (experts_) experts_->set_learning_rate(lr);
+}
+
+void Zero1Optimizer::apply() {
+  dense_->apply();
+  if (experts_) experts_->apply();
+}
+
+void Zero1Optimizer::set_steps_taken(int64_t s) {
+  dense_->set_steps_taken(s);
+  if (experts_) experts_->set_steps_taken(s);
+}
+
+std::pair<Tensor, Tensor> Zero1Optimizer::full_moments(size_t i) const {
+  return where_[i].first->full_moments(where_[i].second);
+}
+
+void Zero1Optimizer::load_moments(size_t i, const Tensor& m, const Tensor& v) {
+  where_[i].first->load_moments(where_[i].second, m, v);
 }
 
 }  // namespace mod::parallel

@@ -2,9 +2,10 @@
 // [r * ceil(n / dp), ...) of every parameter's flattened (tp-local) tensor, keeps m and v for
 // those only, updates them from the dp-averaged gradient, and one all-gather per step brings
 // every rank's updated slices back. Each element sees exactly the AdamW arithmetic of the
-// unsharded optimizer, so the result matches it.
+// unsharded optimizer, so the result matches it. Zero1Optimizer applies it to a whole model.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +54,28 @@ class ShardedAdamW {
   int64_t step_ = 0;
   int64_t total_chunk_ = 0;  // sum of chunks: the all-gather's per-rank length
   AdamWStepConstants consts_;
+};
+
+// ZeRO-1 for a whole model: the moments of dense parameters sharded over dp, of expert weights
+// over edp (the ranks holding the same experts). Parameter i is the model's i-th, as in AdamW.
+class Zero1Optimizer {
+ public:
+  // expert[i]: parameter i is an expert weight.
+  Zero1Optimizer(const std::vector<ShardedAdamW::Param>& params, const std::vector<bool>& expert,
+                 const AdamWArgs& hyper, Communicator& dp, Communicator& edp);
+
+  void set_learning_rate(double lr);
+  void apply();
+  int64_t steps_taken() const { return dense_->steps_taken(); }
+  void set_steps_taken(int64_t s);
+  // Parameter i's moments in full, gathered over its group. Collective.
+  std::pair<Tensor, Tensor> full_moments(size_t i) const;
+  void load_moments(size_t i, const Tensor& m, const Tensor& v);
+
+ private:
+  std::unique_ptr<ShardedAdamW> dense_, experts_;  // experts_: null without expert weights
+  // Parameter i's optimizer and its index there.
+  std::vector<std::pair<ShardedAdamW*, size_t>> where_;
 };
 
 }  // namespace mod::parallel

@@ -4,9 +4,10 @@
 // metrics.csv, tb/ and model.safetensors, written by world rank 0.
 //
 // Parallel layout (parallel.dp x parallel.tp = world size): the model is built whole on every
-// rank from the same seed, then tensor-parallelised; each dp rank trains on its rows of every
-// global batch, and gradients are averaged over dp in buckets during backward. Losses and
-// metrics are reduced over dp, so every layout logs what one process would.
+// rank from the same seed, then parallel::parallelize shards it and returns the plan the steps
+// run with (gradient buckets, clipping groups, ZeRO-1); each dp rank trains on its rows of
+// every global batch. Losses and metrics are reduced over dp, so every layout logs what one
+// process would.
 #pragma once
 
 #include <memory>
@@ -14,37 +15,18 @@
 #include <vector>
 
 #include "configs/modtrain.pb.h"
+#include "model/flops.h"
 #include "model/transformer.h"
-#include "parallel/data_parallel.h"
 #include "parallel/mesh.h"
 #include "parallel/parallelize.h"
 #include "parallel/world.h"
-#include "parallel/zero1.h"
 #include "train/checkpoint/writer.h"
 #include "train/data/loader.h"
+#include "train/evaluate.h"
 #include "train/optimizer.h"
+#include "train/run_metrics.h"
 
 namespace mod::train {
-
-struct DataSplits {
-  std::shared_ptr<const std::vector<uint32_t>> train, val;
-  uint32_t vocab_size = 0;
-};
-// Reads dir/train.bin and dir/val.bin; the vocabulary must match model.vocab_size.
-DataSplits load_splits(const std::string& dir, int64_t model_vocab);
-
-struct EvalResult {
-  double loss = 0;       // mean over the evaluated batches
-  int64_t tokens = 0;
-};
-// Under data parallelism (dp given), rank r of dp evaluates batches r, r + dp, ... and the
-// result is reduced over dp; every rank returns the same value.
-EvalResult evaluate(const model::Transformer& model, const std::vector<uint32_t>& tokens,
-                    int64_t seq_len, int64_t batch, int64_t max_batches, model::RoutingMode mode,
-                    parallel::Communicator* dp = nullptr);
-
-// The FLOP rate MFU is measured against: the SGEMM rate of this machine, measured once.
-double measured_peak_flops();
 
 class Trainer {
  public:
@@ -72,7 +54,23 @@ class Trainer {
   const parallel::Mesh& mesh() const { return *mesh_; }
 
  private:
+  // run()'s pieces: step, log and evaluate (trainer.cpp); checkpoint and stop
+  // (trainer_checkpoint.cpp).
+  void print_run_header(const model::FlopCount& flops) const;
   double peak_flops_per_process() const;
+  StepMetrics timed_step(int64_t step);
+  void log_step(int64_t step, const StepMetrics& m, double run_seconds) const;
+  bool evaluation_due(int64_t step) const;
+  double validation_loss() const;
+  // Same answer on every rank. With checkpoint.every_steps or every_minutes set: at those, and
+  // after the last step.
+  bool checkpoint_due(int64_t steps_done, double minutes_since_save);
+  void save_checkpoint(int64_t steps_done, double elapsed);
+  bool any_rank_stopping();
+  void stop_after(int64_t steps_done);
+  void write_weights();
+  std::vector<ckpt::TensorEntry> checkpoint_entries();
+
   model::ForwardResult forward_batch(const Tensor& inputs, const Tensor& targets) const;
   // A step's results, left on the device until finish_step reads them.
   struct StepOutputs {
@@ -83,20 +81,11 @@ class Trainer {
   };
   // One step (trainer_step.cpp) = load_step (host -> device), enqueue_step (device work only,
   // what a CUDA graph captures), finish_step (the one wait: results read, divergence checked).
-  double train_step(int64_t step);
+  StepMetrics train_step(int64_t step);
   void load_step(int64_t step);
   StepOutputs enqueue_step(int64_t step);
-  double finish_step(int64_t step, const StepOutputs& out);
-  LeafGradReady gradient_ready_hook();
+  StepMetrics finish_step(int64_t step, const StepOutputs& out);
   Tensor global_grad_norm_and_clip();  // the norm before clipping, f64 on the device
-  void reduce_step_metrics(double& loss, double& aux);
-  // The ZeRO-1 optimizer holding a parameter's moments (zero1_experts_ for expert weights).
-  parallel::ShardedAdamW& zero1_for(const std::string& name) const;
-  // Checkpoints (trainer_checkpoint.cpp).
-  std::vector<ckpt::TensorEntry> checkpoint_entries();
-  void save_checkpoint(int64_t steps_done, double elapsed);
-  bool checkpoint_due(int64_t steps_done, double minutes_since_save);  // same answer on every rank
-  bool any_rank_stopping();
 
   modtrain::RunConfig cfg_;
   std::string run_dir_;
@@ -107,15 +96,9 @@ class Trainer {
   std::unique_ptr<parallel::Mesh> mesh_;
   DataSplits data_;
   std::unique_ptr<model::Transformer> model_;
-  Device device_ = Device::CPU;  // train.device: where parameters, batches and optimizer live
-  parallel::ShardMap shards_;
-  std::unique_ptr<AdamW> optimizer_;                 // unless ZeRO-1
-  // ZeRO-1 (parallel.zero1): moments of dense parameters sharded over dp, of expert weights over
-  // their expert data-parallel group; zero1_index_[i] is parameter i's index in its optimizer.
-  std::unique_ptr<parallel::ShardedAdamW> zero1_, zero1_experts_;
-  std::vector<size_t> zero1_index_;
-  std::unique_ptr<parallel::GradBucketer> buckets_;          // dense parameters over dp (dp > 1)
-  std::unique_ptr<parallel::GradBucketer> expert_buckets_;  // expert weights over edp
+  Device device_ = Device::CPU;       // train.device: where parameters, batches and optimizer live
+  parallel::ParallelPlan plan_;       // shards, gradient buckets, clipping groups, ZeRO-1
+  std::unique_ptr<AdamW> optimizer_;  // unless ZeRO-1 (plan_.zero1)
   std::unique_ptr<data::WindowLoader> loader_;
   int64_t row_begin_ = 0, row_end_ = 0;  // this dp rank's rows of each global batch
   bool check_routing_ = false;           // MOD_CHECK_TP_ROUTING=1
@@ -124,9 +107,10 @@ class Trainer {
   double elapsed_before_ = 0;  // seconds trained before a resume
   bool stopped_ = false;
   std::vector<double> losses_;
-  std::vector<model::RoutedBlockStats> last_stats_;
-  std::vector<model::MoeStats> last_moe_stats_;
-  double last_aux_ = 0, last_grad_norm_ = 0;
+  // Set by run(): metrics.csv and tb/ (world rank 0), a token's training FLOPs and the rate MFU
+  // is measured against (every process's share of the machine).
+  std::unique_ptr<MetricsLog> log_;
+  double flops_per_token_ = 0, peak_flops_ = 0;
   std::vector<std::pair<Tensor, Tensor>> step_inputs_;  // per micro-batch: inputs, targets
   std::unique_ptr<CapturedWork> graph_;                 // train.cuda_graph, after warm-up
   StepOutputs graph_outputs_;                           // the tensors graph_ writes

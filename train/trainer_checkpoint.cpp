@@ -1,4 +1,5 @@
-// The trainer's checkpoints: what a save holds, when it happens, and resuming under any layout.
+// The trainer's checkpoints: what a save holds, when it happens, stopping on a signal, and
+// resuming under any layout.
 // Tensors are saved by their global names and shapes: model/<param>, optim/m/<param> and
 // optim/v/<param>, tensor-parallel slices as pieces of the global tensor, written by dp rank 0
 // (its dp replicas are identical). ZeRO-1 moments are gathered over dp first, so the files do
@@ -10,7 +11,6 @@
 #include "core/util/safetensors.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/reader.h"
-#include "train/metrics/metrics_writer.h"
 #include "train/stop_signal.h"
 #include "train/trainer.h"
 
@@ -39,12 +39,12 @@ std::vector<ckpt::TensorEntry> Trainer::checkpoint_entries() {
   const auto params = model_->named_parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, p] = params[i];
-    const parallel::ShardSpec& spec = shards_.at(name);
+    const parallel::ShardSpec& spec = plan_.shards.at(name);
     const bool writer = spec.expert ? expert_writer : spec.dim >= 0 ? dp_writer : tp_writer;
     out.push_back(entry("model/" + name, p, spec, writer));
     Tensor m, v;
-    if (zero1_) {
-      std::tie(m, v) = zero1_for(name).full_moments(zero1_index_[i]);  // collective over its group
+    if (plan_.zero1) {
+      std::tie(m, v) = plan_.zero1->full_moments(i);  // collective over its group
     } else {
       m = optimizer_->slots()[i].m;
       v = optimizer_->slots()[i].v;
@@ -66,10 +66,10 @@ void Trainer::save_checkpoint(int64_t steps_done, double elapsed) {
   st.batches_drawn = ls.batches_drawn;
   const auto words = Rng(cfg_.train().seed()).state();  // init stream; training draws no randomness
   st.rng_state.assign(words.begin(), words.end());
-  st.mesh = {mesh_->dims().dp, mesh_->dims().tp, zero1_ != nullptr, mesh_->world().size()};
+  st.mesh = {mesh_->dims().dp, mesh_->dims().tp, plan_.zero1 != nullptr, mesh_->world().size()};
   st.elapsed_seconds = elapsed;
   st.last_metrics_step = steps_done;
-  st.optimizer_steps = zero1_ ? zero1_->steps_taken() : optimizer_->steps_taken();
+  st.optimizer_steps = plan_.zero1 ? plan_.zero1->steps_taken() : optimizer_->steps_taken();
   checkpointer_->save(checkpoint_entries(), st, ckpt::save_options(cfg_.checkpoint()));
   if (!quiet_ && !checkpointer_->pending())
     std::printf("checkpoint %s\n", checkpointer_->last_committed().value_or("?").c_str());
@@ -77,6 +77,8 @@ void Trainer::save_checkpoint(int64_t steps_done, double elapsed) {
 
 bool Trainer::checkpoint_due(int64_t steps_done, double minutes_since_save) {
   const auto& c = cfg_.checkpoint();
+  if (c.every_steps() <= 0 && c.every_minutes() <= 0) return false;
+  if (steps_done == cfg_.train().steps()) return true;
   // Clocks differ between ranks: rank 0's reading decides for everyone.
   Tensor due = Tensor::scalar(
       (c.every_steps() > 0 && steps_done % c.every_steps() == 0) ||
@@ -91,6 +93,17 @@ bool Trainer::any_rank_stopping() {
   Tensor flag = Tensor::scalar(stop_signal_received() != 0 ? 1.0 : 0.0, DType::I32);
   mesh_->world().all_reduce(flag, parallel::ReduceOp::Max);
   return flag.item() != 0;
+}
+
+// After the stop's checkpoint is committed: the run ends with kExitCheckpointedStop.
+void Trainer::stop_after(int64_t steps_done) {
+  if (checkpointer_) checkpointer_->wait();
+  stopped_ = true;
+  if (!quiet_)
+    std::printf(
+        "stopping after step %lld on SIGTERM/SIGUSR1: checkpoint written, exit %d; "
+        "continue with --resume auto\n",
+        static_cast<long long>(steps_done), kExitCheckpointedStop);
 }
 
 void Trainer::resume(const std::string& spec) {
@@ -114,26 +127,24 @@ void Trainer::resume(const std::string& spec) {
   const auto params = model_->named_parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, p] = params[i];
-    const parallel::ShardSpec& s = shards_.at(name);
+    const parallel::ShardSpec& s = plan_.shards.at(name);
     auto read = [&](const std::string& key) {
       return reader.read(key, p.shape(), s.dim, s.offset, p.dtype());
     };
     Tensor dst = p;
     dst.copy_from(read("model/" + name));
     Tensor m = read("optim/m/" + name), v = read("optim/v/" + name);
-    if (zero1_) {
-      zero1_for(name).load_moments(zero1_index_[i], m, v);
+    if (plan_.zero1) {
+      plan_.zero1->load_moments(i, m, v);
     } else {
       optimizer_->slots()[i].m.copy_from(m);
       optimizer_->slots()[i].v.copy_from(v);
     }
   }
-  if (zero1_) {
-    zero1_->set_steps_taken(st.optimizer_steps);
-    if (zero1_experts_) zero1_experts_->set_steps_taken(st.optimizer_steps);
-  } else {
+  if (plan_.zero1)
+    plan_.zero1->set_steps_taken(st.optimizer_steps);
+  else
     optimizer_->set_steps_taken(st.optimizer_steps);
-  }
   loader_->restore({st.loader_seed, st.batches_drawn});
   start_step_ = st.step;
   elapsed_before_ = st.elapsed_seconds;
@@ -145,7 +156,7 @@ void Trainer::resume(const std::string& spec) {
 void Trainer::init_from(const std::string& path) {
   SafetensorsFile file = load_safetensors(path);
   for (const auto& [name, p] : model_->named_parameters()) {
-    const parallel::ShardSpec& s = shards_.at(name);
+    const parallel::ShardSpec& s = plan_.shards.at(name);
     auto it = file.tensors.find(name);
     if (it == file.tensors.end()) throw std::runtime_error("init from " + path + ": missing tensor " + name);
     if (it->second.shape() != s.global_shape)
@@ -155,9 +166,9 @@ void Trainer::init_from(const std::string& path) {
     Tensor dst = p;
     dst.copy_from(local_slice(it->second.to(p.dtype()), s, p.shape()));
   }
-  if (file.tensors.size() != shards_.size())
+  if (file.tensors.size() != plan_.shards.size())
     throw std::runtime_error("init from " + path + ": " + std::to_string(file.tensors.size()) +
-                             " tensors, the model has " + std::to_string(shards_.size()) + " parameters");
+                             " tensors, the model has " + std::to_string(plan_.shards.size()) + " parameters");
 }
 
 }  // namespace mod::train

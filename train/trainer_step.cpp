@@ -28,71 +28,53 @@ void maybe_exit_for_test(int world_rank, int64_t step) {
   }
 }
 
+// Every number a step reports per block, in one fixed order (the dp reduction packs them so).
+template <class F>
+void for_each_block_stat(StepMetrics& m, F f) {
+  for (auto& s : m.routed) {
+    for (double* x : {&s.router_mean, &s.router_std, &s.accuracy, &s.precision, &s.recall}) f(*x);
+    for (double& x : s.routed_fraction_by_bucket) f(x);
+  }
+  for (auto& s : m.moe)
+    for (double* x : {&s.unrouted_fraction, &s.noop_fraction, &s.dropped_fraction, &s.max_load})
+      f(*x);
+}
+
+// Every dp rank saw its own rows: the step's loss and routing statistics are dp means (each
+// rank's share of tokens is equal).
+void reduce_over_dp(double& loss, double& aux, StepMetrics& m, parallel::Communicator& dp) {
+  if (dp.size() == 1) return;
+  std::vector<double> v = {loss, aux};
+  for_each_block_stat(m, [&](double& x) { v.push_back(x); });
+  Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64);
+  dp.all_reduce(t);
+  const double inv = 1.0 / dp.size();
+  size_t k = 0;
+  auto next = [&](double& x) { x = t.data<double>()[k++] * inv; };
+  next(loss);
+  next(aux);
+  for_each_block_stat(m, next);
+}
+
 // Eager steps before a graph is captured: the first builds cuBLAS and cuDNN plans and fills
 // the allocator's cache, none of which may happen inside a capture.
 constexpr int64_t kGraphWarmupSteps = 1;
 }  // namespace
 
-// The norm over the whole model: tp-sharded gradients are summed over the tp group, experts
-// split over ep over the ep group, replicated ones (identical on every rank of those groups)
-// counted once. Gradients are already reduced over dp. All on the device.
+// The norm over the whole model: each of the plan's groups sums its squares over its
+// communicator (tp-sharded over tp, experts over ep, replicated ones counted once). Gradients
+// are already reduced over dp. All on the device.
 Tensor Trainer::global_grad_norm_and_clip() {
-  std::vector<Tensor> tp_sharded, ep_sharded, replicated, all;
-  for (const auto& [name, t] : model_->named_parameters()) {
-    const parallel::ShardSpec& spec = shards_.at(name);
-    (spec.dim < 0 ? replicated : spec.expert ? ep_sharded : tp_sharded).push_back(t);
-    all.push_back(t);
+  Tensor sq;
+  for (const parallel::NormGroup& g : plan_.norm_groups) {
+    Tensor group_sq = grad_sq_sum(g.params, device_);
+    if (g.sum_over && g.sum_over->size() > 1) g.sum_over->all_reduce(group_sq);
+    if (sq.defined())
+      backend(device_).axpy(1.0, group_sq, sq);
+    else
+      sq = group_sq;
   }
-  Tensor sq = grad_sq_sum(tp_sharded, device_);
-  if (mesh_->tp().size() > 1) mesh_->tp().all_reduce(sq);
-  Tensor ep_sq = grad_sq_sum(ep_sharded, device_);
-  if (mesh_->ep().size() > 1) mesh_->ep().all_reduce(ep_sq);
-  Backend& be = backend(device_);
-  be.axpy(1.0, ep_sq, sq);
-  be.axpy(1.0, grad_sq_sum(replicated, device_), sq);
-  return clip_to_sq_sum(all, sq, cfg_.optimizer().grad_clip());
-}
-
-// Every dp rank saw its own rows: the step's loss and routing statistics are dp means (each
-// rank's share of tokens is equal).
-void Trainer::reduce_step_metrics(double& loss, double& aux) {
-  if (mesh_->dp().size() == 1) return;
-  std::vector<double> v = {loss, aux};
-  for (const auto& s : last_stats_) {
-    for (double x : {s.router_mean, s.router_std, s.accuracy, s.precision, s.recall})
-      v.push_back(x);
-    for (double x : s.routed_fraction_by_bucket) v.push_back(x);
-  }
-  for (const auto& s : last_moe_stats_)
-    for (double x : {s.unrouted_fraction, s.noop_fraction, s.dropped_fraction, s.max_load})
-      v.push_back(x);
-  Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64);
-  mesh_->dp().all_reduce(t);
-  const double inv = 1.0 / mesh_->dp().size();
-  size_t k = 0;
-  auto next = [&] { return t.data<double>()[k++] * inv; };
-  loss = next();
-  aux = next();
-  for (auto& s : last_stats_) {
-    for (double* x : {&s.router_mean, &s.router_std, &s.accuracy, &s.precision, &s.recall})
-      *x = next();
-    for (double& x : s.routed_fraction_by_bucket) x = next();
-  }
-  for (auto& s : last_moe_stats_)
-    for (double* x : {&s.unrouted_fraction, &s.noop_fraction, &s.dropped_fraction, &s.max_load})
-      *x = next();
-}
-
-// Buckets all-reduce during the last micro-batch's backward; each ignores the other's leaves.
-LeafGradReady Trainer::gradient_ready_hook() {
-  LeafGradReady dense = buckets_ ? buckets_->ready_hook() : LeafGradReady();
-  LeafGradReady experts = expert_buckets_ ? expert_buckets_->ready_hook() : LeafGradReady();
-  if (!experts) return dense;
-  if (!dense) return experts;
-  return [dense, experts](const Tensor& leaf) {
-    dense(leaf);
-    experts(leaf);
-  };
+  return clip_to_sq_sum(model_->parameters(), sq, cfg_.optimizer().grad_clip());
 }
 
 // Under train.precision BF16 the layers compute in bf16 from the f32 master weights.
@@ -117,12 +99,10 @@ void Trainer::load_step(int64_t step) {
     step_inputs_[micro].second.copy_from(batch.targets);
   }
   const double lr = learning_rate(cfg_.optimizer(), step, cfg_.train().steps());
-  if (zero1_) {
-    zero1_->set_learning_rate(lr);
-    if (zero1_experts_) zero1_experts_->set_learning_rate(lr);
-  } else {
+  if (plan_.zero1)
+    plan_.zero1->set_learning_rate(lr);
+  else
     optimizer_->set_learning_rate(lr);
-  }
 }
 
 // The device's part: nothing here reads a device tensor on the host.
@@ -139,7 +119,8 @@ Trainer::StepOutputs Trainer::enqueue_step(int64_t step) {
     maybe_exit_for_test(mesh_->world().rank(), step);
     const bool last = micro == accum - 1;
     // Buckets all-reduce during the last micro-batch's backward; earlier ones accumulate.
-    backward(scale(r.loss, 1.0 / accum), Tensor(), last ? gradient_ready_hook() : LeafGradReady());
+    backward(scale(r.loss, 1.0 / accum), Tensor(),
+             last ? plan_.grad_ready_hook() : LeafGradReady());
     be.axpy(1.0 / accum, detach(r.lm_loss).to(DType::F64), out.loss);
     if (r.aux_loss.defined()) be.axpy(1.0 / accum, detach(r.aux_loss).to(DType::F64), out.aux);
     if (last) {
@@ -147,38 +128,38 @@ Trainer::StepOutputs Trainer::enqueue_step(int64_t step) {
       out.moe_stats = std::move(r.moe_stats);
     }
   }
-  if (buckets_) buckets_->finish();
-  if (expert_buckets_) expert_buckets_->finish();
+  plan_.finish_grad_sync();
   out.grad_norm = global_grad_norm_and_clip();
-  if (zero1_) {
-    zero1_->apply();
-    if (zero1_experts_) zero1_experts_->apply();
-  } else {
+  if (plan_.zero1)
+    plan_.zero1->apply();
+  else
     optimizer_->apply();
-  }
   return out;
 }
 
 // The host waits for the step here, once: losses, norm and routing statistics.
-double Trainer::finish_step(int64_t step, const StepOutputs& out) {
+StepMetrics Trainer::finish_step(int64_t step, const StepOutputs& out) {
   double loss = out.loss.item(), aux = out.aux.item();
-  last_grad_norm_ = out.grad_norm.item();
-  last_stats_ = out.stats;
-  model::resolve_stats(last_stats_);
-  last_moe_stats_ = out.moe_stats;
-  model::resolve_moe_stats(last_moe_stats_);
-  reduce_step_metrics(loss, aux);
+  const double grad_norm = out.grad_norm.item();
+  StepMetrics m;
+  m.routed = out.stats;
+  model::resolve_stats(m.routed);
+  m.moe = out.moe_stats;
+  model::resolve_moe_stats(m.moe);
+  reduce_over_dp(loss, aux, m, mesh_->dp());
   // Checked after the update (checking before it would wait for the device mid-step); a
   // diverged run stops here and its parameters are never saved.
-  if (!std::isfinite(loss) || !std::isfinite(last_grad_norm_))
+  if (!std::isfinite(loss) || !std::isfinite(grad_norm))
     throw std::runtime_error("training diverged at step " + std::to_string(step + 1) + ": loss " +
-                             std::to_string(loss) + ", gradient norm " +
-                             std::to_string(last_grad_norm_) + " (lower optimizer.lr?)");
-  last_aux_ = aux;
-  return loss;
+                             std::to_string(loss) + ", gradient norm " + std::to_string(grad_norm) +
+                             " (lower optimizer.lr?)");
+  m.lm_loss = loss;
+  if (aux != 0) m.aux_loss = aux;
+  m.grad_norm = grad_norm;
+  return m;
 }
 
-double Trainer::train_step(int64_t step) {
+StepMetrics Trainer::train_step(int64_t step) {
   load_step(step);
   if (!cfg_.train().cuda_graph() || step < start_step_ + kGraphWarmupSteps)
     return finish_step(step, enqueue_step(step));

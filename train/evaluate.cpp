@@ -1,0 +1,52 @@
+// Token splits and evaluation (see evaluate.h).
+#include "train/evaluate.h"
+
+#include <stdexcept>
+
+#include "core/autograd.h"
+#include "train/data/loader.h"
+#include "train/data/shard.h"
+
+namespace mod::train {
+
+DataSplits load_splits(const std::string& dir, int64_t model_vocab) {
+  DataSplits d;
+  data::ShardHeader h;
+  d.train = std::make_shared<const std::vector<uint32_t>>(data::read_shard(dir + "/train.bin", &h));
+  d.vocab_size = h.vocab_size;
+  d.val = std::make_shared<const std::vector<uint32_t>>(data::read_shard(dir + "/val.bin", &h));
+  if (h.vocab_size != d.vocab_size)
+    throw std::runtime_error("data " + dir + ": train.bin and val.bin have different vocabularies");
+  if (d.vocab_size != model_vocab)
+    throw std::invalid_argument("config: model.vocab_size " + std::to_string(model_vocab) +
+                                " does not match the data's vocabulary " +
+                                std::to_string(d.vocab_size) + " (" + dir + ")");
+  return d;
+}
+
+EvalResult evaluate(const model::Transformer& model, const std::vector<uint32_t>& tokens,
+                    int64_t seq_len, int64_t batch, int64_t max_batches, model::RoutingMode mode,
+                    parallel::Communicator* dp) {
+  NoGradGuard no_grad;
+  const auto batches = data::sequential_batches(tokens, seq_len, batch, max_batches);
+  if (batches.empty())
+    throw std::invalid_argument("evaluate: " + std::to_string(tokens.size()) +
+                                " validation tokens cannot fill one batch of " +
+                                std::to_string(batch) + " x " + std::to_string(seq_len));
+  const size_t stride = dp ? dp->size() : 1, first = dp ? dp->rank() : 0;
+  Tensor sums = Tensor::zeros({2}, DType::F64);  // loss sum, tokens
+  const Device device = model.parameters().front().device();
+  for (size_t i = first; i < batches.size(); i += stride) {
+    sums.data<double>()[0] +=
+        model.forward(batches[i].inputs.to(device), batches[i].targets.to(device), mode)
+            .lm_loss.item();
+    sums.data<double>()[1] += static_cast<double>(batches[i].inputs.numel());
+  }
+  if (dp) dp->all_reduce(sums);
+  EvalResult r;
+  r.loss = sums.data<double>()[0] / static_cast<double>(batches.size());
+  r.tokens = static_cast<int64_t>(sums.data<double>()[1]);
+  return r;
+}
+
+}  // namespace mod::train

@@ -1,0 +1,46 @@
+// What a run reports each step, every metric named once: the tables in run_metrics.cpp give
+// metrics.csv's columns, a step's values and TensorBoard's tags, so the two files cannot drift
+// apart. Also the progress line and the FLOP rate MFU is measured against.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/transformer.h"
+#include "train/metrics/metrics_writer.h"
+
+namespace mod::train {
+
+// One step's metrics, reduced over dp (every rank holds the same). Unset: not reported this
+// step (an empty cell, no TensorBoard scalar).
+struct StepMetrics {
+  std::optional<double> lm_loss, aux_loss, val_loss, lr, grad_norm, tokens_per_s, mfu;
+  std::vector<model::RoutedBlockStats> routed;  // resolved, one per routed block
+  std::vector<model::MoeStats> moe;             // resolved, one per MoE block
+};
+
+// metrics.csv and tb/ of a run directory (world rank 0 keeps one). A resumed run's steps after
+// its checkpoint are dropped from both first, since it writes them again.
+class MetricsLog {
+ public:
+  MetricsLog(const std::string& run_dir, const model::Transformer& model, int64_t start_step);
+  void write(int64_t steps_done, const StepMetrics& m);
+
+ private:
+  modtrain::MoEConfig moe_;  // decides which MoE metrics exist
+  std::unique_ptr<metrics::CsvWriter> csv_;
+  std::unique_ptr<metrics::TensorBoardWriter> tb_;
+};
+
+// The line printed every train.log_every steps: loss (and validation loss), lr, tokens/s, MFU
+// and the time left.
+void print_progress(int64_t steps_done, int64_t steps, const StepMetrics& m, double eta_seconds);
+
+// The FLOP rate MFU is measured against: the SGEMM rate of this machine, measured once.
+double measured_peak_flops();
+
+}  // namespace mod::train
