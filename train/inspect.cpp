@@ -180,6 +180,9 @@ std::string heat_map_script(const model::RoutingTrace& trace,
       m << "\n\n";
     }
   }
+  double extent = 1e-9;  // the largest |score|: a colour scale symmetric about 0
+  for (const auto& b : trace.blocks)
+    for (double v : b.router_score) extent = std::max(extent, std::abs(v));
   const int width = static_cast<int>(std::max<size_t>(900, 160 + 14 * n));
   const int height = static_cast<int>(260 + 70 * rows);
   std::ostringstream g;
@@ -187,6 +190,7 @@ std::string heat_map_script(const model::RoutingTrace& trace,
     << util::gnuplot_png_output(png, width, height) << "set title " << util::gnuplot_quote(title)
     << "\nset xrange [-0.5:" << n - 0.5 << "]\nset yrange [-0.5:" << rows - 0.5 << "]\n"
     << "set palette defined (0 '#3b4cc0', 0.5 '#f7f7f7', 1 '#b40426')\n"
+    << "set cbrange [" << -extent << ":" << extent << "]\n"  // white at a score of 0
     << "set cblabel 'router score'\nset key outside bottom center horizontal\n"
     << "set xtics rotate by 90 right font ',8' (";
   for (size_t i = 0; i < n; ++i)

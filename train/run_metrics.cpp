@@ -17,6 +17,7 @@ struct RunMetric {
 constexpr RunMetric kRunMetrics[] = {{"lm_loss", &StepMetrics::lm_loss},
                                      {"aux_loss", &StepMetrics::aux_loss},
                                      {"val_loss", &StepMetrics::val_loss},
+                                     {"val_loss_causal", &StepMetrics::val_loss_causal},
                                      {"lr", &StepMetrics::lr},
                                      {"grad_norm", &StepMetrics::grad_norm},
                                      {"tokens_per_s", &StepMetrics::tokens_per_s},
@@ -57,6 +58,9 @@ constexpr MoeMetric kMoeMetrics[] = {{"dropped", &model::MoeStats::dropped_fract
 std::string router_name(int block, const RouterMetric& m) {
   return "block" + std::to_string(block) + "_" + m.name;
 }
+std::string agreement_name(int block) {
+  return "block" + std::to_string(block) + "_agreement";
+}
 std::string moe_name(int block, const MoeMetric& m) {
   return "moe_block" + std::to_string(block) + "_" + m.name;
 }
@@ -65,9 +69,12 @@ std::vector<std::string> columns(const model::Transformer& model) {
   std::vector<std::string> out;
   for (const RunMetric& m : kRunMetrics) out.push_back(m.name);
   const int blocks = model.config().n_layers();
+  const bool causal = model.config().mod().causal().method() != modtrain::CausalRoutingConfig::NONE;
   for (int b = 0; b < blocks; ++b)
-    if (model.routed(b))
+    if (model.routed(b)) {
       for (const RouterMetric& m : kRouterMetrics) out.push_back(router_name(b, m));
+      if (causal) out.push_back(agreement_name(b));
+    }
   for (int b = 0; b < blocks; ++b)
     if (model.moe(b))
       for (const MoeMetric& m : kMoeMetrics)
@@ -81,6 +88,7 @@ std::map<std::string, double> values(const StepMetrics& s, const modtrain::MoECo
     if (s.*m.value) out[m.name] = *(s.*m.value);
   for (const auto& r : s.routed)
     for (const RouterMetric& m : kRouterMetrics) out[router_name(r.block, m)] = r.*m.value;
+  for (const auto& [block, share] : s.agreement) out[agreement_name(block)] = share;
   for (const auto& e : s.moe)
     for (const MoeMetric& m : kMoeMetrics)
       if (m.reported(moe)) out[moe_name(e.block, m)] = e.*m.value;
@@ -116,6 +124,10 @@ void MetricsLog::write(int64_t steps_done, const StepMetrics& m) {
       tb_->scalar(
           "routing/block" + std::to_string(s.block) + "_routed_frac_bucket" + std::to_string(k),
           s.routed_fraction_by_bucket[k], steps_done);
+  for (const auto& s : m.routed)
+    if (s.router_histogram.num > 0)
+      tb_->histogram("block" + std::to_string(s.block) + "_router_scores", s.router_histogram,
+                     steps_done);
   const auto row = values(m, moe_);
   csv_->row(steps_done, *m.lm_loss, row);
   // TensorBoard has always called the training loss "loss".
@@ -127,6 +139,7 @@ void print_progress(int64_t steps_done, int64_t steps, const StepMetrics& m, dou
   std::printf("step %5lld/%lld | loss %.4f", static_cast<long long>(steps_done),
               static_cast<long long>(steps), *m.lm_loss);
   if (m.val_loss) std::printf(" | val %.4f", *m.val_loss);
+  if (m.val_loss_causal) std::printf(" (causal %.4f)", *m.val_loss_causal);
   std::printf(" | lr %.2e | %6.0f tok/s | MFU %4.1f%% | ETA %s\n", *m.lr, *m.tokens_per_s,
               100 * *m.mfu, format_duration(eta_seconds).c_str());
   std::fflush(stdout);

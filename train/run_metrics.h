@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/transformer.h"
@@ -19,8 +20,13 @@ namespace mod::train {
 // step (an empty cell, no TensorBoard scalar).
 struct StepMetrics {
   std::optional<double> lm_loss, aux_loss, val_loss, lr, grad_norm, tokens_per_s, mfu;
+  // At the final evaluation of a routed model: the validation loss with causal routing.
+  std::optional<double> val_loss_causal;
   std::vector<model::RoutedBlockStats> routed;  // resolved, one per routed block
-  std::vector<model::MoeStats> moe;             // resolved, one per MoE block
+  // At evaluations of an MoD model: (block, share of a validation batch's tokens on which
+  // causal routing chooses as top-C does).
+  std::vector<std::pair<int, double>> agreement;
+  std::vector<model::MoeStats> moe;  // resolved, one per MoE block
 };
 
 // metrics.csv and tb/ of a run directory (world rank 0 keeps one). A resumed run's steps after

@@ -10,7 +10,9 @@
 
 #include "configs/config.h"
 #include "core/device_report.h"
+#include "model/routing_trace.h"
 #include "parallel/device_communicator.h"
+#include "train/data/loader.h"
 #include "train/stop_signal.h"
 #include "train/weights.h"
 #ifdef MOD_HAVE_CUDA
@@ -100,7 +102,7 @@ double Trainer::run() {
     if (checkpointer_) checkpointer_->wait();  // a background save commits at a step boundary
     StepMetrics m = timed_step(step);
     loss = *m.lm_loss;
-    if (evaluation_due(step)) m.val_loss = validation_loss();
+    if (evaluation_due(step)) evaluate_validation(step, m);
     log_step(step, m, seconds_since(start));
     // Every rank learns whether any rank was signalled, so all of them stop after this step.
     const bool stop = any_rank_stopping();
@@ -161,11 +163,27 @@ bool Trainer::evaluation_due(int64_t step) const {
   return t.eval_every() > 0 && ((step + 1) % t.eval_every() == 0 || step + 1 == t.steps());
 }
 
-double Trainer::validation_loss() const {
+void Trainer::evaluate_validation(int64_t step, StepMetrics& m) const {
   const auto& t = cfg_.train();
-  return evaluate(*model_, *data_.val, cfg_.model().seq_len(), t.batch_size(), t.eval_batches(),
-                  model::RoutingMode::TopC, &mesh_->dp())
-      .loss;
+  const auto& mc = cfg_.model();
+  m.val_loss = evaluate(*model_, *data_.val, mc.seq_len(), t.batch_size(), t.eval_batches(),
+                        model::RoutingMode::TopC, &mesh_->dp())
+                   .loss;
+  // Causal routing needs a trained decision, and every expert on the rank (MoE's causal path).
+  const bool no_decision =
+      mc.mod().enabled() && mc.mod().causal().method() == modtrain::CausalRoutingConfig::NONE;
+  if (no_decision || (mc.moe().enabled() && mesh_->dims().ep > 1)) return;
+  if (mc.mod().enabled()) {
+    // Every rank routes the same first validation batch, so all hold the same shares.
+    const auto batch = data::sequential_batches(*data_.val, mc.seq_len(), t.batch_size(), 1);
+    const auto shares = model::routing_agreement(*model_, batch.at(0).inputs.to(device_));
+    for (size_t k = 0, b = 0; b < model_->num_blocks(); ++b)
+      if (model_->routed(b)) m.agreement.emplace_back(static_cast<int>(b), shares.at(k++));
+  }
+  if (step + 1 == t.steps() && (mc.mod().enabled() || mc.moe().enabled()))
+    m.val_loss_causal = evaluate(*model_, *data_.val, mc.seq_len(), t.batch_size(),
+                                 t.eval_batches(), model::RoutingMode::Causal, &mesh_->dp())
+                            .loss;
 }
 
 void Trainer::write_weights() {

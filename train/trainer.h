@@ -61,7 +61,8 @@ class Trainer {
   StepMetrics timed_step(int64_t step);
   void log_step(int64_t step, const StepMetrics& m, double run_seconds) const;
   bool evaluation_due(int64_t step) const;
-  double validation_loss() const;
+  // val_loss (top-C), agreement of the two routings, and after the last step val_loss_causal.
+  void evaluate_validation(int64_t step, StepMetrics& m) const;
   // Same answer on every rank. With checkpoint.every_steps or every_minutes set: at those, and
   // after the last step.
   bool checkpoint_due(int64_t steps_done, double minutes_since_save);

@@ -26,6 +26,19 @@ first=$(awk -F, 'NR==2 {print $2}' "$work/run/metrics.csv")
 last=$(awk -F, 'END {print $2}' "$work/run/metrics.csv")
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' || fail "loss did not fall: $first -> $last"
 ls "$work/run/tb/"events.out.tfevents.* > /dev/null || fail "no TensorBoard event file"
+grep -q "block1_router_scores" "$work/run/tb/"events.out.tfevents.* \
+  || fail "no router-score histogram in TensorBoard"
+# The final evaluation also routes causally; every evaluation measures the routings' agreement.
+python3 - "$work/run/metrics.csv" <<'PY' || fail "metrics.csv lacks the causal evaluation"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+last, mid = rows[-1], rows[14]
+assert last["step"] == "30" and 0 < float(last["val_loss_causal"]) < 10, last
+assert mid["step"] == "15" and mid["val_loss_causal"] == "", mid  # only after the last step
+for row in (mid, last):
+    assert 0.5 < float(row["block1_agreement"]) <= 1, row
+assert rows[0]["block1_agreement"] == "", rows[0]  # not an evaluation step
+PY
 [ -s "$work/run/model.safetensors" ] || fail "no weights file"
 grep -q "ETA" "$work/train.log" || fail "no progress line"
 
