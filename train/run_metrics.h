@@ -23,8 +23,8 @@ struct StepMetrics {
   // At the final evaluation of a routed model: the validation loss with causal routing.
   std::optional<double> val_loss_causal;
   std::vector<model::RoutedBlockStats> routed;  // resolved, one per routed block
-  // At evaluations of an MoD model: (block, share of a validation batch's tokens on which
-  // causal routing chooses as top-C does).
+  // At evaluations of an MoD model: (block, share of the first validation sequences' tokens
+  // on which causal routing chooses as top-C does).
   std::vector<std::pair<int, double>> agreement;
   std::vector<model::MoeStats> moe;  // resolved, one per MoE block
 };

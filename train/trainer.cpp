@@ -2,6 +2,7 @@
 // line and files, evaluation, then checkpoint and stop (trainer_checkpoint.cpp).
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -174,8 +175,11 @@ void Trainer::evaluate_validation(int64_t step, StepMetrics& m) const {
       mc.mod().enabled() && mc.mod().causal().method() == modtrain::CausalRoutingConfig::NONE;
   if (no_decision || (mc.moe().enabled() && mesh_->dims().ep > 1)) return;
   if (mc.mod().enabled()) {
-    // Every rank routes the same first validation batch, so all hold the same shares.
-    const auto batch = data::sequential_batches(*data_.val, mc.seq_len(), t.batch_size(), 1);
+    // Every rank routes the same first sequences of the validation split, so all hold the same
+    // shares; a few, since causal routing runs sequence by sequence.
+    constexpr int64_t kAgreementSequences = 8;
+    const auto batch = data::sequential_batches(
+        *data_.val, mc.seq_len(), std::min<int64_t>(t.batch_size(), kAgreementSequences), 1);
     const auto shares = model::routing_agreement(*model_, batch.at(0).inputs.to(device_));
     for (size_t k = 0, b = 0; b < model_->num_blocks(); ++b)
       if (model_->routed(b)) m.agreement.emplace_back(static_cast<int>(b), shares.at(k++));
