@@ -4,9 +4,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <sstream>
 #include <vector>
+
+#include "train/weights.h"
 
 namespace mod::grid {
 
@@ -21,23 +22,6 @@ const char* status_name(RunStatus s) {
   return "?";
 }
 
-int64_t weights_step(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return -1;
-  unsigned char len_bytes[8];
-  if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) return -1;
-  uint64_t len = 0;
-  for (int i = 7; i >= 0; --i) len = len << 8 | len_bytes[i];  // little-endian
-  if (len == 0 || len > (uint64_t{1} << 30)) return -1;
-  std::string header(len, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(len))) return -1;
-  // Metadata values are JSON strings: "format":"modtrain-weights-1", "step":"N".
-  static const std::regex format_re("\"format\"\\s*:\\s*\"modtrain-weights-1\"");
-  static const std::regex step_re("\"step\"\\s*:\\s*\"([0-9]+)\"");
-  std::smatch m;
-  if (!std::regex_search(header, format_re) || !std::regex_search(header, m, step_re)) return -1;
-  return std::stoll(m[1].str());
-}
 
 namespace {
 
@@ -89,7 +73,7 @@ void read_metrics(const std::string& path, int64_t steps, int64_t tokens_per_ste
 RunState inspect_run(const std::string& run_dir, int64_t steps, int64_t tokens_per_step) {
   RunState st;
   if (!fs::is_directory(run_dir)) return st;
-  st.weights_step = weights_step(run_dir + "/model.safetensors");
+  st.weights_step = train::weights_step(run_dir + "/model.safetensors");
   std::ifstream latest(run_dir + "/checkpoints/latest");
   std::string name;
   if (latest >> name && name.rfind("step_", 0) == 0) {

@@ -31,8 +31,4 @@ struct RunState {
 
 RunState inspect_run(const std::string& run_dir, int64_t steps, int64_t tokens_per_step);
 
-// The "step" metadata of a modtrain safetensors file, from its header alone; -1 when the file is
-// missing or is not a modtrain weights file.
-int64_t weights_step(const std::string& path);
-
 }  // namespace mod::grid

@@ -2,6 +2,8 @@
 #include "train/weights.h"
 
 #include <filesystem>
+#include <fstream>
+#include <regex>
 #include <stdexcept>
 
 #include "configs/config.h"
@@ -64,6 +66,24 @@ LoadedModel load_weights(const std::string& path) {
   return out;
 }
 
+int64_t weights_step(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return -1;
+  unsigned char len_bytes[8];
+  if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) return -1;
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = len << 8 | len_bytes[i];  // little-endian
+  if (len == 0 || len > (uint64_t{1} << 30)) return -1;
+  std::string header(len, '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(len))) return -1;
+  // Metadata values are JSON strings: "format":"modtrain-weights-1", "step":"N".
+  static const std::regex format_re("\"format\"\\s*:\\s*\"modtrain-weights-1\"");
+  static const std::regex step_re("\"step\"\\s*:\\s*\"([0-9]+)\"");
+  std::smatch m;
+  if (!std::regex_search(header, format_re) || !std::regex_search(header, m, step_re)) return -1;
+  return std::stoll(m[1].str());
+}
+
 namespace {
 LoadedModel load_checkpoint_model(const ckpt::CheckpointReader& reader) {
   LoadedModel out;
@@ -94,10 +114,7 @@ LoadedModel load_model(const std::string& path) {
                              "model.safetensors, no checkpoints/latest)");
   if (!has_checkpoint) return load_weights(weights);
   const ckpt::CheckpointReader reader(ckpt::resolve_checkpoint(path));
-  if (has_weights) {
-    LoadedModel w = load_weights(weights);
-    if (w.step >= reader.state().step) return w;
-  }
+  if (has_weights && weights_step(weights) >= reader.state().step) return load_weights(weights);
   return load_checkpoint_model(reader);
 }
 

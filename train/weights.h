@@ -27,6 +27,10 @@ struct LoadedModel {
 };
 LoadedModel load_weights(const std::string& path);
 
+// The "step" metadata of a modtrain weights file, from its header alone; -1 when the file is
+// missing or is not a modtrain weights file.
+int64_t weights_step(const std::string& path);
+
 // What eval, sample and inspect take: a weights file; a checkpoint directory; or a run
 // directory, meaning the newer of its model.safetensors and its latest checkpoint (by step; the
 // weights file on a tie). Errors say which of the three was expected.

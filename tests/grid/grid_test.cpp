@@ -15,6 +15,7 @@
 #include "grid/run_state.h"
 #include "grid/sbatch.h"
 #include "grid/spec.h"
+#include "train/weights.h"
 
 using namespace mod;
 using Catch::Matchers::Contains;
@@ -299,7 +300,7 @@ TEST_CASE("a run directory's state: weights step, checkpoint, final validation l
   }
   save_safetensors(dir + "/model.safetensors", {{"w", Tensor::zeros({2, 2})}},
                    {{"format", "modtrain-weights-1"}, {"config", "name: \"x\""}, {"step", "10"}});
-  CHECK(grid::weights_step(dir + "/model.safetensors") == 10);
+  CHECK(train::weights_step(dir + "/model.safetensors") == 10);
   st = grid::inspect_run(dir, 10, 256);
   CHECK(st.status == grid::RunStatus::Finished);
   REQUIRE(st.final_val_loss);
@@ -310,6 +311,6 @@ TEST_CASE("a run directory's state: weights step, checkpoint, final validation l
   CHECK_THAT(st.describe(), Contains("model.safetensors at step 10"));
   // A safetensors file that is not modtrain's.
   save_safetensors(dir + "/other.safetensors", {{"w", Tensor::zeros({1})}}, {{"step", "3"}});
-  CHECK(grid::weights_step(dir + "/other.safetensors") == -1);
+  CHECK(train::weights_step(dir + "/other.safetensors") == -1);
   std::filesystem::remove_all(dir);
 }
