@@ -21,7 +21,7 @@
 #include "parallel/mesh.h"
 #include "parallel/world.h"
 #include "train/data/loader.h"
-#include "train/data/shard.h"
+#include "train/data/token_file.h"
 #include "train/trainer.h"
 
 namespace mod::bench {
@@ -85,9 +85,9 @@ double valid_slot_share(const train::Trainer& trainer, const modtrain::RunConfig
   const auto& m = cfg.model();
   if (!m.moe().enabled() || m.moe().routing() != modtrain::MoEConfig::TOKEN_CHOICE) return 1;
   NoGradGuard no_grad;
-  const auto splits = train::load_splits(cfg.data().dir(), m.vocab_size());
+  const auto splits = train::load_dataset(cfg.data().dir(), m.vocab_size());
   const auto batches =
-      data::sequential_batches(*splits.val, m.seq_len(), cfg.train().batch_size(), 1);
+      data::sequential_batches(splits.val, m.seq_len(), cfg.train().batch_size(), 1);
   const model::ForwardResult r =
       trainer.model().forward(batches.at(0).inputs, batches.at(0).targets);
   const auto slots = bench::expert_slots_by_block(m);

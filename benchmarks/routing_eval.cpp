@@ -50,15 +50,15 @@ int main(int argc, char** argv) {
       const auto loaded = train::load_weights(path);
       const auto& cfg = loaded.config;
       const std::string dir = vm.count("data") ? vm["data"].as<std::string>() : cfg.data().dir();
-      const auto data = train::load_splits(dir, cfg.model().vocab_size());
-      const auto top_c = train::evaluate(*loaded.model, *data.val, cfg.model().seq_len(), bs,
+      const auto data = train::load_dataset(dir, cfg.model().vocab_size());
+      const auto top_c = train::evaluate(*loaded.model, data.val, cfg.model().seq_len(), bs,
                                          batches, model::RoutingMode::TopC);
       std::printf("%s (step %lld) on %s/val.bin, %lld tokens\n", cfg.name().c_str(),
                   static_cast<long long>(loaded.step), dir.c_str(),
                   static_cast<long long>(top_c.tokens));
       std::printf("  validation loss, top-C routing (training):  %.4f\n", top_c.loss);
       if (cfg.model().mod().enabled() || cfg.model().moe().enabled()) {
-        const auto causal = train::evaluate(*loaded.model, *data.val, cfg.model().seq_len(), bs,
+        const auto causal = train::evaluate(*loaded.model, data.val, cfg.model().seq_len(), bs,
                                             batches, model::RoutingMode::Causal);
         std::printf("  validation loss, causal routing (sampling): %.4f\n", causal.loss);
       }

@@ -18,7 +18,7 @@ int inspect(int argc, char** argv) {
                                                              "or a file holding it")(
       "out", po::value<std::string>()->default_value("inspect"),
       "output directory: routing.png, routing.html, routing.csv")(
-      "tokenizer", po::value<std::string>(), "tokenizer file (default: <data.dir>/tokenizer.txt)");
+      "tokenizer", po::value<std::string>(), "tokenizer file (default: the one of the run's dataset)");
   po::variables_map vm;
   if (!parse(argc, argv, "usage: modtrain inspect --checkpoint FILE|DIR --text TEXT [--out DIR]", o,
              vm))

@@ -19,7 +19,7 @@ int sample(int argc, char** argv) {
       ("top-p", po::value<double>()->default_value(0.95), "nucleus probability mass")
       ("seed", po::value<uint64_t>()->default_value(1), "sampling seed")
       ("device", po::value<std::string>()->default_value("CPU"), "CPU, or CUDA (this process's GPU)")
-      ("tokenizer", po::value<std::string>(), "tokenizer file (default: <data.dir>/tokenizer.txt)");
+      ("tokenizer", po::value<std::string>(), "tokenizer file (default: the one of the run's dataset)");
   po::variables_map vm;
   if (!parse(argc, argv, "usage: modtrain sample --checkpoint FILE|DIR [--prompt TEXT]", o, vm)) return 0;
   train::SampleOptions so;

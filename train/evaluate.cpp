@@ -5,32 +5,25 @@
 
 #include "core/autograd.h"
 #include "train/data/loader.h"
-#include "train/data/shard.h"
 
 namespace mod::train {
 
-DataSplits load_splits(const std::string& dir, int64_t model_vocab) {
-  DataSplits d;
-  data::ShardHeader h;
-  d.train = std::make_shared<const std::vector<uint32_t>>(data::read_shard(dir + "/train.bin", &h));
-  d.vocab_size = h.vocab_size;
-  d.val = std::make_shared<const std::vector<uint32_t>>(data::read_shard(dir + "/val.bin", &h));
-  if (h.vocab_size != d.vocab_size)
-    throw std::runtime_error("data " + dir + ": train.bin and val.bin have different vocabularies");
-  if (d.vocab_size != model_vocab)
+data::Dataset load_dataset(const std::string& dir, int64_t model_vocab) {
+  data::Dataset d = data::Dataset::open(dir);
+  if (d.vocab_size() != model_vocab)
     throw std::invalid_argument("config: model.vocab_size " + std::to_string(model_vocab) +
                                 " does not match the data's vocabulary " +
-                                std::to_string(d.vocab_size) + " (" + dir + ")");
+                                std::to_string(d.vocab_size()) + " (" + dir + ")");
   return d;
 }
 
-EvalResult evaluate(const model::Transformer& model, const std::vector<uint32_t>& tokens,
+EvalResult evaluate(const model::Transformer& model, const data::ShardSet& tokens,
                     int64_t seq_len, int64_t batch, int64_t max_batches, model::RoutingMode mode,
                     parallel::Communicator* dp) {
   NoGradGuard no_grad;
   const auto batches = data::sequential_batches(tokens, seq_len, batch, max_batches);
   if (batches.empty())
-    throw std::invalid_argument("evaluate: " + std::to_string(tokens.size()) +
+    throw std::invalid_argument("evaluate: " + std::to_string(tokens.tokens()) +
                                 " validation tokens cannot fill one batch of " +
                                 std::to_string(batch) + " x " + std::to_string(seq_len));
   const size_t stride = dp ? dp->size() : 1, first = dp ? dp->rank() : 0;

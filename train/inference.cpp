@@ -5,6 +5,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "train/data/dataset.h"
 #include "train/data/tokenizer.h"
 #include "train/trainer.h"
 #include "train/weights.h"
@@ -14,7 +15,7 @@ namespace mod::train {
 namespace {
 // The tokenizer a model was trained with (or `path`), checked against its vocabulary.
 std::unique_ptr<data::Tokenizer> tokenizer_for(const LoadedModel& loaded, const std::string& path) {
-  const std::string tok_path = path.empty() ? loaded.config.data().dir() + "/tokenizer.txt" : path;
+  const std::string tok_path = path.empty() ? data::tokenizer_path(loaded.config.data().dir()) : path;
   auto tok = data::Tokenizer::load(tok_path);
   if (tok->vocab_size() != static_cast<uint32_t>(loaded.config.model().vocab_size()))
     throw std::invalid_argument("--tokenizer " + tok_path + ": vocabulary " +
@@ -38,10 +39,10 @@ WeightsEval evaluate_weights(const std::string& weights, const std::string& data
   r.name = cfg.name();
   r.step = loaded.step;
   r.data_dir = data_dir.empty() ? cfg.data().dir() : data_dir;
-  const auto data = load_splits(r.data_dir, cfg.model().vocab_size());
+  const auto data = load_dataset(r.data_dir, cfg.model().vocab_size());
   if (batches == 0) batches = cfg.train().eval_batches();
   if (batch_size == 0) batch_size = cfg.train().batch_size();
-  const auto top_c = evaluate(*loaded.model, *data.val, cfg.model().seq_len(), batch_size, batches,
+  const auto top_c = evaluate(*loaded.model, data.val, cfg.model().seq_len(), batch_size, batches,
                               model::RoutingMode::TopC);
   r.tokens = top_c.tokens;
   r.top_c_loss = top_c.loss;
@@ -50,7 +51,7 @@ WeightsEval evaluate_weights(const std::string& weights, const std::string& data
       cfg.model().mod().causal().method() == modtrain::CausalRoutingConfig::NONE)
     r.no_causal_loss = "model.mod.causal.method is NONE: the model has no causal routing";
   else if (routed)  // MoD and MoE both route non-causally in training
-    r.causal_loss = evaluate(*loaded.model, *data.val, cfg.model().seq_len(), batch_size, batches,
+    r.causal_loss = evaluate(*loaded.model, data.val, cfg.model().seq_len(), batch_size, batches,
                              model::RoutingMode::Causal)
                         .loss;
   return r;

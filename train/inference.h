@@ -35,7 +35,7 @@ struct SampleOptions {
   int64_t max_new_tokens = 200;
   model::SamplingParams params;
   std::string device = "CPU";  // CPU or CUDA (this process's GPU)
-  std::string tokenizer;       // empty: <data.dir>/tokenizer.txt of the run
+  std::string tokenizer;       // empty: the tokenizer of the run's dataset (data.dir)
 };
 struct Sample {
   std::string continuation;  // the decoded new tokens
@@ -50,7 +50,7 @@ struct InspectOptions {
   std::string weights;    // as for evaluate_weights
   std::string text;       // encoded, then cut to model.seq_len tokens
   std::string out_dir;    // routing.png, routing.html, routing.csv
-  std::string tokenizer;  // empty: <data.dir>/tokenizer.txt of the run
+  std::string tokenizer;  // empty: the tokenizer of the run's dataset (data.dir)
 };
 struct Inspection {
   std::string title;        // run name, step, tokens

@@ -42,7 +42,7 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   device_ = cfg_.train().device() == modtrain::TrainConfig::CUDA ? Device::CUDA : Device::CPU;
   if (device_ == Device::CUDA && world.size() > 1) device_comm_ = parallel::make_device_communicator(world);
   mesh_ = std::make_unique<parallel::Mesh>(device_comm_ ? *device_comm_ : world, dims);
-  data_ = load_splits(cfg_.data().dir(), cfg_.model().vocab_size());
+  data_ = load_dataset(cfg_.data().dir(), cfg_.model().vocab_size());
   model_ = std::make_unique<model::Transformer>(cfg_.model(), cfg_.train().seed());
   const modtrain::OptimizerConfig& opt = cfg_.optimizer();
   plan_ = parallel::parallelize(*model_, *mesh_, cfg_.parallel(), device_,
@@ -167,7 +167,7 @@ bool Trainer::evaluation_due(int64_t step) const {
 void Trainer::evaluate_validation(int64_t step, StepMetrics& m) const {
   const auto& t = cfg_.train();
   const auto& mc = cfg_.model();
-  m.val_loss = evaluate(*model_, *data_.val, mc.seq_len(), t.batch_size(), t.eval_batches(),
+  m.val_loss = evaluate(*model_, data_.val, mc.seq_len(), t.batch_size(), t.eval_batches(),
                         model::RoutingMode::TopC, &mesh_->dp())
                    .loss;
   // Causal routing needs a trained decision, and every expert on the rank (MoE's causal path).
@@ -179,13 +179,13 @@ void Trainer::evaluate_validation(int64_t step, StepMetrics& m) const {
     // shares; a few, since causal routing runs sequence by sequence.
     constexpr int64_t kAgreementSequences = 8;
     const auto batch = data::sequential_batches(
-        *data_.val, mc.seq_len(), std::min<int64_t>(t.batch_size(), kAgreementSequences), 1);
+        data_.val, mc.seq_len(), std::min<int64_t>(t.batch_size(), kAgreementSequences), 1);
     const auto shares = model::routing_agreement(*model_, batch.at(0).inputs.to(device_));
     for (size_t k = 0, b = 0; b < model_->num_blocks(); ++b)
       if (model_->routed(b)) m.agreement.emplace_back(static_cast<int>(b), shares.at(k++));
   }
   if (step + 1 == t.steps() && (mc.mod().enabled() || mc.moe().enabled()))
-    m.val_loss_causal = evaluate(*model_, *data_.val, mc.seq_len(), t.batch_size(),
+    m.val_loss_causal = evaluate(*model_, data_.val, mc.seq_len(), t.batch_size(),
                                  t.eval_batches(), model::RoutingMode::Causal, &mesh_->dp())
                             .loss;
 }

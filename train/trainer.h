@@ -95,12 +95,15 @@ class Trainer {
   // mesh's groups split from it); null otherwise.
   std::unique_ptr<parallel::Communicator> device_comm_;
   std::unique_ptr<parallel::Mesh> mesh_;
-  DataSplits data_;
+  data::Dataset data_;
   std::unique_ptr<model::Transformer> model_;
   Device device_ = Device::CPU;       // train.device: where parameters, batches and optimizer live
   parallel::ParallelPlan plan_;       // shards, gradient buckets, clipping groups, ZeRO-1
   std::unique_ptr<AdamW> optimizer_;  // unless ZeRO-1 (plan_.zero1)
   std::unique_ptr<data::WindowLoader> loader_;
+  // The training shards' fingerprints, read once, on the first checkpoint or resume.
+  const std::vector<data::ShardFingerprint>& data_fingerprint();
+  std::vector<data::ShardFingerprint> data_fingerprint_;
   int64_t row_begin_ = 0, row_end_ = 0;  // this dp rank's rows of each global batch
   bool check_routing_ = false;           // MOD_CHECK_TP_ROUTING=1
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;

@@ -55,6 +55,11 @@ std::vector<ckpt::TensorEntry> Trainer::checkpoint_entries() {
   return out;
 }
 
+const std::vector<data::ShardFingerprint>& Trainer::data_fingerprint() {
+  if (data_fingerprint_.empty()) data_fingerprint_ = data_.train_fingerprint();
+  return data_fingerprint_;
+}
+
 void Trainer::save_checkpoint(int64_t steps_done, double elapsed) {
   if (!checkpointer_) checkpointer_ = std::make_unique<ckpt::Checkpointer>(run_dir_, mesh_->world());
   ckpt::TrainState st;
@@ -64,6 +69,7 @@ void Trainer::save_checkpoint(int64_t steps_done, double elapsed) {
   const data::LoaderState ls = loader_->state();
   st.loader_seed = ls.seed;
   st.batches_drawn = ls.batches_drawn;
+  st.data_shards = data_fingerprint();
   const auto words = Rng(cfg_.train().seed()).state();  // init stream; training draws no randomness
   st.rng_state.assign(words.begin(), words.end());
   st.mesh = {mesh_->dims().dp, mesh_->dims().tp, plan_.zero1 != nullptr, mesh_->world().size()};
@@ -145,6 +151,8 @@ void Trainer::resume(const std::string& spec) {
     plan_.zero1->set_steps_taken(st.optimizer_steps);
   else
     optimizer_->set_steps_taken(st.optimizer_steps);
+  if (!st.data_shards.empty())
+    data::check_same_shards(st.data_shards, data_fingerprint(), "resume: checkpoint " + *dir);
   loader_->restore({st.loader_seed, st.batches_drawn});
   start_step_ = st.step;
   elapsed_before_ = st.elapsed_seconds;

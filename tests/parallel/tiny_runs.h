@@ -13,7 +13,7 @@
 #include "configs/config.h"
 #include "core/random.h"
 #include "parallel/world.h"
-#include "train/data/shard.h"
+#include "train/data/token_file.h"
 #include "train/trainer.h"
 
 namespace mod::test {

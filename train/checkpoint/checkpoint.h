@@ -14,6 +14,7 @@
 
 #include "configs/modtrain.pb.h"
 #include "core/tensor.h"
+#include "train/data/dataset.h"
 
 namespace mod::ckpt {
 
@@ -47,6 +48,7 @@ struct TrainState {
   int64_t tokens_seen = 0;
   uint64_t loader_seed = 0;         // data::LoaderState::seed
   int64_t batches_drawn = 0;        // data::LoaderState::batches_drawn
+  std::vector<data::ShardFingerprint> data_shards;  // the training shards (may be empty: older)
   std::vector<uint64_t> rng_state;  // Rng::state() words
   MeshLayout mesh;
   double elapsed_seconds = 0;     // wall time trained so far, over every resume

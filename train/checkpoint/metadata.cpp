@@ -47,6 +47,13 @@ pb::CheckpointMeta make_meta(const TrainState& s, std::vector<pb::TensorInfo> te
   m.set_tokens_seen(s.tokens_seen);
   m.mutable_loader()->set_seed(s.loader_seed);
   m.mutable_loader()->set_batches_drawn(s.batches_drawn);
+  for (const data::ShardFingerprint& f : s.data_shards) {
+    pb::DataShard* d = m.mutable_loader()->add_train_shards();
+    d->set_name(f.name);
+    d->set_tokens(f.tokens);
+    d->set_crc32c(f.crc32c);
+    d->set_sample_crc(f.sample_crc);
+  }
   for (uint64_t w : s.rng_state) m.add_rng_state(w);
   m.mutable_mesh()->set_dp(s.mesh.dp);
   m.mutable_mesh()->set_tp(s.mesh.tp);
@@ -66,6 +73,8 @@ TrainState state_from_meta(const pb::CheckpointMeta& m) {
   s.tokens_seen = m.tokens_seen();
   s.loader_seed = m.loader().seed();
   s.batches_drawn = m.loader().batches_drawn();
+  for (const pb::DataShard& d : m.loader().train_shards())
+    s.data_shards.push_back({d.name(), d.tokens(), d.crc32c(), d.sample_crc()});
   s.rng_state.assign(m.rng_state().begin(), m.rng_state().end());
   s.mesh = {m.mesh().dp(), m.mesh().tp(), m.mesh().zero1(), m.mesh().world_size()};
   s.elapsed_seconds = m.progress().elapsed_seconds();

@@ -1,14 +1,17 @@
-// Random training windows. Window r of global batch n starts at an offset drawn from a stream
-// seeded by (seed, n, r) alone, so the loader's whole position is one integer (batches drawn)
-// and any data-parallel rank can produce exactly its rows of any batch: the position is
-// layout-independent and survives a change of dp degree on resume.
+// Training windows in epochs. Epoch e visits the set's windows in a seeded permutation of its
+// own (Permutation keyed by (seed, e)); global batch n of the run takes positions
+// [(n mod P) B, (n mod P) B + B) of epoch n / P, where B is the global batch and P = floor(W / B)
+// batches fill an epoch of W windows (the last W mod B windows of an epoch's order wait for the
+// next one). So every window is seen once per epoch, the loader's whole position is one integer
+// (batches drawn), and any data-parallel rank reads exactly its rows of any batch: the position
+// is layout-independent and survives a change of dp degree on resume.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "core/tensor.h"
+#include "train/data/dataset.h"
 
 namespace mod::data {
 
@@ -24,28 +27,31 @@ struct LoaderState {
 
 class WindowLoader {
  public:
-  WindowLoader(std::shared_ptr<const std::vector<uint32_t>> tokens, int64_t seq_len,
-               int64_t global_batch, uint64_t seed);
+  WindowLoader(ShardSet shards, int64_t seq_len, int64_t global_batch, uint64_t seed);
 
   // Rows [row_begin, row_end) of the next global batch (a DP rank's slice); advances by one.
   Batch next(int64_t row_begin, int64_t row_end);
   Batch next() { return next(0, global_batch_); }
-  // The start offset of window `row` of global batch `batch` (for tests and debugging).
-  int64_t offset(int64_t batch, int64_t row) const;
+  // The window (ShardSet::read_window's index) of row `row` of global batch `batch`.
+  uint64_t window(int64_t batch, int64_t row) const;
 
   LoaderState state() const { return state_; }
   void restore(const LoaderState& s) { state_ = s; }
   int64_t global_batch() const { return global_batch_; }
   int64_t seq_len() const { return seq_len_; }
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  int64_t epoch() const { return state_.batches_drawn / batches_per_epoch_; }
 
  private:
-  std::shared_ptr<const std::vector<uint32_t>> tokens_;
-  int64_t seq_len_, global_batch_;
+  ShardSet shards_;
+  int64_t seq_len_, global_batch_, batches_per_epoch_;
   LoaderState state_;
+  uint64_t bytes_since_release_ = 0;
 };
 
-// Consecutive non-overlapping windows from the start, for a deterministic validation loss.
-std::vector<Batch> sequential_batches(const std::vector<uint32_t>& tokens, int64_t seq_len,
-                                      int64_t batch, int64_t max_batches);
+// Consecutive windows from the first, for a deterministic validation loss: up to max_batches
+// batches of `batch` rows.
+std::vector<Batch> sequential_batches(const ShardSet& shards, int64_t seq_len, int64_t batch,
+                                      int64_t max_batches);
 
 }  // namespace mod::data

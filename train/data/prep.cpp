@@ -11,7 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "train/data/shard.h"
+#include "train/data/token_file.h"
 #include "train/data/tokenizer.h"
 
 namespace mod::data {

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "train/data/shard.h"
+#include "train/data/token_file.h"
 #include "train/data/tokenizer.h"
 
 using namespace mod::data;
@@ -24,7 +24,7 @@ std::string write_text(const fs::path& dir, const std::string& text) {
 }
 std::string tokens_text(const std::string& shard) {
   std::string s;
-  for (uint32_t t : read_shard(shard)) s += static_cast<char>(t);
+  for (uint32_t t : read_all(TokenFile::open(shard, modtrain::data::MODTRAIN, 0))) s += static_cast<char>(t);
   return s;
 }
 }  // namespace

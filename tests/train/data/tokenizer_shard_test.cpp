@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "train/data/shard.h"
+#include "train/data/token_file.h"
 #include "train/data/tokenizer.h"
 
 using namespace mod::data;
@@ -64,26 +64,26 @@ TEST_CASE("BPE learns merges, compresses, round-trips and is deterministic", "[d
 TEST_CASE("token shards round-trip and reject corrupt files naming them", "[data]") {
   const fs::path dir = temp_dir();
   const std::string small = (dir / "small.bin").string(), wide = (dir / "wide.bin").string();
+  const auto open = [](const std::string& p) { return TokenFile::open(p, modtrain::data::MODTRAIN, 0); };
   std::vector<uint32_t> tokens = {0, 5, 255, 17, 3};
   write_shard(small, tokens, 256);
-  ShardHeader h;
-  CHECK(read_shard(small, &h) == tokens);
-  CHECK(h.token_bytes == 2);
-  CHECK(h.vocab_size == 256);
+  CHECK(read_all(open(small)) == tokens);
+  CHECK(open(small).width() == 2);
+  CHECK(open(small).vocab_size() == 256);
   std::vector<uint32_t> big = {70000, 1, 99999};
   write_shard(wide, big, 100000);
-  CHECK(read_shard(wide, &h) == big);
-  CHECK(h.token_bytes == 4);
+  CHECK(read_all(open(wide)) == big);
+  CHECK(open(wide).width() == 4);
 
   CHECK_THROWS_WITH(write_shard(small, {300}, 256), Contains("small.bin") && Contains("300"));
   fs::resize_file(small, fs::file_size(small) - 1);
-  CHECK_THROWS_WITH(read_shard(small), Contains("small.bin") && Contains("truncated"));
+  CHECK_THROWS_WITH(open(small), Contains("small.bin") && Contains("truncated"));
   {
     std::ofstream f(small, std::ios::binary | std::ios::trunc);
     f << "NOTASHARD-------------------------------";
   }
-  CHECK_THROWS_WITH(read_shard(small), Contains("small.bin") && Contains("magic"));
-  CHECK_THROWS_WITH(read_shard((dir / "missing.bin").string()), Contains("missing.bin"));
+  CHECK_THROWS_WITH(open(small), Contains("small.bin") && Contains("magic"));
+  CHECK_THROWS_WITH(open((dir / "missing.bin").string()), Contains("missing.bin"));
   {
     std::ofstream f(dir / "bad_tok.txt");
     f << "modtrain-tokenizer 1\nkind bpe\nvocab_size 258\nmerges 2\n1 2\n";
