@@ -128,6 +128,16 @@ void Trainer::print_run_header(const model::FlopCount& flops) const {
       flops.training_per_token,
       device_ == Device::CUDA ? "the GPU's dense peak" : "the measured SGEMM rate",
       peak_flops_ / 1e9);
+  const int64_t steps_per_epoch =
+      loader_->batches_per_epoch() / std::max<int64_t>(1, cfg_.train().grad_accum());
+  std::printf("data %s: %zu training shards, %.4g tokens, %lld batches an epoch (%lld steps; "
+              "%.3g epochs in this run); validation %.4g tokens\n",
+              data_.dir.c_str(), data_.train.files().size(),
+              static_cast<double>(data_.train.tokens()),
+              static_cast<long long>(loader_->batches_per_epoch()),
+              static_cast<long long>(steps_per_epoch),
+              static_cast<double>(cfg_.train().steps()) / static_cast<double>(std::max<int64_t>(1, steps_per_epoch)),
+              static_cast<double>(data_.val.tokens()));
   const int world = mesh_->world().size();
   if (world > 1)
     std::printf("parallel: %d processes (%s) = dp %d x tp %d (ep %d)%s, %zu gradient buckets\n",
