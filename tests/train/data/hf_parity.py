@@ -45,6 +45,7 @@ def texts(kjv_bytes: bytes) -> dict:
         "combining: e\u0301 a\u0308 n\u0303 Z\u0335\u0321a\u0336\u0322l\u0337g\u0334o\n"
         "emoji: 👨‍👩‍👧‍👦 👩🏽‍💻 👍🏻👍🏿 🏳️‍🌈 🇫🇷🇯🇵 ❤️‍🔥 🤷‍♀️ 😀😃😄 ✌🏾\n"
         "case: I'M YOU'RE THEY'VE WE'LL IT'S SHE'D don't ſ K Kelvin \u212a\n"
+        "mongolian a \u180eb \u180e\u180e! \u180e x\u180e\n"
         "mixed\u180e separators\u200b zero\u2060width \ufeffbom x\u2028y\u2029z\u0085w\n"
         "math 𝔸𝔹ℂ ∑∫∂ ½ ² ³ Ⅻ ⑩ 𝟘𝟙𝟚\n")
     whitespace = (
@@ -89,7 +90,23 @@ def train(kjv_bytes: bytes) -> Tokenizer:
     return tok
 
 
-def configs(base: Tokenizer) -> dict:
+def byte_map() -> list:
+    """GPT-2's bytes_to_unicode: byte -> the printable character that stands for it."""
+    keep = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    out, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + n)
+            n += 1
+    return [out[b] for b in range(256)]
+
+
+BYTE_MAP = byte_map()
+
+
+def configs(base: Tokenizer, kjv_words: set) -> dict:
     gpt2 = json.loads(base.to_str())
     llama = json.loads(base.to_str())
     llama["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
@@ -98,6 +115,13 @@ def configs(base: Tokenizer) -> dict:
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
          "use_regex": False}]}
     llama["model"]["ignore_merges"] = True
+    # Whole words that BPE would split, added to the vocab with no merge that makes them: only
+    # the ignore_merges rule (a pre-token found in the vocab is one token) can produce them.
+    vocab = llama["model"]["vocab"]
+    words = sorted({w for w in kjv_words if len(w) >= 9})
+    for w in words[:400]:
+        mapped = "".join(BYTE_MAP[b] for b in (" " + w).encode())
+        vocab.setdefault(mapped, len(vocab))
     # Merges in the old "a b" string form.
     llama["model"]["merges"] = [" ".join(m) for m in llama["model"]["merges"]]
     special = Tokenizer.from_str(base.to_str())
@@ -125,7 +149,7 @@ def main() -> int:
         kjv_bytes = kjv()
         corpus = texts(kjv_bytes)
         failures = 0
-        for name, text in configs(train(kjv_bytes)).items():
+        for name, text in configs(train(kjv_bytes), set(kjv_bytes.decode().split())).items():
             path = os.path.join(tmp, f"{name}.json")
             with open(path, "w") as f:
                 f.write(text)
