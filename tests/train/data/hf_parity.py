@@ -45,7 +45,7 @@ def texts(kjv_bytes: bytes) -> dict:
         "combining: e\u0301 a\u0308 n\u0303 Z\u0335\u0321a\u0336\u0322l\u0337g\u0334o\n"
         "emoji: 👨‍👩‍👧‍👦 👩🏽‍💻 👍🏻👍🏿 🏳️‍🌈 🇫🇷🇯🇵 ❤️‍🔥 🤷‍♀️ 😀😃😄 ✌🏾\n"
         "case: I'M YOU'RE THEY'VE WE'LL IT'S SHE'D don't ſ K Kelvin \u212a\n"
-        "mongolian a \u180eb \u180e\u180e! \u180e x\u180e\n"
+        "mongolian a  \u180e  the a \u180eb \u180e\u180e! \u180e x\u180e\n"
         "mixed\u180e separators\u200b zero\u2060width \ufeffbom x\u2028y\u2029z\u0085w\n"
         "math 𝔸𝔹ℂ ∑∫∂ ½ ² ³ Ⅻ ⑩ 𝟘𝟙𝟚\n")
     whitespace = (
@@ -119,7 +119,9 @@ def configs(base: Tokenizer, kjv_words: set) -> dict:
     # the ignore_merges rule (a pre-token found in the vocab is one token) can produce them.
     vocab = llama["model"]["vocab"]
     words = sorted({w for w in kjv_words if len(w) >= 9})
-    for w in words[:400]:
+    # " \u180e" is one pre-token only where U+180E is not whitespace (Oniguruma's \s); the
+    # KJV vocabulary has no merge that would show a different split otherwise.
+    for w in words[:400] + ["\u180e"]:
         mapped = "".join(BYTE_MAP[b] for b in (" " + w).encode())
         vocab.setdefault(mapped, len(vocab))
     # Merges in the old "a b" string form.
