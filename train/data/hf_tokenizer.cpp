@@ -177,10 +177,14 @@ std::string onig_compatible(const std::string& p, const Json& j, const std::stri
     if (c == '\\' && i + 1 < p.size()) {
       const char e = p[++i];
       if (e == 's') {
-        out += in_class ? std::string(kWhiteSpaceClass) : "[" + std::string(kWhiteSpaceClass) + "]";
+        if (!in_class) out += '[';
+        out += kWhiteSpaceClass;
+        if (!in_class) out += ']';
       } else if (e == 'S') {
         if (in_class) j.fail(path + ": \\S inside a character class is not supported");
-        out += "[^" + std::string(kWhiteSpaceClass) + "]";
+        out += "[^";
+        out += kWhiteSpaceClass;
+        out += ']';
       } else {
         out += c;
         out += e;

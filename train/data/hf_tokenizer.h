@@ -29,7 +29,9 @@
 //
 // decode(ids) returns bytes: model tokens through the inverse byte-level map, added tokens as
 // their content (skip_special_tokens=False). Unlike the library it does not replace bytes that
-// are not valid UTF-8 with U+FFFD, so any token sequence decodes losslessly.
+// are not valid UTF-8 with U+FFFD, so any token sequence decodes losslessly. decode(encode(s))
+// == s for valid UTF-8 s, except that ByteLevel add_prefix_space=true keeps the spaces it added
+// (one before each stretch of text that does not start with a space), as the library does.
 //
 // encode() is safe to call from several threads on one instance: the word cache is
 // thread-local (one per thread and instance, bounded).
