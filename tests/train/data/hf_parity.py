@@ -132,7 +132,31 @@ def configs(base: Tokenizer, kjv_words: set) -> dict:
         AddedToken("<sep>", lstrip=True, normalized=False),
         AddedToken("<cls>", rstrip=True, normalized=False)])
     special.add_tokens([AddedToken("[NOTE]", normalized=True)])
-    return {"gpt2": json.dumps(gpt2), "llama3": json.dumps(llama), "special": special.to_str()}
+    out = {"gpt2": json.dumps(gpt2), "llama3": json.dumps(llama), "special": special.to_str()}
+    # Split variants (run on a KJV excerpt): empty matches, String patterns, Removed, anchors,
+    # look-around and \b (Unicode under PCRE2_UCP), case-insensitive groups, nested Sequences.
+    level = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+             "use_regex": True}
+    plain = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+             "use_regex": False}
+    split = lambda p, how, kind="Regex": {"type": "Split", "pattern": {kind: p},
+                                          "behavior": how, "invert": False}
+    variants = {
+        "digits_empty_isolated": [split(r"\d*", "Isolated"), level],
+        "digits_empty_removed": [split(r"\d*", "Removed"), plain],
+        "string_space_removed": [split(" ", "Removed", "String"), level],
+        "string_the_isolated": [split("the", "Isolated", "String"), plain],
+        "anchors": [split(r"^\s*|$", "Isolated"), level],
+        "lookaround_word_boundary": [split(r"(?<=\p{L})(?=\p{N})|\b", "Isolated"), plain],
+        "case_insensitive": [split(r"(?i)lord|god", "Isolated"), level],
+        "nested_sequence": [{"type": "Sequence", "pretokenizers": [split(r"\n", "Removed")]},
+                            split(r"[,.;:]", "Isolated"), level],
+    }
+    for name, steps in variants.items():
+        v = json.loads(base.to_str())
+        v["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": steps}
+        out["split_" + name] = json.dumps(v)
+    return out
 
 
 def first_difference(ours, theirs, lib: Tokenizer) -> str:
@@ -157,6 +181,8 @@ def main() -> int:
                 f.write(text)
             lib = Tokenizer.from_file(path)
             for tname, raw in corpus.items():
+                if name.startswith("split_") and tname == "kjv":
+                    tname, raw = "kjv_excerpt", raw[:100000]
                 tpath = os.path.join(tmp, f"{tname}.txt")
                 with open(tpath, "wb") as f:
                     f.write(raw)
@@ -185,7 +211,8 @@ def main() -> int:
                     print(f"FAIL {name}/{tname}: decode differs from the library's")
                     failures += 1
                     continue
-                if name == "llama3" and back != replaced.encode():
+                if name in ("llama3", "split_string_the_isolated",
+                            "split_lookaround_word_boundary") and back != replaced.encode():
                     print(f"FAIL {name}/{tname}: decode does not give the text back")
                     failures += 1
                     continue

@@ -62,7 +62,13 @@ std::string tokenizer_json(const std::string& pre_tokenizer = kGpt2Pre,
                            const std::string& model_type = "BPE",
                            const std::string& pad_extra = "\"single_word\": false") {
   std::string vocab;
-  for (int b = 0; b < 256; ++b) vocab += "\"" + json_escape(byte_char(b)) + "\": " + std::to_string(b) + ", ";
+  for (int b = 0; b < 256; ++b) {
+    vocab += '"';
+    vocab += json_escape(byte_char(b));
+    vocab += "\": ";
+    vocab += std::to_string(b);
+    vocab += ", ";
+  }
   vocab += "\"\xC4\xA0t\": 256, \"he\": 257, \"\xC4\xA0the\": 258";
   return R"({"version": "1.0", "truncation": null, "padding": null,
   "added_tokens": [
