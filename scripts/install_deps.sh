@@ -11,7 +11,8 @@ packages=(
   catch2                                       # Catch2 v2 test framework
   libprotobuf-dev protobuf-compiler            # config schema and checkpoint metadata
   libboost-program-options-dev                 # command line
-  nlohmann-json3-dev                           # JSON output (modtrain eval --json)
+  nlohmann-json3-dev                           # JSON output (modtrain eval --json), tokenizer.json
+  libpcre2-dev                                 # tokenizer.json pre-tokenizer regexes (PCRE2)
   libopenmpi-dev openmpi-bin                   # CPU communicator
   bible-kjv                                    # default corpus
   gnuplot-nox                                  # isoFLOP plots (modtrain grid collect)
@@ -19,14 +20,20 @@ packages=(
   libpmix-dev                                  # libpmix.so, dlopened by srun --mpi=pmix
 )
 
-# Python readers for one test (an exported safetensors file checked from Python), from PyPI;
-# optional: without them that test is skipped, saying so.
+# Python packages for two tests, from PyPI; optional: without them the test is skipped, saying so.
+#   safetensors, numpy: an exported safetensors file checked from Python (checkpoint_export_python)
+#   tokenizers: our tokenizer.json encoder against Hugging Face's (hf_tokenizer_parity)
 python_test_packages() {
-  python3 -c "import safetensors.numpy, numpy" 2>/dev/null && return 0
-  python3 -m pip install --quiet --disable-pip-version-check --timeout 20 --retries 1 \
-    safetensors numpy 2>/dev/null || true
+  python3 -c "import safetensors.numpy, numpy" 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check --timeout 20 --retries 1 \
+      safetensors numpy 2>/dev/null || true
   python3 -c "import safetensors.numpy, numpy" 2>/dev/null ||
     echo "install_deps: warning: no safetensors/numpy for python3; unit:checkpoint_export_python will skip"
+  python3 -c "import tokenizers" 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check --timeout 20 --retries 1 \
+      tokenizers 2>/dev/null || true
+  python3 -c "import tokenizers" 2>/dev/null ||
+    echo "install_deps: warning: no tokenizers for python3; unit:hf_tokenizer_parity will skip"
 }
 
 missing=()

@@ -2,6 +2,8 @@
 // max-heap of (count, pair), so each merge touches only the words that contain its pair.
 #include "train/data/tokenizer.h"
 
+#include "train/data/hf_tokenizer.h"
+
 #include <cctype>
 #include <fstream>
 #include <queue>
@@ -226,6 +228,8 @@ void BpeTokenizer::save(const std::string& path) const {
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("tokenizer " + path + ": cannot open");
+  const bool json_name = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  if (json_name || (in >> std::ws).peek() == '{') return HfTokenizer::from_file(path);
   int line_no = 0;
   auto expect = [&](const std::string& key) {
     std::string line, k;

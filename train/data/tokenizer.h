@@ -1,10 +1,12 @@
 // Tokenizers: byte-level (vocabulary 256) and byte-level BPE trained on the corpus. Both map
 // any byte string to tokens and back losslessly. Saved as a small text file beside the shards:
 //   modtrain-tokenizer 1 / kind byte|bpe / vocab_size N / merges M / then M lines "left right".
+// A Hugging Face tokenizer.json loads as HfTokenizer (train/data/hf_tokenizer.h).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -21,8 +23,14 @@ class Tokenizer {
   virtual std::vector<uint32_t> encode(std::string_view text) const = 0;
   virtual std::string decode(const std::vector<uint32_t>& tokens) const = 0;
   virtual void save(const std::string& path) const = 0;
+  // The id of an added/special token given its text (e.g. "<|endoftext|>"), if there is one.
+  virtual std::optional<uint32_t> special_token(std::string_view content) const {
+    (void)content;
+    return std::nullopt;
+  }
 
-  // Reads a tokenizer file, checking every line; errors name the file and the line.
+  // Reads a tokenizer file, checking every line; errors name the file and the line. A JSON file
+  // (name ending in .json, or first non-space byte '{') loads as an HfTokenizer.
   static std::unique_ptr<Tokenizer> load(const std::string& path);
 };
 

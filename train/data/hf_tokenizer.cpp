@@ -1,0 +1,817 @@
+// HfTokenizer: tokenizer.json (byte-level BPE) loading and encoding, step for step as the
+// `tokenizers` library does it: replace invalid UTF-8, split out added tokens (AddedVocabulary),
+// pre-tokenize (Split / ByteLevel), then BPE each pre-token with merges applied lowest rank
+// first, leftmost on ties. The model works on raw bytes: the byte-level map is a bijection, so
+// looking up bytes is the same as looking up the mapped characters, without building them.
+#include "train/data/hf_tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <array>
+#include <atomic>
+#include <deque>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <sstream>
+#include <stdexcept>
+
+namespace mod::data {
+
+using nlohmann::json;
+
+namespace {
+
+// ---- UTF-8 ----
+
+// Length of the valid UTF-8 sequence at s[i], or 0 when it is not one; `sub` gets the length
+// of the maximal subpart (lead byte plus continuation bytes that could still have been valid).
+size_t utf8_sequence(std::string_view s, size_t i, size_t* sub) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  *sub = 1;
+  if (c < 0x80) return 1;
+  size_t need;
+  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte (Unicode table 3-7)
+  if (c >= 0xC2 && c <= 0xDF) need = 2;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    need = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    need = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  for (size_t k = 1; k < need; ++k) {
+    if (i + k >= s.size()) return 0;
+    const unsigned char x = b(i + k);
+    const bool ok = k == 1 ? (x >= lo && x <= hi) : (x >= 0x80 && x <= 0xBF);
+    if (!ok) return 0;
+    *sub = k + 1;
+  }
+  return need;
+}
+
+uint32_t decode_char(std::string_view s, size_t i, size_t* len) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) { *len = 1; return c; }
+  size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+  uint32_t cp = c & (0x3F >> (n - 1));
+  for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  *len = n;
+  return cp;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// Rust's char::is_whitespace (Unicode White_Space), which lstrip/rstrip use; Oniguruma's \s
+// is the same set.
+bool is_white_space(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
+}
+const char* const kWhiteSpaceClass =
+    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
+    "\\x{202F}\\x{205F}\\x{3000}";
+
+// ---- the GPT-2 byte-level map: byte -> printable character ----
+
+struct ByteMap {
+  std::array<uint32_t, 256> to_char{};
+  std::unordered_map<uint32_t, uint8_t> to_byte;
+  ByteMap() {
+    uint32_t n = 0;
+    for (uint32_t b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+      to_char[b] = printable ? b : 256 + n++;
+      to_byte[to_char[b]] = static_cast<uint8_t>(b);
+    }
+  }
+};
+const ByteMap& byte_map() {
+  static const ByteMap m;
+  return m;
+}
+
+// Mapped text -> bytes; nullopt when a character is outside the map.
+std::optional<std::string> unmap_bytes(std::string_view mapped) {
+  const ByteMap& m = byte_map();
+  std::string out;
+  for (size_t i = 0; i < mapped.size();) {
+    size_t len;
+    auto it = m.to_byte.find(decode_char(mapped, i, &len));
+    if (it == m.to_byte.end()) return std::nullopt;
+    out += static_cast<char>(it->second);
+    i += len;
+  }
+  return out;
+}
+
+uint64_t pair_key(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(a) << 32) | b; }
+
+std::atomic<uint64_t> g_next_instance{1};
+
+// ---- JSON access with errors that name the field ----
+
+struct Json {
+  const std::string& name;
+  [[noreturn]] void fail(const std::string& msg) const {
+    throw std::runtime_error(name + ": " + msg);
+  }
+  const json& field(const json& obj, const char* key, const std::string& path) const {
+    if (!obj.is_object()) fail(path + " must be an object");
+    auto it = obj.find(key);
+    if (it == obj.end()) fail("missing field " + (path.empty() ? "" : path + ".") + key);
+    return *it;
+  }
+  std::string str(const json& obj, const char* key, const std::string& path) const {
+    const json& v = field(obj, key, path);
+    if (!v.is_string()) fail(path + "." + key + " must be a string");
+    return v.get<std::string>();
+  }
+  bool boolean(const json& obj, const char* key, const std::string& path, bool dflt) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return dflt;
+    if (!it->is_boolean()) fail(path + "." + key + " must be true or false");
+    return it->get<bool>();
+  }
+  // A string field that must be null, absent, or one of `ok` (empty `ok`: only null/absent).
+  void null_or(const json& obj, const char* key, const std::string& path,
+               const std::vector<std::string>& ok, const std::string& supported) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return;
+    if (it->is_string())
+      for (const auto& s : ok)
+        if (it->get<std::string>() == s) return;
+    fail(path + "." + key + " " + it->dump() + " is not supported (supported: " + supported + ")");
+  }
+};
+
+// Rewrites \s and \S to Oniguruma's (= Unicode White_Space) set; PCRE2's \s adds U+180E.
+std::string onig_compatible(const std::string& p, const Json& j, const std::string& path) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '\\' && i + 1 < p.size()) {
+      const char e = p[++i];
+      if (e == 's') {
+        if (!in_class) out += '[';
+        out += kWhiteSpaceClass;
+        if (!in_class) out += ']';
+      } else if (e == 'S') {
+        if (in_class) j.fail(path + ": \\S inside a character class is not supported");
+        out += "[^";
+        out += kWhiteSpaceClass;
+        out += ']';
+      } else {
+        out += c;
+        out += e;
+      }
+    } else if (c == '[' && !in_class) {
+      in_class = true;
+      out += c;
+      if (i + 1 < p.size() && p[i + 1] == '^') out += p[++i];
+      if (i + 1 < p.size() && p[i + 1] == ']') out += p[++i];  // a leading ] is literal
+    } else if (c == '[' && in_class && i + 1 < p.size() && p[i + 1] == ':') {
+      const size_t end = p.find(":]", i + 2);  // POSIX class such as [:alpha:]
+      if (end == std::string::npos) j.fail(path + ": unterminated [: in the pattern");
+      out += p.substr(i, end + 2 - i);
+      i = end + 1;
+    } else {
+      if (c == ']' && in_class) in_class = false;
+      out += c;
+    }
+  }
+  return out;
+}
+
+// A compiled PCRE2 pattern; matching is read-only, so one instance serves every thread.
+class Regex {
+ public:
+  Regex(const std::string& pattern, const Json& j, const std::string& path) {
+    const std::string p = onig_compatible(pattern, j, path);
+    int err = 0;
+    PCRE2_SIZE off = 0;
+    // MULTILINE: in Oniguruma's Ruby syntax ^ and $ always match at line boundaries.
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(),
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &err, &off, nullptr);
+    if (!code_) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(err, msg, sizeof msg);
+      j.fail(path + ": pattern does not compile at offset " + std::to_string(off) + ": " +
+             reinterpret_cast<const char*>(msg));
+    }
+    jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
+  }
+  ~Regex() { pcre2_code_free(code_); }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  // Calls f(start, end) for each match, in order, as the onig crate's find_iter does: an empty
+  // match right where the previous match ended is skipped by stepping one character.
+  template <class F>
+  void find_iter(std::string_view s, pcre2_match_data* md, F&& f) const {
+    size_t last_end = 0;
+    size_t last_match_end = SIZE_MAX;
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
+    while (last_end <= s.size()) {
+      const int rc = jit_ ? pcre2_jit_match(code_, subject, s.size(), last_end, 0, md, nullptr)
+                          : pcre2_match(code_, subject, s.size(), last_end, PCRE2_NO_UTF_CHECK,
+                                        md, nullptr);
+      if (rc == PCRE2_ERROR_NOMATCH) return;
+      if (rc < 0) throw std::runtime_error("hf tokenizer: PCRE2 match error " + std::to_string(rc));
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      const size_t st = ov[0], en = ov[1];
+      if (st == en && last_match_end == en) {
+        size_t len = 1;
+        if (last_end < s.size()) decode_char(s, last_end, &len);
+        last_end += len;
+        continue;
+      }
+      last_end = last_match_end = en;
+      f(st, en);
+    }
+  }
+
+ private:
+  pcre2_code* code_ = nullptr;
+  bool jit_ = false;
+};
+
+const char* const kGpt2Pattern =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+struct AddedToken {
+  std::string content;
+  uint32_t id = 0;
+  bool lstrip = false, rstrip = false, normalized = false, special = false;
+};
+
+// One pass of AddedVocabulary: its tokens, indexed by first byte, longest first.
+struct AddedPass {
+  std::array<std::vector<const AddedToken*>, 256> by_first{};
+  bool empty = true;
+};
+
+// A stretch of the text: an added token's id, or text still to pre-tokenize.
+struct Segment {
+  bool is_token;
+  uint32_t id;
+  size_t begin, end;
+};
+
+struct PreStep {
+  enum Kind { kSplitRegex, kSplitString, kByteLevel } kind = kByteLevel;
+  bool removed = false;  // behavior Removed (else Isolated)
+  std::unique_ptr<Regex> regex;
+  std::string literal;
+  bool add_prefix_space = false;
+  bool use_regex = true;
+  size_t regex_slot = 0;  // index of this step's match data in ThreadState
+};
+
+}  // namespace
+
+// ---- per-thread state: word cache and PCRE2 match data ----
+
+namespace {
+struct ThreadState {
+  std::unordered_map<std::string_view, std::vector<uint32_t>> cache;  // bytes -> ids
+  std::deque<std::string> keys;                                       // owns the cache's keys
+  std::vector<pcre2_match_data*> match_data;
+  ~ThreadState() {
+    for (auto* md : match_data) pcre2_match_data_free(md);
+  }
+};
+constexpr size_t kCacheEntries = 1 << 17;
+}  // namespace
+
+struct HfTokenizer::Impl {
+  std::string name;
+  uint64_t instance = g_next_instance++;
+  std::vector<PreStep> steps;
+  size_t n_regex = 0;
+  bool ignore_merges = false;
+  std::vector<AddedToken> added;
+  std::unordered_map<std::string, uint32_t> added_by_content;
+  AddedPass pass_raw, pass_normalized;  // normalized=false tokens first, as the library does
+  std::unordered_map<std::string, uint32_t> vocab;        // raw bytes -> id
+  std::array<int64_t, 256> byte_id{};                     // id of each one-byte token, or -1
+  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> merges;  // pair -> (rank, id)
+  std::vector<std::optional<std::string>> id_bytes;       // id -> bytes for decode
+
+  ThreadState& thread_state() const;
+  void split_added(std::string_view text, size_t base, const AddedPass& pass,
+                   std::vector<Segment>& out) const;
+  void pretokenize(size_t step, std::string_view piece, ThreadState& ts,
+                   std::vector<uint32_t>& out) const;
+  void model(std::string_view word, ThreadState& ts, std::vector<uint32_t>& out) const;
+  std::vector<uint32_t> merge_word(std::string_view word) const;
+};
+
+namespace {
+bool is_valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t sub;
+    const size_t n = utf8_sequence(s, i, &sub);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+}  // namespace
+
+std::string replace_invalid_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    size_t sub;
+    const size_t n = utf8_sequence(s, i, &sub);
+    if (n) {
+      out.append(s.data() + i, n);
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";  // one U+FFFD per maximal subpart
+      i += sub;
+    }
+  }
+  return out;
+}
+
+ThreadState& HfTokenizer::Impl::thread_state() const {
+  // Keyed by a never-reused instance number, so a dead tokenizer's state is never picked up.
+  thread_local std::unordered_map<uint64_t, std::unique_ptr<ThreadState>> states;
+  auto it = states.find(instance);
+  if (it != states.end()) return *it->second;
+  if (states.size() >= 16) states.clear();  // states of tokenizers long gone
+  auto ts = std::make_unique<ThreadState>();
+  for (size_t i = 0; i < n_regex; ++i) ts->match_data.push_back(pcre2_match_data_create(1, nullptr));
+  return *(states[instance] = std::move(ts));
+}
+
+// AddedVocabulary::find_matches: leftmost-longest matches, scanning on from each match's end;
+// lstrip/rstrip widen the match over whitespace, never before the previous match's end.
+void HfTokenizer::Impl::split_added(std::string_view s, size_t base, const AddedPass& pass,
+                                    std::vector<Segment>& out) const {
+  auto push = [&](bool is_token, uint32_t id, size_t b, size_t e) {
+    if (e > b) out.push_back({is_token, id, base + b, base + e});
+  };
+  size_t start_offset = 0, pos = 0;
+  while (pos < s.size()) {
+    const AddedToken* hit = nullptr;
+    size_t at = pos;
+    for (; at < s.size() && !hit; ++at) {
+      for (const AddedToken* t : pass.by_first[static_cast<unsigned char>(s[at])]) {
+        if (s.compare(at, t->content.size(), t->content) == 0) {
+          hit = t;
+          break;
+        }
+      }
+    }
+    if (!hit) break;
+    size_t start = at - 1, stop = start + hit->content.size();
+    pos = stop;
+    if (hit->lstrip) {
+      size_t k = start;  // back over whitespace characters
+      while (k > 0) {
+        size_t p = k - 1;
+        while (p > 0 && (static_cast<unsigned char>(s[p]) & 0xC0) == 0x80) --p;
+        size_t len;
+        if (!is_white_space(decode_char(s, p, &len))) break;
+        k = p;
+      }
+      start = std::max(k, start_offset);
+    }
+    if (hit->rstrip) {
+      while (stop < s.size()) {
+        size_t len;
+        if (!is_white_space(decode_char(s, stop, &len))) break;
+        stop += len;
+      }
+    }
+    if (start > start_offset) push(false, 0, start_offset, start);
+    push(true, hit->id, start, stop);
+    start_offset = stop;
+  }
+  if (start_offset < s.size()) push(false, 0, start_offset, s.size());
+}
+
+void HfTokenizer::Impl::pretokenize(size_t step, std::string_view piece, ThreadState& ts,
+                                    std::vector<uint32_t>& out) const {
+  if (piece.empty()) return;  // the library drops empty splits
+  const PreStep& ps = steps[step];
+  auto emit = [&](std::string_view sub) {
+    if (ps.kind == PreStep::kByteLevel) model(sub, ts, out);
+    else pretokenize(step + 1, sub, ts, out);
+  };
+  // Isolated: gaps and matches each become a piece; Removed: only the gaps.
+  auto split = [&](std::string_view s, auto&& for_each_match) {
+    size_t prev = 0;
+    for_each_match([&](size_t st, size_t en) {
+      if (st > prev) emit(s.substr(prev, st - prev));
+      if (!ps.removed) emit(s.substr(st, en - st));
+      prev = en;
+    });
+    if (prev < s.size()) emit(s.substr(prev));
+  };
+  switch (ps.kind) {
+    case PreStep::kSplitRegex:
+      split(piece, [&](auto&& f) { ps.regex->find_iter(piece, ts.match_data[ps.regex_slot], f); });
+      break;
+    case PreStep::kSplitString:
+      split(piece, [&](auto&& f) {
+        for (size_t at = piece.find(ps.literal); at != std::string_view::npos;
+             at = piece.find(ps.literal, at + ps.literal.size()))
+          f(at, at + ps.literal.size());
+      });
+      break;
+    case PreStep::kByteLevel: {
+      std::string prefixed;
+      std::string_view s = piece;
+      if (ps.add_prefix_space && piece.front() != ' ') {
+        prefixed.resize(piece.size() + 1);
+        prefixed[0] = ' ';
+        piece.copy(&prefixed[1], piece.size());
+        s = prefixed;
+      }
+      if (ps.use_regex)
+        split(s, [&](auto&& f) { ps.regex->find_iter(s, ts.match_data[ps.regex_slot], f); });
+      else
+        model(s, ts, out);
+      break;
+    }
+  }
+}
+
+void HfTokenizer::Impl::model(std::string_view word, ThreadState& ts,
+                              std::vector<uint32_t>& out) const {
+  auto it = ts.cache.find(word);
+  if (it == ts.cache.end()) {
+    if (ts.cache.size() >= kCacheEntries) {
+      ts.cache.clear();
+      ts.keys.clear();
+    }
+    std::vector<uint32_t> ids;
+    std::string key(word);
+    auto v = ignore_merges ? vocab.find(key) : vocab.end();
+    if (v != vocab.end()) ids.push_back(v->second);  // ignore_merges: a whole word in the vocab
+    else ids = merge_word(word);
+    ts.keys.push_back(std::move(key));
+    it = ts.cache.emplace(ts.keys.back(), std::move(ids)).first;
+  }
+  out.insert(out.end(), it->second.begin(), it->second.end());
+}
+
+// Word::merge_all: a heap of (rank, position); the lowest rank merges first, the leftmost on
+// ties; entries whose pair has since changed are skipped.
+std::vector<uint32_t> HfTokenizer::Impl::merge_word(std::string_view word) const {
+  struct Symbol {
+    uint32_t id;
+    int32_t prev, next;
+    bool alive;
+  };
+  std::vector<Symbol> sym;
+  sym.reserve(word.size());
+  for (unsigned char b : word) {
+    if (byte_id[b] < 0) continue;  // no unk_token: the library drops the character
+    const auto n = static_cast<int32_t>(sym.size());
+    sym.push_back({static_cast<uint32_t>(byte_id[b]), n - 1, n + 1, true});
+  }
+  if (sym.empty()) return {};
+  sym.back().next = -1;
+  struct Merge {
+    uint32_t rank, new_id;
+    int32_t pos;
+  };
+  auto worse = [](const Merge& a, const Merge& b) {
+    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+  };
+  std::priority_queue<Merge, std::vector<Merge>, decltype(worse)> heap(worse);
+  auto push = [&](int32_t pos) {
+    const int32_t nx = sym[pos].next;
+    if (nx < 0) return;
+    auto m = merges.find(pair_key(sym[pos].id, sym[nx].id));
+    if (m != merges.end()) heap.push({m->second.first, m->second.second, pos});
+  };
+  for (int32_t i = 0; i + 1 < static_cast<int32_t>(sym.size()); ++i) push(i);
+  while (!heap.empty()) {
+    const Merge top = heap.top();
+    heap.pop();
+    Symbol& cur = sym[top.pos];
+    if (!cur.alive || cur.next < 0) continue;
+    auto m = merges.find(pair_key(cur.id, sym[cur.next].id));
+    if (m == merges.end() || m->second.second != top.new_id) continue;  // stale entry
+    Symbol& right = sym[cur.next];
+    right.alive = false;
+    cur.id = top.new_id;
+    cur.next = right.next;
+    if (cur.next >= 0) sym[cur.next].prev = top.pos;
+    if (cur.prev >= 0) push(cur.prev);
+    push(top.pos);
+  }
+  std::vector<uint32_t> ids;
+  for (const Symbol& s : sym)
+    if (s.alive) ids.push_back(s.id);
+  return ids;
+}
+
+// ---- loading ----
+
+namespace {
+void add_pre_tokenizer(const json& pt, const std::string& path, const Json& j,
+                       std::vector<PreStep>& steps) {
+  const std::string type = j.str(pt, "type", path);
+  if (type == "Sequence") {
+    const json& arr = j.field(pt, "pretokenizers", path);
+    if (!arr.is_array()) j.fail(path + ".pretokenizers must be an array");
+    for (size_t i = 0; i < arr.size(); ++i)
+      add_pre_tokenizer(arr[i], path + ".pretokenizers[" + std::to_string(i) + "]", j, steps);
+  } else if (type == "ByteLevel") {
+    PreStep s;
+    s.kind = PreStep::kByteLevel;
+    s.add_prefix_space = j.boolean(pt, "add_prefix_space", path, true);
+    s.use_regex = j.boolean(pt, "use_regex", path, true);
+    if (s.use_regex) s.regex = std::make_unique<Regex>(kGpt2Pattern, j, path);
+    steps.push_back(std::move(s));
+  } else if (type == "Split") {
+    PreStep s;
+    s.kind = PreStep::kSplitRegex;
+    const json& pat = j.field(pt, "pattern", path);
+    if (pat.is_object() && pat.contains("Regex")) {
+      s.regex = std::make_unique<Regex>(j.str(pat, "Regex", path + ".pattern"), j,
+                                        path + ".pattern.Regex");
+    } else if (pat.is_object() && pat.contains("String")) {
+      s.kind = PreStep::kSplitString;
+      s.literal = j.str(pat, "String", path + ".pattern");
+      if (s.literal.empty()) j.fail(path + ".pattern.String must not be empty");
+    } else {
+      j.fail(path + ".pattern must be {\"Regex\": ...} or {\"String\": ...}");
+    }
+    const std::string behavior = j.str(pt, "behavior", path);
+    if (behavior != "Isolated" && behavior != "Removed")
+      j.fail(path + ".behavior \"" + behavior + "\" is not supported (supported: Isolated, Removed)");
+    s.removed = behavior == "Removed";
+    if (j.boolean(pt, "invert", path, false))
+      j.fail(path + ".invert true is not supported (supported: false)");
+    steps.push_back(std::move(s));
+  } else {
+    j.fail(path + ".type \"" + type + "\" is not supported (supported: ByteLevel, Split, Sequence)");
+  }
+}
+
+uint32_t as_id(const json& v, const std::string& path, const Json& j) {
+  if (!v.is_number_unsigned() || v.get<uint64_t>() >= UINT32_MAX)
+    j.fail(path + " must be a token id (an integer from 0 to 2^32-2), got " + v.dump());
+  return v.get<uint32_t>();
+}
+}  // namespace
+
+HfTokenizer::HfTokenizer(std::string json_text, const std::string& name)
+    : json_text_(std::move(json_text)), impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.name = name;
+  const Json j{m.name};
+  json root;
+  try {
+    root = json::parse(json_text_);
+  } catch (const json::exception& e) {
+    j.fail(std::string("malformed JSON: ") + e.what());
+  }
+  if (!root.is_object()) j.fail("malformed JSON: the top level is not an object");
+
+  for (const char* key : {"truncation", "padding"})
+    if (root.contains(key) && !root[key].is_null())
+      j.fail(std::string(key) + " is not supported (supported: null): it changes the ids");
+
+  if (root.contains("normalizer") && !root["normalizer"].is_null()) {
+    const json& n = root["normalizer"];
+    const std::string type = j.str(n, "type", "normalizer");
+    const bool empty_sequence = type == "Sequence" && n.contains("normalizers") &&
+                                n["normalizers"].is_array() && n["normalizers"].empty();
+    if (!empty_sequence)
+      j.fail("normalizer.type \"" + type + "\" is not supported (supported: null)");
+  }
+
+  if (root.contains("decoder") && !root["decoder"].is_null()) {
+    const std::string type = j.str(root["decoder"], "type", "decoder");
+    if (type != "ByteLevel")
+      j.fail("decoder.type \"" + type + "\" is not supported (supported: ByteLevel, null)");
+  }
+
+  // pre_tokenizer: Split steps, then exactly one ByteLevel, last.
+  const json& pt = j.field(root, "pre_tokenizer", "");
+  if (pt.is_null())
+    j.fail("pre_tokenizer null is not supported (supported: ByteLevel, Split, Sequence)");
+  add_pre_tokenizer(pt, "pre_tokenizer", j, m.steps);
+  for (size_t i = 0; i < m.steps.size(); ++i) {
+    const bool last = i + 1 == m.steps.size();
+    if ((m.steps[i].kind == PreStep::kByteLevel) != last)
+      j.fail("pre_tokenizer: a ByteLevel step must come last, once (the byte-level BPE family)");
+    if (m.steps[i].regex) m.steps[i].regex_slot = m.n_regex++;
+  }
+
+  // model
+  const json& model = j.field(root, "model", "");
+  const std::string type = j.str(model, "type", "model");
+  if (type != "BPE")
+    j.fail("model.type \"" + type + "\" is not supported (supported: BPE)");
+  j.null_or(model, "dropout", "model", {}, "null");
+  j.null_or(model, "unk_token", "model", {}, "null");
+  j.null_or(model, "continuing_subword_prefix", "model", {""}, "null, \"\"");
+  j.null_or(model, "end_of_word_suffix", "model", {""}, "null, \"\"");
+  if (j.boolean(model, "byte_fallback", "model", false))
+    j.fail("model.byte_fallback true is not supported (supported: false)");
+  m.ignore_merges = j.boolean(model, "ignore_merges", "model", false);
+
+  const json& vocab = j.field(model, "vocab", "model");
+  if (!vocab.is_object()) j.fail("model.vocab must be an object of token -> id");
+  const ByteMap& bm = byte_map();
+  int64_t max_id = -1;
+  std::vector<std::optional<std::string>>& id_bytes = m.id_bytes;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    const uint32_t id = as_id(it.value(), "model.vocab[\"" + it.key() + "\"]", j);
+    if (id >= id_bytes.size()) id_bytes.resize(static_cast<size_t>(id) + 1);
+    if (id_bytes[id])
+      j.fail("model.vocab[\"" + it.key() + "\"]: id " + std::to_string(id) + " is used twice");
+    std::optional<std::string> raw = unmap_bytes(it.key());
+    // Like the ByteLevel decoder: a token outside the byte map decodes to its own UTF-8.
+    id_bytes[id] = raw ? *raw : it.key();
+    if (raw) m.vocab.emplace(*raw, id);  // others can never come out of byte-level input
+    max_id = std::max<int64_t>(max_id, id);
+  }
+  for (int b = 0; b < 256; ++b) {
+    std::string c;
+    append_utf8(c, bm.to_char[b]);
+    auto it = vocab.find(c);
+    m.byte_id[b] = it == vocab.end() ? -1 : static_cast<int64_t>(it->get<uint32_t>());
+  }
+
+  const json& merges = j.field(model, "merges", "model");
+  if (!merges.is_array()) j.fail("model.merges must be an array");
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const std::string path = "model.merges[" + std::to_string(i) + "]";
+    const json& mg = merges[i];
+    std::string a, b;
+    if (mg.is_string()) {
+      const std::string s = mg.get<std::string>();
+      const size_t sp = s.find(' ');
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+        j.fail(path + " \"" + s + "\" must be two tokens separated by one space");
+      a = s.substr(0, sp);
+      b = s.substr(sp + 1);
+    } else if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
+      a = mg[0].get<std::string>();
+      b = mg[1].get<std::string>();
+    } else {
+      j.fail(path + " must be \"a b\" or [\"a\", \"b\"]");
+    }
+    auto id_of = [&](const std::string& t) {
+      auto it = vocab.find(t);
+      if (it == vocab.end()) j.fail(path + ": \"" + t + "\" is not in model.vocab");
+      return it->get<uint32_t>();
+    };
+    const uint32_t ia = id_of(a), ib = id_of(b), inew = id_of(a + b);
+    m.merges[pair_key(ia, ib)] = {static_cast<uint32_t>(i), inew};  // a repeat takes the later rank
+  }
+
+  // added_tokens, with the ids the library assigns: the vocab's id, else the next free one.
+  if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
+    const json& arr = root["added_tokens"];
+    if (!arr.is_array()) j.fail("added_tokens must be an array");
+    int64_t max_added = -1;
+    for (size_t i = 0; i < arr.size(); ++i) {
+      const std::string path = "added_tokens[" + std::to_string(i) + "]";
+      const json& at = arr[i];
+      AddedToken t;
+      t.id = as_id(j.field(at, "id", path), path + ".id", j);
+      t.content = j.str(at, "content", path);
+      if (t.content.empty()) j.fail(path + ".content must not be empty");
+      if (!is_valid_utf8(t.content)) j.fail(path + ".content is not valid UTF-8");
+      if (j.boolean(at, "single_word", path, false))
+        j.fail(path + ".single_word true is not supported (supported: false)");
+      t.lstrip = j.boolean(at, "lstrip", path, false);
+      t.rstrip = j.boolean(at, "rstrip", path, false);
+      j.field(at, "normalized", path);
+      j.field(at, "special", path);
+      t.normalized = j.boolean(at, "normalized", path, false);
+      t.special = j.boolean(at, "special", path, false);
+      if (m.added_by_content.count(t.content))
+        j.fail(path + ".content \"" + t.content + "\" appears twice");
+      uint32_t expect;
+      auto v = vocab.find(t.content);
+      const auto n_vocab = static_cast<int64_t>(vocab.size());
+      if (v != vocab.end()) expect = v->get<uint32_t>();
+      else if (max_added < 0) expect = static_cast<uint32_t>(n_vocab);
+      else expect = static_cast<uint32_t>(max_added >= n_vocab || n_vocab == 0 ? max_added + 1 : n_vocab);
+      if (t.id != expect)
+        j.fail(path + ".id " + std::to_string(t.id) + " differs from the id the library gives \"" +
+               t.content + "\": " + std::to_string(expect));
+      max_added = std::max<int64_t>(max_added, t.id);
+      max_id = std::max<int64_t>(max_id, t.id);
+      m.added_by_content[t.content] = t.id;
+      m.added.push_back(std::move(t));
+    }
+    for (const AddedToken& t : m.added) {
+      if (t.id >= id_bytes.size()) id_bytes.resize(static_cast<size_t>(t.id) + 1);
+      id_bytes[t.id] = t.content;
+      AddedPass& pass = t.normalized ? m.pass_normalized : m.pass_raw;
+      pass.by_first[static_cast<unsigned char>(t.content[0])].push_back(&t);
+      pass.empty = false;
+    }
+    for (AddedPass* pass : {&m.pass_raw, &m.pass_normalized})
+      for (auto& list : pass->by_first)  // longest first: leftmost-longest matching
+        std::stable_sort(list.begin(), list.end(), [](const AddedToken* a, const AddedToken* b) {
+          return a->content.size() > b->content.size();
+        });
+  }
+  if (max_id < 0) j.fail("model.vocab is empty");
+  vocab_size_ = static_cast<uint32_t>(max_id + 1);
+}
+
+HfTokenizer::~HfTokenizer() = default;
+
+std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return std::make_unique<HfTokenizer>(ss.str(), path);
+}
+
+std::vector<uint32_t> HfTokenizer::encode(std::string_view text) const {
+  const Impl& m = *impl_;
+  std::string fixed;
+  if (!is_valid_utf8(text)) {
+    fixed = replace_invalid_utf8(text);
+    text = fixed;
+  }
+  ThreadState& ts = m.thread_state();
+  std::vector<Segment> segs, segs2;
+  if (m.pass_raw.empty) segs.push_back({false, 0, 0, text.size()});
+  else m.split_added(text, 0, m.pass_raw, segs);
+  if (!m.pass_normalized.empty) {
+    for (const Segment& s : segs) {
+      if (s.is_token) segs2.push_back(s);
+      else m.split_added(text.substr(s.begin, s.end - s.begin), s.begin, m.pass_normalized, segs2);
+    }
+    segs.swap(segs2);
+  }
+  std::vector<uint32_t> out;
+  out.reserve(text.size() / 3 + 1);
+  for (const Segment& s : segs) {
+    if (s.is_token) out.push_back(s.id);
+    else m.pretokenize(0, text.substr(s.begin, s.end - s.begin), ts, out);
+  }
+  return out;
+}
+
+std::string HfTokenizer::decode(const std::vector<uint32_t>& tokens) const {
+  std::string out;
+  for (uint32_t t : tokens) {
+    if (t >= impl_->id_bytes.size() || !impl_->id_bytes[t])
+      throw std::invalid_argument(impl_->name + ": token id " + std::to_string(t) +
+                                  " is not in the vocabulary");
+    out += *impl_->id_bytes[t];
+  }
+  return out;
+}
+
+void HfTokenizer::save(const std::string& path) const {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << json_text_;
+  if (!out) throw std::runtime_error("tokenizer " + path + ": cannot write");
+}
+
+std::optional<uint32_t> HfTokenizer::special_token(std::string_view content) const {
+  auto it = impl_->added_by_content.find(std::string(content));
+  if (it == impl_->added_by_content.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace mod::data
