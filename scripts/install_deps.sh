@@ -11,7 +11,8 @@ packages=(
   catch2                                       # Catch2 v2 test framework
   libprotobuf-dev protobuf-compiler            # config schema and checkpoint metadata
   libboost-program-options-dev                 # command line
-  nlohmann-json3-dev                           # JSON output (modtrain eval --json)
+  nlohmann-json3-dev                           # JSON output (modtrain eval --json), JSON Lines input (prep)
+  zlib1g-dev                                   # gzip input (modtrain prep)
   libopenmpi-dev openmpi-bin                   # CPU communicator
   bible-kjv                                    # default corpus
   gnuplot-nox                                  # isoFLOP plots (modtrain grid collect)

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -21,6 +22,11 @@ class Tokenizer {
   virtual std::vector<uint32_t> encode(std::string_view text) const = 0;
   virtual std::string decode(const std::vector<uint32_t>& tokens) const = 0;
   virtual void save(const std::string& path) const = 0;
+  // The id of a special token such as "<|endoftext|>"; byte and BPE tokenizers have none.
+  virtual std::optional<uint32_t> special_token(std::string_view content) const {
+    (void)content;
+    return std::nullopt;
+  }
 
   // Reads a tokenizer file, checking every line; errors name the file and the line.
   static std::unique_ptr<Tokenizer> load(const std::string& path);
