@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# modtrain prep stopped and resumed through the command line: a JSON Lines corpus of ~40 MB is
+# modtrain prep stopped and resumed through the command line: a JSON Lines corpus of ~15 MB is
 # prepared once uninterrupted, then again stopped by SIGTERM (exit 75) and by kill -9 in the
 # middle and rerun to completion; every output file must equal the uninterrupted one's. Also a
 # rerun of a finished prep is skipped, stdin works, and a bad JSON line is named by file:line.
@@ -21,14 +21,15 @@ for p in sorted(glob.glob(src + "/docs/*.md") + glob.glob(src + "/core/*.cpp")):
 rng = random.Random(1)
 with open(out, "w") as f:
     size = 0
-    while size < 40_000_000:
+    while size < 15_000_000:
         doc = "\n".join(rng.choice(lines) for _ in range(rng.randint(5, 60)))
         line = json.dumps({"id": size, "text": doc}) + "\n"
         f.write(line)
         size += len(line)
 PY
-args=(--input "$work/corpus.jsonl" --tokenizer bpe --vocab-size 512 --bpe-sample-mb 4
-  --shard-tokens 1000000 --val-fraction 0.01)
+common=(--input "$work/corpus.jsonl" --tokenizer bpe --vocab-size 512 --bpe-sample-mb 4
+  --val-fraction 0.01)
+args=("${common[@]}" --shard-tokens 500000)
 "$modtrain" prep "${args[@]}" --out "$work/whole" > "$work/whole.log"
 [ "$(ls "$work/whole" | grep -c '^train_.*\.bin$')" -ge 5 ] || fail "expected several shards: $(ls "$work/whole")"
 "$modtrain" prep "${args[@]}" --out "$work/whole" > "$work/again.log"
@@ -72,10 +73,10 @@ dir=$work/stopped_other
 pid=$!
 until [ -e "$dir/train_000000.bin" ]; do sleep 0.05; done
 kill -TERM "$pid"; wait "$pid" || true
-if "$modtrain" prep "${args[@]}" --shard-tokens 2000000 --out "$dir" 2> "$work/other.err"; then
+if "$modtrain" prep "${common[@]}" --shard-tokens 600000 --out "$dir" 2> "$work/other.err"; then
   fail "a resume with another --shard-tokens succeeded"
 fi
-grep -q -- "--shard-tokens was 1000000, is now 2000000" "$work/other.err" || fail "no option named: $(cat "$work/other.err")"
+grep -q -- "--shard-tokens was 500000, is now 600000" "$work/other.err" || fail "no option named: $(cat "$work/other.err")"
 
 # stdin; a bad JSON line.
 head -c 300000 "$src"/docs/*.md | "$modtrain" prep --input - --text-chunk-kb 16 --val-fraction 0.1 \

@@ -44,7 +44,7 @@ struct PrepOptions {
   uint64_t seed = 1;                // of the split
   uint64_t shard_tokens = 100000000;  // tokens per shard (the last of a split is shorter)
   unsigned threads = 0;             // encoding threads; 0: std::thread::hardware_concurrency()
-  size_t batch_bytes = 4 << 20;     // text per encoding batch (a resume point between batches)
+  size_t batch_bytes = 1 << 20;     // text per encoding batch (a resume point between batches)
   bool progress = true;             // the progress line on stderr
 
   // Tests: stop as a signal would once this many batches are read (0: never). Otherwise a stop
