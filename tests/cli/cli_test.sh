@@ -104,7 +104,7 @@ expect_error "model.mod.capacity" "$modtrain" flops --config "$src/configs/recip
 expect_error "nope.textproto" "$modtrain" flops --config "$work/nope.textproto"
 expect_error "model.vocab_size" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" \
   --run-dir "$work/r2" --data "$work/bpe" --set train.steps=1
-expect_error "train.bin" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" \
+expect_error "no dataset.textproto" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" \
   --run-dir "$work/r3" --data "$work/missing"
 expect_error "run-dir" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto"
 expect_error "unknown command" "$modtrain" frobnicate
