@@ -352,3 +352,26 @@ TEST_CASE("prep's errors name the option, or the file and line", "[data]") {
   o.inputs = {write_file(dir / "one.jsonl", "{\"text\": \"a\"}\n")};
   CHECK_THROWS_WITH(prep(fresh(o)), Contains("too few"));
 }
+
+TEST_CASE("prep indexes nanoGPT token files in place", "[data]") {
+  const fs::path dir = temp_dir("index");
+  const auto raw = [&](const std::string& name, uint16_t n) {  // nanoGPT: bare uint16 tokens
+    std::string bytes;
+    for (uint16_t t = 0; t < n; ++t) bytes.append(reinterpret_cast<const char*>(&t), 2);
+    return write_file(dir / name, bytes);
+  };
+  IndexOptions x;
+  x.out = (dir / "ds").string();
+  x.format = "nanogpt";
+  x.train_shards = {raw("train_a.bin", 200), raw("train_b.bin", 100)};
+  x.val_shards = {raw("val.bin", 50)};
+  CHECK_THROWS_WITH(index_prep(x), Contains("--vocab-size"));
+  x.vocab_size = 300;
+  const std::string manifest = index_prep(x);
+  const Dataset d = Dataset::open(x.out);
+  CHECK(d.train.tokens() == 300);
+  CHECK(d.val.tokens() == 50);
+  CHECK(read_manifest(manifest).train(0).path() == fs::absolute(dir / "train_a.bin").string());
+  x.format = "parquet";
+  CHECK_THROWS_WITH(index_prep(x), Contains("--format parquet"));
+}
