@@ -273,7 +273,10 @@ TEST_CASE("a stopped prep resumes to the same bytes; a finished one is skipped",
   std::string jsonl;
   for (int i = 0; i < 200; ++i) jsonl += "{\"text\": " + json_escape(random_text(rng, 100 + rng() % 300)) + "}\n";
   PrepOptions o;
-  o.inputs = {write_file(dir / "r.jsonl", jsonl), write_file(dir / "r.txt", random_text(rng, 20000))};
+  write_file(dir / "g.jsonl", jsonl);  // gzip: resumed by replaying its documents
+  REQUIRE(std::system(("gzip -nf " + (dir / "g.jsonl").string()).c_str()) == 0);
+  o.inputs = {write_file(dir / "r.jsonl", jsonl), (dir / "g.jsonl.gz").string(),
+              write_file(dir / "r.txt", random_text(rng, 20000))};
   o.tokenizer = "bpe";
   o.vocab_size = 320;
   o.text_chunk_kb = 2;
