@@ -91,9 +91,11 @@ int prep(int argc, char** argv) {
     return 0;
   }
   if (r.stopped) {
+    std::string command = "modtrain";
+    for (int i = 0; i < argc; ++i) command += std::string(" ") + argv[i];
     std::printf("prep: stopped by a signal after %" PRIu64 " documents; the state is saved in %s/prep.state\n"
-                "  resume: rerun the same command (modtrain prep with the same arguments)\n",
-                r.documents, out.c_str());
+                "  resume: rerun the same command: %s\n",
+                r.documents, out.c_str(), command.c_str());
     return mod::train::kExitCheckpointedStop;
   }
   std::printf("prep: %s: %" PRIu64 " documents, %" PRIu64 " bytes of text, %s tokenizer (vocab %u) "

@@ -219,6 +219,7 @@ struct Batch {
   std::vector<Document> docs;
   std::vector<uint32_t> tokens;
   std::vector<size_t> ends;  // docs[k]'s tokens end at tokens[ends[k]]
+  std::vector<size_t> text_bytes;  // docs[k]'s text size (the text is freed once encoded)
 };
 
 void validate(const PrepOptions& o) {
@@ -530,12 +531,15 @@ PrepResult prep(const PrepOptions& o) {
             b = std::move(todo.front());
             todo.pop_front();
           }
-          for (const auto& d : b->docs) {
+          for (auto& d : b->docs) {
             const std::vector<uint32_t> t = tok->encode(d.text);
             b->tokens.insert(b->tokens.end(), t.begin(), t.end());
             if (eot && d.eot_after) b->tokens.push_back(*eot);
             b->ends.push_back(b->tokens.size());
+            b->text_bytes.push_back(d.text.size());
+            std::string().swap(d.text);  // batches wait for the writer: hold only their tokens
           }
+          b->tokens.shrink_to_fit();
           std::lock_guard<std::mutex> l(mu);
           encoded[b->seq] = std::move(b);
           cv.notify_all();
@@ -592,13 +596,13 @@ PrepResult prep(const PrepOptions& o) {
         ++s.documents;
         ++st.documents;
         st.val_documents += val;
-        st.text_bytes += d.text.size();
+        st.text_bytes += b->text_bytes[k];
         st.next = d.next;
         cur_bytes = d.input_bytes;
       }
       if (!have_start) {
         have_start = true;
-        start_bytes = b->docs.front().input_bytes - std::min<uint64_t>(b->docs.front().input_bytes, b->docs.front().text.size());
+        start_bytes = b->docs.front().input_bytes - std::min<uint64_t>(b->docs.front().input_bytes, b->text_bytes.front());
       }
       if (finished || Clock::now() - last_state > std::chrono::seconds(2)) {
         record_state();
