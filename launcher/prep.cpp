@@ -3,6 +3,7 @@
 // signal ends it resumably with exit code 75 (train/stop_signal.h), like modtrain train.
 #include "train/data/prep.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <string>
@@ -91,6 +92,12 @@ int prep(int argc, char** argv) {
     return 0;
   }
   if (r.stopped) {
+    if (std::count(p.inputs.begin(), p.inputs.end(), "-")) {
+      std::printf("prep: stopped by a signal after %" PRIu64 " documents; it read stdin, which "
+                  "cannot be replayed, so it cannot resume (delete %s and start over)\n",
+                  r.documents, out.c_str());
+      return mod::train::kExitCheckpointedStop;
+    }
     std::string command = "modtrain";
     for (int i = 0; i < argc; ++i) command += std::string(" ") + argv[i];
     std::printf("prep: stopped by a signal after %" PRIu64 " documents; the state is saved in %s/prep.state\n"

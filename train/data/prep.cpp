@@ -244,6 +244,10 @@ void validate(const PrepOptions& o) {
   if (!o.kjv && o.inputs.empty()) throw std::invalid_argument("no text: give --kjv or --input FILE...");
   if (std::count(o.inputs.begin(), o.inputs.end(), "-") > 1)
     throw std::invalid_argument("--input -: stdin can be read once");
+  if (o.tokenizer == "bpe" && std::count(o.inputs.begin(), o.inputs.end(), "-"))
+    throw std::invalid_argument("--input -: BPE trains on a sample read before the encoding, and "
+                                "stdin can be read once; save it to a file, or give --tokenizer "
+                                "byte or a tokenizer.json");
 }
 
 // Training documents from the start of the corpus, up to limit bytes (BPE's sample).

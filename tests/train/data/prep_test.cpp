@@ -343,6 +343,10 @@ TEST_CASE("prep's errors name the option, or the file and line", "[data]") {
   o.eot.clear();
   o.inputs.clear();
   CHECK_THROWS_WITH(prep(fresh(o)), Contains("no text"));
+  o.inputs = {"-"};
+  o.tokenizer = "bpe";
+  CHECK_THROWS_WITH(prep(fresh(o)), Contains("--input -: BPE"));
+  o.tokenizer = "byte";
 
   o.inputs = {(dir / "missing.txt").string()};
   CHECK_THROWS_WITH(prep(fresh(o)), Contains("missing.txt") && Contains("cannot open"));
