@@ -267,7 +267,7 @@ TEST_CASE("prep holds out the first N documents, or a tiny corpus's last one", "
   check_against_reference(o, docs);
 }
 
-TEST_CASE("a stopped prep resumes to the same bytes; a finished one is skipped", "[data]") {
+TEST_CASE("a stopped prep resumes to the same bytes, and a finished one is skipped", "[data]") {
   const fs::path dir = temp_dir("resume");
   std::mt19937 rng(11);
   std::string jsonl;
