@@ -14,7 +14,7 @@ constexpr const char* kUsage =
     "usage: modtrain <command> [options]\n"
     "\n"
     "commands:\n"
-    "  prep    text files (or the KJV Bible) -> tokenizer + train/val token shards\n"
+    "  prep    text, JSON Lines or gzip (or the KJV Bible) -> tokenizer + train/val token shards\n"
     "  train   train a dense or Mixture-of-Depths transformer from a config\n"
     "  eval    validation loss with top-C and with causal routing, side by side\n"
     "  sample  generate text with a KV cache (routed blocks admit tokens causally)\n"
@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   // compute thread is interrupted by a stop signal (stop_signal.h); and before anything slow:
   // Slurm's USR1 lead can arrive during start-up, and the trainer checks after its first step.
   if (command == "train") mod::train::install_stop_handlers();
+  if (command == "prep") mod::train::install_stop_handlers(/*with_sigint=*/true);
   // Under mpirun or srun every rank runs this; a world of one otherwise.
   mod::parallel::init_world(&argc, &argv);
   int code = 1;

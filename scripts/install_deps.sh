@@ -11,8 +11,9 @@ packages=(
   catch2                                       # Catch2 v2 test framework
   libprotobuf-dev protobuf-compiler            # config schema and checkpoint metadata
   libboost-program-options-dev                 # command line
-  nlohmann-json3-dev                           # JSON output (modtrain eval --json), tokenizer.json
+  nlohmann-json3-dev                           # JSON: eval --json, tokenizer.json, JSON Lines input
   libpcre2-dev                                 # tokenizer.json pre-tokenizer regexes (PCRE2)
+  zlib1g-dev                                   # gzip input (modtrain prep)
   libopenmpi-dev openmpi-bin                   # CPU communicator
   bible-kjv                                    # default corpus
   gnuplot-nox                                  # isoFLOP plots (modtrain grid collect)

@@ -14,7 +14,8 @@ constexpr int kExitCheckpointedStop = 75;
 // thread, so in every thread it creates later, for one waiting thread to take them: call it
 // before any other thread starts (modtrain train does, first thing), so that no compute
 // thread is ever interrupted.
-void install_stop_handlers();
+// with_sigint: SIGINT (Ctrl-C) stops too (modtrain prep; the trainer keeps Ctrl-C's default).
+void install_stop_handlers(bool with_sigint = false);
 // The signal received on this process, or 0.
 int stop_signal_received();
 // Forgets a received signal (tests run several trainings in one process).

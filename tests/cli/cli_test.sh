@@ -13,7 +13,8 @@ fail() { echo "cli_test: $*" >&2; exit 1; }
 # A corpus of ~200 KB from the repository's own docs and sources (always present).
 cat "$src"/core/*.cpp "$src"/core/*.h "$src"/docs/*.md > "$work/corpus.txt"
 "$modtrain" prep --input "$work/corpus.txt" --out "$work/data" --val-fraction 0.1 > "$work/prep.log"
-grep -q "train.bin" "$work/prep.log" || fail "prep did not report its shards"
+grep -q "train_000000.bin" "$work/prep.log" || fail "prep did not report its shards"
+[ -f "$work/data/dataset.textproto" ] || fail "prep wrote no manifest"
 "$modtrain" prep --input "$work/corpus.txt" --out "$work/bpe" --tokenizer bpe --vocab-size 300 > /dev/null
 grep -q "vocab_size 300" "$work/bpe/tokenizer.txt" || fail "BPE tokenizer not written"
 
@@ -103,7 +104,7 @@ expect_error "model.mod.capacity" "$modtrain" flops --config "$src/configs/recip
 expect_error "nope.textproto" "$modtrain" flops --config "$work/nope.textproto"
 expect_error "model.vocab_size" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" \
   --run-dir "$work/r2" --data "$work/bpe" --set train.steps=1
-expect_error "dataset.textproto" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" \
+expect_error "no dataset.textproto" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" \
   --run-dir "$work/r3" --data "$work/missing"
 expect_error "run-dir" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto"
 expect_error "unknown command" "$modtrain" frobnicate

@@ -55,7 +55,7 @@ pb::Manifest two_shard_dataset(const fs::path& dir) {
 }
 }  // namespace
 
-TEST_CASE("a manifest opens its shards; an older prep's directory opens too", "[data]") {
+TEST_CASE("a manifest opens its shards, and an older prep's directory opens too", "[data]") {
   const fs::path dir = temp_dir("open");
   two_shard_dataset(dir);
   const Dataset d = Dataset::open(dir.string());

@@ -84,7 +84,7 @@ std::vector<int64_t> rows_of(const Batch& b) {
 }
 }  // namespace
 
-TEST_CASE("a permutation is a bijection of [0, n) that depends on its key", "[data]") {
+TEST_CASE("a permutation is a bijection of 0 .. n-1 that depends on its key", "[data]") {
   for (uint64_t n : {1ull, 2ull, 3ull, 17ull, 1000ull, 4097ull}) {
     const Permutation p(n, 42), q(n, 43);
     std::set<uint64_t> seen;
