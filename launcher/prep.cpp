@@ -37,7 +37,7 @@ int prep(int argc, char** argv) {
       ("eot", po::value<std::string>(), "end-of-text token appended to every document (default <|endoftext|> when the tokenizer has it)")
       ("text-field", po::value<std::string>()->default_value("text"), "JSON Lines: the string field of a document")
       ("text-chunk-kb", po::value<uint64_t>()->default_value(64), "plain text: documents of about this many KiB, cut at line ends")
-      ("val-fraction", po::value<double>()->default_value(0.05), "share of documents held out for validation, in (0, 0.5]")
+      ("val-fraction", po::value<double>()->default_value(0.05, "0.05"), "share of documents held out for validation, in (0, 0.5]")
       ("val-documents", po::value<uint64_t>()->default_value(0), "or: hold out the first this many documents")
       ("seed", po::value<uint64_t>()->default_value(1), "of the document split")
       ("shard-tokens", po::value<uint64_t>()->default_value(100000000), "tokens per shard")
