@@ -50,9 +50,6 @@
 
 namespace mod::data {
 
-// Replaces invalid UTF-8 with U+FFFD by the maximal-subpart rule (Python's errors="replace").
-std::string replace_invalid_utf8(std::string_view bytes);
-
 class HfTokenizer final : public Tokenizer {
  public:
   // Parses tokenizer.json text; `name` (usually the path) prefixes every error.

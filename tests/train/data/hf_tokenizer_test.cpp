@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "train/data/hf_tokenizer.h"
+#include "train/data/unicode.h"
 
 using namespace mod::data;
 using Catch::Matchers::Contains;
