@@ -2,13 +2,13 @@
 #include "train/data/dataset.h"
 
 #include <google/protobuf/text_format.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 
 #include "configs/config.h"
+#include "train/data/durable_file.h"
 
 namespace mod::data {
 
@@ -120,13 +120,7 @@ pb::Manifest read_manifest(const std::string& path) {
 void write_manifest(const std::string& path, const pb::Manifest& m) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(m, &text);
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) fail(tmp, "cannot open for writing");
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() &&
-                  std::fflush(f) == 0 && fsync(fileno(f)) == 0;
-  std::fclose(f);
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) fail(path, "cannot write (disk full?)");
+  write_file_atomic(path, text);
 }
 
 pb::Manifest index_token_files(const std::vector<std::string>& train,

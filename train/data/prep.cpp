@@ -1,29 +1,24 @@
-// Streaming, parallel, resumable corpus preparation (see prep.h). One reader thread cuts the
-// inputs into batches, worker threads encode them, and this thread writes them in input order;
-// batches in flight are bounded, so memory never grows with the corpus.
+// Streaming, parallel, resumable corpus preparation (see prep.h): inputs through the ordered
+// encoding pipeline (encode_pipeline.h) into two shard streams, with a resume point (prep_state.h)
+// recorded every few seconds and at every finished shard.
 #include "train/data/prep.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
-#include <condition_variable>
 #include <cstdio>
-#include <deque>
-#include <exception>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include "train/data/dataset.h"
+#include "train/data/durable_file.h"
+#include "train/data/encode_pipeline.h"
+#include "train/data/prep_state.h"
 #include "train/data/text_source.h"
 #include "train/data/token_file.h"
 #include "train/data/tokenizer.h"
@@ -36,8 +31,6 @@ namespace pb = modtrain::data;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-constexpr const char* kStateName = "prep.state";
-constexpr const char* kStateMagic = "modtrain-prep-state 1";
 
 [[noreturn]] void fail(const std::string& where, const std::string& what) {
   throw std::runtime_error(where + ": " + what);
@@ -56,148 +49,10 @@ std::string fmt_double(double v) {
   return b;
 }
 
-void fsync_path(const std::string& path, bool dir) {
-  const int fd = ::open(path.c_str(), (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
-// Writes text to path atomically: path.tmp, fsync, rename.
-void write_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!(f << text) || !f.flush()) fail(tmp, "cannot write");
-  }
-  fsync_path(tmp, false);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(path, "cannot rename " + tmp);
-  fsync_path(fs::path(path).parent_path().string(), true);
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string shard_name(const std::string& split, uint64_t index) {
   char b[64];
   std::snprintf(b, sizeof b, "%s_%06" PRIu64 ".bin", split.c_str(), index);
   return b;
-}
-
-// The options and inputs that shape the output, as (name, value) pairs, so a rerun can say
-// which one changed.
-using Fingerprint = std::vector<std::pair<std::string, std::string>>;
-
-struct ShardRecord {
-  std::string name;
-  uint64_t tokens = 0;
-  uint32_t crc = 0;
-};
-
-// One output split: a sequence of shards of shard_tokens tokens.
-struct Stream {
-  std::string split;
-  uint64_t index = 0;  // the shard being written
-  std::unique_ptr<ShardWriter> writer;
-  std::vector<ShardRecord> done;
-  uint64_t tokens = 0, documents = 0;
-
-  uint64_t partial() const { return writer ? writer->tokens() : 0; }
-};
-
-struct State {
-  Fingerprint fingerprint;
-  Position next;
-  uint64_t documents = 0, val_documents = 0, text_bytes = 0;
-  struct Split {
-    uint64_t index = 0, partial = 0, tokens = 0, documents = 0;
-    std::vector<ShardRecord> done;
-  } split[2];
-};
-
-std::string state_text(const State& s) {
-  std::ostringstream o;
-  o << kStateMagic << "\n";
-  for (const auto& [k, v] : s.fingerprint) o << "option\t" << k << "\t" << v << "\n";
-  o << "position " << s.next.input << " " << s.next.offset << " " << s.next.document << " "
-    << s.next.line << "\n";
-  o << "documents " << s.documents << " " << s.val_documents << " " << s.text_bytes << "\n";
-  for (int i = 0; i < 2; ++i) {
-    const auto& p = s.split[i];
-    o << "split " << i << " " << p.index << " " << p.partial << " " << p.tokens << " "
-      << p.documents << "\n";
-    for (const auto& d : p.done) o << "shard " << i << " " << d.name << " " << d.tokens << " " << d.crc << "\n";
-  }
-  o << "end\n";
-  return o.str();
-}
-
-State parse_state(const std::string& path) {
-  std::istringstream in(read_text(path));
-  State s;
-  std::string line;
-  int line_no = 0;
-  bool ended = false;
-  auto bad = [&](const std::string& why) {
-    fail(path + ":" + std::to_string(line_no), why + " (delete the directory to start over)");
-  };
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line_no == 1) {
-      if (line != kStateMagic) bad("not a prep state");
-      continue;
-    }
-    if (line.rfind("option\t", 0) == 0) {
-      const size_t tab = line.find('\t', 7);
-      if (tab == std::string::npos) bad("bad option line");
-      s.fingerprint.emplace_back(line.substr(7, tab - 7), line.substr(tab + 1));
-      continue;
-    }
-    std::istringstream ls(line);
-    std::string key;
-    ls >> key;
-    if (key == "position") {
-      ls >> s.next.input >> s.next.offset >> s.next.document >> s.next.line;
-    } else if (key == "documents") {
-      ls >> s.documents >> s.val_documents >> s.text_bytes;
-    } else if (key == "split") {
-      int i = -1;
-      ls >> i;
-      if (i < 0 || i > 1) bad("bad split");
-      ls >> s.split[i].index >> s.split[i].partial >> s.split[i].tokens >> s.split[i].documents;
-    } else if (key == "shard") {
-      int i = -1;
-      ShardRecord r;
-      ls >> i >> r.name >> r.tokens >> r.crc;
-      if (i < 0 || i > 1) bad("bad shard");
-      s.split[i].done.push_back(r);
-    } else if (key == "end") {
-      ended = true;
-    } else {
-      bad("unknown line '" + line + "'");
-    }
-    if (ls.fail()) bad("bad line '" + line + "'");
-  }
-  if (!ended) bad("truncated");
-  return s;
-}
-
-// "what changed" between a recorded fingerprint and this run's, or "" when they agree.
-std::string fingerprint_change(const Fingerprint& was, const Fingerprint& now) {
-  std::map<std::string, std::string> a(was.begin(), was.end()), b(now.begin(), now.end());
-  for (const auto& [k, v] : now) {
-    const auto it = a.find(k);
-    if (it == a.end()) return k + " was not given before, is now " + v;
-    if (it->second != v) return k + " was " + it->second + ", is now " + v;
-  }
-  for (const auto& [k, v] : was)
-    if (!b.count(k)) return k + " was " + v + ", is now not given";
-  return "";
 }
 
 void remove_split_files(const std::string& out, const std::string& split, uint64_t from_index) {
@@ -213,14 +68,6 @@ void remove_split_files(const std::string& out, const std::string& split, uint64
     if (std::stoull(digits) >= from_index) fs::remove(e.path());
   }
 }
-
-struct Batch {
-  uint64_t seq = 0;
-  std::vector<Document> docs;
-  std::vector<uint32_t> tokens;
-  std::vector<size_t> ends;  // docs[k]'s tokens end at tokens[ends[k]]
-  std::vector<size_t> text_bytes;  // docs[k]'s text size (the text is freed once encoded)
-};
 
 void validate(const PrepOptions& o) {
   if (o.out.empty()) throw std::invalid_argument("--out: missing");
@@ -250,39 +97,163 @@ void validate(const PrepOptions& o) {
                                 "byte or a tokenizer.json");
 }
 
+// The split rule of prep.h, without its last-document fallback.
+bool held_out(const PrepOptions& o, uint64_t document) {
+  if (o.val_documents > 0) return document < o.val_documents;
+  return splitmix64(o.seed + document) < static_cast<uint64_t>(o.val_fraction * 0x1p64);
+}
+
 // Training documents from the start of the corpus, up to limit bytes (BPE's sample).
 std::string bpe_sample(const std::vector<InputInfo>& inputs, const PrepOptions& o, size_t chunk,
                        uint64_t limit) {
   TextSource src(inputs, o.text_field, chunk);
   std::string sample;
   Document d;
-  const uint64_t threshold = static_cast<uint64_t>(o.val_fraction * 0x1p64);
   for (uint64_t i = 0; sample.size() < limit && src.next(d); ++i) {
-    const bool val = o.val_documents > 0 ? i < o.val_documents
-                                         : splitmix64(o.seed + i) < threshold;
-    if (val) continue;
+    if (held_out(o, i)) continue;
     sample.append(d.text, 0, std::min<size_t>(d.text.size(), limit - sample.size()));
     if (d.eot_after && sample.size() < limit) sample += '\n';
   }
   return sample;
 }
-}  // namespace
+// One output split: a sequence of shards of shard_tokens tokens, <split>_000000.bin, ...
+class ShardStream {
+ public:
+  ShardStream(std::string out, std::string split, uint64_t shard_tokens, uint32_t vocab)
+      : out_(std::move(out)), split_(std::move(split)), shard_tokens_(shard_tokens), vocab_(vocab) {}
 
-PrepResult prep(const PrepOptions& o) {
-  const auto t0 = Clock::now();
-  validate(o);
-  const std::string& out = o.out;
-  const bool json_tok = o.tokenizer != "byte" && o.tokenizer != "bpe";
-  const size_t chunk = static_cast<size_t>(o.text_chunk_kb) * 1024;
+  // Continues a recorded split (its partial shard cut back to the recorded length), or starts
+  // afresh (r null); either way removes the split's shards past the current one.
+  void restore(const PrepState::Split* r) {
+    if (!r) {
+      remove_split_files(out_, split_, 0);
+      return;
+    }
+    index_ = r->index;
+    done_ = r->done;
+    tokens_ = r->tokens;
+    documents_ = r->documents;
+    for (const auto& d : done_)
+      if (!fs::exists(fs::path(out_) / d.name))
+        fail((fs::path(out_) / d.name).string(),
+             "missing: the stopped prep cannot resume (delete " + out_ + " to start over)");
+    remove_split_files(out_, split_, index_ + 1);
+    const std::string path = current_path();
+    if (r->partial > 0) {
+      // Finished after the state was recorded: reopen it as the partial it was.
+      if (!fs::exists(path + ".partial") && fs::exists(path)) fs::rename(path, path + ".partial");
+      writer_ = std::make_unique<ShardWriter>(path, vocab_, r->partial);
+    } else {
+      fs::remove(path);
+      fs::remove(path + ".partial");
+    }
+  }
 
-  std::vector<InputInfo> inputs;
-  if (o.kjv) inputs.push_back(inspect_input("kjv"));
-  for (const auto& f : o.inputs) inputs.push_back(inspect_input(f));
-  const bool has_stdin = std::any_of(inputs.begin(), inputs.end(),
-                                     [](const InputInfo& i) { return i.kind == InputKind::Stdin; });
-  int64_t total_bytes = 0;
-  for (const auto& i : inputs) total_bytes = (total_bytes < 0 || i.size < 0) ? -1 : total_bytes + i.size;
+  // Appends one document's n tokens; true when a shard was finished.
+  bool append_document(const uint32_t* t, size_t n) {
+    bool finished = false;
+    while (n > 0) {
+      if (!writer_) writer_ = std::make_unique<ShardWriter>(current_path(), vocab_);
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(n, shard_tokens_ - writer_->tokens()));
+      writer_->append(t, take);
+      t += take;
+      n -= take;
+      tokens_ += take;
+      if (writer_->tokens() == shard_tokens_) {
+        finish_shard();
+        finished = true;
+      }
+    }
+    ++documents_;
+    return finished;
+  }
 
+  void finish() {  // the last, shorter shard
+    if (writer_) finish_shard();
+  }
+
+  // The split's resume record; syncs its partial shard first.
+  PrepState::Split record() const {
+    if (writer_) writer_->sync();
+    return {index_, partial(), tokens_, documents_, done_};
+  }
+
+  uint64_t partial() const { return writer_ ? writer_->tokens() : 0; }
+  uint64_t tokens() const { return tokens_; }
+  uint64_t documents() const { return documents_; }
+  const std::vector<ShardRecord>& done() const { return done_; }
+
+ private:
+  std::string current_path() const { return (fs::path(out_) / shard_name(split_, index_)).string(); }
+  void finish_shard() {
+    const uint64_t n = writer_->tokens();
+    const uint32_t crc = writer_->finish();
+    done_.push_back({shard_name(split_, index_), n, crc});
+    writer_.reset();
+    ++index_;
+  }
+
+  std::string out_, split_;
+  uint64_t shard_tokens_;
+  uint32_t vocab_;
+  uint64_t index_ = 0;  // the shard being written
+  std::unique_ptr<ShardWriter> writer_;
+  std::vector<ShardRecord> done_;
+  uint64_t tokens_ = 0, documents_ = 0;
+};
+
+// The progress line: at most every 2 s on a terminal (\r), one line per 10 s otherwise; the
+// rate counts from where this run started reading (a resumed prep skips what was done).
+class Progress {
+ public:
+  Progress(bool enabled, int64_t total_bytes) : enabled_(enabled), total_bytes_(total_bytes) {}
+
+  void batch(const EncodedBatch& b, const PrepState& st, const ShardStream (&streams)[2]) {
+    if (!have_start_) {
+      have_start_ = true;
+      const Document& first = b.docs.front();
+      start_bytes_ = first.input_bytes - std::min<uint64_t>(first.input_bytes, b.text_bytes.front());
+    }
+    cur_bytes_ = b.docs.back().input_bytes;
+    if (enabled_ && std::chrono::duration<double>(Clock::now() - last_print_).count() >= every_) {
+      print(st, streams, false);
+      last_print_ = Clock::now();
+    }
+  }
+  void end(const PrepState& st, const ShardStream (&streams)[2]) {
+    if (enabled_ && printed_) print(st, streams, true);
+  }
+
+ private:
+  void print(const PrepState& st, const ShardStream (&streams)[2], bool final_line) {
+    const double secs = std::chrono::duration<double>(Clock::now() - start_).count();
+    const double mb = cur_bytes_ / 1e6, rate = secs > 0 ? (cur_bytes_ - start_bytes_) / 1e6 / secs : 0;
+    char eta[64] = "";
+    if (total_bytes_ > 0 && rate > 0)
+      std::snprintf(eta, sizeof eta, ", ETA %.0fs", std::max(0.0, (total_bytes_ / 1e6 - mb) / rate));
+    char total[64] = "";
+    if (total_bytes_ > 0) std::snprintf(total, sizeof total, " / %.1f", total_bytes_ / 1e6);
+    std::fprintf(stderr, "%sprep: %.1f%s MB read, %.1f MB/s, %" PRIu64 " documents, %" PRIu64
+                 " tokens, %" PRIu64 " shards%s%s",
+                 tty_ ? "\r" : "", mb, total, rate, st.documents,
+                 streams[0].tokens() + streams[1].tokens(),
+                 static_cast<uint64_t>(streams[0].done().size() + streams[1].done().size()), eta,
+                 tty_ && !final_line ? "" : "\n");
+    std::fflush(stderr);
+    printed_ = true;
+  }
+
+  bool enabled_;
+  int64_t total_bytes_;
+  bool tty_ = ::isatty(2);
+  double every_ = tty_ ? 2.0 : 10.0;
+  Clock::time_point start_ = Clock::now(), last_print_ = Clock::now();
+  uint64_t start_bytes_ = 0, cur_bytes_ = 0;
+  bool have_start_ = false, printed_ = false;
+};
+
+// The options and inputs that shape the output (a resume must see the same).
+Fingerprint fingerprint_of(const PrepOptions& o, const std::vector<InputInfo>& inputs, bool json_tok) {
   Fingerprint fp;
   for (size_t i = 0; i < inputs.size(); ++i)
     fp.emplace_back("input " + std::to_string(i),
@@ -299,7 +270,10 @@ PrepResult prep(const PrepOptions& o) {
   fp.emplace_back("--val-fraction", fmt_double(o.val_fraction));
   fp.emplace_back("--val-documents", std::to_string(o.val_documents));
   fp.emplace_back("--seed", std::to_string(o.seed));
+  return fp;
+}
 
+pb::PrepRecord record_of(const PrepOptions& o, const std::vector<InputInfo>& inputs) {
   pb::PrepRecord record;
   for (const auto& i : inputs) record.add_inputs(i.name);
   record.set_tokenizer(o.tokenizer);
@@ -307,332 +281,161 @@ PrepResult prep(const PrepOptions& o) {
   record.set_val_fraction(o.val_documents > 0 ? 0 : o.val_fraction);
   record.set_val_documents(o.val_documents);
   record.set_seed(o.seed);
+  return record;
+}
 
-  PrepResult result;
-  const std::string manifest_path = (fs::path(out) / kManifestName).string();
-  const std::string state_path = (fs::path(out) / kStateName).string();
-  result.manifest = manifest_path;
-
-  // A finished directory: the same prep is skipped, another one refused.
-  if (fs::exists(manifest_path)) {
-    const pb::Manifest m = read_manifest(manifest_path);
-    pb::PrepRecord was = m.prep();
-    const uint64_t docs = was.documents(), bytes = was.text_bytes();
-    was.clear_documents();
-    was.clear_text_bytes();
-    if (was.SerializeAsString() != record.SerializeAsString() ||
-        (o.tokenizer == "bpe" && m.vocab_size() != o.vocab_size))
-      throw std::invalid_argument(
-          out + " already holds a dataset prepared from other inputs or options (its manifest's "
+// A finished directory: the same prep is skipped, another one refused.
+PrepResult already_prepared(const PrepOptions& o, const std::string& manifest_path,
+                            const pb::PrepRecord& record) {
+  const pb::Manifest m = read_manifest(manifest_path);
+  pb::PrepRecord was = m.prep();
+  was.clear_documents();
+  was.clear_text_bytes();
+  if (was.SerializeAsString() != record.SerializeAsString() ||
+      (o.tokenizer == "bpe" && m.vocab_size() != o.vocab_size))
+    throw std::invalid_argument(
+        o.out + " already holds a dataset prepared from other inputs or options (its manifest's "
                 "prep record differs); use a new --out or delete it");
-    fs::remove(state_path);
-    result.already_prepared = true;
-    result.documents = docs;
-    result.text_bytes = bytes;
-    result.vocab_size = m.vocab_size();
-    for (const auto& s : m.train()) ++result.train.shards, result.train.tokens += s.tokens();
-    for (const auto& s : m.val()) ++result.val.shards, result.val.tokens += s.tokens();
-    return result;
-  }
+  fs::remove(fs::path(o.out) / kPrepStateName);
+  PrepResult result;
+  result.manifest = manifest_path;
+  result.already_prepared = true;
+  result.documents = m.prep().documents();
+  result.text_bytes = m.prep().text_bytes();
+  result.vocab_size = m.vocab_size();
+  for (const auto& s : m.train()) ++result.train.shards, result.train.tokens += s.tokens();
+  for (const auto& s : m.val()) ++result.val.shards, result.val.tokens += s.tokens();
+  return result;
+}
 
-  std::optional<State> resume;
-  if (fs::exists(state_path)) {
-    State s = parse_state(state_path);
-    const std::string change = fingerprint_change(s.fingerprint, fp);
-    if (!change.empty())
-      throw std::invalid_argument(out + " holds a stopped prep of other inputs or options: " +
-                                  change + "; rerun with the same arguments, or use a new --out or delete it");
-    if (has_stdin)
-      throw std::invalid_argument(out + " holds a stopped prep that read stdin (-), which cannot "
-                                  "be replayed to resume it; use a new --out or delete it");
-    resume = std::move(s);
-  }
-  fs::create_directories(out);
-
-  // The tokenizer, saved before any shard so a resumed prep encodes with the same one.
+// The tokenizer, saved in the directory before any shard, so a resumed prep encodes with the
+// same one (a BPE is not trained again).
+struct PrepTokenizer {
   std::unique_ptr<Tokenizer> tok;
-  const std::string tok_name = json_tok ? "tokenizer.json" : "tokenizer.txt";
-  const std::string tok_path = (fs::path(out) / tok_name).string();
-  if (o.tokenizer == "byte") {
-    tok = std::make_unique<ByteTokenizer>();
-  } else if (json_tok) {
-    tok = Tokenizer::load(o.tokenizer);
-  } else if (resume && fs::exists(tok_path)) {
-    tok = Tokenizer::load(tok_path);
-  } else {
-    const uint64_t limit = o.bpe_sample_mb << 20;
-    if (o.progress) std::fprintf(stderr, "prep: training BPE (vocab %u) on up to %" PRIu64 " MiB of training text\n", o.vocab_size, o.bpe_sample_mb);
-    const std::string sample = bpe_sample(inputs, o, chunk, limit);
-    tok = std::make_unique<BpeTokenizer>(BpeTokenizer::train(sample, o.vocab_size));
-  }
-  if (json_tok) {
-    write_atomic(tok_path, read_text(o.tokenizer));
-  } else if (!(resume && fs::exists(tok_path))) {
-    tok->save(tok_path + ".tmp");
-    fsync_path(tok_path + ".tmp", false);
-    if (std::rename((tok_path + ".tmp").c_str(), tok_path.c_str()) != 0) fail(tok_path, "cannot rename");
-  }
-  const uint32_t vocab = tok->vocab_size();
+  std::string file;  // its name in the output directory
   std::optional<uint32_t> eot;
+};
+PrepTokenizer prep_tokenizer(const PrepOptions& o, const std::vector<InputInfo>& inputs,
+                             bool json_tok, bool resuming) {
+  PrepTokenizer t;
+  t.file = json_tok ? "tokenizer.json" : "tokenizer.txt";
+  const std::string path = (fs::path(o.out) / t.file).string();
+  const bool saved = resuming && fs::exists(path);
+  if (o.tokenizer == "byte") {
+    t.tok = std::make_unique<ByteTokenizer>();
+  } else if (json_tok) {
+    t.tok = Tokenizer::load(o.tokenizer);
+  } else if (saved) {
+    t.tok = Tokenizer::load(path);
+  } else {
+    if (o.progress)
+      std::fprintf(stderr, "prep: training BPE (vocab %u) on up to %" PRIu64 " MiB of training text\n",
+                   o.vocab_size, o.bpe_sample_mb);
+    const std::string sample = bpe_sample(inputs, o, o.text_chunk_kb * 1024, o.bpe_sample_mb << 20);
+    t.tok = std::make_unique<BpeTokenizer>(BpeTokenizer::train(sample, o.vocab_size));
+  }
   if (json_tok) {
-    const std::string name = o.eot.empty() ? "<|endoftext|>" : o.eot;
-    eot = tok->special_token(name);
-    if (!eot && !o.eot.empty())
+    write_file_atomic(path, read_whole_file(o.tokenizer));
+  } else if (!saved) {
+    t.tok->save(path + ".tmp");
+    fsync_path(path + ".tmp", false);
+    if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) fail(path, "cannot rename");
+  }
+  if (json_tok) {
+    t.eot = t.tok->special_token(o.eot.empty() ? "<|endoftext|>" : o.eot);
+    if (!t.eot && !o.eot.empty())
       throw std::invalid_argument("--eot " + o.eot + ": not a special token of " + o.tokenizer);
   }
+  return t;
+}
+}  // namespace
 
-  // The writer's state: streams, counts, the next document's position.
-  Stream streams[2];
-  streams[0].split = "train";
-  streams[1].split = "val";
-  State st;
-  st.fingerprint = fp;
-  if (resume) {
-    st = *resume;
-    result.resumed = true;
-    for (int i = 0; i < 2; ++i) {
-      Stream& s = streams[i];
-      const auto& r = st.split[i];
-      s.index = r.index;
-      s.done = r.done;
-      s.tokens = r.tokens;
-      s.documents = r.documents;
-      for (const auto& d : s.done)
-        if (!fs::exists(fs::path(out) / d.name))
-          fail((fs::path(out) / d.name).string(), "missing: the stopped prep cannot resume (delete " + out + " to start over)");
-      remove_split_files(out, s.split, s.index + 1);
-      const std::string path = (fs::path(out) / shard_name(s.split, s.index)).string();
-      if (r.partial > 0) {
-        // Finished after the state was recorded: reopen it as the partial it was.
-        if (!fs::exists(path + ".partial") && fs::exists(path)) fs::rename(path, path + ".partial");
-        s.writer = std::make_unique<ShardWriter>(path, vocab, r.partial);
-      } else {
-        fs::remove(path);
-        fs::remove(path + ".partial");
-      }
-    }
-  } else {
-    for (auto& s : streams) remove_split_files(out, s.split, 0);
+PrepResult prep(const PrepOptions& o) {
+  const auto t0 = Clock::now();
+  validate(o);
+  const bool json_tok = o.tokenizer != "byte" && o.tokenizer != "bpe";
+  std::vector<InputInfo> inputs;
+  if (o.kjv) inputs.push_back(inspect_input("kjv"));
+  for (const auto& f : o.inputs) inputs.push_back(inspect_input(f));
+  const bool has_stdin = std::any_of(inputs.begin(), inputs.end(),
+                                     [](const InputInfo& i) { return i.kind == InputKind::Stdin; });
+  int64_t total_bytes = 0;
+  for (const auto& i : inputs) total_bytes = (total_bytes < 0 || i.size < 0) ? -1 : total_bytes + i.size;
+  const Fingerprint fp = fingerprint_of(o, inputs, json_tok);
+  const pb::PrepRecord record = record_of(o, inputs);
+  const std::string manifest_path = (fs::path(o.out) / kManifestName).string();
+  const std::string state_path = (fs::path(o.out) / kPrepStateName).string();
+  if (fs::exists(manifest_path)) return already_prepared(o, manifest_path, record);
+
+  PrepState st;
+  const bool resuming = fs::exists(state_path);
+  if (resuming) {
+    st = read_prep_state(state_path);
+    const std::string change = fingerprint_change(st.fingerprint, fp);
+    if (!change.empty())
+      throw std::invalid_argument(o.out + " holds a stopped prep of other inputs or options: " +
+                                  change + "; rerun with the same arguments, or use a new --out or delete it");
+    if (has_stdin)
+      throw std::invalid_argument(o.out + " holds a stopped prep that read stdin (-), which cannot "
+                                  "be replayed to resume it; use a new --out or delete it");
   }
   st.fingerprint = fp;
-
+  fs::create_directories(o.out);
+  const PrepTokenizer t = prep_tokenizer(o, inputs, json_tok, resuming);
+  const uint32_t vocab = t.tok->vocab_size();
+  ShardStream streams[2] = {{o.out, "train", o.shard_tokens, vocab}, {o.out, "val", o.shard_tokens, vocab}};
+  for (int i = 0; i < 2; ++i) streams[i].restore(resuming ? &st.split[i] : nullptr);
   const auto record_state = [&] {
-    for (int i = 0; i < 2; ++i) {
-      if (streams[i].writer) streams[i].writer->sync();
-      st.split[i].index = streams[i].index;
-      st.split[i].partial = streams[i].partial();
-      st.split[i].tokens = streams[i].tokens;
-      st.split[i].documents = streams[i].documents;
-      st.split[i].done = streams[i].done;
-    }
-    fsync_path(out, true);  // shard renames before the state that counts them
-    write_atomic(state_path, state_text(st));
+    for (int i = 0; i < 2; ++i) st.split[i] = streams[i].record();
+    fsync_path(o.out, true);  // shard renames before the state that counts them
+    write_file_atomic(state_path, prep_state_text(st));
   };
-  if (!resume) record_state();
+  if (!resuming) record_state();
 
-  // Appends n tokens to s, finishing shards at shard_tokens; true when one was finished.
-  const auto append = [&](Stream& s, const uint32_t* t, size_t n) {
-    bool finished = false;
-    while (n > 0) {
-      if (!s.writer)
-        s.writer = std::make_unique<ShardWriter>((fs::path(out) / shard_name(s.split, s.index)).string(), vocab);
-      const size_t take = static_cast<size_t>(std::min<uint64_t>(n, o.shard_tokens - s.writer->tokens()));
-      s.writer->append(t, take);
-      t += take;
-      n -= take;
-      s.tokens += take;
-      if (s.writer->tokens() == o.shard_tokens) {
-        const uint32_t crc = s.writer->finish();
-        s.done.push_back({shard_name(s.split, s.index), o.shard_tokens, crc});
-        s.writer.reset();
-        ++s.index;
-        finished = true;
-      }
-    }
-    return finished;
-  };
-  const uint64_t threshold = static_cast<uint64_t>(o.val_fraction * 0x1p64);
-  const auto held_out = [&](uint64_t i, bool last) {
-    if (o.val_documents > 0) return i < o.val_documents;
-    return splitmix64(o.seed + i) < threshold || (last && st.val_documents == 0);
-  };
-
-  // The pipeline: reader -> workers -> this thread, in batch order.
+  TextSource source(inputs, o.text_field, o.text_chunk_kb * 1024);
+  if (resuming) source.seek(st.next);
+  Progress progress(o.progress, total_bytes);
+  auto last_state = Clock::now();
   const unsigned threads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
-  const size_t max_in_flight = threads + 2;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::shared_ptr<Batch>> todo;
-  std::map<uint64_t, std::shared_ptr<Batch>> encoded;
-  size_t in_flight = 0;
-  uint64_t batches_read = 0;
-  bool reader_done = false, abort = false, stopped = false;
-  std::exception_ptr error;
-  const auto stop_requested = [&] {
+  const auto stop = [&](uint64_t batches_read) {
     if (o.stop_after_batches) return batches_read >= o.stop_after_batches;
     return mod::train::stop_signal_received() != 0;
   };
-  const auto set_error = [&](std::exception_ptr e) {
-    std::lock_guard<std::mutex> l(mu);
-    if (!error) error = e;
-    abort = true;
-    cv.notify_all();
-  };
-
-  std::vector<std::thread> pool;
-  const auto join_all = [&] {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      abort = abort || error;
+  // This thread writes every document, in input order, to its split.
+  const auto write = [&](const EncodedBatch& b) {
+    bool finished = false;
+    for (size_t k = 0; k < b.docs.size(); ++k) {
+      const Document& d = b.docs[k];
+      const size_t from = k ? b.ends[k - 1] : 0;
+      const bool val = held_out(o, st.documents) || (d.last && st.val_documents == 0);
+      finished |= streams[val ? 1 : 0].append_document(b.tokens.data() + from, b.ends[k] - from);
+      ++st.documents;
+      st.val_documents += val;
+      st.text_bytes += b.text_bytes[k];
+      st.next = d.next;
     }
-    cv.notify_all();
-    for (auto& t : pool) t.join();
-    pool.clear();
-  };
-  pool.emplace_back([&] {
-    try {
-      TextSource src(inputs, o.text_field, chunk);
-      if (resume) src.seek(st.next);
-      for (;;) {
-        if (stop_requested()) {
-          std::lock_guard<std::mutex> l(mu);
-          stopped = true;
-          break;
-        }
-        auto b = std::make_shared<Batch>();
-        size_t bytes = 0;
-        Document d;
-        while (bytes < o.batch_bytes && src.next(d)) {
-          bytes += d.text.size() + 1;
-          b->docs.push_back(std::move(d));
-        }
-        if (b->docs.empty()) break;
-        std::unique_lock<std::mutex> l(mu);
-        cv.wait(l, [&] { return in_flight < max_in_flight || abort; });
-        if (abort) return;
-        b->seq = batches_read++;
-        ++in_flight;
-        todo.push_back(std::move(b));
-        cv.notify_all();
-      }
-    } catch (...) {
-      set_error(std::current_exception());
-      return;
+    if (finished || Clock::now() - last_state > std::chrono::seconds(2)) {
+      record_state();
+      last_state = Clock::now();
     }
-    std::lock_guard<std::mutex> l(mu);
-    reader_done = true;
-    cv.notify_all();
-  });
-  for (unsigned w = 0; w < threads; ++w)
-    pool.emplace_back([&] {
-      try {
-        for (;;) {
-          std::shared_ptr<Batch> b;
-          {
-            std::unique_lock<std::mutex> l(mu);
-            cv.wait(l, [&] { return !todo.empty() || reader_done || abort; });
-            if (abort || todo.empty()) return;
-            b = std::move(todo.front());
-            todo.pop_front();
-          }
-          for (auto& d : b->docs) {
-            const std::vector<uint32_t> t = tok->encode(d.text);
-            b->tokens.insert(b->tokens.end(), t.begin(), t.end());
-            if (eot && d.eot_after) b->tokens.push_back(*eot);
-            b->ends.push_back(b->tokens.size());
-            b->text_bytes.push_back(d.text.size());
-            std::string().swap(d.text);  // batches wait for the writer: hold only their tokens
-          }
-          b->tokens.shrink_to_fit();
-          std::lock_guard<std::mutex> l(mu);
-          encoded[b->seq] = std::move(b);
-          cv.notify_all();
-        }
-      } catch (...) {
-        set_error(std::current_exception());
-      }
-    });
-
-  // Progress: at most every 2 s on a terminal (\r), one line per 10 s otherwise.
-  const bool tty = ::isatty(2);
-  const double every = tty ? 2.0 : 10.0;
-  auto last_state = Clock::now(), last_print = Clock::now();
-  const auto run_start = Clock::now();
-  uint64_t start_bytes = 0, cur_bytes = 0;
-  bool have_start = false, printed = false;
-  const auto print_progress = [&](bool final_line) {
-    const double secs = std::chrono::duration<double>(Clock::now() - run_start).count();
-    const double mb = cur_bytes / 1e6, rate = secs > 0 ? (cur_bytes - start_bytes) / 1e6 / secs : 0;
-    char eta[64] = "";
-    if (total_bytes > 0 && rate > 0)
-      std::snprintf(eta, sizeof eta, ", ETA %.0fs", std::max(0.0, (total_bytes / 1e6 - mb) / rate));
-    char total[64] = "";
-    if (total_bytes > 0) std::snprintf(total, sizeof total, " / %.1f", total_bytes / 1e6);
-    std::fprintf(stderr, "%sprep: %.1f%s MB read, %.1f MB/s, %" PRIu64 " documents, %" PRIu64
-                 " tokens, %" PRIu64 " shards%s%s",
-                 tty ? "\r" : "", mb, total, rate, st.documents, streams[0].tokens + streams[1].tokens,
-                 static_cast<uint64_t>(streams[0].done.size() + streams[1].done.size()), eta,
-                 tty && !final_line ? "" : "\n");
-    std::fflush(stderr);
-    printed = true;
+    progress.batch(b, st, streams);
   };
+  const bool stopped =
+      encode_in_order(source, *t.tok, t.eot, threads, o.batch_bytes, stop, write);
+  progress.end(st, streams);
 
-  try {
-    for (uint64_t next = 0;; ++next) {
-      std::shared_ptr<Batch> b;
-      {
-        std::unique_lock<std::mutex> l(mu);
-        cv.wait(l, [&] { return encoded.count(next) || error || ((reader_done || stopped) && batches_read == next); });
-        if (error) break;
-        if (!encoded.count(next)) break;
-        b = std::move(encoded[next]);
-        encoded.erase(next);
-        --in_flight;
-        cv.notify_all();
-      }
-      bool finished = false;
-      for (size_t k = 0; k < b->docs.size(); ++k) {
-        const Document& d = b->docs[k];
-        const size_t from = k ? b->ends[k - 1] : 0;
-        const bool val = held_out(st.documents, d.last);
-        Stream& s = streams[val ? 1 : 0];
-        finished |= append(s, b->tokens.data() + from, b->ends[k] - from);
-        ++s.documents;
-        ++st.documents;
-        st.val_documents += val;
-        st.text_bytes += b->text_bytes[k];
-        st.next = d.next;
-        cur_bytes = d.input_bytes;
-      }
-      if (!have_start) {
-        have_start = true;
-        start_bytes = b->docs.front().input_bytes - std::min<uint64_t>(b->docs.front().input_bytes, b->text_bytes.front());
-      }
-      if (finished || Clock::now() - last_state > std::chrono::seconds(2)) {
-        record_state();
-        last_state = Clock::now();
-      }
-      if (o.progress && std::chrono::duration<double>(Clock::now() - last_print).count() >= every) {
-        print_progress(false);
-        last_print = Clock::now();
-      }
-    }
-  } catch (...) {
-    set_error(std::current_exception());
-  }
-  join_all();
-  if (error) std::rethrow_exception(error);
-  if (o.progress && printed) print_progress(true);
-
+  PrepResult result;
+  result.manifest = manifest_path;
+  result.resumed = resuming;
   const auto fill_result = [&] {
     result.documents = st.documents;
     result.text_bytes = st.text_bytes;
     result.vocab_size = vocab;
     PrepSplit* r[2] = {&result.train, &result.val};
     for (int i = 0; i < 2; ++i) {
-      r[i]->shards = streams[i].done.size() + (streams[i].partial() > 0);
-      r[i]->tokens = streams[i].tokens;
-      r[i]->documents = streams[i].documents;
+      r[i]->shards = streams[i].done().size() + (streams[i].partial() > 0);
+      r[i]->tokens = streams[i].tokens();
+      r[i]->documents = streams[i].documents();
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   };
@@ -643,26 +446,18 @@ PrepResult prep(const PrepOptions& o) {
     return result;
   }
 
-  for (auto& s : streams)
-    if (s.writer) {
-      const uint64_t n = s.writer->tokens();
-      const uint32_t crc = s.writer->finish();
-      s.done.push_back({shard_name(s.split, s.index), n, crc});
-      s.writer.reset();
-      ++s.index;
-    }
-  if (streams[1].documents == 0 || streams[0].documents == 0)
+  for (auto& s : streams) s.finish();
+  if (streams[1].documents() == 0 || streams[0].documents() == 0)
     throw std::invalid_argument(
         std::to_string(st.documents) + " documents: too few to split into training and validation "
         "documents (" + (o.val_documents > 0 ? "lower --val-documents" : "give more text or a smaller --text-chunk-kb") + ")");
-
   pb::Manifest m;
   m.set_version(1);
   m.set_vocab_size(vocab);
-  m.set_tokenizer(tok_name);
-  if (eot) m.set_eot_token(*eot);
+  m.set_tokenizer(t.file);
+  if (t.eot) m.set_eot_token(*t.eot);
   for (int i = 0; i < 2; ++i)
-    for (const auto& d : streams[i].done) {
+    for (const auto& d : streams[i].done()) {
       pb::Shard* s = i ? m.add_val() : m.add_train();
       s->set_path(d.name);
       s->set_format(pb::MODTRAIN);
@@ -672,10 +467,10 @@ PrepResult prep(const PrepOptions& o) {
   *m.mutable_prep() = record;
   m.mutable_prep()->set_documents(st.documents);
   m.mutable_prep()->set_text_bytes(st.text_bytes);
-  fsync_path(out, true);
+  fsync_path(o.out, true);
   write_manifest(manifest_path, m);
   fs::remove(state_path);
-  fsync_path(out, true);
+  fsync_path(o.out, true);
   fill_result();
   return result;
 }
@@ -705,7 +500,7 @@ std::string index_prep(const IndexOptions& o) {
   if (!o.tokenizer.empty()) {
     const auto tok = Tokenizer::load(o.tokenizer);
     const std::string name = o.tokenizer.ends_with(".json") ? "tokenizer.json" : "tokenizer.txt";
-    write_atomic((fs::path(o.out) / name).string(), read_text(o.tokenizer));
+    write_file_atomic((fs::path(o.out) / name).string(), read_whole_file(o.tokenizer));
     m.set_tokenizer(name);
     if (const auto e = tok->special_token("<|endoftext|>")) m.set_eot_token(*e);
   }
