@@ -52,6 +52,21 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Namespaces of an earlier run that was killed outright (SIGKILL, e.g. a CTest timeout, leaves
+# no trap to run): their test process is gone, so take them down too.
+sweep_stale() {
+  local ns pid
+  for ns in $(ip netns list 2> /dev/null | sed -n 's/^\(mod_mh_[0-9]*_[ab]\).*/\1/p'); do
+    pid=${ns#mod_mh_}
+    pid=${pid%_*}
+    [ -d "/proc/$pid" ] && continue
+    # shellcheck disable=SC2046
+    kill -9 $(ip netns pids "$ns") 2> /dev/null || true
+    ip netns del "$ns" 2> /dev/null || true
+  done
+}
+sweep_stale
+
 if ! ip netns add "$ns_a" 2> "$work/netns.err"; then
   say "SKIP: cannot make a network namespace ($(cat "$work/netns.err")); run as root or with CAP_NET_ADMIN"
   exit 77
@@ -277,7 +292,7 @@ EOF
     fast=$(seconds_since "$job_start")
     for side in "$ns_a $veth_a" "$ns_b $veth_b"; do
       set -- $side
-      ip netns exec "$1" tc qdisc add dev "$2" root tbf rate 40mbit burst 32kb latency 100ms
+      ip netns exec "$1" tc qdisc add dev "$2" root tbf rate 100mbit burst 32kb latency 100ms
     done
     start_across "$work/run" "$work/run.log"
     finish "$job"
@@ -286,7 +301,7 @@ EOF
     overlimits=$(ip netns exec "$ns_a" tc -s qdisc show dev "$veth_a" | sed -n 's/.*overlimits \([0-9]*\).*/\1/p')
     [ "${overlimits:-0}" -gt 0 ] || fail "tbf never held a packet back: the limit was not exercised"
     same_as_reference "$work/run" "rate-limited link"
-    say "40 Mbit/s tbf: ${slow}s against ${fast}s unlimited ($overlimits packets held back), same losses and weights"
+    say "100 Mbit/s tbf: ${slow}s against ${fast}s unlimited ($overlimits packets held back), same losses and weights"
     # Its last-but-one checkpoint resumes on one host as well.
     mkdir -p "$work/again/checkpoints"
     cp -r "$work/run/checkpoints/step_00000100" "$work/again/checkpoints/"
