@@ -17,6 +17,7 @@ packages=(
   gnuplot-nox                                  # isoFLOP plots (modtrain grid collect)
   slurmctld slurmd slurm-client munge          # Slurm + munge, for scripts/slurm_test_cluster.sh
   libpmix-dev                                  # libpmix.so, dlopened by srun --mpi=pmix
+  iproute2 procps                              # ip netns, tc, sysctl: the multihost tests
 )
 
 # Python readers for one test (an exported safetensors file checked from Python), from PyPI;

@@ -95,7 +95,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 # script's) runs unchanged. Remote ranks see only what mpirun forwards (-x).
 cross_env=(MOD_NETNS_HOSTS="$work/hosts" OMPI_MCA_plm_rsh_agent="$agent"
   OMPI_MCA_plm_rsh_no_tree_spawn=1 OMPI_MCA_orte_default_hostfile="$work/hostfile"
-  OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include="$subnet"
+  OMPI_MCA_btl="tcp,self" OMPI_MCA_btl_tcp_if_include="$subnet"
   OMPI_MCA_oob_tcp_if_include="$subnet")
 on_host_a() { ip netns exec "$ns_a" env "${cross_env[@]}" "$@"; }
 mpirun_across() { on_host_a "$mpiexec" -x OMP_NUM_THREADS -x MOD_COLLECTIVE_TIMEOUT_S "$@"; }
@@ -116,7 +116,7 @@ cat "$src"/core/*.cpp "$src"/core/*.h "$src"/docs/*.md > "$work/corpus.txt"
 "$modtrain" prep --input "$work/corpus.txt" --out "$work/data" --val-fraction 0.1 > /dev/null
 model=(--data "$work/data" --set model.d_model=64 --set model.n_heads=2 --set model.d_ff=128
   --set model.n_layers=2 --set model.seq_len=64 --set optimizer.warmup_steps=5)
-small=(--config "$src/configs/recipes/tiny_mod.textproto" "${model[@]}" --set train.steps=$steps
+small=(--config "$src/configs/recipes/tiny_mod.textproto" "${model[@]}" --set "train.steps=$steps"
   --set train.eval_every=50 --set checkpoint.every_steps=50 --set parallel.dp=2)
 losses() { cut -d, -f1,2 "$1/metrics.csv"; }
 rows() { if [ -f "$1/metrics.csv" ]; then echo $(($(wc -l < "$1/metrics.csv") - 1)); else echo 0; fi; }
@@ -125,7 +125,7 @@ seconds_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; 
 
 # The uninterrupted run every other run is held to: dp2 on one host.
 reference() {
-  mpirun_local -n 2 "$modtrain" train "${small[@]}" --run-dir "$work/reference" "$@" \
+  mpirun_local -n 2 "$modtrain" train "${small[@]}" --run-dir "$work/reference" \
     > "$work/reference.log" 2>&1 || fail "the one-host reference run failed: $(tail "$work/reference.log")"
 }
 same_as_reference() {  # same_as_reference RUN_DIR WHAT
