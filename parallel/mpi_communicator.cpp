@@ -112,10 +112,16 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
 }
 
 std::string MpiCommunicator::group_ranks() const {
+  constexpr size_t kListed = 8;  // a message, not a dump: larger groups list their first 8
   std::string ranks, hosts;
-  for (size_t i = 0; i < world_ranks_.size(); ++i) {
+  for (size_t i = 0; i < world_ranks_.size() && i < kListed; ++i) {
     ranks += (i ? "," : "") + std::to_string(world_ranks_[i]);
     hosts += (i ? ", " : "") + peer_host(world_ranks_[i]);
+  }
+  if (world_ranks_.size() > kListed) {
+    const std::string more = ",... (" + std::to_string(world_ranks_.size()) + " ranks)";
+    ranks += more;
+    hosts += ", ...";
   }
   return "world ranks [" + ranks + "] on " + hosts;
 }
@@ -165,9 +171,9 @@ void MpiCommunicator::wait(MPI_Request& request, const char* what, MPI_Status* s
       next_peer_check = now + std::chrono::milliseconds(100);
       const int lost = find_lost_peer(world_ranks_);
       if (lost >= 0)
-        abort("lost peer rank " + std::to_string(lost) + " (host " + peer_host(lost) +
-              ") during " + detail::collective_where(what, *this) + ", group of " +
-              group_ranks() + ": its process exited or was killed");
+        abort("lost peer rank " + std::to_string(lost) + " (host " + peer_host(lost) + ") during " +
+              detail::collective_where(what, *this) + ", group of " + group_ranks() +
+              ": its process exited or was killed");
     }
     if (now > deadline) {
       char seconds[32];

@@ -55,10 +55,10 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0, size_ = 1;
-  int world_rank_ = 0;  // for the "modtrain: rank R:" prefix of abort messages
-  std::vector<int> world_ranks_;  // the group's members as world ranks, by group rank
+  int world_rank_ = 0;              // for the "modtrain: rank R:" prefix of abort messages
+  std::vector<int> world_ranks_;    // the group's members as world ranks, by group rank
   std::string group_ranks() const;  // "world ranks [0,1] on vm/10.0.0.1, vm/10.0.0.2"
-  double timeout_s_;    // collective_timeout(), read once at construction
+  double timeout_s_;                // collective_timeout(), read once at construction
 };
 
 }  // namespace mod::parallel

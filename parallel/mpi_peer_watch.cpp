@@ -80,7 +80,8 @@ int open_listener(uint16_t* port_be) {
 }
 
 // Non-blocking connect with a deadline, so an unreachable peer costs seconds, not minutes.
-int connect_within(uint32_t ip_be, uint16_t port_be, std::chrono::steady_clock::time_point deadline) {
+int connect_within(uint32_t ip_be, uint16_t port_be,
+                   std::chrono::steady_clock::time_point deadline) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
   sockaddr_in a{};
@@ -130,6 +131,12 @@ void start_peer_watch(MpiCommunicator& world) {
   for (int r = 0; r < n; ++r) {
     s.hosts[r].assign(all[r].host, strnlen(all[r].host, sizeof all[r].host));
     if (r == me || all[r].ip_be == 0) continue;
+    // A host name may resolve to loopback (Debian's 127.0.1.1): usable only on the same host.
+    const bool loopback = (ntohl(all[r].ip_be) >> 24) == 127;
+    if (loopback && std::strncmp(all[r].host, mine.host, sizeof mine.host) != 0) {
+      ++unwatched;
+      continue;
+    }
     s.sockets[r] = connect_within(all[r].ip_be, all[r].port_be, deadline);
     if (s.sockets[r] < 0) ++unwatched;
   }
