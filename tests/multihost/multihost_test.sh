@@ -46,6 +46,7 @@ cleanup() {
     for _ in 1 2 3 4 5 6 7 8 9 10; do [ -z "$(processes_in "$ns")" ] && break; sleep 0.1; done
     ip netns del "$ns"
   done
+  ip link del "$veth_a" 2> /dev/null  # only there if setup failed before it moved
   rm -rf "$work"
   exit "$rc"
 }
