@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "parallel/mpi_peer_watch.h"
+
 namespace mod::parallel {
 
 namespace {
@@ -97,6 +99,31 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
   check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
   check(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_), "MPI_Comm_rank");
+  MPI_Group group, world_group;
+  check(MPI_Comm_group(comm_, &group), "MPI_Comm_group");
+  check(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "MPI_Comm_group");
+  std::vector<int> ranks(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) ranks[r] = r;
+  world_ranks_.resize(ranks.size());
+  check(MPI_Group_translate_ranks(group, size_, ranks.data(), world_group, world_ranks_.data()),
+        "MPI_Group_translate_ranks");
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+}
+
+std::string MpiCommunicator::group_ranks() const {
+  constexpr size_t kListed = 8;  // a message, not a dump: larger groups list their first 8
+  std::string ranks, hosts;
+  for (size_t i = 0; i < world_ranks_.size() && i < kListed; ++i) {
+    ranks += (i ? "," : "") + std::to_string(world_ranks_[i]);
+    hosts += (i ? ", " : "") + peer_host(world_ranks_[i]);
+  }
+  if (world_ranks_.size() > kListed) {
+    const std::string more = ",... (" + std::to_string(world_ranks_.size()) + " ranks)";
+    ranks += more;
+    hosts += ", ...";
+  }
+  return "world ranks [" + ranks + "] on " + hosts;
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -122,6 +149,11 @@ void MpiCommunicator::wait(MPI_Request& request, const char* what, MPI_Status* s
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(timeout_s_));
+  // After a short grace, look for a peer whose process is gone (every 100 ms): Open MPI would
+  // leave this request pending until the launcher kills the job, saying nothing here.
+  constexpr auto kPeerCheckAfter = std::chrono::milliseconds(500);
+  const auto start = Clock::now();
+  auto next_peer_check = start + kPeerCheckAfter;
   int sleep_us = 1;
   for (int polls = 0;; ++polls) {
     int done = 0;
@@ -134,11 +166,21 @@ void MpiCommunicator::wait(MPI_Request& request, const char* what, MPI_Status* s
       std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
       sleep_us = std::min(2 * sleep_us, kMaxSleepUs);
     }
-    if (Clock::now() > deadline) {
+    const auto now = Clock::now();
+    if (now > next_peer_check) {
+      next_peer_check = now + std::chrono::milliseconds(100);
+      const int lost = find_lost_peer(world_ranks_);
+      if (lost >= 0)
+        abort("lost peer rank " + std::to_string(lost) + " (host " + peer_host(lost) + ") during " +
+              detail::collective_where(what, *this) + ", group of " + group_ranks() +
+              ": its process exited or was killed");
+    }
+    if (now > deadline) {
       char seconds[32];
       std::snprintf(seconds, sizeof seconds, "%g", timeout_s_);
       abort(detail::collective_where(what, *this) + " did not complete in " + seconds +
-            " s: a peer rank has probably exited or is stuck");
+            " s: a peer rank has probably exited or is stuck, or the network is down (group " +
+            "of " + group_ranks() + ")");
     }
   }
 }

@@ -6,12 +6,14 @@
 //   and aborts the job after collective_timeout() seconds, naming the collective and group.
 // - Errors come back as codes (MPI_ERRORS_RETURN) and abort the job with the MPI call's name.
 // - Shapes, dtypes and devices are checked locally before any MPI call (std::invalid_argument).
+// - A wait that finds a group peer's process gone (mpi_peer_watch.h) aborts naming that peer.
 #pragma once
 
 #include <mpi.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "parallel/communicator.h"
 
@@ -53,8 +55,10 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0, size_ = 1;
-  int world_rank_ = 0;  // for the "modtrain: rank R:" prefix of abort messages
-  double timeout_s_;    // collective_timeout(), read once at construction
+  int world_rank_ = 0;              // for the "modtrain: rank R:" prefix of abort messages
+  std::vector<int> world_ranks_;    // the group's members as world ranks, by group rank
+  std::string group_ranks() const;  // "world ranks [0,1] on vm/10.0.0.1, vm/10.0.0.2"
+  double timeout_s_;                // collective_timeout(), read once at construction
 };
 
 }  // namespace mod::parallel

@@ -11,6 +11,7 @@
 
 #if MOD_HAVE_MPI
 #include "parallel/mpi_communicator.h"
+#include "parallel/mpi_peer_watch.h"
 #endif
 
 namespace mod::parallel {
@@ -154,7 +155,9 @@ void init_world(int* argc, char*** argv) {
       std::fprintf(stderr, "modtrain: rank %d: MPI_Comm_dup(MPI_COMM_WORLD) failed\n", info.rank);
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    s.world = std::make_unique<MpiCommunicator>(dup, "world");
+    auto world = std::make_unique<MpiCommunicator>(dup, "world");
+    start_peer_watch(*world);  // before any split: groups name their peers' hosts
+    s.world = std::move(world);
     if (info.source == "PMIx") info.size = s.world->size();
     if (s.world->rank() != info.rank || s.world->size() != info.size)
       s.world->abort("MPI says rank " + std::to_string(s.world->rank()) + " of " +

@@ -51,6 +51,7 @@ note "cluster up"
 
 # Jobs run as root here; modtrain is started from the source tree's cluster/ scripts.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MOD_COLLECTIVE_TIMEOUT_S=60
+export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo  # loopback only
 export MOD_REPO=$src MOD_MODTRAIN=$modtrain MOD_CONFIG=$src/configs/recipes/tiny_mod.textproto
 unset MOD_TP MOD_LAUNCHER MOD_RUN_DIR
 mkdir -p "$work/logs"
