@@ -149,9 +149,10 @@ void MpiCommunicator::wait(MPI_Request& request, const char* what, MPI_Status* s
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(timeout_s_));
-  // After a short grace, look for a peer whose process is gone (every 100 ms): Open MPI would
-  // leave this request pending until the launcher kills the job, saying nothing here.
-  constexpr auto kPeerCheckAfter = std::chrono::milliseconds(500);
+  // After a short grace, look for a peer whose process is gone (every 20 ms): Open MPI would
+  // leave this request pending until the launcher kills the job, saying nothing here, and the
+  // launcher kills the survivors about a second after the loss, so the check must come early.
+  constexpr auto kPeerCheckAfter = std::chrono::milliseconds(20);
   const auto start = Clock::now();
   auto next_peer_check = start + kPeerCheckAfter;
   int sleep_us = 1;
@@ -168,7 +169,7 @@ void MpiCommunicator::wait(MPI_Request& request, const char* what, MPI_Status* s
     }
     const auto now = Clock::now();
     if (now > next_peer_check) {
-      next_peer_check = now + std::chrono::milliseconds(100);
+      next_peer_check = now + std::chrono::milliseconds(20);
       const int lost = find_lost_peer(world_ranks_);
       if (lost >= 0)
         abort("lost peer rank " + std::to_string(lost) + " (host " + peer_host(lost) + ") during " +

@@ -15,13 +15,47 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "parallel/mpi_communicator.h"
 
 namespace mod::parallel {
 
 namespace {
+std::atomic<bool> g_finalizing{false};
+
+// Blocks in poll() on every watch socket and names a peer the moment its socket closes: the
+// launcher kills the survivors about a second after a loss, often before they reach a
+// collective, so waiting for one to notice would lose the message.
+void report_lost_peers(int me, std::vector<int> sockets, std::vector<std::string> hosts) {
+  std::vector<pollfd> fds;
+  std::vector<int> rank_of;
+  for (size_t r = 0; r < sockets.size(); ++r)
+    if (sockets[r] >= 0) {
+      fds.push_back({sockets[r], POLLIN | POLLRDHUP, 0});
+      rank_of.push_back(static_cast<int>(r));
+    }
+  for (size_t open = fds.size(); open > 0;) {
+    if (poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      char byte = 0;
+      const ssize_t got = recv(fds[i].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (got > 0 || (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) continue;
+      if (g_finalizing) return;  // peers leave after MPI_Finalize's fence: no loss
+      std::fprintf(stderr, "modtrain: rank %d: lost peer rank %d (host %s): its process exited or was killed\n",
+                   me, rank_of[i], hosts[static_cast<size_t>(rank_of[i])].c_str());
+      std::fflush(stderr);
+      fds[i].fd = -1;  // poll ignores it from now on
+      --open;
+    }
+  }
+}
 
 struct Endpoint {  // exchanged as raw bytes; every rank runs the same binary
   char host[96];
@@ -145,7 +179,10 @@ void start_peer_watch(MpiCommunicator& world) {
                  "modtrain: rank %d: cannot open watch sockets to %d peer(s): a peer that dies "
                  "will not be named\n",
                  me, unwatched);
+  std::thread(report_lost_peers, me, s.sockets, s.hosts).detach();
 }
+
+void stop_peer_watch() { g_finalizing = true; }
 
 std::string peer_host(int world_rank) {
   const WatchState& s = watch_state();

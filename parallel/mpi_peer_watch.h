@@ -8,6 +8,8 @@
 //   kernel sends FIN/RST then. A dead link or a stuck peer is silent here; the collective
 //   timeout covers those. So a report never names a live peer.
 // - Built only with MOD_USE_MPI=ON; start_peer_watch is collective over the world.
+// - A background thread names a lost peer on stderr the moment its socket closes, whatever the
+//   rank is doing; a rank waiting in a collective also aborts naming it and the collective.
 #pragma once
 
 #include <string>
@@ -23,6 +25,9 @@ class MpiCommunicator;
 // socket per peer); host labels are always exchanged.
 void start_peer_watch(MpiCommunicator& world);
 inline constexpr int kMaxWatchedWorld = 256;
+
+// Peers that exit from now on are leaving, not lost: call before MPI_Finalize.
+void stop_peer_watch();
 
 // The host label of a world rank ("?" before start_peer_watch or for an unknown rank).
 std::string peer_host(int world_rank);

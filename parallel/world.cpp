@@ -199,6 +199,7 @@ void finalize_world() {
 #if MOD_HAVE_MPI
   int finalized = 0;
   MPI_Finalized(&finalized);
+  stop_peer_watch();
   if (s.mpi_started && !finalized) MPI_Finalize();
 #endif
   s.mpi_started = false;

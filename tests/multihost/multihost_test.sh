@@ -254,7 +254,7 @@ EOF
     took=$(seconds_since "$killed")
     [ "$rc" -ne 0 ] || fail "the job succeeded although rank 1 was killed"
     awk -v t="$took" 'BEGIN { exit !(t <= 15) }' || fail "the job took ${took}s to end after kill -9"
-    grep -E "modtrain: rank 0: lost peer rank 1 \(host [^)]*$addr_b\) during [a-z_]+ on '[a-z]+'" \
+    grep -E "modtrain: rank 0: lost peer rank 1 \\(host [^)]*$addr_b\\)" \
       "$work/run.log" > "$work/message" || fail "rank 0 did not name the lost peer: $(cat "$work/run.log")"
     nothing_left "kill -9"
     say "kill -9 of rank 1: job ended in ${took}s (exit $rc); $(cat "$work/message")"
