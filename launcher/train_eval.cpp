@@ -67,12 +67,13 @@ int eval(int argc, char** argv) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  // Six significant digits: a routing bug can move the loss by 4e-4 relative.
-  std::printf("%s (step %lld) on %s/val.bin, %lld tokens\n", r.name.c_str(),
+  // Six significant digits, trailing zeros kept (%#): a routing bug can move the loss by 4e-4
+  // relative.
+  std::printf("%s (step %lld) on the validation split of %s, %lld tokens\n", r.name.c_str(),
               static_cast<long long>(r.step), r.data_dir.c_str(), static_cast<long long>(r.tokens));
-  std::printf("  validation loss, top-C routing (training):  %.6g\n", r.top_c_loss);
+  std::printf("  validation loss, top-C routing (training):  %#.6g\n", r.top_c_loss);
   if (r.causal_loss)
-    std::printf("  validation loss, causal routing (sampling): %.6g\n", *r.causal_loss);
+    std::printf("  validation loss, causal routing (sampling): %#.6g\n", *r.causal_loss);
   if (!r.no_causal_loss.empty()) std::printf("  no causal loss: %s\n", r.no_causal_loss.c_str());
   return 0;
 }
