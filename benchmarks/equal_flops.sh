@@ -104,7 +104,7 @@ loss_of() {  # name which ("top-C routing" | "causal routing")
 delta() { [[ "$1" == "-" || "$2" == "-" ]] && echo "-" || awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.4f", a - b }'; }
 ref_loss=$(loss_of "$ref" "top-C routing")
 echo
-echo "== validation loss at equal training FLOPs ($EVAL_BATCHES batches of 8 sequences from $DATA/val.bin; reference $ref) =="
+echo "== validation loss at equal training FLOPs ($EVAL_BATCHES batches of 8 sequences from the validation split of $DATA; reference $ref) =="
 printf "  %-22s %12s %6s %12s %8s %10s %9s %11s %9s\n" recipe "FLOPs/token" steps "train FLOPs" "train s" \
   "loss top-C" "vs ref" "loss causal" "vs ref"
 for name in "${names[@]}"; do

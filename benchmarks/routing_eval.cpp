@@ -6,7 +6,7 @@
 // whole sequence as MoD's top-C does, so an MoE model's training-time loss alone flatters it.
 //   ./build/benchmarks/routing_eval --data data/kjv --batches 16 runs/a/model.safetensors ...
 // Prints per file, as `modtrain eval` does:
-//   tiny_moe (step 300) on data/kjv/val.bin, 32768 tokens
+//   tiny_moe (step 300) on the validation split of data/kjv, 32768 tokens
 //     validation loss, top-C routing (training):  1.2345
 //     validation loss, causal routing (sampling): 1.2456       (routed models only)
 #include <cstdio>
@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
       const auto data = train::load_dataset(dir, cfg.model().vocab_size());
       const auto top_c = train::evaluate(*loaded.model, data.val, cfg.model().seq_len(), bs,
                                          batches, model::RoutingMode::TopC);
-      std::printf("%s (step %lld) on %s/val.bin, %lld tokens\n", cfg.name().c_str(),
+      std::printf("%s (step %lld) on the validation split of %s, %lld tokens\n", cfg.name().c_str(),
                   static_cast<long long>(loaded.step), dir.c_str(),
                   static_cast<long long>(top_c.tokens));
       std::printf("  validation loss, top-C routing (training):  %.4f\n", top_c.loss);
