@@ -1,0 +1,13 @@
+// libFuzzer target for the config reader (MOD_FUZZ build; scripts/fuzz.sh runs it). The entry lives
+// in fuzz_entries.cpp so the ordinary test suite replays the same code on the corpus.
+#include <exception>
+
+#include "tests/fuzz/fuzz_entries.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  try {
+    mod::fuzz::fuzz_one_config(data, size);
+  } catch (const std::exception&) {  // a refused input: the reader's job done
+  }
+  return 0;
+}
