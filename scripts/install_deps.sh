@@ -19,6 +19,7 @@ packages=(
   gnuplot-nox                                  # isoFLOP plots (modtrain grid collect)
   slurmctld slurmd slurm-client munge          # Slurm + munge, for scripts/slurm_test_cluster.sh
   libpmix-dev                                  # libpmix.so, dlopened by srun --mpi=pmix
+  clang libclang-rt-14-dev                     # libFuzzer + sanitizers (scripts/fuzz.sh, MOD_FUZZ)
 )
 
 # Python packages for two tests, from PyPI; optional: without them the test is skipped, saying so.

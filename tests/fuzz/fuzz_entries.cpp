@@ -49,7 +49,7 @@ class MemFile {
 
 int fuzz_one_config(const uint8_t* data, size_t size) {
   const modtrain::RunConfig cfg = config::parse_text(text_of(data, size), "fuzz.textproto");
-  config::validate(cfg);
+  config::validate_from(cfg, "fuzz.textproto");
   config::parse_checked(config::to_text(cfg), "fuzz.textproto (printed)");  // round trip
   return 0;
 }
