@@ -69,6 +69,10 @@ for t in "${targets[@]}"; do
   found=$(ls "$build/artifacts/$t/" 2>/dev/null | tr '\n' ' ')
   printf '%-18s %8s %12s %10s %8s %8s %s\n' "$t" "$seconds" "${execs:-?}" "${rate:-?}" \
     "${cov:-?}" "${corpus:-?}" "${found:-none}"
+  if [ -z "$execs" ]; then  # did not start (a bad dictionary, a missing binary)
+    status=1
+    echo "$t: did not run:"; head -3 "$log"
+  fi
   if [ -n "$found" ] || grep -q 'ERROR: libFuzzer\|ERROR: AddressSanitizer\|runtime error:' "$log"; then
     status=1
     grep -m3 'ERROR\|runtime error\|SUMMARY' "$log"

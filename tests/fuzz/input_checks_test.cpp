@@ -89,12 +89,12 @@ TEST_CASE("the config inside a weights file is validated like a config file", "[
   const std::string path = dir.str() + "/bad.safetensors";
   save_safetensors(path, {}, {{"format", "modtrain-weights-1"}, {"step", "3"},
                               {"config", "model { n_heads: 3 }"}});
-  CHECK_THAT(error_of([&] { load_weights(path); }), Contains(path) && Contains("model.n_heads"));
+  CHECK_THAT(error_of([&] { train::load_weights(path); }), Contains(path) && Contains("model.n_heads"));
   save_safetensors(path, {}, {{"format", "modtrain-weights-1"}, {"step", "3"},
                               {"config", "optimizer { lr: nan }"}});
-  CHECK_THAT(error_of([&] { load_weights(path); }), Contains(path) && Contains("optimizer.lr"));
+  CHECK_THAT(error_of([&] { train::load_weights(path); }), Contains(path) && Contains("optimizer.lr"));
   save_safetensors(path, {}, {{"format", "modtrain-weights-1"}, {"step", "x3"}, {"config", ""}});
-  CHECK_THAT(error_of([&] { load_weights(path); }), Contains("metadata step 'x3'"));
+  CHECK_THAT(error_of([&] { train::load_weights(path); }), Contains("metadata step 'x3'"));
 }
 
 TEST_CASE("NaN, infinite and zero-divisor config values are refused naming the field", "[fuzz]") {

@@ -3,12 +3,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <functional>
+#include <map>
 #include <stdexcept>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/unknown_field_set.h>
 
 #include "configs/config.h"
 #include "core/util/crc32c.h"
@@ -136,7 +137,7 @@ pb::CheckpointMeta open_meta(const std::string& bytes, const std::string& where)
   if (meta.has_meta_crc32c() && meta.meta_crc32c() != meta_crc(meta))
     throw std::runtime_error(where + ": metadata checksum mismatch (step, optimizer state or "
                              "index corrupted); refusing to resume from it");
-  if (!meta.unknown_fields().empty() && meta.has_meta_crc32c())
+  if (meta.has_meta_crc32c() && !meta.GetReflection()->GetUnknownFields(meta).empty())
     throw std::runtime_error(where + ": fields this build does not know (corrupt or newer)");
   if (meta.step() < 0 || meta.optimizer_steps() < 0 || meta.tokens_seen() < 0 ||
       meta.loader().batches_drawn() < 0 || meta.progress().last_metrics_step() < 0 ||
