@@ -2,6 +2,7 @@
 #include "train/checkpoint/metadata.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -176,8 +177,10 @@ void check_piece_range(const pb::Piece& piece, DType dtype, uint64_t file_bytes,
                        const std::string& where) {
   const uint64_t begin = piece.byte_offset(), length = piece.byte_length();
   if (begin > file_bytes || length > file_bytes - begin)
-    throw std::runtime_error(where + "its bytes [" + std::to_string(begin) + ", +" +
-                             std::to_string(length) + ") end past the end of the file (" +
+    throw std::runtime_error(where + "its bytes [" + std::to_string(begin) + ", " +
+                             (length <= UINT64_MAX - begin ? std::to_string(begin + length)
+                                                           : "+" + std::to_string(length)) +
+                             ") end past the end of the file (" +
                              std::to_string(file_bytes) + " bytes): the file is truncated");
   const Shape shape(piece.local_shape().begin(), piece.local_shape().end());
   const int64_t numel = checked_numel(shape, [&](const std::string& e) {
