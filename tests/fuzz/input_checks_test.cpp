@@ -40,7 +40,7 @@ std::string config_error(const std::string& text) {
 }
 }  // namespace
 
-TEST_CASE("a checkpoint whose step or optimizer_steps changed is refused by its checksum", "[fuzz]") {
+TEST_CASE("a checkpoint whose step or optimizer_steps changed is refused by its checksum", "[inputs]") {
   ScratchDir run("metacrc");
   auto comm = parallel::make_local_communicator();
   ckpt::Checkpointer(run.str(), *comm).save({whole("model/w", counting({4, 4}))}, state_at(10));
@@ -65,7 +65,7 @@ TEST_CASE("a checkpoint whose step or optimizer_steps changed is refused by its 
   CHECK(ckpt::CheckpointReader(dir).state().step == 10);
 }
 
-TEST_CASE("a checkpoint shard header with a wrong version or padding is refused", "[fuzz]") {
+TEST_CASE("a checkpoint shard header with a wrong version or padding is refused", "[inputs]") {
   unsigned char h[64] = {'M', 'O', 'D', 'S', 'H', 'A', 'R', 'D', 1};
   CHECK_NOTHROW(ckpt::check_shard_header(h, 128, "s: "));
   h[8] = 2;
@@ -84,7 +84,7 @@ TEST_CASE("a checkpoint shard header with a wrong version or padding is refused"
              Contains("2^63") || Contains("bytes"));
 }
 
-TEST_CASE("the config inside a weights file is validated like a config file", "[fuzz]") {
+TEST_CASE("the config inside a weights file is validated like a config file", "[inputs]") {
   ScratchDir dir("weightscfg");
   const std::string path = dir.str() + "/bad.safetensors";
   save_safetensors(path, {}, {{"format", "modtrain-weights-1"}, {"step", "3"},
@@ -97,7 +97,7 @@ TEST_CASE("the config inside a weights file is validated like a config file", "[
   CHECK_THAT(error_of([&] { train::load_weights(path); }), Contains("metadata step 'x3'"));
 }
 
-TEST_CASE("NaN, infinite and zero-divisor config values are refused naming the field", "[fuzz]") {
+TEST_CASE("NaN, infinite and zero-divisor config values are refused naming the field", "[inputs]") {
   CHECK(config_error("") == "no error");
   CHECK_THAT(config_error("optimizer { lr: nan }"), Contains("optimizer.lr"));
   CHECK_THAT(config_error("optimizer { grad_clip: inf }"), Contains("optimizer.grad_clip"));
@@ -115,7 +115,7 @@ TEST_CASE("NaN, infinite and zero-divisor config values are refused naming the f
              Contains("train.cuda_graph"));  // dp * tp computed without overflow
 }
 
-TEST_CASE("a malformed tokenizer line is refused naming the file and the line", "[fuzz]") {
+TEST_CASE("a malformed tokenizer line is refused naming the file and the line", "[inputs]") {
   const std::string head = "modtrain-tokenizer 1\nkind bpe\nvocab_size 258\nmerges 2\n";
   CHECK(data::Tokenizer::parse_text(head + "104 101\n256 108\n", "t")->vocab_size() == 258);
   for (const auto& [body, line] : std::vector<std::pair<std::string, std::string>>{
@@ -144,7 +144,7 @@ TEST_CASE("a malformed tokenizer line is refused naming the file and the line", 
              Contains("room"));
 }
 
-TEST_CASE("a corrupted TensorBoard event file is refused on resume, not cut back", "[fuzz]") {
+TEST_CASE("a corrupted TensorBoard event file is refused on resume, not cut back", "[inputs]") {
   ScratchDir dir("tbcorrupt");
   std::string path;
   {
@@ -165,7 +165,7 @@ TEST_CASE("a corrupted TensorBoard event file is refused on resume, not cut back
   CHECK(file_text(path).size() < intact.size());
 }
 
-TEST_CASE("token shard headers with inconsistent width or llm.c reserved words are refused", "[fuzz]") {
+TEST_CASE("token shard headers with inconsistent width or llm.c reserved words are refused", "[inputs]") {
   ScratchDir dir("shardhdr");
   const std::string path = dir.str() + "/s.bin";
   std::string h(32, '\0');
@@ -186,7 +186,7 @@ TEST_CASE("token shard headers with inconsistent width or llm.c reserved words a
              Contains("llm.c header: int 125"));
 }
 
-TEST_CASE("safetensors lengths and shapes are checked against the file before allocating", "[fuzz]") {
+TEST_CASE("safetensors lengths and shapes are checked against the file before allocating", "[inputs]") {
   const unsigned char huge[8] = {0, 0, 0, 0x80, 2, 0, 0, 0};  // a 10 GB header length
   CHECK_THAT(error_of([&] { safetensors_header_length(huge, 100, "w.st"); }),
              Contains("w.st") && Contains("does not fit"));

@@ -33,7 +33,7 @@ void bound_memory() {
 }
 }  // namespace
 
-TEST_CASE("every fuzz corpus and regression input parses or fails with an error", "[fuzz_replay]") {
+TEST_CASE("every fuzz corpus and regression input parses or fails with an error", "[inputs]") {
   bound_memory();
   const fs::path root = fs::path(MOD_SOURCE_DIR) / "tests" / "fuzz";
   size_t inputs = 0;
