@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "configs/config.h"
@@ -63,14 +64,14 @@ int fuzz_one_grid_spec(const uint8_t* data, size_t size) {
 int fuzz_one_tokenizer(const uint8_t* data, size_t size) {
   const auto tok = data::Tokenizer::parse_text(text_of(data, size), "fuzz.tokenizer");
   const std::string text = "Hello, world! 1234 \xe2\x82\xac";
-  if (tok->decode(tok->encode(text)) != text) throw std::logic_error("fuzz: round trip differs");
+  if (tok->decode(tok->encode(text)) != text) std::abort();  // a loaded tokenizer is lossless
   return 0;
 }
 
 int fuzz_one_hf_tokenizer(const uint8_t* data, size_t size) {
   const data::HfTokenizer tok(text_of(data, size), "fuzz.json");
-  const std::vector<uint32_t> ids = tok.encode("Hello, world! 1234 <|endoftext|>");
-  tok.decode(ids);
+  const std::string text = "Hello, world! 1234 <|endoftext|>";
+  tok.decode(tok.encode(text));  // not compared: a normalizer may change the text
   return 0;
 }
 
@@ -142,6 +143,10 @@ int fuzz_one_tb_events(const uint8_t* data, size_t size) {
   metrics::TensorBoardWriter::kept_records(text_of(data + 1, size - 1), data[0],
                                            "fuzz/events.out.tfevents");
   return 0;
+}
+
+bool names_input(const std::string& what) {
+  return what.find("fuzz") != std::string::npos || what.find("/proc/self/fd/") != std::string::npos;
 }
 
 const std::vector<Target>& targets() {

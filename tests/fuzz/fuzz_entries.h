@@ -23,6 +23,10 @@ int fuzz_one_safetensors(const uint8_t* data, size_t size);       // .safetensor
 int fuzz_one_metrics_csv(const uint8_t* data, size_t size);       // metrics.csv on resume
 int fuzz_one_tb_events(const uint8_t* data, size_t size);         // TensorBoard event file
 
+// Whether an error message names the input: the entries call it fuzz...; readers that take a
+// path see /proc/self/fd/N. An error that names neither is a finding like a crash.
+bool names_input(const std::string& what);
+
 struct Target {
   const char* name;  // directory under tests/fuzz/corpus/ and regressions/
   Entry entry;
