@@ -49,7 +49,7 @@ run_one() {
     -artifact_prefix="$art" -print_final_stats=1 >"$build/$t.log" 2>&1
 }
 
-rm -rf "$build/artifacts"
+for t in "${targets[@]}"; do rm -rf "$build/artifacts/$t"; done  # this run's findings only
 running=0
 for t in "${targets[@]}"; do
   run_one "$t" &
