@@ -22,11 +22,12 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(config grid_spec tokenizer hf_tokenizer token_shard
   checkpoint_meta checkpoint_shard safetensors metrics_csv tb_events)
+mkdir -p "$build"
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DMOD_FUZZ=ON -DMOD_USE_CUDA=OFF \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" >"$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log"; exit 2; }
-ninja -C "$build" -j"${BUILD_JOBS:-2}" $(printf 'fuzz_%s ' "${targets[@]}") >"$build.build.log" 2>&1 ||
-  { tail -50 "$build.build.log"; exit 2; }
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" >"$build/configure.log" 2>&1 ||
+  { cat "$build/configure.log"; exit 2; }
+ninja -C "$build" -j"${BUILD_JOBS:-2}" $(printf 'fuzz_%s ' "${targets[@]}") >"$build/build.log" 2>&1 ||
+  { tail -50 "$build/build.log"; exit 2; }
 
 max_len() {  # per format: big enough for the seeds, small enough to stay fast
   case $1 in
