@@ -202,7 +202,40 @@ void apply_override(modtrain::RunConfig& cfg, const std::string& assignment) {
   }
 }
 
+namespace {
+
+// Every float field anywhere in msg must be finite: NaN passes every `<` check, so the range
+// checks below would let it through (and an inf learning rate trains on garbage).
+void require_finite(const pb::Message& msg, const std::string& path) {
+  const pb::Descriptor* d = msg.GetDescriptor();
+  const pb::Reflection* r = msg.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    const std::string here = path.empty() ? f->name() : path + "." + f->name();
+    const bool is_double = f->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE;
+    const bool is_float = f->cpp_type() == pb::FieldDescriptor::CPPTYPE_FLOAT;
+    const bool is_msg = f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE;
+    if (f->is_repeated()) {
+      for (int k = 0; k < r->FieldSize(msg, f); ++k) {
+        const std::string at = here + "[" + std::to_string(k) + "]";
+        if (is_msg) require_finite(r->GetRepeatedMessage(msg, f, k), at);
+        const double v = is_double ? r->GetRepeatedDouble(msg, f, k)
+                                   : is_float ? r->GetRepeatedFloat(msg, f, k) : 0.0;
+        if (!std::isfinite(v)) bad_field(at, std::to_string(v) + " must be a finite number");
+      }
+    } else if (is_msg) {
+      if (r->HasField(msg, f)) require_finite(r->GetMessage(msg, f), here);
+    } else if (is_double || is_float) {
+      const double v = is_double ? r->GetDouble(msg, f) : r->GetFloat(msg, f);
+      if (!std::isfinite(v)) bad_field(here, std::to_string(v) + " must be a finite number");
+    }
+  }
+}
+
+}  // namespace
+
 void validate(const modtrain::RunConfig& cfg) {
+  require_finite(cfg, "");
   const auto& m = cfg.model();
   auto positive = [](const std::string& field, int64_t v) {
     if (v <= 0) bad_field(field, std::to_string(v) + " must be positive");
@@ -221,6 +254,11 @@ void validate(const modtrain::RunConfig& cfg) {
                                    std::to_string(m.d_model() / m.n_heads()) +
                                    " must be even for rotary embeddings");
   if (m.init_std() <= 0) bad_field("model.init_std", "must be positive");
+  if (m.rope_theta() <= 0) bad_field("model.rope_theta", "must be positive (a divisor)");
+  if (m.norm_eps() <= 0) bad_field("model.norm_eps", "must be positive (it keeps 1/rms finite)");
+  if (m.mod().causal().aux_weight() < 0) bad_field("model.mod.causal.aux_weight", "must be >= 0");
+  if (m.mod().causal().predictor_weight() < 0)
+    bad_field("model.mod.causal.predictor_weight", "must be >= 0");
   const auto& mod = m.mod();
   if (mod.capacity() <= 0 || mod.capacity() > 1)
     bad_field("model.mod.capacity", std::to_string(mod.capacity()) + " must be in (0, 1]");
@@ -246,18 +284,24 @@ void validate(const modtrain::RunConfig& cfg) {
   if (o.beta2() < 0 || o.beta2() >= 1) bad_field("optimizer.beta2", "must be in [0, 1)");
   if (o.warmup_steps() < 0) bad_field("optimizer.warmup_steps", "must be >= 0");
   if (o.grad_clip() < 0) bad_field("optimizer.grad_clip", "must be >= 0 (0 disables)");
+  if (o.eps() <= 0) bad_field("optimizer.eps", "must be positive (AdamW divides by sqrt(v) + eps)");
+  if (o.weight_decay() < 0) bad_field("optimizer.weight_decay", "must be >= 0");
   const auto& t = cfg.train();
   positive("train.steps", t.steps());
   positive("train.batch_size", t.batch_size());
   positive("train.grad_accum", t.grad_accum());
   if (t.eval_every() < 0) bad_field("train.eval_every", "must be >= 0 (0: never)");
+  if (t.eval_every() > 0 && t.eval_batches() < 1)
+    bad_field("train.eval_batches", std::to_string(t.eval_batches()) + " must be >= 1 (a divisor)");
+  if (t.log_every() < 1)
+    bad_field("train.log_every", std::to_string(t.log_every()) + " must be >= 1 (a divisor)");
   if (t.precision() == modtrain::TrainConfig::BF16 && t.device() != modtrain::TrainConfig::CUDA)
     bad_field("train.precision", "BF16 needs train.device: CUDA (the CPU kernels are f32/f64)");
   const auto& p = cfg.parallel();
   if (t.cuda_graph()) {
     if (t.device() != modtrain::TrainConfig::CUDA)
       bad_field("train.cuda_graph", "needs train.device: CUDA (graphs are a CUDA feature)");
-    if (p.dp() * p.tp() > 1)
+    if (int64_t{p.dp()} * p.tp() > 1)
       bad_field("train.cuda_graph", "runs in one process for now (parallel.dp and parallel.tp "
                                     "must be 1; the collectives are not captured)");
   }
@@ -267,6 +311,8 @@ void validate(const modtrain::RunConfig& cfg) {
   positive("parallel.dp", p.dp());
   positive("parallel.tp", p.tp());
   positive("parallel.ep", p.ep());
+  if (!(p.bucket_mb() > 0))
+    bad_field("parallel.bucket_mb", std::to_string(p.bucket_mb()) + " must be positive");
   if (t.batch_size() % p.dp() != 0)
     bad_field("train.batch_size", std::to_string(t.batch_size()) +
                                       " must be divisible by parallel.dp " + std::to_string(p.dp()));
@@ -281,6 +327,22 @@ void validate(const modtrain::RunConfig& cfg) {
               std::to_string(c.keep_last()) + " must be >= 0 (0 keeps all)");
   if (c.keep_every() < 0)
     bad_field("checkpoint.keep_every", std::to_string(c.keep_every()) + " must be >= 0 (0: none)");
+}
+
+void validate_from(const modtrain::RunConfig& cfg, const std::string& origin) {
+  try {
+    validate(cfg);
+  } catch (const std::invalid_argument& e) {
+    std::string what = e.what();
+    if (what.rfind("config: ", 0) == 0) what = what.substr(8);
+    throw std::invalid_argument("config " + origin + ": " + what);
+  }
+}
+
+modtrain::RunConfig parse_checked(const std::string& text, const std::string& origin) {
+  modtrain::RunConfig cfg = parse_text(text, origin);
+  validate_from(cfg, origin);
+  return cfg;
 }
 
 modtrain::RunConfig load(const std::string& path, const std::vector<std::string>& overrides) {

@@ -19,6 +19,11 @@ void apply_override(modtrain::RunConfig& cfg, const std::string& assignment);
 // Throws std::invalid_argument naming the first invalid field.
 void validate(const modtrain::RunConfig& cfg);
 
+// parse_text + validate, for configs that arrive inside other files (weights metadata,
+// checkpoints): errors "config <origin>: <field>: <what>".
+modtrain::RunConfig parse_checked(const std::string& text, const std::string& origin);
+void validate_from(const modtrain::RunConfig& cfg, const std::string& origin);
+
 // load_text + overrides + validate.
 modtrain::RunConfig load(const std::string& path, const std::vector<std::string>& overrides);
 

@@ -26,49 +26,6 @@ float bf16_to_float(uint16_t h) {
 }
 }  // namespace
 
-size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
-    case DType::BF16: return 2;
-  }
-  return 0;
-}
-
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::F32: return "f32";
-    case DType::F64: return "f64";
-    case DType::I32: return "i32";
-    case DType::I64: return "i64";
-    case DType::BF16: return "bf16";
-  }
-  return "?";
-}
-
-const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
-bool is_floating(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::BF16; }
-bool is_index(DType t) { return t == DType::I32 || t == DType::I64; }
-
-std::string shape_str(const Shape& s) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
-  os << "]";
-  return os.str();
-}
-
-int64_t shape_numel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) {
-    if (d < 0) throw std::invalid_argument("negative dimension in shape " + shape_str(s));
-    n *= d;
-  }
-  return n;
-}
-
 std::string describe(const Tensor& t) {
   if (!t.defined()) return "undefined tensor";
   return std::string(dtype_name(t.dtype())) + shape_str(t.shape()) + " on " +

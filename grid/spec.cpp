@@ -155,7 +155,7 @@ void validate_grid(const modtrain::GridSpec& spec, const std::string& origin) {
   if (s.nodes() < 1) bad("slurm.nodes", std::to_string(s.nodes()) + " must be >= 1");
   if (s.ntasks() < s.nodes())
     bad("slurm.ntasks", std::to_string(s.ntasks()) + " must be >= slurm.nodes " + std::to_string(s.nodes()));
-  const int ranks = base.parallel().dp() * base.parallel().tp();
+  const int64_t ranks = int64_t{base.parallel().dp()} * base.parallel().tp();
   if (s.ntasks() != ranks)
     bad("slurm.ntasks", std::to_string(s.ntasks()) + " != base.parallel.dp " +
                             std::to_string(base.parallel().dp()) + " x base.parallel.tp " +

@@ -9,6 +9,7 @@ packages=(
   libdnnl-dev                                  # oneDNN: f32 GEMM (core/cpu/blas.h)
   libblis-openmp-dev                           # another BLAS candidate, for benchmarks/blas_sgemm
   catch2                                       # Catch2 v2 test framework
+  clang libclang-rt-14-dev                     # libFuzzer + sanitizers (scripts/fuzz.sh, MOD_FUZZ)
   libprotobuf-dev protobuf-compiler            # config schema and checkpoint metadata
   libboost-program-options-dev                 # command line
   nlohmann-json3-dev                           # JSON: eval --json, tokenizer.json, JSON Lines input

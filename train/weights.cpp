@@ -59,8 +59,18 @@ LoadedModel load_weights(const std::string& path) {
                              ": not a modtrain weights file (metadata format '" +
                              file.metadata["format"] + "')");
   LoadedModel out;
-  out.config = config::parse_text(file.metadata["config"], path + " (metadata config)");
-  out.step = std::stoll(file.metadata["step"]);
+  // The embedded config goes through the same checks as a config file: it sizes the model.
+  out.config = config::parse_checked(file.metadata["config"], path + " (metadata config)");
+  const std::string& step = file.metadata["step"];
+  size_t used = 0;
+  try {
+    out.step = std::stoll(step, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != step.size() || out.step < 0)
+    throw std::runtime_error("weights " + path + ": metadata step '" + step +
+                             "' is not a step number");
   out.model = std::make_unique<model::Transformer>(out.config.model(), out.config.train().seed());
   copy_into(*out.model, file, path);
   return out;
@@ -73,7 +83,9 @@ int64_t weights_step(const std::string& path) {
   if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) return -1;
   uint64_t len = 0;
   for (int i = 7; i >= 0; --i) len = len << 8 | len_bytes[i];  // little-endian
-  if (len == 0 || len > (uint64_t{1} << 30)) return -1;
+  std::error_code ec;
+  const uint64_t file_bytes = std::filesystem::file_size(path, ec);
+  if (ec || len == 0 || file_bytes < 8 || len > file_bytes - 8) return -1;  // before allocating
   std::string header(len, '\0');
   if (!in.read(header.data(), static_cast<std::streamsize>(len))) return -1;
   // Metadata values are JSON strings: "format":"modtrain-weights-1", "step":"N".
@@ -81,6 +93,7 @@ int64_t weights_step(const std::string& path) {
   static const std::regex step_re("\"step\"\\s*:\\s*\"([0-9]+)\"");
   std::smatch m;
   if (!std::regex_search(header, format_re) || !std::regex_search(header, m, step_re)) return -1;
+  if (m[1].length() > 18) return -1;  // beyond int64
   return std::stoll(m[1].str());
 }
 

@@ -1,8 +1,9 @@
-// safetensors reader and writer (see safetensors.h); JSON through Boost.PropertyTree.
+// safetensors reader and writer (see safetensors.h); the header is checked by
+// safetensors_header.cpp before any tensor is allocated.
 #include "core/util/safetensors.h"
 
-#include <boost/property_tree/json_parser.hpp>
-#include <boost/property_tree/ptree.hpp>
+#include "core/util/safetensors_header.h"
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,7 +13,6 @@
 namespace mod {
 
 namespace {
-namespace pt = boost::property_tree;
 
 std::string st_dtype(DType t) {
   switch (t) {
@@ -23,15 +23,6 @@ std::string st_dtype(DType t) {
     case DType::BF16: return "BF16";
   }
   return "?";
-}
-
-DType from_st_dtype(const std::string& s, const std::string& where) {
-  if (s == "F32") return DType::F32;
-  if (s == "F64") return DType::F64;
-  if (s == "I32") return DType::I32;
-  if (s == "I64") return DType::I64;
-  if (s == "BF16") return DType::BF16;
-  throw std::runtime_error(where + ": dtype " + s + " is not supported (F32, F64, I32, I64, BF16)");
 }
 
 // JSON string escaping for names and metadata values.
@@ -98,45 +89,25 @@ void save_safetensors(const std::string& path,
 SafetensorsFile load_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("safetensors " + path + ": cannot open");
-  const uint64_t file_size = std::filesystem::file_size(path);
-  uint64_t n = 0;
-  in.read(reinterpret_cast<char*>(&n), 8);
-  if (!in || n > file_size - 8)
-    throw std::runtime_error("safetensors " + path + ": header length " + std::to_string(n) +
-                             " does not fit the file of " + std::to_string(file_size) + " bytes");
+  std::error_code ec;
+  const uint64_t file_size = std::filesystem::file_size(path, ec);
+  if (ec) throw std::runtime_error("safetensors " + path + ": cannot stat: " + ec.message());
+  unsigned char first8[8] = {};
+  in.read(reinterpret_cast<char*>(first8), 8);
+  // Checked against the file size before the header is allocated.
+  const uint64_t n = safetensors_header_length(first8, in ? file_size : 0, path);
   std::string header(n, '\0');
   in.read(header.data(), static_cast<std::streamsize>(n));
-  pt::ptree root;
-  try {
-    std::istringstream hs(header);
-    pt::read_json(hs, root);
-  } catch (const pt::json_parser_error& e) {
-    throw std::runtime_error("safetensors " + path + ": bad JSON header: " + e.what());
-  }
-  const uint64_t data_start = 8 + n, data_bytes = file_size - data_start;
+  if (!in) throw std::runtime_error("safetensors " + path + ": header read failed");
+  const SafetensorsIndex index = parse_safetensors_header(header, file_size, path);
   SafetensorsFile out;
-  for (const auto& [name, node] : root) {
-    if (name == "__metadata__") {
-      for (const auto& [k, v] : node) out.metadata[k] = v.get_value<std::string>();
-      continue;
-    }
-    const std::string where = "safetensors " + path + ": tensor " + name;
-    const DType dtype = from_st_dtype(node.get<std::string>("dtype", "?"), where);
-    Shape shape;
-    for (const auto& [_, d] : node.get_child("shape")) shape.push_back(d.get_value<int64_t>());
-    std::vector<uint64_t> off;
-    for (const auto& [_, o] : node.get_child("data_offsets")) off.push_back(o.get_value<uint64_t>());
-    if (off.size() != 2 || off[1] < off[0] || off[1] > data_bytes)
-      throw std::runtime_error(where + ": data_offsets outside the " + std::to_string(data_bytes) +
-                               " data bytes (truncated file?)");
-    Tensor t = Tensor::empty(shape, dtype);
-    if (off[1] - off[0] != t.nbytes())
-      throw std::runtime_error(where + ": " + std::to_string(off[1] - off[0]) + " bytes for shape " +
-                               shape_str(shape) + " of " + st_dtype(dtype));
-    in.seekg(static_cast<std::streamoff>(data_start + off[0]));
+  out.metadata = index.metadata;
+  for (const SafetensorsEntry& e : index.tensors) {
+    Tensor t = Tensor::empty(e.shape, e.dtype);  // its size matches the checked byte range
+    in.seekg(static_cast<std::streamoff>(index.data_start + e.begin));
     in.read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(t.nbytes()));
-    if (!in) throw std::runtime_error(where + ": read failed");
-    out.tensors.emplace(name, t);
+    if (!in) throw std::runtime_error("safetensors " + path + ": tensor " + e.name + ": read failed");
+    out.tensors.emplace(e.name, t);
   }
   return out;
 }

@@ -2,9 +2,18 @@
 #include "train/checkpoint/metadata.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <stdexcept>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/unknown_field_set.h>
+
+#include "configs/config.h"
+#include "core/util/crc32c.h"
 #include "train/checkpoint/box.h"
 
 namespace mod::ckpt {
@@ -83,6 +92,105 @@ TrainState state_from_meta(const pb::CheckpointMeta& m) {
   return s;
 }
 
+namespace {
+// Deterministic bytes of meta without its checksum: what the checksum covers.
+uint32_t meta_crc(const pb::CheckpointMeta& meta) {
+  pb::CheckpointMeta copy = meta;
+  copy.clear_meta_crc32c();
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream raw(&bytes);
+    google::protobuf::io::CodedOutputStream out(&raw);
+    out.SetSerializationDeterministic(true);
+    copy.SerializeToCodedStream(&out);
+  }
+  return crc32c(bytes.data(), bytes.size());
+}
+
+int64_t checked_numel(const Shape& s, const std::function<void(const std::string&)>& bad) {
+  try {
+    return shape_numel(s);
+  } catch (const std::invalid_argument& e) {
+    bad(e.what());
+  }
+  return 0;
+}
+}  // namespace
+
+std::string seal_meta(pb::CheckpointMeta& meta) {
+  meta.set_meta_crc32c(meta_crc(meta));
+  std::string bytes;
+  google::protobuf::io::StringOutputStream raw(&bytes);
+  {
+    google::protobuf::io::CodedOutputStream out(&raw);
+    out.SetSerializationDeterministic(true);
+    meta.SerializeToCodedStream(&out);
+  }
+  return bytes;
+}
+
+pb::CheckpointMeta open_meta(const std::string& bytes, const std::string& where) {
+  pb::CheckpointMeta meta;
+  if (!meta.ParseFromString(bytes)) throw std::runtime_error(where + ": cannot parse as CheckpointMeta");
+  if (meta.format_version() != kFormatVersion)
+    throw std::runtime_error(where + ": format version " + std::to_string(meta.format_version()) +
+                             ", this build reads " + std::to_string(kFormatVersion));
+  if (meta.has_meta_crc32c() && meta.meta_crc32c() != meta_crc(meta))
+    throw std::runtime_error(where + ": metadata checksum mismatch (step, optimizer state or "
+                             "index corrupted); refusing to resume from it");
+  if (meta.has_meta_crc32c() && !meta.GetReflection()->GetUnknownFields(meta).empty())
+    throw std::runtime_error(where + ": fields this build does not know (corrupt or newer)");
+  if (meta.step() < 0 || meta.optimizer_steps() < 0 || meta.tokens_seen() < 0 ||
+      meta.loader().batches_drawn() < 0 || meta.progress().last_metrics_step() < 0 ||
+      !(meta.progress().elapsed_seconds() >= 0))
+    throw std::runtime_error(where + ": negative step, token, batch or time count");
+  try {
+    config::validate_from(meta.config(), where + " (embedded config)");
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());
+  }
+  validate_index(meta, where);
+  return meta;
+}
+
+void check_shard_header(const unsigned char header[64], uint64_t file_bytes,
+                        const std::string& where) {
+  static constexpr char kMagic[8] = {'M', 'O', 'D', 'S', 'H', 'A', 'R', 'D'};
+  uint32_t version = 0;
+  uint64_t pieces = 0;
+  std::memcpy(&version, header + 8, 4);
+  std::memcpy(&pieces, header + 16, 8);
+  if (file_bytes < 64 || std::memcmp(header, kMagic, 8) != 0)
+    throw std::runtime_error(where + "not a modtrain shard file (no MODSHARD header)");
+  if (version != static_cast<uint32_t>(kFormatVersion))
+    throw std::runtime_error(where + "shard format version " + std::to_string(version) +
+                             ", this build reads " + std::to_string(kFormatVersion));
+  // Each piece starts 64-byte aligned after the header, so a file holds at most this many.
+  if (pieces > (file_bytes - 64) / 64 + 1)
+    throw std::runtime_error(where + "header claims " + std::to_string(pieces) +
+                             " pieces in a file of " + std::to_string(file_bytes) + " bytes");
+  for (int i = 24; i < 64; ++i)
+    if (header[i] != 0) throw std::runtime_error(where + "shard header padding is not zero (corrupt)");
+}
+
+void check_piece_range(const pb::Piece& piece, DType dtype, uint64_t file_bytes,
+                       const std::string& where) {
+  const uint64_t begin = piece.byte_offset(), length = piece.byte_length();
+  if (begin > file_bytes || length > file_bytes - begin)
+    throw std::runtime_error(where + "its bytes [" + std::to_string(begin) + ", " +
+                             (length <= UINT64_MAX - begin ? std::to_string(begin + length)
+                                                           : "+" + std::to_string(length)) +
+                             ") end past the end of the file (" +
+                             std::to_string(file_bytes) + " bytes): the file is truncated");
+  const Shape shape(piece.local_shape().begin(), piece.local_shape().end());
+  const int64_t numel = checked_numel(shape, [&](const std::string& e) {
+    throw std::runtime_error(where + "piece shape: " + e);
+  });
+  if (static_cast<uint64_t>(numel) > length || static_cast<uint64_t>(numel) * dtype_size(dtype) != length)
+    throw std::runtime_error(where + "piece of shape " + shape_str(shape) + " has " +
+                             std::to_string(length) + " bytes");
+}
+
 void validate_index(const pb::CheckpointMeta& meta, const std::string& where) {
   for (const pb::TensorInfo& t : meta.tensors()) {
     const std::string at = where + ": tensor " + t.name();
@@ -90,6 +198,7 @@ void validate_index(const pb::CheckpointMeta& meta, const std::string& where) {
     const DType dtype = parse_dtype(t.dtype(), at);
     const Shape global(t.global_shape().begin(), t.global_shape().end());
     const int nd = static_cast<int>(global.size());
+    const int64_t global_numel = checked_numel(global, bad);
     std::vector<Box> boxes;
     int64_t covered = 0;
     for (const pb::Piece& p : t.pieces()) {
@@ -103,11 +212,11 @@ void validate_index(const pb::CheckpointMeta& meta, const std::string& where) {
         bad(piece + " does not fit the global shape " + shape_str(global));
       for (int d = 0; d < nd; ++d) {
         const bool fits = d == p.shard_dim() ? p.offset() >= 0 && local[d] >= 0 &&
-                                                   p.offset() + local[d] <= global[d]
+                                                   local[d] <= global[d] - p.offset()
                                              : local[d] == global[d];
         if (!fits) bad(piece + " does not fit the global shape " + shape_str(global));
       }
-      if (p.byte_length() != static_cast<uint64_t>(shape_numel(local)) * dtype_size(dtype))
+      if (p.byte_length() != static_cast<uint64_t>(checked_numel(local, bad)) * dtype_size(dtype))
         bad(piece + ": " + std::to_string(p.byte_length()) + " bytes for " + t.dtype());
       const Box box = slab_box(local, p.shard_dim(), p.offset());
       for (const Box& other : boxes)
@@ -116,9 +225,9 @@ void validate_index(const pb::CheckpointMeta& meta, const std::string& where) {
               " overlaps another piece (two ranks wrote the same slice; mark replicas "
               "writer = false)");
       boxes.push_back(box);
-      covered += shape_numel(local);
+      covered += shape_numel(local);  // disjoint pieces inside global: no overflow
     }
-    if (covered != shape_numel(global))
+    if (covered != global_numel)
       bad("the pieces hold " + std::to_string(covered) + " of its " +
           std::to_string(shape_numel(global)) + " elements (a slice was not written by any rank)");
   }

@@ -24,6 +24,20 @@ modtrain::ckpt::CheckpointMeta make_meta(const TrainState& state,
                                          std::vector<modtrain::ckpt::TensorInfo> tensors);
 TrainState state_from_meta(const modtrain::ckpt::CheckpointMeta& meta);
 
+// Sets meta_crc32c over the serialized message without it; returns the bytes to write.
+std::string seal_meta(modtrain::ckpt::CheckpointMeta& meta);
+// metadata.pb's bytes to a checked CheckpointMeta: parses, checks the format version, the
+// checksum (absent only in checkpoints older than it: accepted, see docs/fuzzing.md), the config
+// (config::validate, as a config file gets) and the index. Errors name `where`.
+modtrain::ckpt::CheckpointMeta open_meta(const std::string& bytes, const std::string& where);
+
+// The 64-byte header of a shard file of file_bytes bytes: magic, format version, zeros.
+void check_shard_header(const unsigned char header[64], uint64_t file_bytes, const std::string& where);
+// A piece's byte range inside a file of file_bytes bytes and its length against its shape and
+// dtype, before anything is allocated for it.
+void check_piece_range(const modtrain::ckpt::Piece& piece, DType dtype, uint64_t file_bytes,
+                       const std::string& where);
+
 // Throws std::runtime_error "<where>: tensor <name>: <problem>" for the first problem found.
 void validate_index(const modtrain::ckpt::CheckpointMeta& meta, const std::string& where);
 

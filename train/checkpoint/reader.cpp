@@ -78,14 +78,8 @@ CheckpointReader::CheckpointReader(const std::string& dir)
   if (!std::filesystem::exists(metadata_path_))
     throw std::runtime_error("checkpoint " + metadata_path_ +
                              ": missing (not a checkpoint directory, or an unfinished one)");
-  modtrain::ckpt::CheckpointMeta meta;
-  if (!meta.ParseFromString(io::read_file(metadata_path_)))
-    throw std::runtime_error("checkpoint " + metadata_path_ + ": cannot parse as CheckpointMeta");
-  if (meta.format_version() != kFormatVersion)
-    throw std::runtime_error("checkpoint " + metadata_path_ + ": format version " +
-                             std::to_string(meta.format_version()) + ", this build reads " +
-                             std::to_string(kFormatVersion));
-  validate_index(meta, "checkpoint " + metadata_path_);
+  modtrain::ckpt::CheckpointMeta meta =
+      open_meta(io::read_file(metadata_path_), "checkpoint " + metadata_path_);
   state_ = state_from_meta(meta);
   for (auto& t : *meta.mutable_tensors()) {
     const std::string name = t.name();

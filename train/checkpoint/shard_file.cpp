@@ -12,6 +12,7 @@
 
 #include "core/util/crc32c.h"
 #include "train/checkpoint/file_io.h"
+#include "train/checkpoint/metadata.h"
 
 namespace mod::ckpt {
 
@@ -89,19 +90,12 @@ Tensor read_piece(const std::string& dir, const std::string& tensor_name, DType 
     throw std::runtime_error(where + "cannot stat: " + std::strerror(errno));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   Header h{};
-  if (size < sizeof h || !io::read_at(fd, &h, sizeof h, 0, path) ||
-      std::memcmp(h.magic, kMagic, sizeof kMagic) != 0)
+  if (size < sizeof h || !io::read_at(fd, &h, sizeof h, 0, path))
     throw std::runtime_error(where + "not a modtrain shard file (no MODSHARD header)");
-  const uint64_t begin = piece.byte_offset(), end = begin + piece.byte_length();
-  if (end > size)
-    throw std::runtime_error(where + "its bytes [" + std::to_string(begin) + ", " +
-                             std::to_string(end) + ") end past the end of the file (" +
-                             std::to_string(size) + " bytes): the file is truncated");
-  Shape shape(piece.local_shape().begin(), piece.local_shape().end());
-  Tensor t = Tensor::empty(shape, dtype);
-  if (t.nbytes() != piece.byte_length())
-    throw std::runtime_error(where + "piece of shape " + shape_str(shape) + " has " +
-                             std::to_string(piece.byte_length()) + " bytes");
+  check_shard_header(reinterpret_cast<const unsigned char*>(&h), size, where);
+  check_piece_range(piece, dtype, size, where);  // before the tensor is allocated
+  const uint64_t begin = piece.byte_offset();
+  Tensor t = Tensor::empty(Shape(piece.local_shape().begin(), piece.local_shape().end()), dtype);
   if (!io::read_at(fd, t.raw_data(), t.nbytes(), begin, path))
     throw std::runtime_error(where + "unexpected end of file (truncated)");
   const uint32_t computed = crc32c(t.raw_data(), t.nbytes());

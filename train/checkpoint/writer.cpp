@@ -237,7 +237,7 @@ void Checkpointer::commit() {
 
       pb::CheckpointMeta meta = make_meta(p->state, merge_pieces(ranks));
       validate_index(meta, "checkpoint " + p->tmp_dir);
-      io::write_file(p->tmp_dir + "/" + kMetadataFile, meta.SerializeAsString());
+      io::write_file(p->tmp_dir + "/" + kMetadataFile, seal_meta(meta));
       io::fsync_dir(p->tmp_dir);
       fault_point("after_metadata");
 

@@ -522,8 +522,19 @@ HfTokenizer::HfTokenizer(std::string json_text, const std::string& name)
   const ByteMap& bm = byte_map();
   int64_t max_id = -1;
   std::vector<std::optional<std::string>>& id_bytes = m.id_bytes;
+  // Ids index a table: one far beyond the tokens the file holds would size it from an
+  // unchecked number (a 4e9 id is 160 GB), so ids stay within the tokens listed plus slack.
+  const size_t n_added = root.contains("added_tokens") && root["added_tokens"].is_array()
+                             ? root["added_tokens"].size() : 0;
+  const uint64_t id_limit = vocab.size() + n_added + 1024;
+  auto check_id = [&](uint32_t id, const std::string& where) {
+    if (id >= id_limit)
+      j.fail(where + ": id " + std::to_string(id) + " is far beyond the " +
+             std::to_string(vocab.size() + n_added) + " tokens in the file");
+  };
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     const uint32_t id = as_id(it.value(), "model.vocab[\"" + it.key() + "\"]", j);
+    check_id(id, "model.vocab[\"" + it.key() + "\"]");
     if (id >= id_bytes.size()) id_bytes.resize(static_cast<size_t>(id) + 1);
     if (id_bytes[id])
       j.fail("model.vocab[\"" + it.key() + "\"]: id " + std::to_string(id) + " is used twice");
@@ -578,6 +589,7 @@ HfTokenizer::HfTokenizer(std::string json_text, const std::string& name)
       const json& at = arr[i];
       AddedToken t;
       t.id = as_id(j.field(at, "id", path), path + ".id", j);
+      check_id(t.id, path + ".id");
       t.content = j.str(at, "content", path);
       if (t.content.empty()) j.fail(path + ".content must not be empty");
       if (!is_valid_utf8(t.content)) j.fail(path + ".content is not valid UTF-8");

@@ -120,6 +120,10 @@ TokenFile TokenFile::open(const std::string& path, TokenFormat format, uint32_t 
       if (f.vocab_ == 0 || (f.width_ == 2 && f.vocab_ > 65536))
         fail(path, "vocab size " + std::to_string(f.vocab_) + " does not fit " +
                        std::to_string(f.width_) + "-byte tokens");
+      // The writer picks the narrowest width; a 4-byte shard of a small vocabulary is corrupt.
+      if (f.width_ == 4 && f.vocab_ <= 65536)
+        fail(path, "token width 4 bytes for vocab size " + std::to_string(f.vocab_) +
+                       " (the writer uses 2 bytes up to 65536): corrupt header");
       if (vocab_size != 0 && f.vocab_ != vocab_size)
         fail(path, "vocab size " + std::to_string(f.vocab_) + ", the dataset's is " +
                        std::to_string(vocab_size));
@@ -137,6 +141,10 @@ TokenFile TokenFile::open(const std::string& path, TokenFormat format, uint32_t 
         fail(path, "llm.c header: version " + std::to_string(version) +
                        ", expected 1 (uint16 tokens)");
       if (count < 0) fail(path, "llm.c header: token count " + std::to_string(count) + " < 0");
+      for (uint64_t i = 3; i < kLlmcHeaderBytes / 4; ++i)  // llm.c writes zeros there
+        if (get<int32_t>(h + 4 * i) != 0)
+          fail(path, "llm.c header: int " + std::to_string(i) + " is " +
+                         std::to_string(get<int32_t>(h + 4 * i)) + ", expected 0 (corrupt header)");
       f.width_ = 2;
       f.tokens_ = static_cast<uint64_t>(count);
       f.data_offset_ = kLlmcHeaderBytes;

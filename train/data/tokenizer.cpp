@@ -4,6 +4,7 @@
 
 #include "train/data/hf_tokenizer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <queue>
@@ -226,50 +227,75 @@ void BpeTokenizer::save(const std::string& path) const {
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("tokenizer " + path + ": cannot open");
   const bool json_name = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   if (json_name || (in >> std::ws).peek() == '{') return HfTokenizer::from_file(path);
-  int line_no = 0;
-  auto expect = [&](const std::string& key) {
-    std::string line, k;
-    ++line_no;
-    if (!std::getline(in, line))
-      throw std::runtime_error("tokenizer " + path + ": line " + std::to_string(line_no) +
-                               ": expected '" + key + " ...', got end of file");
-    std::istringstream ls(line);
-    std::string value;
-    ls >> k >> value;
-    if (k != key)
-      throw std::runtime_error("tokenizer " + path + ": line " + std::to_string(line_no) +
-                               ": expected '" + key + " ...', got '" + line + "'");
-    return value;
+  in.seekg(0);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_text(ss.str(), path);
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::parse_text(const std::string& text, const std::string& path) {
+  size_t pos = 0, line_no = 0;
+  auto fail = [&](const std::string& what) -> std::runtime_error {
+    return std::runtime_error("tokenizer " + path + ": line " + std::to_string(line_no) + ": " + what);
   };
-  if (expect("modtrain-tokenizer") != "1")
-    throw std::runtime_error("tokenizer " + path + ": unsupported version");
-  const std::string kind = expect("kind");
-  const uint64_t vocab = std::stoull(expect("vocab_size"));
-  const uint64_t n = std::stoull(expect("merges"));
-  if (kind == "byte") {
-    if (vocab != 256 || n != 0)
-      throw std::runtime_error("tokenizer " + path + ": a byte tokenizer has vocab 256, 0 merges");
-    return std::make_unique<ByteTokenizer>();
-  }
-  if (kind != "bpe")
-    throw std::runtime_error("tokenizer " + path + ": kind '" + kind + "', expected byte or bpe");
+  // The next line split on single spaces; a stream parse would read "1 2 3" or "-1" as merges.
+  auto next_line = [&](const std::string& expected) {
+    ++line_no;
+    if (pos >= text.size()) throw fail("expected '" + expected + "', got end of file");
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    std::vector<std::string> words;
+    for (size_t b = 0; b <= line.size();) {
+      const size_t e = std::min(line.find(' ', b), line.size());
+      words.push_back(line.substr(b, e - b));
+      b = e + 1;
+    }
+    if (words.size() != 2 || words[0].empty() || words[1].empty())
+      throw fail("expected '" + expected + "', got '" + line.substr(0, 80) + "'");
+    return words;
+  };
+  auto number = [&](const std::string& w, uint64_t max, const std::string& what) {
+    if (w.size() > 10 || w.find_first_not_of("0123456789") != std::string::npos ||
+        (w.size() > 1 && w[0] == '0') || std::stoull(w) > max)
+      throw fail(what + " '" + w.substr(0, 20) + "' is not a number in [0, " +
+                 std::to_string(max) + "]");
+    return std::stoull(w);
+  };
+  auto keyed = [&](const std::string& key) {
+    const auto w = next_line(key + " <value>");
+    if (w[0] != key) throw fail("expected '" + key + " <value>', got '" + w[0] + " " + w[1] + "'");
+    return w[1];
+  };
+  if (keyed("modtrain-tokenizer") != "1") throw fail("unsupported version (this build reads 1)");
+  const std::string kind = keyed("kind");
+  if (kind != "byte" && kind != "bpe") throw fail("kind '" + kind + "', expected byte or bpe");
+  // A vocabulary beyond 2^31 cannot be embedded (model.vocab_size is an int32).
+  const uint64_t vocab = number(keyed("vocab_size"), uint64_t{1} << 31, "vocab_size");
+  const uint64_t n = number(keyed("merges"), (uint64_t{1} << 31) - 256, "merges");
+  if (kind == "byte" && (vocab != 256 || n != 0)) throw fail("a byte tokenizer has vocab 256, 0 merges");
   if (vocab != 256 + n)
-    throw std::runtime_error("tokenizer " + path + ": vocab_size " + std::to_string(vocab) +
-                             " != 256 + merges " + std::to_string(n));
+    throw fail("vocab_size " + std::to_string(vocab) + " != 256 + merges " + std::to_string(n));
+  // Each merge line is at least 4 bytes ("l r\n"): a count the text cannot hold is refused
+  // before anything is reserved.
+  if (n > (text.size() - std::min(pos, text.size())) / 4 + 1)
+    throw fail("merges " + std::to_string(n) + " but the file has room for fewer lines");
   std::vector<std::pair<uint32_t, uint32_t>> merges;
   merges.reserve(n);
   for (uint64_t i = 0; i < n; ++i) {
-    uint32_t l, r;
-    ++line_no;
-    if (!(in >> l >> r))
-      throw std::runtime_error("tokenizer " + path + ": line " + std::to_string(line_no) +
-                               ": expected a merge 'left right'");
-    merges.emplace_back(l, r);
+    const auto w = next_line("left right");
+    const uint64_t limit = 256 + i - 1;  // a merge refers to earlier tokens only
+    merges.emplace_back(static_cast<uint32_t>(number(w[0], limit, "merge left")),
+                        static_cast<uint32_t>(number(w[1], limit, "merge right")));
   }
+  ++line_no;
+  if (pos < text.size()) throw fail("unexpected text after the last line");
+  if (kind == "byte") return std::make_unique<ByteTokenizer>();
   return std::make_unique<BpeTokenizer>(std::move(merges));
 }
 

@@ -32,6 +32,9 @@ class Tokenizer {
   // Reads a tokenizer file, checking every line; errors name the file and the line. A JSON file
   // (name ending in .json, or first non-space byte '{') loads as an HfTokenizer.
   static std::unique_ptr<Tokenizer> load(const std::string& path);
+  // The modtrain text format from memory (path names it in errors): every line is exactly its
+  // expected tokens ("kind bpe", "left right"), numbers are plain decimals, nothing follows.
+  static std::unique_ptr<Tokenizer> parse_text(const std::string& text, const std::string& path);
 };
 
 class ByteTokenizer final : public Tokenizer {

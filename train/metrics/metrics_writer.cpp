@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -103,32 +104,39 @@ void TensorBoardWriter::truncate_after(const std::string& dir, int64_t last_kept
     }
     std::ifstream in(path, std::ios::binary);
     const std::string all((std::istreambuf_iterator<char>(in)), {});
-    std::string kept;
-    size_t pos = 0;
-    bool dropped = false;
-    // Record: u64 length, masked CRC of the length, payload, masked CRC of the payload.
-    while (pos + 12 <= all.size()) {
-      uint64_t len;
-      uint32_t len_crc, data_crc;
-      std::memcpy(&len, all.data() + pos, 8);
-      std::memcpy(&len_crc, all.data() + pos + 8, 4);
-      if (len_crc != crc32c_masked(crc32c(&len, 8)) || pos + 16 > all.size() ||
-          len > all.size() - pos - 16)
-        break;
-      const char* data = all.data() + pos + 12;
-      std::memcpy(&data_crc, data + len, 4);
-      if (data_crc != crc32c_masked(crc32c(data, len))) break;
-      modtrain::tb::Event e;
-      const size_t record = 16 + len;
-      if (e.ParseFromArray(data, static_cast<int>(len)) && e.step() > last_kept)
-        dropped = true;
-      else
-        kept.append(all, pos, record);
-      pos += record;
-    }
-    if (pos != all.size()) dropped = true;  // a torn record at the end
-    if (dropped) replace_file(path, kept);
+    const std::string kept = kept_records(all, last_kept, path);
+    if (kept.size() != all.size()) replace_file(path, kept);
   }
+}
+
+std::string TensorBoardWriter::kept_records(const std::string& all, int64_t last_kept,
+                                            const std::string& path) {
+  std::string kept;
+  size_t pos = 0;
+  auto corrupt = [&](const std::string& what) {
+    throw std::runtime_error("tensorboard " + path + ": record at byte " + std::to_string(pos) +
+                             ": " + what + "; the file is corrupt (not cut short by a crash), so "
+                             "it is kept as it is and the resume stops: move it aside to go on");
+  };
+  // Record: u64 length, masked CRC of the length, payload, masked CRC of the payload. Only a
+  // record running past the end of the file is a torn write (a crash mid-append).
+  while (pos + 12 <= all.size()) {
+    uint64_t len;
+    uint32_t len_crc, data_crc;
+    std::memcpy(&len, all.data() + pos, 8);
+    std::memcpy(&len_crc, all.data() + pos + 8, 4);
+    if (len_crc != crc32c_masked(crc32c(&len, 8))) corrupt("length CRC mismatch");
+    if (len > all.size() - pos - 12 || all.size() - pos - 12 - len < 4) break;  // torn
+    const char* data = all.data() + pos + 12;
+    std::memcpy(&data_crc, data + len, 4);
+    if (data_crc != crc32c_masked(crc32c(data, len))) corrupt("payload CRC mismatch");
+    modtrain::tb::Event e;
+    if (len > static_cast<uint64_t>(INT32_MAX) || !e.ParseFromArray(data, static_cast<int>(len)))
+      corrupt("CRC-valid payload is not an Event");
+    if (e.step() <= last_kept) kept.append(all, pos, 16 + len);
+    pos += 16 + len;
+  }
+  return kept;
 }
 
 CsvWriter::CsvWriter(const std::string& path, std::vector<std::string> columns)
@@ -155,10 +163,15 @@ void CsvWriter::row(int64_t step, double loss, const std::map<std::string, doubl
 }
 
 void CsvWriter::truncate_after(const std::string& path, int64_t last_kept) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) return;
   const std::string all((std::istreambuf_iterator<char>(in)), {});
   in.close();
+  const std::string kept = kept_rows(all, last_kept, path);
+  if (kept.size() != all.size()) replace_file(path, kept);
+}
+
+std::string CsvWriter::kept_rows(const std::string& all, int64_t last_kept, const std::string& path) {
   std::string kept;
   size_t begin = 0, line_no = 0;
   // Only complete lines: a last line without its newline was torn by a crash.
@@ -173,14 +186,15 @@ void CsvWriter::truncate_after(const std::string& path, int64_t last_kept) {
       } catch (const std::exception&) {
         used = 0;
       }
-      if (used == 0 || used >= line.size() || line[used] != ',')
+      if (used == 0 || used >= line.size() || line[used] != ',' || step < 0)
         throw std::runtime_error("metrics: " + path + ":" + std::to_string(line_no) +
-                                 ": expected a step number first, found '" + line + "'");
+                                 ": expected a step number first, found '" + line.substr(0, 80) +
+                                 "'");
       if (step > last_kept) continue;
     }
     kept += line + "\n";
   }
-  if (kept.size() != all.size()) replace_file(path, kept);
+  return kept;
 }
 
 }  // namespace mod::metrics

@@ -25,7 +25,12 @@ class TensorBoardWriter {
   const std::string& path() const { return path_; }
   // Rewrites every event file in dir without the events of steps > last_kept, and without a
   // torn record at the end (a crash mid-write). Files are replaced atomically (temp + rename).
+  // A record that fails its CRC with the file going on past it is corruption, not a torn
+  // write: an error naming the file and offset (cutting there would lose every later record).
   static void truncate_after(const std::string& dir, int64_t last_kept);
+  // The records of one event file's bytes that truncate_after keeps (path names it in errors).
+  static std::string kept_records(const std::string& bytes, int64_t last_kept,
+                                  const std::string& path);
 
  private:
   void write_record(const std::string& bytes);
@@ -42,6 +47,8 @@ class CsvWriter {
   // Drops rows with step > last_kept (a resumed run rewrites them) and a torn last line (a crash
   // mid-write); the file is replaced atomically. A missing file is fine.
   static void truncate_after(const std::string& path, int64_t last_kept);
+  // The lines of metrics.csv's text that truncate_after keeps (path names it in errors).
+  static std::string kept_rows(const std::string& text, int64_t last_kept, const std::string& path);
 
  private:
   std::vector<std::string> columns_;

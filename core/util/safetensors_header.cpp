@@ -1,0 +1,136 @@
+// safetensors header parsing and checks (see safetensors_header.h); JSON through
+// Boost.PropertyTree, whose recursive parser is shielded by a nesting-depth pre-scan.
+#include "core/util/safetensors_header.h"
+
+#include <boost/property_tree/json_parser.hpp>
+#include <boost/property_tree/ptree.hpp>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+namespace mod {
+
+namespace {
+namespace pt = boost::property_tree;
+
+// A real header nests 3 deep ({name: {shape: [..]}}); the parser recurses once per level, so
+// "[[[[..." a megabyte deep would overflow the stack.
+constexpr int kMaxDepth = 16;
+
+void check_depth(const std::string& json, const std::string& path) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxDepth)
+        throw std::runtime_error("safetensors " + path + ": JSON header nests deeper than " +
+                                 std::to_string(kMaxDepth) + " levels");
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+}
+
+DType from_st_dtype(const std::string& s, const std::string& where) {
+  if (s == "F32") return DType::F32;
+  if (s == "F64") return DType::F64;
+  if (s == "I32") return DType::I32;
+  if (s == "I64") return DType::I64;
+  if (s == "BF16") return DType::BF16;
+  throw std::runtime_error(where + ": dtype '" + s + "' is not supported (F32, F64, I32, I64, BF16)");
+}
+
+// A JSON number as an unsigned integer, or an error naming the field: ptree holds it as text.
+uint64_t as_count(const pt::ptree& node, const std::string& where) {
+  const std::string text = node.get_value<std::string>();
+  if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos)
+    throw std::runtime_error(where + ": '" + text + "' is not a non-negative integer below 10^19");
+  return std::stoull(text);
+}
+}  // namespace
+
+uint64_t safetensors_header_length(const unsigned char first8[8], uint64_t file_bytes,
+                                   const std::string& path) {
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | first8[i];  // little-endian
+  if (file_bytes < 8 || n > file_bytes - 8)
+    throw std::runtime_error("safetensors " + path + ": header length " + std::to_string(n) +
+                             " does not fit the file of " + std::to_string(file_bytes) + " bytes");
+  return n;
+}
+
+SafetensorsIndex parse_safetensors_header(const std::string& header_json, uint64_t file_bytes,
+                                          const std::string& path) {
+  SafetensorsIndex out;
+  out.data_start = 8 + header_json.size();
+  if (out.data_start > file_bytes)
+    throw std::runtime_error("safetensors " + path + ": header of " +
+                             std::to_string(header_json.size()) + " bytes does not fit the file");
+  const uint64_t data_bytes = file_bytes - out.data_start;
+  check_depth(header_json, path);
+  pt::ptree root;
+  try {
+    std::istringstream hs(header_json);
+    pt::read_json(hs, root);
+  } catch (const pt::json_parser_error& e) {
+    throw std::runtime_error("safetensors " + path + ": bad JSON header: " + e.what());
+  }
+  std::set<std::string> seen;
+  for (const auto& [name, node] : root) {
+    const std::string where = "safetensors " + path + ": tensor '" + name + "'";
+    if (name.empty())
+      throw std::runtime_error("safetensors " + path + ": the header is not a JSON object");
+    if (!seen.insert(name).second) throw std::runtime_error(where + ": listed twice");
+    if (name == "__metadata__") {
+      for (const auto& [k, v] : node) {
+        if (!v.empty()) throw std::runtime_error(where + ": value of '" + k + "' is not a string");
+        out.metadata[k] = v.get_value<std::string>();
+      }
+      continue;
+    }
+    SafetensorsEntry e;
+    e.name = name;
+    const auto dtype = node.get_child_optional("dtype");
+    if (!dtype || !dtype->empty()) throw std::runtime_error(where + ": no dtype string");
+    e.dtype = from_st_dtype(dtype->get_value<std::string>(), where);
+    const auto shape = node.get_child_optional("shape");
+    const auto offsets = node.get_child_optional("data_offsets");
+    if (!shape || !offsets) throw std::runtime_error(where + ": needs shape and data_offsets");
+    for (const auto& [k, d] : *shape) {
+      const uint64_t v = as_count(d, where + ": shape");
+      if (!k.empty() || v > uint64_t{1} << 62) throw std::runtime_error(where + ": bad shape");
+      e.shape.push_back(static_cast<int64_t>(v));
+    }
+    std::vector<uint64_t> off;
+    for (const auto& [k, o] : *offsets) {
+      if (!k.empty()) throw std::runtime_error(where + ": data_offsets is not a list");
+      off.push_back(as_count(o, where + ": data_offsets"));
+    }
+    if (off.size() != 2 || off[1] < off[0] || off[1] > data_bytes)
+      throw std::runtime_error(where + ": data_offsets outside the " + std::to_string(data_bytes) +
+                               " data bytes (truncated file?)");
+    e.begin = off[0];
+    e.end = off[1];
+    int64_t numel = 0;
+    try {
+      numel = shape_numel(e.shape);
+    } catch (const std::invalid_argument& err) {
+      throw std::runtime_error(where + ": " + err.what());
+    }
+    // numel <= data bytes here, so the product fits in 64 bits.
+    if (static_cast<uint64_t>(numel) > data_bytes ||
+        static_cast<uint64_t>(numel) * dtype_size(e.dtype) != e.end - e.begin)
+      throw std::runtime_error(where + ": " + std::to_string(e.end - e.begin) + " bytes for shape " +
+                               shape_str(e.shape) + " of " + dtype_name(e.dtype));
+    out.tensors.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace mod

@@ -1,0 +1,37 @@
+// The safetensors header, parsed and checked without allocating tensors: every entry's dtype,
+// shape and byte range are checked against the file size before a reader allocates anything, so
+// a 10 GB header length or a 2^60-element shape is an error naming the file, never an allocation.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mod {
+
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+  uint64_t begin = 0, end = 0;  // data_offsets, from the start of the data section
+};
+
+struct SafetensorsIndex {
+  std::vector<SafetensorsEntry> tensors;  // in header order
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;  // 8 + header length
+};
+
+// The header length from the first 8 bytes, checked against file_bytes; errors name path.
+uint64_t safetensors_header_length(const unsigned char first8[8], uint64_t file_bytes,
+                                   const std::string& path);
+
+// Parses the JSON header of a file of file_bytes bytes whose header is header_json. Errors
+// (std::runtime_error) name the file and the tensor or field.
+SafetensorsIndex parse_safetensors_header(const std::string& header_json, uint64_t file_bytes,
+                                          const std::string& path);
+
+}  // namespace mod

@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Writes the hand-made inputs of tests/fuzz/regressions/: one per class of bad input the outside
+probe reported (issue 22), each refused at its cause now. Reproducers a fuzzer finds are copied
+in beside them as they are (crash-<sha1>). Run from the repository root."""
+import json, os, struct, sys
+sys.path.insert(0, os.path.dirname(__file__))
+ROOT = os.path.join("tests", "fuzz", "regressions")
+
+def put(target, name, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+def st(header):
+    h = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h
+put("safetensors", "deep_nesting", st(b"[" * 200000))  # recursive JSON parser: stack overflow
+put("safetensors", "header_length_10GB", struct.pack("<Q", 10 << 30) + b"{}")
+put("safetensors", "shape_2_80", st({"t": {"dtype": "F32", "shape": [1 << 40, 1 << 40], "data_offsets": [0, 0]}}))
+put("safetensors", "negative_shape", st({"t": {"dtype": "F32", "shape": [-1, 4], "data_offsets": [0, 0]}}))
+put("safetensors", "no_shape", st({"t": {"dtype": "F32", "data_offsets": [0, 0]}}))
+put("safetensors", "offsets_not_numbers", st({"t": {"dtype": "F32", "shape": [1], "data_offsets": ["a", {}]}}))
+put("safetensors", "bad_embedded_config", st({"__metadata__": {"format": "modtrain-weights-1", "step": "1",
+                                                              "config": "train { log_every: 0 }"}}))
+head = "modtrain-tokenizer 1\nkind bpe\n"
+put("tokenizer", "merges_2_60", head + "vocab_size 1152921504606847232\nmerges 1152921504606846976\n")
+put("tokenizer", "three_numbers_on_a_line", head + "vocab_size 258\nmerges 2\n104 101 7\n256 108\n")
+put("tokenizer", "negative_merge", head + "vocab_size 257\nmerges 1\n-1 104\n")
+put("tokenizer", "not_a_number", head + "vocab_size x\nmerges 0\n")
+put("hf_tokenizer", "id_4e9", json.dumps({"model": {"type": "BPE", "vocab": {"a": 4000000000}, "merges": []}}))
+put("hf_tokenizer", "deep_nesting", "[" * 100000)
+put("config", "log_every_zero", "train { log_every: 0 }\n")
+put("config", "nan_lr", "optimizer { lr: nan }\n")
+put("config", "inf_capacity", "model { mod { capacity: inf } }\n")
+put("config", "bucket_zero", "parallel { bucket_mb: 0 }\n")
+put("config", "dp_tp_overflow", "parallel { dp: 65536 tp: 65536 }\ntrain { cuda_graph: true device: CUDA }\n")
+put("grid_spec", "ranks_overflow", 'name: "g" budgets: [1e12] base { parallel { dp: 65536 tp: 65536 } }\n'
+    'shapes { name: "s" d_model: 64 n_layers: 2 n_heads: 2 d_ff: 128 } variants { name: "d" }\n'
+    'slurm { ntasks: 1 }\n')
+put("token_shard", "count_2_60", bytes([3]) + b"MODTOKS1" + struct.pack("<IIIIQ", 1, 2, 256, 0, 1 << 60))
+put("token_shard", "width4_small_vocab", bytes([3]) + b"MODTOKS1" + struct.pack("<IIIIQ", 1, 4, 256, 0, 1) + b"\0" * 4)
+put("token_shard", "llmc_reserved", bytes([4]) + struct.pack("<3i", 20240520, 1, 0) + b"\1" * (253 * 4))
+
+import make_seeds as seeds  # rewrites the seeds too (same bytes)
+good = seeds.meta(10, 10)
+i = good.index(seeds.field(3, 0, 10))
+put("checkpoint_meta", "flipped_step", good[:i + 1] + bytes([good[i + 1] ^ 1]) + good[i + 2:])
+huge = seeds.field(1, 2, b"t") + seeds.field(2, 2, b"f32") + seeds.field(3, 2, seeds.packed([1 << 62, 1 << 62]))
+put("checkpoint_meta", "shape_2_124", seeds.field(1, 0, 1) + seeds.field(10, 2, huge))
+piece = (seeds.field(1, 2, b"shard_0.bin") + seeds.field(2, 0, (1 << 64) - 1) + seeds.field(4, 2, seeds.packed([4]))
+         + seeds.field(5, 0, (1 << 64) - 8) + seeds.field(6, 0, 16))
+shard = b"MODSHARD" + struct.pack("<IIQ", 1, 0, 1) + b"\0" * 40 + b"\0" * 16
+put("checkpoint_shard", "offset_wraps", struct.pack("<H", len(piece)) + b"\0" + piece + shard)
+put("checkpoint_shard", "pieces_2_60", struct.pack("<H", 0) + b"\0" + b"MODSHARD" + struct.pack("<IIQ", 1, 0, 1 << 60) + b"\0" * 40)
+rec = seeds.record(seeds.event(1, "loss", 1.0))
+bad = bytearray(rec)
+bad[14] ^= 0x20
+put("tb_events", "corrupt_middle_record", b"\0" + rec + bytes(bad) + rec)
+put("metrics_csv", "negative_step", b"\0step,loss\n-5,1.0\n")
+put("metrics_csv", "step_overflow", b"\0step,loss\n99999999999999999999,1.0\n")
