@@ -5,41 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <string>
 
+#include "core/cpu/cpu_peak.h"
+
 namespace mod::blas_bench {
-
-namespace {
-
-// Core clock from a chain of dependent 1-cycle integer adds. Needed because
-// /proc/cpuinfo in a VM reports the TSC rate, not the boost clock GEMM runs at.
-double measure_clock_ghz() {
-#if defined(__x86_64__)
-  constexpr long iterations = 20'000'000, adds_per_iteration = 10;
-  double best = 0.0;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    long counter = iterations, value = 0;
-    auto start = std::chrono::steady_clock::now();
-    asm volatile(
-        "1:\n\t"
-        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
-        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
-        "dec %1\n\tjnz 1b"
-        : "+r"(value), "+r"(counter));
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best = std::max(best, double(iterations * adds_per_iteration) / seconds * 1e-9);
-  }
-  return best;
-#else
-  return 0.0;
-#endif
-}
-
-}  // namespace
 
 // Theoretical peak inputs from /proc/cpuinfo: FLOPs/cycle/core assumes two
 // FMA pipes (2 pipes x 2 flops x 8 fp32 lanes = 32 for AVX2, 64 for AVX-512);
@@ -85,11 +57,11 @@ CpuDescription describe_cpu() {
     cpu.flops_per_cycle = 16;
   else
     cpu.flops_per_cycle = 8;
-  cpu.measured_ghz_one = measure_clock_ghz();
+  cpu.measured_ghz_one = cpu::measure_clock_ghz();
   // All cores busy at once: the all-core clock is usually lower than the 1-core boost.
   double slowest = 1e9;
 #pragma omp parallel num_threads(cpu.cores) reduction(min : slowest)
-  slowest = measure_clock_ghz();
+  slowest = cpu::measure_clock_ghz();
   cpu.measured_ghz_all = slowest;
   return cpu;
 }

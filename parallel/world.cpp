@@ -4,6 +4,7 @@
 // waiting for a peer that has gone.
 #include "parallel/world.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -90,16 +91,28 @@ LaunchInfo read_triple(const char* rank_var, const char* local_var, const char* 
 
 }  // namespace
 
+// Processes on this host, where the launcher says (1 where it does not).
+int local_size_from(const char* var) {
+  const char* text = std::getenv(var);
+  return text ? std::max(1, parse_env_int(var, text)) : 1;
+}
+
 LaunchInfo launch_info_from_env() {
-  if (std::getenv("OMPI_COMM_WORLD_RANK") != nullptr)
-    return read_triple("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE",
-                       "Open MPI");
+  if (std::getenv("OMPI_COMM_WORLD_RANK") != nullptr) {
+    LaunchInfo info = read_triple("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                  "OMPI_COMM_WORLD_SIZE", "Open MPI");
+    info.local_size = local_size_from("OMPI_COMM_WORLD_LOCAL_SIZE");
+    return info;
+  }
   // A batch script's own process has SLURM_PROCID=0 and the allocation's SLURM_NTASKS but no
   // step: only srun's tasks form a world, so a process started there directly is one process.
   const bool slurm_batch_process =
       std::getenv("SLURM_JOB_ID") != nullptr && std::getenv("SLURM_STEP_ID") == nullptr;
-  if (std::getenv("SLURM_PROCID") != nullptr && !slurm_batch_process)
-    return read_triple("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "Slurm");
+  if (std::getenv("SLURM_PROCID") != nullptr && !slurm_batch_process) {
+    LaunchInfo info = read_triple("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "Slurm");
+    info.local_size = local_size_from("SLURM_NTASKS_PER_NODE");
+    return info;
+  }
   if (const char* pmix = std::getenv("PMIX_RANK")) {
     LaunchInfo info;
     info.source = "PMIx";

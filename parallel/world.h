@@ -13,6 +13,7 @@ namespace mod::parallel {
 // What the launcher's environment says about this process, before MPI starts.
 struct LaunchInfo {
   int rank = 0, local_rank = 0, size = 1;
+  int local_size = 1;  // processes on this host (OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_NTASKS_PER_NODE)
   std::string source = "single process";  // "Open MPI", "Slurm", "PMIx" or "single process"
 };
 // Reads OMPI_COMM_WORLD_{RANK,LOCAL_RANK,SIZE}, then SLURM_{PROCID,LOCALID,NTASKS} (only inside

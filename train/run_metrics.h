@@ -46,7 +46,8 @@ class MetricsLog {
 // and the time left.
 void print_progress(int64_t steps_done, int64_t steps, const StepMetrics& m, double eta_seconds);
 
-// The FLOP rate MFU is measured against: the SGEMM rate of this machine, measured once.
+// The SGEMM rate of this machine (1024^3, best of 12), measured once: shown beside the stated
+// peak, which MFU divides by (core/cpu/cpu_peak.h).
 double measured_peak_flops();
 
 }  // namespace mod::train

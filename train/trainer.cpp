@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "configs/config.h"
+#include "core/cpu/cpu_peak.h"
 #include "core/device_report.h"
 #include "model/routing_trace.h"
 #include "parallel/device_communicator.h"
@@ -72,8 +73,8 @@ std::vector<std::pair<std::string, Tensor>> Trainer::full_parameters() const {
   return out;
 }
 
-// MFU's denominator for one process: its GPU's dense peak (bf16 tensor cores under BF16, f32
-// otherwise), or the SGEMM rate measured on the host.
+// MFU's denominator for one process: its GPU's dense datasheet peak (bf16 tensor cores under
+// BF16, f32 otherwise), or its share of the CPU's stated peak (cores x FLOP/cycle x clock).
 double Trainer::peak_flops_per_process() const {
 #ifdef MOD_HAVE_CUDA
   if (device_ == Device::CUDA) {
@@ -81,15 +82,14 @@ double Trainer::peak_flops_per_process() const {
     if (peak > 0) return peak;  // 0: no real GPU (the tests' emulated device)
   }
 #endif
-  return measured_peak_flops();
+  return cpu::cpu_peak(parallel::launch_info().local_size).flops();
 }
 
 double Trainer::run() {
   const int64_t steps = cfg_.train().steps();
   const model::FlopCount flops = model::count_flops(cfg_.model());
   flops_per_token_ = flops.training_per_token;
-  // MFU is against every process's share of the machine: the SGEMM rate one rank measures
-  // (while the others do the same) times the world size.
+  // MFU is against the whole job: every process's share of its machine's peak.
   peak_flops_ = peak_flops_per_process() * mesh_->world().size();
   if (!quiet_) print_run_header(flops);
   // Only world rank 0 writes; the others compute the same reduced metrics and drop them.
@@ -121,13 +121,21 @@ double Trainer::run() {
 }
 
 void Trainer::print_run_header(const model::FlopCount& flops) const {
-  std::printf(
-      "%s\nmodel %s: %.2fM parameters, %.3g training FLOPs/token; MFU against %s "
-      "%.1f GFLOP/s\n",
-      device_report().c_str(), cfg_.name().c_str(), flops.parameters / 1e6,
-      flops.training_per_token,
-      device_ == Device::CUDA ? "the GPU's dense peak" : "the measured SGEMM rate",
-      peak_flops_ / 1e9);
+  std::printf("%s\nmodel %s: %.2fM parameters, %.3g training FLOPs/token\n",
+              device_report().c_str(), cfg_.name().c_str(), flops.parameters / 1e6,
+              flops.training_per_token);
+  const int world = mesh_->world().size();
+  if (device_ == Device::CUDA) {
+    std::printf("MFU against the GPUs' dense datasheet peak: %.1f TFLOP/s for %d process%s\n",
+                peak_flops_ / 1e12, world, world == 1 ? "" : "es");
+  } else {
+    // The measured SGEMM rate is shown beside the stated peak, never used as MFU's denominator.
+    const cpu::CpuPeak peak = cpu::cpu_peak(parallel::launch_info().local_size);
+    const double sgemm = measured_peak_flops();
+    std::printf("MFU against the CPU's stated peak: %s per process (x%d); SGEMM 1024^3 measured "
+                "now: %.1f GFLOP/s, %.0f%% of it\n",
+                peak.describe().c_str(), world, sgemm / 1e9, 100 * sgemm / peak.flops());
+  }
   const int64_t steps_per_epoch =
       loader_->batches_per_epoch() / std::max<int64_t>(1, cfg_.train().grad_accum());
   std::printf("data %s: %zu training shards, %.4g tokens, %lld batches an epoch (%lld steps; "
@@ -138,7 +146,6 @@ void Trainer::print_run_header(const model::FlopCount& flops) const {
               static_cast<long long>(steps_per_epoch),
               static_cast<double>(cfg_.train().steps()) / static_cast<double>(std::max<int64_t>(1, steps_per_epoch)),
               static_cast<double>(data_.val.tokens()));
-  const int world = mesh_->world().size();
   if (world > 1)
     std::printf("parallel: %d processes (%s) = dp %d x tp %d (ep %d)%s, %zu gradient buckets\n",
                 world, parallel::launch_info().source.c_str(), mesh_->dims().dp, mesh_->dims().tp,
