@@ -21,7 +21,7 @@ launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(config grid_spec tokenizer hf_tokenizer token_shard
-  checkpoint_meta checkpoint_shard safetensors metrics_csv tb_events)
+  checkpoint_meta checkpoint_shard safetensors metrics_csv tb_events dataset_manifest)
 mkdir -p "$build"
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DMOD_FUZZ=ON -DMOD_USE_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" >"$build/configure.log" 2>&1 ||

@@ -2,6 +2,7 @@
 // (/proc/self/fd/N), so they run their real open/stat/mmap code on exactly these bytes.
 #include "tests/fuzz/fuzz_entries.h"
 
+#include <google/protobuf/text_format.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include "core/util/safetensors_header.h"
 #include "grid/spec.h"
 #include "train/checkpoint/metadata.h"
+#include "train/data/dataset.h"
 #include "train/data/hf_tokenizer.h"
 #include "train/data/token_file.h"
 #include "train/data/tokenizer.h"
@@ -92,6 +94,18 @@ int fuzz_one_token_shard(const uint8_t* data, size_t size) {
   return 0;
 }
 
+// The manifest is checked as a whole (versions, vocabulary, shard entries) before any shard it
+// names is opened; a read manifest prints back to text that reads again.
+int fuzz_one_dataset_manifest(const uint8_t* data, size_t size) {
+  const MemFile file(data, size);
+  const modtrain::data::Manifest m = data::read_manifest(file.path());
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(m, &text);
+  const MemFile again(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  data::read_manifest(again.path());
+  return 0;
+}
+
 int fuzz_one_checkpoint_meta(const uint8_t* data, size_t size) {
   const auto meta = ckpt::open_meta(text_of(data, size), "checkpoint fuzz/metadata.pb");
   ckpt::state_from_meta(meta);
@@ -161,6 +175,7 @@ const std::vector<Target>& targets() {
       {"safetensors", fuzz_one_safetensors},
       {"metrics_csv", fuzz_one_metrics_csv},
       {"tb_events", fuzz_one_tb_events},
+      {"dataset_manifest", fuzz_one_dataset_manifest},
   };
   return all;
 }

@@ -22,6 +22,7 @@ int fuzz_one_checkpoint_shard(const uint8_t* data, size_t size);  // piece recor
 int fuzz_one_safetensors(const uint8_t* data, size_t size);       // .safetensors file
 int fuzz_one_metrics_csv(const uint8_t* data, size_t size);       // metrics.csv on resume
 int fuzz_one_tb_events(const uint8_t* data, size_t size);         // TensorBoard event file
+int fuzz_one_dataset_manifest(const uint8_t* data, size_t size);  // dataset.textproto
 
 // Whether an error message names the input: the entries call it fuzz...; readers that take a
 // path see /proc/self/fd/N. An error that names neither is a finding like a crash.

@@ -48,5 +48,7 @@ write("metrics_csv", {"step,loss", "\n", ",", "-1", "9223372036854775808", "nan"
 write("token_shard", {"MODTOKS1", "\x88\xd8\x34\x01",
                       "\x01\x00\x00\x00", "\x02\x00\x00\x00", "\x04\x00\x00\x00"}, "magics and header values")
 write("checkpoint_shard", {"MODSHARD", "\x01\x00\x00\x00", "shard_0.bin"}, "magic and names")
+write("dataset_manifest", fields("train/data/dataset.proto") | set(punct) | {"train_000000.bin", "/", ".."},
+      "Manifest fields and enums, extreme numbers")
 write("checkpoint_meta", {"f32", "f64", "i32", "i64", "bf16", "model/wte.weight", "shard_0.bin", "optim/m/"},
       "dtypes and names")

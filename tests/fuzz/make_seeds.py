@@ -49,6 +49,38 @@ def field(num, wire, payload):
 for p in glob.glob("configs/recipes/*.textproto"):
     os.makedirs(os.path.join(ROOT, "config"), exist_ok=True)
     shutil.copy(p, os.path.join(ROOT, "config"))
+# Dataset manifests as modtrain prep writes them, and one over llm.c shards indexed in place.
+put("dataset_manifest", "prep_kjv.textproto", """version: 1
+vocab_size: 256
+tokenizer: "tokenizer.txt"
+train {
+  path: "train_000000.bin"
+  tokens: 4101516
+  crc32c: 2961542731
+}
+val {
+  path: "val_000000.bin"
+  tokens: 196727
+  crc32c: 1370329003
+}
+prep {
+  inputs: "kjv"
+  tokenizer: "byte"
+  shard_tokens: 100000000
+  val_fraction: 0.005
+  documents: 66
+  text_bytes: 4298285
+  seed: 1234
+}
+""")
+put("dataset_manifest", "fineweb_llmc.textproto", """version: 1
+vocab_size: 50257
+tokenizer: "tokenizer.json"
+eot_token: 50256
+train { path: "/data/fineweb/fineweb_train_000001.bin" format: LLMC tokens: 100000000 crc32c: 1 }
+train { path: "/data/fineweb/fineweb_train_000002.bin" format: LLMC tokens: 100000000 }
+val { path: "/data/fineweb/fineweb_val_000000.bin" format: LLMC tokens: 100000000 }
+""")
 for p in glob.glob("configs/grids/*.textproto"):
     os.makedirs(os.path.join(ROOT, "grid_spec"), exist_ok=True)
     shutil.copy(p, os.path.join(ROOT, "grid_spec"))
