@@ -5,8 +5,11 @@
 #
 # Usage: benchmarks/compare_pytorch.sh [--config FILE] [--set f=v ...]
 # Environment: BUILD_DIR (default build), THREADS (default 2), STEPS timed steps (default 10),
-#   TRIAL_STEPS for PyTorch's set-up search (default 2; 0: no search), PYTHON (default
-#   /usr/bin/python3, which has Debian's python3-torch), ATEN_CPU_CAPABILITY (PyTorch's vector
+#   TRIAL_STEPS for PyTorch's set-up search (default 2; 0: no search), PYTHON (default: the
+#   virtual environment PYTORCH_VENV, default $BUILD_DIR/pytorch-venv, made on first use with
+#   TORCH_SPEC from PyPI, default "torch>=2.4,<3": about 5 GB with the CUDA libraries PyPI's Linux
+#   wheel depends on; PYTHON=/usr/bin/python3 runs Debian's python3-torch 1.13, the historical
+#   row), ATEN_CPU_CAPABILITY (PyTorch's vector
 #   kernels; default avx512 where the CPU has AVX-512: Debian's build otherwise stays on AVX2,
 #   measured 4-5% slower a step), MOD_SGEMM (modtrain's f32 GEMM library, core/cpu/blas.h).
 set -euo pipefail
@@ -16,12 +19,22 @@ BUILD_DIR=${BUILD_DIR:-build}
 THREADS=${THREADS:-2}
 STEPS=${STEPS:-10}
 TRIAL_STEPS=${TRIAL_STEPS:-2}
-PYTHON=${PYTHON:-/usr/bin/python3}
+PYTORCH_VENV=${PYTORCH_VENV:-$BUILD_DIR/pytorch-venv}
+TORCH_SPEC=${TORCH_SPEC:-torch>=2.4,<3}
 BENCH="$BUILD_DIR/benchmarks/train_bench"
 
 [[ -x "$BENCH" ]] || { echo "compare_pytorch: $BENCH missing: build it (cmake --build $BUILD_DIR --target train_bench)" >&2; exit 1; }
+if [[ -z "${PYTHON:-}" ]]; then
+  PYTHON=$PYTORCH_VENV/bin/python
+  if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+    echo "compare_pytorch: installing $TORCH_SPEC from PyPI into $PYTORCH_VENV (once; several GB)"
+    python3 -m venv "$PYTORCH_VENV" && "$PYTORCH_VENV/bin/pip" install -q "$TORCH_SPEC" numpy ||
+      { echo "compare_pytorch: could not install $TORCH_SPEC into $PYTORCH_VENV" >&2; exit 1; }
+  fi
+fi
 "$PYTHON" -c 'import torch' 2>/dev/null ||
-  { echo "compare_pytorch: $PYTHON cannot import torch: apt-get install -y python3-torch" >&2; exit 1; }
+  { echo "compare_pytorch: $PYTHON cannot import torch" >&2; exit 1; }
+echo "PyTorch: $("$PYTHON" -c 'import torch; print(torch.__version__, torch.__file__)')"
 
 # PyTorch's best set-up: its AVX-512 kernels where the CPU has them.
 if [[ -z "${ATEN_CPU_CAPABILITY:-}" ]] && grep -qw avx512f /proc/cpuinfo; then
