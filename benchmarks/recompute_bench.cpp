@@ -74,8 +74,8 @@ struct Run {
 Run make_run(const modtrain::RunConfig& cfg, Recompute mode) {
   const auto& m = cfg.model();
   Run r{mode, std::make_unique<model::Transformer>(m, cfg.train().seed()), {}, {}, {}};
-  r.model->set_recompute(mode, {cfg.train().recompute_blocks().begin(),
-                                cfg.train().recompute_blocks().end()});
+  r.model->set_recompute(
+      mode, {cfg.train().recompute_blocks().begin(), cfg.train().recompute_blocks().end()});
   const int64_t b = cfg.train().batch_size();
   r.tokens = tokens_for(b, m.seq_len(), m.vocab_size(), 1);
   r.targets = tokens_for(b, m.seq_len(), m.vocab_size(), 2);
@@ -147,13 +147,15 @@ int main(int argc, char** argv) {
   const modtrain::RunConfig cfg = config::load(bench::resolve(config_path), sets);
   const auto& m = cfg.model();
   const int64_t d = m.d_model(), f = m.d_ff();
-  std::printf("recompute_bench: %s, d %lld, %d layers, d_ff %lld, seq %d, batch %d, %d timed steps\n",
-              config_path.c_str(), static_cast<long long>(d), m.n_layers(),
-              static_cast<long long>(f), m.seq_len(), cfg.train().batch_size(), steps);
-  std::printf("  napkin, floats kept per token per dense GELU block: NONE 8D+2F = %lld, "
-              "SELECTIVE 7D+F = %lld, FULL D = %lld\n",
-              static_cast<long long>(8 * d + 2 * f), static_cast<long long>(7 * d + f),
-              static_cast<long long>(d));
+  std::printf(
+      "recompute_bench: %s, d %lld, %d layers, d_ff %lld, seq %d, batch %d, %d timed steps\n",
+      config_path.c_str(), static_cast<long long>(d), m.n_layers(), static_cast<long long>(f),
+      m.seq_len(), cfg.train().batch_size(), steps);
+  std::printf(
+      "  napkin, floats kept per token per dense GELU block: NONE 8D+2F = %lld, "
+      "SELECTIVE 7D+F = %lld, FULL D = %lld\n",
+      static_cast<long long>(8 * d + 2 * f), static_cast<long long>(7 * d + f),
+      static_cast<long long>(d));
   std::vector<Run> runs;
   for (Recompute mode : modes) runs.push_back(make_run(cfg, mode));
   for (Run& r : runs) step(r, true);  // the check and the memory, one mode at a time
@@ -173,11 +175,14 @@ int main(int argc, char** argv) {
     }
     const bool equal = !none || res.hash == none->result.hash;
     all_equal = all_equal && equal;
-    std::printf("  %-9s loss %.6f  gradients vs NONE: %-11s kept after forward %8.1f MB  step "
-                "best %.3f s, median %.3f s\n",
-                TrainConfig::Recompute_Name(r.mode).c_str(), res.loss,
-                !none ? "not checked" : equal ? "equal" : "DIFFER", res.kept_mb, res.best_s,
-                res.median_s);
+    std::printf(
+        "  %-9s loss %.6f  gradients vs NONE: %-11s kept after forward %8.1f MB  step "
+        "best %.3f s, median %.3f s\n",
+        TrainConfig::Recompute_Name(r.mode).c_str(), res.loss,
+        !none   ? "not checked"
+        : equal ? "equal"
+                : "DIFFER",
+        res.kept_mb, res.best_s, res.median_s);
   }
   if (!all_equal) return 1;
   return 0;

@@ -21,24 +21,20 @@ struct KeptOutputs {
 };
 
 thread_local bool g_in_region = false;
-thread_local bool g_recomputing = false;
 thread_local KeptOutputs* g_keeping = nullptr;
 thread_local KeptOutputs* g_replaying = nullptr;
 
 // The thread's region state for one scope (a region's forward or its recomputation).
 class RegionScope {
  public:
-  RegionScope(bool recomputing, KeptOutputs* keeping, KeptOutputs* replaying)
-      : in_region_(g_in_region), recomputing_(g_recomputing), keeping_(g_keeping),
-        replaying_(g_replaying) {
+  RegionScope(KeptOutputs* keeping, KeptOutputs* replaying)
+      : in_region_(g_in_region), keeping_(g_keeping), replaying_(g_replaying) {
     g_in_region = true;
-    g_recomputing = recomputing;
     g_keeping = keeping;
     g_replaying = replaying;
   }
   ~RegionScope() {
     g_in_region = in_region_;
-    g_recomputing = recomputing_;
     g_keeping = keeping_;
     g_replaying = replaying_;
   }
@@ -46,7 +42,7 @@ class RegionScope {
   RegionScope& operator=(const RegionScope&) = delete;
 
  private:
-  bool in_region_, recomputing_;
+  bool in_region_;
   KeptOutputs *keeping_, *replaying_;
 };
 
@@ -83,8 +79,7 @@ std::vector<Tensor> recompute_backward(Region& r, const NeedsGrad& needs) {
   {
     EnableGradGuard grad;
     AutocastStateGuard autocast(r.autocast);
-    RegionScope scope(true, nullptr,
-                      r.keeps == RegionKeeps::CostlyOpOutputs ? &r.kept : nullptr);
+    RegionScope scope(nullptr, r.keeps == RegionKeeps::CostlyOpOutputs ? &r.kept : nullptr);
     outputs = r.fn(rerun);
     if (r.kept.next != r.kept.entries.size())
       throw std::logic_error("checkpoint: the recomputation made " + std::to_string(r.kept.next) +
@@ -113,15 +108,14 @@ std::vector<Tensor> recompute_backward(Region& r, const NeedsGrad& needs) {
   for (size_t i = 0; i < r.inputs.size(); ++i) {
     if (!needs[i]) continue;
     const Tensor& g = rerun[i].grad();
-    grads[i] = g.defined() ? g : Tensor::zeros(r.inputs[i].shape(), r.inputs[i].dtype(),
-                                               r.inputs[i].device());
+    grads[i] = g.defined()
+                   ? g
+                   : Tensor::zeros(r.inputs[i].shape(), r.inputs[i].dtype(), r.inputs[i].device());
   }
   r.inputs.clear();
   return grads;
 }
 }  // namespace
-
-bool recomputing() { return g_recomputing; }
 
 std::vector<Tensor> checkpoint(const RegionFn& fn, const std::vector<Tensor>& inputs,
                                RegionKeeps keeps) {
@@ -141,8 +135,7 @@ std::vector<Tensor> checkpoint(const RegionFn& fn, const std::vector<Tensor>& in
   {
     NoGradGuard no_grad;
     LeafObserverScope observer(&observe);
-    RegionScope scope(false,
-                      keeps == RegionKeeps::CostlyOpOutputs ? &region->kept : nullptr, nullptr);
+    RegionScope scope(keeps == RegionKeeps::CostlyOpOutputs ? &region->kept : nullptr, nullptr);
     outputs = fn(region->inputs);
   }
   bool any_input = false;

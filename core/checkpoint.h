@@ -37,9 +37,6 @@ using RegionFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& in
 std::vector<Tensor> checkpoint(const RegionFn& fn, const std::vector<Tensor>& inputs,
                                RegionKeeps keeps = RegionKeeps::InputsOnly);
 
-// True while a region's fn reruns in backward.
-bool recomputing();
-
 // For ops whose outputs RegionKeeps::CostlyOpOutputs keeps (matmul, attention): in a keeping
 // forward, keep_costly_outputs stores them; in the recomputation, replay_costly_outputs fills
 // `outputs` with the stored ones (in the order they were made) and returns true, and the op

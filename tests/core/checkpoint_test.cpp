@@ -1,14 +1,14 @@
 // Checkpoint regions: gradients equal the unchecked graph's bit for bit (f64 and f32, both ways
 // of keeping), several outputs, a parameter used inside and outside a region, on_leaf_ready once
 // per leaf after its last contribution, the forward's autocast state in the recomputation.
-#include <catch2/catch.hpp>
+#include "core/checkpoint.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <map>
 
 #include "core/all_ops.h"
 #include "core/autograd.h"
-#include "core/checkpoint.h"
 #include "core/random.h"
 
 using namespace mod;
@@ -20,8 +20,9 @@ enum class Mode { Plain, InputsOnly, CostlyOutputs };
 // Runs fn directly (Plain) or as a checkpoint region keeping what the mode says.
 std::vector<Tensor> region(Mode mode, const RegionFn& fn, const std::vector<Tensor>& inputs) {
   if (mode == Mode::Plain) return fn(inputs);
-  return checkpoint(fn, inputs,
-                    mode == Mode::InputsOnly ? RegionKeeps::InputsOnly : RegionKeeps::CostlyOpOutputs);
+  return checkpoint(
+      fn, inputs,
+      mode == Mode::InputsOnly ? RegionKeeps::InputsOnly : RegionKeeps::CostlyOpOutputs);
 }
 
 struct Params {
@@ -52,8 +53,10 @@ std::map<std::string, std::vector<double>> run(Mode mode, DType dtype,
   // w1 is used outside the regions too: its last contribution comes from the first region.
   Tensor loss = add(mean(mul(head, head)), mean(matmul(x, p.w1, false, true)));
   backward(loss, Tensor(), ready);
-  return {{"loss", loss.to_vector()}, {"x", p.x.grad().to_vector()},
-          {"w1", p.w1.grad().to_vector()}, {"w2", p.w2.grad().to_vector()},
+  return {{"loss", loss.to_vector()},
+          {"x", p.x.grad().to_vector()},
+          {"w1", p.w1.grad().to_vector()},
+          {"w2", p.w2.grad().to_vector()},
           {"w_out", p.w_out.grad().to_vector()}};
 }
 
@@ -161,9 +164,8 @@ TEST_CASE("outside grad mode a region is its function", "[autograd][checkpoint]"
   Rng rng(2);
   Tensor x = randn({2, 3}, rng, DType::F64).set_requires_grad(true);
   NoGradGuard no_grad;
-  const Tensor y =
-      checkpoint([](const std::vector<Tensor>& in) { return std::vector<Tensor>{gelu(in[0])}; },
-                 {x})[0];
+  const Tensor y = checkpoint(
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{gelu(in[0])}; }, {x})[0];
   CHECK_FALSE(y.requires_grad());
   CHECK(y.to_vector() == gelu(x).to_vector());
 }

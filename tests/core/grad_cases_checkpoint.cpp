@@ -7,12 +7,16 @@
 namespace mod::test {
 namespace {
 
-Tensor leaf(const Shape& s, Rng& rng) { return randn(s, rng, DType::F64).set_requires_grad(true); }
+Tensor leaf(const Shape& s, Rng& rng) {
+  return randn(s, rng, DType::F64).set_requires_grad(true);
+}
 
 // in[0] enters the region as its input; in[1] is a parameter fn uses without being given it.
 GradCase mlp_region_case(const char* name, RegionKeeps keeps) {
   return {name, Op::Checkpoint,
-          [](Rng& rng) { return std::vector<Tensor>{leaf({2, 3, 5}, rng), leaf({4, 5}, rng)}; },
+          [](Rng& rng) {
+            return std::vector<Tensor>{leaf({2, 3, 5}, rng), leaf({4, 5}, rng)};
+          },
           [keeps](const std::vector<Tensor>& in) {
             const Tensor w = in[1];
             auto fn = [w](const std::vector<Tensor>& x) {
@@ -23,12 +27,13 @@ GradCase mlp_region_case(const char* name, RegionKeeps keeps) {
 }
 
 const bool registered = register_grad_cases({
-    mlp_region_case("checkpoint silu-linear-gelu [2,3,5], inputs only",
-                    RegionKeeps::InputsOnly),
+    mlp_region_case("checkpoint silu-linear-gelu [2,3,5], inputs only", RegionKeeps::InputsOnly),
     mlp_region_case("checkpoint silu-linear-gelu [2,3,5], costly outputs kept",
                     RegionKeeps::CostlyOpOutputs),
     {"checkpoint two outputs [3,4]", Op::CheckpointOutput,
-     [](Rng& rng) { return std::vector<Tensor>{leaf({3, 4}, rng), leaf({4, 4}, rng)}; },
+     [](Rng& rng) {
+       return std::vector<Tensor>{leaf({3, 4}, rng), leaf({4, 4}, rng)};
+     },
      [](const std::vector<Tensor>& in) {
        auto fn = [](const std::vector<Tensor>& x) {
          Tensor h = matmul(x[0], x[1]);

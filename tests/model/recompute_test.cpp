@@ -2,7 +2,6 @@
 // routing and MoE statistics of NONE bit for bit, over two accumulated micro-batches, for dense,
 // MoD (predictor and aux-BCE), staged and integrated MoDE and a token-choice MoE.
 #include <catch2/catch.hpp>
-
 #include <map>
 #include <string>
 
@@ -34,8 +33,8 @@ Outcome train_step(const modtrain::ModelConfig& cfg, Recompute mode, DType dtype
     const Tensor targets = test::tokens_for(2, cfg.seq_len(), cfg.vocab_size(), 200 + micro);
     ForwardResult r = model.forward(tokens, targets);
     backward(scale(r.loss, 0.5));
-    out.losses.push_back({r.loss.item(), r.lm_loss.item(),
-                          r.aux_loss.defined() ? r.aux_loss.item() : -1.0});
+    out.losses.push_back(
+        {r.loss.item(), r.lm_loss.item(), r.aux_loss.defined() ? r.aux_loss.item() : -1.0});
     for (const Tensor& idx : r.routed_idx) out.routed_idx.push_back(idx.to_vector());
     for (const MoeStats& s : r.moe_stats) {
       out.moe_stats.push_back(s.block);

@@ -9,8 +9,7 @@ using mod::test::parity::Variant;
 
 TEST_CASE("tiny_mod with FULL recomputation and 2 accumulated micro-batches matches NONE",
           "[mpi][parity][recompute]") {
-  check_layouts("tiny_mod", false,
-                Variant{{"train.grad_accum=2"}, {"train.recompute=FULL"}});
+  check_layouts("tiny_mod", false, Variant{{"train.grad_accum=2"}, {"train.recompute=FULL"}});
 }
 
 TEST_CASE("tiny_mod with SELECTIVE recomputation of blocks 0 and 1 matches NONE",
