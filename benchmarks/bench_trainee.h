@@ -51,6 +51,8 @@ struct Trainee {
       : label(std::move(name)), cfg(c) {
     flops = model::count_flops(cfg.model());
     model = std::make_unique<model::Transformer>(cfg.model(), cfg.train().seed());
+    model->set_recompute(cfg.train().recompute(), {cfg.train().recompute_blocks().begin(),
+                                                   cfg.train().recompute_blocks().end()});
     opt = std::make_unique<train::AdamW>(model->named_parameters(), cfg.optimizer());
     const int64_t b = cfg.train().batch_size(), t = cfg.model().seq_len(),
                   v = cfg.model().vocab_size();

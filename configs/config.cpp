@@ -297,6 +297,11 @@ void validate(const modtrain::RunConfig& cfg) {
     bad_field("train.log_every", std::to_string(t.log_every()) + " must be >= 1 (a divisor)");
   if (t.precision() == modtrain::TrainConfig::BF16 && t.device() != modtrain::TrainConfig::CUDA)
     bad_field("train.precision", "BF16 needs train.device: CUDA (the CPU kernels are f32/f64)");
+  for (int i = 0; i < t.recompute_blocks_size(); ++i)
+    if (t.recompute_blocks(i) < 0 || t.recompute_blocks(i) >= m.n_layers())
+      bad_field("train.recompute_blocks[" + std::to_string(i) + "]",
+                std::to_string(t.recompute_blocks(i)) + " is not a block in [0, " +
+                    std::to_string(m.n_layers()) + ")");
   const auto& p = cfg.parallel();
   if (t.cuda_graph()) {
     if (t.device() != modtrain::TrainConfig::CUDA)

@@ -12,6 +12,7 @@ namespace mod {
 namespace {
 thread_local bool g_grad_enabled = true;
 thread_local std::optional<DType> g_autocast;
+thread_local LeafSeen* g_leaf_observer = nullptr;
 
 // acc += g, allocating a new tensor: acc may alias a tensor the engine does not own.
 Tensor add_out_of_place(const Tensor& acc, const Tensor& g) {
@@ -34,10 +35,26 @@ AutocastGuard::AutocastGuard(DType dtype) : previous_(g_autocast) { g_autocast =
 AutocastGuard::~AutocastGuard() { g_autocast = previous_; }
 std::optional<DType> autocast_dtype() { return g_autocast; }
 
+AutocastStateGuard::AutocastStateGuard(std::optional<DType> dtype) : previous_(g_autocast) {
+  g_autocast = dtype;
+}
+AutocastStateGuard::~AutocastStateGuard() { g_autocast = previous_; }
+
 NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+EnableGradGuard::EnableGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = true; }
+EnableGradGuard::~EnableGradGuard() { g_grad_enabled = previous_; }
+
+LeafSeen* set_leaf_observer(LeafSeen* observer) {
+  LeafSeen* previous = g_leaf_observer;
+  g_leaf_observer = observer;
+  return previous;
+}
 
 bool any_requires_grad(std::initializer_list<Tensor> inputs) {
+  if (g_leaf_observer)
+    for (const Tensor& t : inputs)
+      if (t.defined() && t.requires_grad() && !t.grad_fn()) (*g_leaf_observer)(t);
   if (!g_grad_enabled) return false;
   for (const Tensor& t : inputs)
     if (t.defined() && t.requires_grad()) return true;
@@ -46,7 +63,7 @@ bool any_requires_grad(std::initializer_list<Tensor> inputs) {
 
 Tensor detach(const Tensor& t) { return t.view(t.shape()); }
 
-void record(Tensor& output, Op op, const std::vector<Tensor>& inputs, BackwardFn backward_fn) {
+std::shared_ptr<Node> make_node(Op op, const std::vector<Tensor>& inputs, BackwardFn backward_fn) {
   auto node = std::make_shared<Node>();
   node->op = op;
   node->backward = std::move(backward_fn);
@@ -64,7 +81,11 @@ void record(Tensor& output, Op op, const std::vector<Tensor>& inputs, BackwardFn
     node->needs.push_back(e.active());
     node->inputs.push_back(std::move(e));
   }
-  output.impl()->grad_fn = std::move(node);
+  return node;
+}
+
+void record(Tensor& output, Op op, const std::vector<Tensor>& inputs, BackwardFn backward_fn) {
+  output.impl()->grad_fn = make_node(op, inputs, std::move(backward_fn));
   output.impl()->requires_grad = true;
 }
 
@@ -80,9 +101,24 @@ void backward(const Tensor& root, const Tensor& seed_in, const LeafGradReady& on
       throw std::logic_error("backward: root " + describe(root) +
                              " is not a scalar; pass a seed gradient of the same shape");
     seed = Tensor::full(root.shape(), 1.0, root.dtype(), root.device());
-  } else if (seed.shape() != root.shape() || seed.dtype() != root.dtype()) {
-    throw std::logic_error("backward: seed " + describe(seed) + " does not match root " +
-                           describe(root));
+  }
+  backward(std::vector<Tensor>{root}, std::vector<Tensor>{seed}, on_leaf_ready);
+}
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds,
+              const LeafGradReady& on_leaf_ready) {
+  if (roots.size() != seeds.size())
+    throw std::logic_error("backward: " + std::to_string(roots.size()) + " roots but " +
+                           std::to_string(seeds.size()) + " seeds");
+  for (size_t i = 0; i < roots.size(); ++i) {
+    if (!roots[i].defined() || !roots[i].requires_grad())
+      throw std::logic_error("backward: root " + std::to_string(i) +
+                             " is undefined or does not require grad");
+    if (!seeds[i].defined() || seeds[i].shape() != roots[i].shape() ||
+        seeds[i].dtype() != roots[i].dtype())
+      throw std::logic_error("backward: seed " +
+                             (seeds[i].defined() ? describe(seeds[i]) : std::string("undefined")) +
+                             " does not match root " + describe(roots[i]));
   }
 
   // A gradient nothing else references (its handle, its storage, a whole buffer) becomes the
@@ -95,37 +131,48 @@ void backward(const Tensor& root, const Tensor& seed_in, const LeafGradReady& on
       backend(leaf.device).axpy(1.0, g, leaf.grad);
   };
 
-  if (!root.grad_fn()) {
-    accumulate_leaf(*root.impl(), seed);
-    if (on_leaf_ready) on_leaf_ready(root);
-    return;
-  }
-
-  // Reverse topological order by iterative post-order DFS.
+  // Reverse topological order by iterative post-order DFS, from each root in turn.
   std::vector<Node*> order;
   std::unordered_set<Node*> visited;
-  std::vector<std::pair<Node*, size_t>> stack{{root.grad_fn().get(), 0}};
-  visited.insert(root.grad_fn().get());
-  while (!stack.empty()) {
-    auto& [node, next] = stack.back();
-    if (next < node->inputs.size()) {
-      Node* child = node->inputs[next++].node.get();
-      if (child && visited.insert(child).second) stack.push_back({child, 0});
-    } else {
-      order.push_back(node);
-      stack.pop_back();
+  for (const Tensor& root : roots) {
+    Node* start = root.grad_fn().get();
+    if (!start || !visited.insert(start).second) continue;
+    std::vector<std::pair<Node*, size_t>> stack{{start, 0}};
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (next < node->inputs.size()) {
+        Node* child = node->inputs[next++].node.get();
+        if (child && visited.insert(child).second) stack.push_back({child, 0});
+      } else {
+        order.push_back(node);
+        stack.pop_back();
+      }
     }
   }
 
   // Contributions still to come per leaf, so on_leaf_ready fires after the last one.
   std::unordered_map<TensorImpl*, int> pending;
-  if (on_leaf_ready)
+  if (on_leaf_ready) {
     for (Node* node : order)
       for (const Edge& e : node->inputs)
         if (e.leaf) ++pending[e.leaf.get()];
+    for (const Tensor& root : roots)
+      if (!root.grad_fn()) ++pending[root.impl()];
+  }
+  auto contributed = [&](const std::shared_ptr<TensorImpl>& leaf) {
+    if (on_leaf_ready && --pending[leaf.get()] == 0) on_leaf_ready(Tensor(leaf));
+  };
 
   std::unordered_map<Node*, Tensor> grads;
-  grads[root.grad_fn().get()] = seed;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    if (!roots[i].grad_fn()) {  // a leaf root takes its seed directly
+      accumulate_leaf(*roots[i].impl(), seeds[i]);
+      contributed(roots[i].impl_ptr());
+      continue;
+    }
+    auto [slot, fresh] = grads.try_emplace(roots[i].grad_fn().get(), seeds[i]);
+    if (!fresh) slot->second = add_out_of_place(slot->second, seeds[i]);
+  }
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = *it;
     if (node->released)
@@ -133,7 +180,7 @@ void backward(const Tensor& root, const Tensor& seed_in, const LeafGradReady& on
                              " a second time: its saved tensors were freed by the first "
                              "backward; run the forward again");
     auto found = grads.find(node);
-    if (found == grads.end()) continue;  // unreachable: every listed node feeds the root
+    if (found == grads.end()) continue;  // unreachable: every listed node feeds a root
     Tensor g = std::move(found->second);
     grads.erase(found);
     std::vector<Tensor> input_grads = node->backward(g, node->needs);
@@ -146,6 +193,14 @@ void backward(const Tensor& root, const Tensor& seed_in, const LeafGradReady& on
     for (size_t i = 0; i < node->inputs.size(); ++i) {
       const Edge& e = node->inputs[i];
       if (!e.active()) continue;
+      if (e.order_only) {  // no gradient; the node still has to run
+        grads.try_emplace(e.node.get(), Tensor());
+        continue;
+      }
+      if (e.leaf_filled_by_node) {
+        contributed(e.leaf);
+        continue;
+      }
       const Tensor& gi = input_grads[i];
       if (!gi.defined())
         throw std::logic_error(std::string("backward of ") + op_name(node->op) +
@@ -153,10 +208,15 @@ void backward(const Tensor& root, const Tensor& seed_in, const LeafGradReady& on
       check_grad_shape(*node, gi, e.shape);
       if (e.leaf) {
         accumulate_leaf(*e.leaf, gi);
-        if (on_leaf_ready && --pending[e.leaf.get()] == 0) on_leaf_ready(Tensor(e.leaf));
+        contributed(e.leaf);
       } else {
         auto [slot, fresh] = grads.try_emplace(e.node.get(), gi);
-        if (!fresh) slot->second = add_out_of_place(slot->second, gi);
+        if (!fresh) {
+          if (!slot->second.defined())
+            slot->second = gi;  // an order-only edge got there first
+          else
+            slot->second = add_out_of_place(slot->second, gi);
+        }
       }
     }
   }

@@ -39,6 +39,18 @@ class AutocastGuard {
 };
 std::optional<DType> autocast_dtype();  // none outside any AutocastGuard
 
+// Restores an autocast state captured earlier (none: f32 as stored), e.g. for a recomputation.
+class AutocastStateGuard {
+ public:
+  explicit AutocastStateGuard(std::optional<DType> dtype);
+  ~AutocastStateGuard();
+  AutocastStateGuard(const AutocastStateGuard&) = delete;
+  AutocastStateGuard& operator=(const AutocastStateGuard&) = delete;
+
+ private:
+  std::optional<DType> previous_;
+};
+
 // Inside this scope no op records a node (evaluation, optimizer steps, sampling).
 class NoGradGuard {
  public:
@@ -46,6 +58,18 @@ class NoGradGuard {
   ~NoGradGuard();
   NoGradGuard(const NoGradGuard&) = delete;
   NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Inside this scope ops record nodes again (a checkpoint region's recomputation in backward).
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
 
  private:
   bool previous_;
@@ -60,6 +84,11 @@ struct Edge {
   std::shared_ptr<Node> node;        // the input's producer, or
   std::shared_ptr<TensorImpl> leaf;  // the input itself when it is a leaf requiring grad
   Shape shape;                       // the input's shape, to check what backward returns
+  // Checkpoint regions (core/checkpoint.h) only: the edge orders `node` after this node and
+  // carries no gradient; or the node's own backward accumulates into `leaf` and the engine only
+  // counts the edge for on_leaf_ready.
+  bool order_only = false;
+  bool leaf_filled_by_node = false;
   bool active() const { return node || leaf; }
 };
 
@@ -76,6 +105,14 @@ bool any_requires_grad(std::initializer_list<Tensor> inputs);
 
 // Attaches a node for `op` to `output` (call only when any_requires_grad(inputs)).
 void record(Tensor& output, Op op, const std::vector<Tensor>& inputs, BackwardFn backward);
+// The node record() attaches, unattached (checkpoint regions attach it to several outputs).
+std::shared_ptr<Node> make_node(Op op, const std::vector<Tensor>& inputs, BackwardFn backward);
+
+// While one is installed, any_requires_grad() reports to it every leaf requiring grad that an op
+// is given, grad mode on or off: a checkpoint region learns which parameters it uses from a
+// forward that records nothing. Per thread; installing returns the previous one.
+using LeafSeen = std::function<void(const Tensor& leaf)>;
+LeafSeen* set_leaf_observer(LeafSeen* observer);
 
 // Called once per leaf when backward has finished accumulating into its grad(): the leaf gets
 // no more contributions from this backward. Data-parallel gradient buckets start their
@@ -84,6 +121,11 @@ using LeafGradReady = std::function<void(const Tensor& leaf)>;
 
 // Runs backward from root. A scalar root gets seed 1; a non-scalar root needs a seed of its shape.
 void backward(const Tensor& root, const Tensor& seed = Tensor(),
+              const LeafGradReady& on_leaf_ready = nullptr);
+// One backward from several roots at once, each with its seed (defined, of the root's shape and
+// dtype): every node runs once, after all its gradients arrived. Roots are walked in the order
+// given, so nodes run in the order a backward from a sum of the roots would run them.
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds,
               const LeafGradReady& on_leaf_ready = nullptr);
 
 // A tensor sharing root's data with no history (for saving outputs and for detaching inputs).

@@ -1,7 +1,11 @@
 // The pre-norm block and top-C routing (see block.h).
 #include "model/block.h"
 
+#include <functional>
+#include <memory>
+
 #include "core/all_ops.h"
+#include "core/checkpoint.h"
 
 namespace mod::model {
 
@@ -12,6 +16,36 @@ Tensor gather_positions(const Tensor& pos, const Tensor& idx) {
   Tensor out = Tensor::empty({b, c, 1}, DType::I64, idx.device());
   backend_of(out).gather_rows(pos.view({b, t, 1}), idx, out);
   return out.view({b, c});
+}
+
+// body(inputs, local) -> a block's output, its MoE auxiliary loss and statistics going into
+// local. Under recomputation it runs as a checkpoint region whose outputs are that output and
+// the auxiliary loss (so the loss still reaches the MoE router); the statistics of the forward
+// are added to *result once, never those of the recomputation.
+using RegionBody = std::function<Tensor(const std::vector<Tensor>& inputs, ForwardResult& local)>;
+Tensor run_region(Recompute recompute, RegionBody body, const std::vector<Tensor>& inputs,
+                  ForwardResult* result) {
+  if (recompute == modtrain::TrainConfig::NONE) {
+    ForwardResult discard;
+    return body(inputs, result ? *result : discard);
+  }
+  auto stats = std::make_shared<std::vector<MoeStats>>();
+  RegionFn fn = [body = std::move(body), stats](const std::vector<Tensor>& in) {
+    ForwardResult local;
+    Tensor out = body(in, local);
+    *stats = std::move(local.moe_stats);
+    return std::vector<Tensor>{out, local.aux_loss};
+  };
+  const std::vector<Tensor> out =
+      checkpoint(fn, inputs,
+                 recompute == modtrain::TrainConfig::FULL ? RegionKeeps::InputsOnly
+                                                          : RegionKeeps::CostlyOpOutputs);
+  if (result) {
+    if (out[1].defined()) result->add_aux_loss(out[1]);
+    for (MoeStats& s : *stats) result->moe_stats.push_back(std::move(s));
+  }
+  stats->clear();
+  return out[0];
 }
 
 }  // namespace
@@ -58,16 +92,29 @@ Tensor Block::delta(const Tensor& x, const Tensor& pos, KvCache* cache, RoutingM
 }
 
 TopCRouting route_top_c(const Block& blk, const Tensor& x, const Tensor& pos, int64_t capacity,
-                        modtrain::RouterConfig::Gate gate, ForwardResult* result) {
+                        modtrain::RouterConfig::Gate gate, ForwardResult* result,
+                        Recompute recompute) {
   const int64_t batch = x.size(0), t = x.size(1);
   TopCRouting out;
   out.r = blk.router()->scores(x);       // [B,T]
   out.idx = topk_rows(out.r, capacity);  // [B,C] ascending, ties to lower
-  Tensor f = blk.delta(gather_rows(x, out.idx), gather_positions(pos, out.idx), nullptr,
-                       RoutingMode::TopC, result);                                   // [B,C,D]
+  const Tensor xs = gather_rows(x, out.idx);                                         // [B,C,D]
+  const Tensor xs_pos = gather_positions(pos, out.idx);                              // [B,C]
   Tensor g = apply_gate(gate, gather_rows(reshape(out.r, {batch, t, 1}), out.idx));  // [B,C,1]
-  out.out = scatter_add_rows(x, out.idx, mul(f, g));
+  // in: the gathered rows, their positions, their router weights -> g * f [B,C,D]
+  RegionBody scaled_delta = [&blk](const std::vector<Tensor>& in, ForwardResult& local) {
+    return mul(blk.delta(in[0], in[1], nullptr, RoutingMode::TopC, &local), in[2]);
+  };
+  out.out = scatter_add_rows(x, out.idx, run_region(recompute, scaled_delta, {xs, xs_pos, g}, result));
   return out;
+}
+
+Tensor dense_update(const Block& blk, const Tensor& x, const Tensor& pos, RoutingMode mode,
+                    ForwardResult* result, Recompute recompute) {
+  RegionBody update = [&blk, pos, mode](const std::vector<Tensor>& in, ForwardResult& local) {
+    return add(in[0], blk.delta(in[0], pos, nullptr, mode, &local));
+  };
+  return run_region(recompute, update, {x}, result);
 }
 
 }  // namespace mod::model

@@ -69,8 +69,16 @@ struct TopCRouting {
   Tensor r;    // [B,T] router logits (on the gradient path)
   Tensor idx;  // [B,C] i64
 };
+// Under train.recompute the region kept for backward is g(r) * f on the gathered rows: router,
+// top-C, gathers and scatter stay outside it, so the routing is never recomputed.
+using Recompute = modtrain::TrainConfig::Recompute;
 TopCRouting route_top_c(const Block& block, const Tensor& x, const Tensor& pos, int64_t capacity,
-                        modtrain::RouterConfig::Gate gate, ForwardResult* result = nullptr);
+                        modtrain::RouterConfig::Gate gate, ForwardResult* result = nullptr,
+                        Recompute recompute = modtrain::TrainConfig::NONE);
+
+// A dense block's update x + f(x) [B,T,D]; under train.recompute one checkpoint region.
+Tensor dense_update(const Block& block, const Tensor& x, const Tensor& pos, RoutingMode mode,
+                    ForwardResult* result, Recompute recompute = modtrain::TrainConfig::NONE);
 
 // g(r): the router weight that scales a routed token's delta (identity, the paper; or sigmoid),
 // in the compute dtype of the delta it scales (r itself is kept in master precision).

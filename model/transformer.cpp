@@ -2,6 +2,7 @@
 // (per-token) mode, with the causal-routing losses and statistics (decoding: decode.cpp).
 #include "model/transformer.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -34,7 +35,8 @@ Tensor membership(const Tensor& idx, int64_t t, DType dtype) {
 }  // namespace
 
 Transformer::Transformer(const modtrain::ModelConfig& cfg, uint64_t seed, DType dtype)
-    : cfg_(cfg), routed_(routed_blocks(cfg)), moe_(moe_blocks(cfg)) {
+    : cfg_(cfg), routed_(routed_blocks(cfg)), moe_(moe_blocks(cfg)),
+      recompute_(cfg.n_layers(), modtrain::TrainConfig::NONE) {
   Rng rng(seed);
   embed_ = register_module(
       "embed", std::make_shared<nn::Embedding>(cfg.vocab_size(), cfg.d_model(), rng, cfg.init_std(), dtype));
@@ -45,6 +47,16 @@ Transformer::Transformer(const modtrain::ModelConfig& cfg, uint64_t seed, DType 
   if (!cfg.tie_embeddings())
     lm_head_ = register_module("lm_head", std::make_shared<nn::Linear>(cfg.d_model(), cfg.vocab_size(),
                                                                        false, rng, cfg.init_std(), dtype));
+}
+
+void Transformer::set_recompute(Recompute mode, const std::vector<int>& blocks) {
+  for (int b : blocks)
+    if (b < 0 || b >= static_cast<int>(blocks_.size()))
+      throw std::invalid_argument("train.recompute_blocks: " + std::to_string(b) +
+                                  " is not a block in [0, " + std::to_string(blocks_.size()) + ")");
+  std::fill(recompute_.begin(), recompute_.end(),
+            blocks.empty() ? mode : modtrain::TrainConfig::NONE);
+  for (int b : blocks) recompute_[b] = mode;
 }
 
 int64_t Transformer::capacity(size_t block, int64_t seq_len) const {
@@ -70,7 +82,8 @@ Tensor Transformer::routed_top_c(size_t b, const Tensor& x, const Tensor& pos,
                                  ForwardResult& result) const {
   const Block& blk = *blocks_[b];
   const int64_t t = x.size(1);
-  auto [out, r, idx] = route_top_c(blk, x, pos, capacity(b, t), cfg_.mod().router().gate(), &result);
+  auto [out, r, idx] = route_top_c(blk, x, pos, capacity(b, t), cfg_.mod().router().gate(),
+                                   &result, recompute_[b]);
   const Tensor member = membership(idx, t, loss_precision(r).dtype());
   const auto& causal = cfg_.mod().causal();
   Tensor decision;
@@ -135,7 +148,7 @@ Tensor Transformer::run_blocks(Tensor x, RoutingMode mode, ForwardResult& result
   for (size_t b = 0; b < blocks_.size(); ++b) {
     const size_t moe_before = result.moe_stats.size();
     if (!routed_[b])
-      x = add(x, blocks_[b]->delta(x, pos, nullptr, mode, &result));
+      x = dense_update(*blocks_[b], x, pos, mode, &result, recompute_[b]);
     else
       x = mode == RoutingMode::TopC ? routed_top_c(b, x, pos, result) : routed_causal(b, x, result);
     for (size_t i = moe_before; i < result.moe_stats.size(); ++i)

@@ -38,6 +38,10 @@ class Transformer : public nn::Module {
   // tensor parallelism, where logits hold this rank's slice of the vocabulary).
   using LmLoss = std::function<Tensor(const Tensor& logits, const Tensor& targets)>;
   void set_lm_loss(LmLoss fn) { lm_loss_ = std::move(fn); }
+  // train.recompute and train.recompute_blocks (empty: every block): what the blocks keep for
+  // backward (model/block.h). NONE until set.
+  void set_recompute(Recompute mode, const std::vector<int>& blocks = {});
+  Recompute recompute(size_t block) const { return recompute_[block]; }
 
  private:
   Tensor run_blocks(Tensor x, RoutingMode mode, ForwardResult& result) const;
@@ -52,6 +56,7 @@ class Transformer : public nn::Module {
   modtrain::ModelConfig cfg_;
   std::vector<bool> routed_;  // per block
   std::vector<bool> moe_;     // per block: an MoE MLP
+  std::vector<Recompute> recompute_;  // per block
   std::shared_ptr<nn::Embedding> embed_;
   std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<nn::RMSNorm> final_norm_;

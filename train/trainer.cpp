@@ -45,6 +45,8 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   mesh_ = std::make_unique<parallel::Mesh>(device_comm_ ? *device_comm_ : world, dims);
   data_ = load_dataset(cfg_.data().dir(), cfg_.model().vocab_size());
   model_ = std::make_unique<model::Transformer>(cfg_.model(), cfg_.train().seed());
+  model_->set_recompute(cfg_.train().recompute(), {cfg_.train().recompute_blocks().begin(),
+                                                   cfg_.train().recompute_blocks().end()});
   const modtrain::OptimizerConfig& opt = cfg_.optimizer();
   plan_ = parallel::parallelize(*model_, *mesh_, cfg_.parallel(), device_,
                                 {adamw_hyper(opt), [&opt](const std::string& name) {

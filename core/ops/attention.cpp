@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/checkpoint.h"
 #include "core/backend.h"
 #include "core/ops/check.h"
 
@@ -74,9 +75,14 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
     }
   }
 
-  Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
-  Tensor lse = Tensor::empty({B, H, T}, stats_dtype(q.dtype()), q.device());
-  backend_of(q).attention_forward(q, k, v, q_pos, k_pos, out, lse);
+  Tensor out, lse;
+  // Selective recomputation hands back the forward's output and statistics.
+  if (!replay_costly_outputs(Op::Attention, {&out, &lse})) {
+    out = Tensor::empty(q.shape(), q.dtype(), q.device());
+    lse = Tensor::empty({B, H, T}, stats_dtype(q.dtype()), q.device());
+    backend_of(q).attention_forward(q, k, v, q_pos, k_pos, out, lse);
+    keep_costly_outputs(Op::Attention, {out, lse});
+  }
   if (any_requires_grad({q, k, v})) {
     record(out, Op::Attention, {q, k, v},
            [q = detach(q), k = detach(k), v = detach(v), q_pos, k_pos, o = detach(out), lse](

@@ -3,6 +3,7 @@
 #include "core/ops/matmul.h"
 
 #include "core/autograd.h"
+#include "core/checkpoint.h"
 #include "core/backend.h"
 #include "core/ops/check.h"
 
@@ -52,11 +53,15 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   // 3-D views: batched as is; otherwise a's leading dims flatten into M, one shared b.
   const Tensor a3 = batched ? a : a.view({1, a.numel() / a.size(-1), a.size(-1)});
   const Tensor b3 = batched ? b : b.view({1, b.size(0), b.size(1)});
-  Tensor c3 = bmm(a3, b3, ta, tb, batched);
   Shape out_shape = a.shape();
   if (batched || a.dim() == 2) out_shape[out_shape.size() - 2] = ta ? a.size(-1) : a.size(-2);
   out_shape.back() = tb ? b.size(-2) : b.size(-1);
-  Tensor out = c3.view(out_shape);
+  Tensor out;
+  // Selective recomputation hands back the forward's product instead of redoing the GEMM.
+  if (!replay_costly_outputs(Op::MatMul, {&out})) {
+    out = bmm(a3, b3, ta, tb, batched).view(out_shape);
+    keep_costly_outputs(Op::MatMul, {out});
+  }
 
   if (any_requires_grad({a, b})) {
     record(out, Op::MatMul, {a, b},

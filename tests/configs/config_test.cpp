@@ -103,3 +103,27 @@ TEST_CASE("MoE config errors name the field and the expectation", "[config][erro
   // The same errors stay silent while MoE is off.
   CHECK_NOTHROW(config::load(r, {"model.moe.enabled=false", "model.moe.capacity_factor=0"}));
 }
+
+TEST_CASE("recompute settings parse, and their errors name the field", "[config][errors]") {
+  const std::string r = kRecipes + "tiny_mod.textproto";
+  auto cfg = config::load(r, {"train.recompute=SELECTIVE", "train.recompute_blocks=[0, 2]"});
+  CHECK(cfg.train().recompute() == modtrain::TrainConfig::SELECTIVE);
+  CHECK(cfg.train().recompute_blocks_size() == 2);
+  CHECK(config::load(r, {}).train().recompute() == modtrain::TrainConfig::NONE);
+  CHECK_THROWS_WITH(config::load(r, {"train.recompute=SOME"}),
+                    Contains("train.recompute") && Contains("NONE, SELECTIVE, FULL"));
+  CHECK_THROWS_WITH(config::parse_text("train { recompute: SOME }", "inline.textproto"),
+                    Contains("inline.textproto:1") && Contains("recompute"));
+  const int layers = cfg.model().n_layers();
+  CHECK_THROWS_WITH(config::load(r, {"train.recompute_blocks=[1, " + std::to_string(layers) + "]"}),
+                    Contains("train.recompute_blocks[1]") &&
+                        Contains(std::to_string(layers) + " is not a block in [0, " +
+                                 std::to_string(layers) + ")"));
+  CHECK_THROWS_WITH(config::load(r, {"train.recompute_blocks=-1"}),
+                    Contains("train.recompute_blocks[0]") && Contains("-1"));
+  // Configs embedded in weights and checkpoints take the same validation.
+  modtrain::RunConfig embedded = cfg;
+  embedded.mutable_train()->add_recompute_blocks(99);
+  CHECK_THROWS_WITH(config::parse_checked(config::to_text(embedded), "weights.meta"),
+                    Contains("config weights.meta") && Contains("train.recompute_blocks[2]"));
+}

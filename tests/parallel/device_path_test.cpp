@@ -197,4 +197,27 @@ TEST_CASE("train.precision BF16 without train.device CUDA is a config error nami
                     Catch::Contains("train.precision") && Catch::Contains("CUDA"));
 }
 
+// train.recompute inside a captured step: the recomputation's kernels are recorded in backward
+// like any other, SELECTIVE's kept outputs are written by the replayed forward and read by the
+// replayed backward, and nothing reads the device on the host. Against eager CPU steps without
+// recomputation, bitwise.
+TEST_CASE("a CUDA-graph step with recomputation replays exactly as eager CPU steps without it",
+          "[device][recompute]") {
+  test::EmulatedCudaBackend& emulated = emulate_cuda();
+  const std::vector<std::string> knobs = {"optimizer.warmup_steps=6", "train.grad_accum=2"};
+  for (const char* recipe : {"tiny_mode_staged"}) {  // MoD routing around an MoE MLP
+    const Run cpu = train_run(recipe, false, "", knobs);
+    for (const char* mode : {"FULL", "SELECTIVE"}) {
+      INFO(recipe << " with train.recompute=" << mode);
+      std::vector<std::string> graphed = knobs;
+      graphed.push_back("train.cuda_graph=true");
+      graphed.push_back(std::string("train.recompute=") + mode);
+      const int before = emulated.captures();
+      const Run graph = train_run(recipe, true, "", graphed);
+      CHECK(emulated.captures() == before + 1);
+      require_same(graph, cpu);
+    }
+  }
+}
+
 }  // namespace mod

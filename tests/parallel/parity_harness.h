@@ -26,9 +26,12 @@ inline std::vector<std::string> device_sets() {
   return {std::string("train.device=") + device};
 }
 
-// name: a recipe, or "tiny_moe_token_choice" (tiny_moe with top-2 token choice, capacity 1.25).
-inline modtrain::RunConfig recipe(const std::string& name, const std::string& layout, int steps) {
+// name: a recipe, or "tiny_moe_token_choice" (tiny_moe with top-2 token choice, capacity 1.25);
+// extra: more --set assignments.
+inline modtrain::RunConfig recipe(const std::string& name, const std::string& layout, int steps,
+                                  const std::vector<std::string>& extra = {}) {
   std::vector<std::string> sets = device_sets();
+  sets.insert(sets.end(), extra.begin(), extra.end());
   if (name == "tiny_moe_token_choice") {
     for (const char* s : {"model.moe.routing=TOKEN_CHOICE", "model.moe.top_k=2",
                           "model.moe.capacity_factor=1.25"})
@@ -53,12 +56,13 @@ inline RunResult train(const modtrain::RunConfig& cfg, parallel::Communicator& w
 }
 
 // World rank 0 trains alone; the result reaches every rank.
-inline RunResult reference(const std::string& name, int steps) {
+inline RunResult reference(const std::string& name, int steps,
+                           const std::vector<std::string>& extra = {}) {
   auto& world = parallel::world();
   RunResult ref;
   if (world.rank() == 0) {
     auto local = parallel::make_local_communicator();
-    ref = train(recipe(name, "", steps), *local);
+    ref = train(recipe(name, "", steps, extra), *local);
   }
   Tensor losses = Tensor::zeros({steps}, DType::F64);
   if (world.rank() == 0) losses = Tensor::from_vector(ref.losses, {steps}, DType::F64);
@@ -89,16 +93,25 @@ inline std::vector<std::string> expert_layouts(int world) {
   return {"zero1=true"};
 }
 
-inline void check_layouts(const std::string& name, bool experts = false) {
+// A recipe's variant: assignments for the reference and every layout (e.g. grad_accum), and
+// assignments for the layouts only, which must not change the result (e.g. train.recompute).
+struct Variant {
+  std::vector<std::string> everywhere, layouts_only;
+};
+
+inline void check_layouts(const std::string& name, bool experts = false,
+                          const Variant& variant = {}) {
   setenv("MOD_CHECK_TP_ROUTING", "1", 1);  // every step: all tp ranks chose the same tokens
   auto& world = parallel::world();
   const int steps = experts ? kExpertSteps : kSteps;
-  const RunResult ref = reference(name, steps);
+  const RunResult ref = reference(name, steps, variant.everywhere);
+  std::vector<std::string> layout_sets = variant.everywhere;
+  layout_sets.insert(layout_sets.end(), variant.layouts_only.begin(), variant.layouts_only.end());
   INFO(name << " on " << world.size() << " ranks, world rank " << world.rank());
   REQUIRE(ref.losses.back() < ref.losses.front() - 0.3);  // it learns, so the check means something
   for (const std::string& layout : experts ? expert_layouts(world.size()) : layouts(world.size())) {
     INFO("layout " << layout);
-    const RunResult got = train(recipe(name, layout, steps), world);
+    const RunResult got = train(recipe(name, layout, steps, layout_sets), world);
     REQUIRE(got.losses.size() == ref.losses.size());
     for (size_t s = 0; s < got.losses.size(); ++s) {
       INFO("step " << s + 1 << ": " << got.losses[s] << " vs " << ref.losses[s]);

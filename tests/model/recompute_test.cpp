@@ -1,0 +1,113 @@
+// Activation recomputation (train.recompute): FULL and SELECTIVE give the losses, gradients,
+// routing and MoE statistics of NONE bit for bit, over two accumulated micro-batches, for dense,
+// MoD (predictor and aux-BCE), staged and integrated MoDE and a token-choice MoE.
+#include <catch2/catch.hpp>
+#include <map>
+#include <string>
+
+#include "core/all_ops.h"
+#include "core/autograd.h"
+#include "model/transformer.h"
+#include "tests/model/tiny_configs.h"
+
+using namespace mod;
+using namespace mod::model;
+using modtrain::TrainConfig;
+
+namespace {
+
+struct Outcome {
+  std::vector<std::vector<double>> losses, routed_idx;
+  std::vector<double> moe_stats;  // per MoE layer run: block, noop fraction, selection counts
+  std::map<std::string, std::vector<double>> grads;
+};
+
+// Two micro-batches accumulated as the trainer does (each loss scaled by 1/2).
+Outcome train_step(const modtrain::ModelConfig& cfg, Recompute mode, DType dtype,
+                   const std::vector<int>& blocks = {}) {
+  Transformer model(cfg, 42, dtype);
+  model.set_recompute(mode, blocks);
+  Outcome out;
+  for (int micro = 0; micro < 2; ++micro) {
+    const Tensor tokens = test::tokens_for(2, cfg.seq_len(), cfg.vocab_size(), 100 + micro);
+    const Tensor targets = test::tokens_for(2, cfg.seq_len(), cfg.vocab_size(), 200 + micro);
+    ForwardResult r = model.forward(tokens, targets);
+    backward(scale(r.loss, 0.5));
+    out.losses.push_back(
+        {r.loss.item(), r.lm_loss.item(), r.aux_loss.defined() ? r.aux_loss.item() : -1.0});
+    for (const Tensor& idx : r.routed_idx) out.routed_idx.push_back(idx.to_vector());
+    for (const MoeStats& s : r.moe_stats) {
+      out.moe_stats.push_back(s.block);
+      out.moe_stats.push_back(s.noop_fraction);
+      for (double c : s.counts.to_vector()) out.moe_stats.push_back(c);
+    }
+  }
+  for (const auto& [name, p] : model.named_parameters())
+    out.grads[name] = p.grad().defined() ? p.grad().to_vector() : std::vector<double>{};
+  return out;
+}
+
+void check_same(const Outcome& got, const Outcome& want) {
+  CHECK(got.losses == want.losses);
+  CHECK(got.routed_idx == want.routed_idx);
+  CHECK(got.moe_stats == want.moe_stats);
+  REQUIRE(got.grads.size() == want.grads.size());
+  for (const auto& [name, g] : want.grads) {
+    INFO("gradient of " << name);
+    CHECK_FALSE(g.empty());
+    CHECK(got.grads.at(name) == g);
+  }
+}
+
+std::map<std::string, modtrain::ModelConfig> configs() {
+  std::map<std::string, modtrain::ModelConfig> c;
+  c["dense"] = test::tiny_model(false);
+  c["mod predictor"] = test::tiny_model(true);
+  c["mod predictor"].mutable_mod()->mutable_causal()->set_method(
+      modtrain::CausalRoutingConfig::PREDICTOR);
+  c["mod aux bce, sigmoid gate"] = test::tiny_model(true);
+  c["mod aux bce, sigmoid gate"].mutable_mod()->mutable_causal()->set_method(
+      modtrain::CausalRoutingConfig::AUX_BCE);
+  c["mod aux bce, sigmoid gate"].mutable_mod()->mutable_router()->set_gate(
+      modtrain::RouterConfig::SIGMOID);
+  c["staged mode"] = test::tiny_moe(true);
+  c["integrated mode"] = test::tiny_moe(false, true);
+  c["token-choice moe"] = test::tiny_moe(false);
+  c["token-choice moe"].mutable_moe()->set_routing(modtrain::MoEConfig::TOKEN_CHOICE);
+  c["token-choice moe"].mutable_moe()->set_top_k(2);
+  c["token-choice moe"].mutable_moe()->set_capacity_factor(1.25);
+  c["token-choice moe"].mutable_moe()->set_balance_weight(0.01);
+  for (auto& [name, m] : c)
+    if (m.moe().enabled()) m.mutable_moe()->set_z_weight(0.001);  // an aux loss in every MoE
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("FULL and SELECTIVE recomputation match NONE bitwise", "[model][recompute]") {
+  for (const auto& [name, cfg] : configs()) {
+    for (DType dtype : {DType::F32, DType::F64}) {
+      const Outcome none = train_step(cfg, TrainConfig::NONE, dtype);
+      for (Recompute mode : {TrainConfig::FULL, TrainConfig::SELECTIVE}) {
+        INFO(name << ", " << dtype_name(dtype) << ", " << TrainConfig::Recompute_Name(mode));
+        check_same(train_step(cfg, mode, dtype), none);
+      }
+    }
+  }
+}
+
+TEST_CASE("recompute_blocks limits recomputation to the listed blocks", "[model][recompute]") {
+  const modtrain::ModelConfig cfg = test::tiny_moe(true);
+  const Outcome none = train_step(cfg, TrainConfig::NONE, DType::F32);
+  for (const std::vector<int>& blocks : {std::vector<int>{0}, std::vector<int>{1}}) {
+    INFO("block " << blocks[0]);
+    check_same(train_step(cfg, TrainConfig::FULL, DType::F32, blocks), none);
+  }
+  Transformer model(cfg, 1);
+  model.set_recompute(TrainConfig::SELECTIVE, {1});
+  CHECK(model.recompute(0) == TrainConfig::NONE);
+  CHECK(model.recompute(1) == TrainConfig::SELECTIVE);
+  CHECK_THROWS_WITH(model.set_recompute(TrainConfig::FULL, {2}),
+                    Catch::Matchers::Contains("train.recompute_blocks") &&
+                        Catch::Matchers::Contains("2 is not a block in [0, 2)"));
+}
