@@ -103,14 +103,34 @@ double delta_backward_temp(const Dims& x, double n, bool moe, double slots_per_r
   return act + wgrad;
 }
 
+// Under SELECTIVE a region keeps its input and the outputs of its GEMMs and attention: q, k, v
+// and attention's output [n, D/tp] with its lse, the projections' outputs [n, D], the MLP's
+// GEMM outputs; the norms, RoPE and activations between them are recomputed.
+double delta_selective_kept(const ModelConfig& cfg, const Dims& x, double n,
+                            int64_t tokens_per_seq, bool moe, double sequences) {
+  double kept = n * x.a * (x.d + 4 * x.w + 2 * x.d) + n * kStats * x.h;
+  if (!moe) return kept + n * x.a * (mlp_mats(x) - 1) * x.f;
+  const double slots = sequences * cfg.moe().n_experts() *
+                       static_cast<double>(expert_slots(cfg.moe(), tokens_per_seq));
+  return kept + n * x.e_all * x.a + slots / x.tp * x.a * (mlp_mats(x) - 1) * x.fe;
+}
+
+// What SELECTIVE keeps that the recomputation reuses instead of making again: the input,
+// v and attention's output with lse, and the MLP activation's inputs.
+double selective_shared(const Dims& x, double n, bool moe) {
+  return n * x.a * (x.d + 2 * x.w + (moe ? 0 : (mlp_mats(x) - 1) * x.f)) + n * kStats * x.h;
+}
+
 bool is_recomputed(const MemoryOptions& opt, int b) {
-  if (opt.recompute != Recompute::Full) return false;
+  if (opt.recompute == Recompute::None) return false;
   if (opt.recompute_blocks.empty()) return true;
   return std::find(opt.recompute_blocks.begin(), opt.recompute_blocks.end(), b) !=
          opt.recompute_blocks.end();
 }
 }  // namespace
 
+// train.recompute and train.recompute_blocks are not read here yet: they come with the
+// recomputation branch (set MemoryOptions::recompute from them when both are merged).
 MemoryOptions memory_options(const modtrain::RunConfig& cfg) {
   MemoryOptions o;
   const auto& p = cfg.parallel();
@@ -173,19 +193,29 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     const double delta = delta_kept(cfg, x, nb, bm.tokens, moe[b], bs);
     const double copies = block_weight_copies(x, moe[b]);
     bm.backward_temp = delta_backward_temp(x, nb, moe[b], slots);
+    // A recomputed block is one checkpoint region (model/block.cpp): dense, x + f(x) from x;
+    // routed, g(r) * f on the gathered rows from those rows, their positions and g. Its
+    // backward makes again what NONE would have kept, less what the region kept.
+    double region_kept = nb * x.d * x.a, reused = region_kept;
+    if (bm.recomputed && opt.recompute == Recompute::Selective) {
+      region_kept = delta_selective_kept(cfg, x, nb, bm.tokens, moe[b], bs);
+      reused = selective_shared(x, nb, moe[b]);
+    }
+    const double block_kept = bm.recomputed ? region_kept : delta + copies;
+    if (bm.recomputed) bm.backward_temp += delta - reused + copies;
     if (!routed[b]) {
       // The residual add saves nothing; the block's input is norm1's saved x.
-      bm.kept = bm.recomputed ? nb * x.d * x.a : delta + copies;
-      if (bm.recomputed) bm.backward_temp += delta - nb * x.d * x.a + copies;
+      bm.kept = block_kept;
     } else {
       // Router (and predictor) matmuls keep the block input, as an f32 copy each under bf16
-      // (routing scores run in master precision); the predictor's hidden layer; the gate
-      // multiply keeps f [C,D] and g; r, the top-C indices and the causal losses' inputs.
+      // (routing scores run in master precision); the predictor's hidden layer; g(r) [C,1];
+      // r, the top-C indices and the causal losses' inputs. Without recomputation the gate
+      // multiply also keeps f [C,D].
       double around = x.bf16 ? n * x.d * kMaster * (predictor ? 2 : 1) : n * x.d * x.a;
       if (predictor) around += 2 * n * causal.predictor_hidden() * kMaster;
-      around += nb * x.a * (x.d + 1) + n * kStats * 4 + nb * 16;
-      bm.kept = around + (bm.recomputed ? nb * x.d * x.a : delta + copies);
-      if (bm.recomputed) bm.backward_temp += delta - nb * x.d * x.a + copies;
+      around += nb * x.a + n * kStats * 4 + nb * 16;
+      if (!bm.recomputed) around += nb * x.d * x.a;
+      bm.kept = around + block_kept;
     }
     plan.weight_copies += bm.recomputed ? 0 : copies;
     kept_total += bm.kept;
@@ -240,8 +270,6 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     visit(base + grads + kMaster * (param_elems + param_elems / dp), "ZeRO-1 all-gather");
   plan.peak = peak;
 
-  if (opt.recompute == Recompute::Selective)
-    plan.notes.push_back("recompute SELECTIVE is not modelled yet: predicted as NONE");
   if (cfg.moe().enabled())
     plan.notes.push_back("MoE terms (router, slots, expert exchange) are approximate: not "
                          "checked against a measured peak");

@@ -19,9 +19,10 @@
 
 namespace mod::model {
 
-// Activation recomputation: NONE keeps everything; FULL keeps only each recomputed block's
-// input (routed blocks: r, the top-C indices and the gathered rows) and recomputes the rest in
-// backward; SELECTIVE is not modelled yet (predicted as NONE, and the plan says so).
+// Activation recomputation (train.recompute): NONE keeps what every op's backward saves; FULL
+// keeps only each recomputed block's input (routed blocks: r, the top-C indices and the
+// gathered rows) and reruns the block in backward; SELECTIVE keeps the input and the outputs of
+// the GEMMs and attention and reruns the cheap ops between them.
 enum class Recompute { None, Selective, Full };
 
 struct MemoryLayout {

@@ -78,8 +78,9 @@ void check_peak(const PeakCase& c, const std::string& data_dir) {
 TEST_CASE("predicted peak memory matches the CPU allocator's measured peak within 10%",
           "[memory]") {
   const std::string data = test::markov_corpus();
-  // Add FULL (and SELECTIVE once modelled) as one more line each, e.g.
-  // {"tiny_mod", model::Recompute::Full, {"train.recompute=FULL"}}.
+  // Once train.recompute exists (the recompute branch), one line each, e.g.
+  // {"tiny_mod", model::Recompute::Full, {"train.recompute=FULL"}},
+  // {"tiny_dense", model::Recompute::Selective, {"train.recompute=SELECTIVE"}},
   const std::vector<PeakCase> cases = {
       {"tiny_dense", model::Recompute::None, {}},
       {"tiny_mod", model::Recompute::None, {}},
@@ -156,7 +157,20 @@ TEST_CASE("FULL recomputation keeps only the recomputed blocks' inputs", "[memor
   CHECK(c.blocks[0].recomputed);
   CHECK_FALSE(c.blocks[1].recomputed);
   CHECK(c.blocks[1].kept == Approx(a.blocks[1].kept));
-  model::MemoryOptions selective = none;
+}
+
+TEST_CASE("SELECTIVE recomputation keeps less than NONE and more than FULL", "[memory]") {
+  const modtrain::ModelConfig cfg = test::tiny_model(true);
+  model::MemoryOptions none;
+  none.batch_per_rank = 4;
+  model::MemoryOptions selective = none, full = none;
   selective.recompute = model::Recompute::Selective;
-  CHECK_FALSE(model::plan_memory(cfg, selective).notes.empty());  // says it is not modelled
+  full.recompute = model::Recompute::Full;
+  const model::MemoryPlan a = model::plan_memory(cfg, none), s = model::plan_memory(cfg, selective),
+                          f = model::plan_memory(cfg, full);
+  for (size_t i = 0; i < a.blocks.size(); ++i) {
+    CHECK(s.blocks[i].kept < a.blocks[i].kept);
+    CHECK(s.blocks[i].kept > f.blocks[i].kept);
+    CHECK(s.blocks[i].backward_temp < f.blocks[i].backward_temp);  // less to make again
+  }
 }
