@@ -167,14 +167,17 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   const double param_elems = dense_elems + expert_elems;
   plan.parameters = param_elems * kMaster;
   plan.gradients = plan.parameters;
-  const int dp = opt.layout.dp, edp = std::max(1, opt.layout.dp / opt.layout.ep);
+  // Expert weights are shared by edp ranks: dp / ep replicas times the tp ranks (which hold
+  // the same experts and split the slots).
+  const int dp = opt.layout.dp, edp = std::max(1, opt.layout.dp / opt.layout.ep) * opt.layout.tp;
   if (opt.layout.zero1)
     plan.optimizer = 2 * kMaster * (dense_elems / dp + expert_elems / edp);
   else
     plan.optimizer = 2 * plan.parameters;
-  // dp > 1: every gradient is also packed into a flat all-reduce bucket (parallel/data_parallel).
+  // dp > 1: every gradient is also packed into a flat all-reduce bucket (parallel/data_parallel);
+  // expert gradients too when edp > 1 or they need dividing by dp (parallel/parallelize.cpp).
   const double buckets =
-      kMaster * ((dp > 1 ? dense_elems : 0) + (edp > 1 ? expert_elems : 0));
+      kMaster * ((dp > 1 ? dense_elems : 0) + (dp > 1 || edp > 1 ? expert_elems : 0));
   const double base = plan.parameters + plan.optimizer + buckets;
 
   // Forward: what every block keeps until its backward.
@@ -270,9 +273,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     visit(base + grads + kMaster * (param_elems + param_elems / dp), "ZeRO-1 all-gather");
   plan.peak = peak;
 
-  if (cfg.moe().enabled())
-    plan.notes.push_back("MoE terms (router, slots, expert exchange) are approximate: not "
-                         "checked against a measured peak");
+  if (cfg.moe().enabled() && (opt.layout.ep > 1 || opt.layout.tp > 1))
+    plan.notes.push_back("MoE under ep or tp > 1: the expert exchange's buffers are not counted");
   if (opt.layout.tp > 1)
     plan.notes.push_back("tensor parallelism: the all-reduced outputs' copies are not counted");
   return plan;

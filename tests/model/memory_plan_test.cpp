@@ -84,6 +84,9 @@ TEST_CASE("predicted peak memory matches the CPU allocator's measured peak withi
   const std::vector<PeakCase> cases = {
       {"tiny_dense", model::Recompute::None, {}},
       {"tiny_mod", model::Recompute::None, {}},
+      {"tiny_moe", model::Recompute::None, {}},
+      {"tiny_mode_integrated", model::Recompute::None, {}},
+      {"tiny_mode_staged", model::Recompute::None, {}},
   };
   for (const PeakCase& c : cases) check_peak(c, data);
 }

@@ -1,7 +1,7 @@
 // Peak memory per rank under a parallel layout: every rank's measured peak of one training step
 // (the CPU allocator's bytes in use) within 10% of the planner's prediction for its layout
-// (model/memory_plan.h). The layout follows the world size: 1 alone, 2 tp 2, 4 dp 2 x tp 2
-// with ZeRO-1.
+// (model/memory_plan.h). The layout follows the world size: 1 alone; 2: tp 2, and dp 2 x ep 2
+// for MoDE; 4: dp 2 x tp 2 (x ep 2 for MoDE) with ZeRO-1.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -14,8 +14,12 @@ using namespace mod;
 
 TEST_CASE("each rank's measured peak matches the planner for its layout within 10%", "[memory]") {
   const int world = parallel::world().size();
-  const std::string layout = world == 4 ? "dp=2 tp=2 zero1=true" : world == 2 ? "tp=2" : "";
-  for (const char* recipe : {"tiny_dense", "tiny_mod"}) {
+  const std::string dense = world == 4 ? "dp=2 tp=2 zero1=true" : world == 2 ? "tp=2" : "";
+  const std::string experts =
+      world == 4 ? "dp=2 tp=2 ep=2 zero1=true" : world == 2 ? "dp=2 ep=2 zero1=true" : "";
+  const std::pair<const char*, std::string> runs[] = {
+      {"tiny_dense", dense}, {"tiny_mod", dense}, {"tiny_mode_staged", experts}};
+  for (const auto& [recipe, layout] : runs) {
     const modtrain::RunConfig cfg = test::tiny_recipe(recipe, 1, layout);
     const double before = static_cast<double>(backend(Device::CPU).memory_stats().in_use_bytes);
     train::Trainer trainer(cfg, test::temp_dir("memlayout"), /*quiet=*/true);
