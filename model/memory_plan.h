@@ -54,7 +54,7 @@ struct MemoryPlan {
   double gradients = 0;     // bytes after backward (master dtype)
   double optimizer = 0;     // AdamW m and v (/dp under ZeRO-1)
   double weight_copies = 0; // compute-dtype copies of weights kept for backward (bf16 only)
-  double embedding_kept = 0, head_kept = 0;  // embedding output; final norm, logits, loss
+  double head_kept = 0;  // final norm, logits, loss (the embedding output is block 0's input)
   double head_backward_temp = 0;             // dlogits and the LM head's weight gradient
   std::vector<BlockMemory> blocks;
   double activations = 0;        // everything kept at the end of forward (weight copies too)
