@@ -12,10 +12,10 @@
 namespace mod::cli {
 
 namespace {
-model::Recompute parse_recompute(const std::string& s) {
-  if (s == "NONE") return model::Recompute::None;
-  if (s == "SELECTIVE") return model::Recompute::Selective;
-  if (s == "FULL") return model::Recompute::Full;
+model::RecomputeMode parse_recompute(const std::string& s) {
+  if (s == "NONE") return model::RecomputeMode::None;
+  if (s == "SELECTIVE") return model::RecomputeMode::Selective;
+  if (s == "FULL") return model::RecomputeMode::Full;
   throw std::invalid_argument("--recompute: expected NONE, SELECTIVE or FULL, got '" + s + "'");
 }
 

@@ -122,7 +122,7 @@ double selective_shared(const Dims& x, double n, bool moe) {
 }
 
 bool is_recomputed(const MemoryOptions& opt, int b) {
-  if (opt.recompute == Recompute::None) return false;
+  if (opt.recompute == RecomputeMode::None) return false;
   if (opt.recompute_blocks.empty()) return true;
   return std::find(opt.recompute_blocks.begin(), opt.recompute_blocks.end(), b) !=
          opt.recompute_blocks.end();
@@ -200,7 +200,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     // routed, g(r) * f on the gathered rows from those rows, their positions and g. Its
     // backward makes again what NONE would have kept, less what the region kept.
     double region_kept = nb * x.d * x.a, reused = region_kept;
-    if (bm.recomputed && opt.recompute == Recompute::Selective) {
+    if (bm.recomputed && opt.recompute == RecomputeMode::Selective) {
       region_kept = delta_selective_kept(cfg, x, nb, bm.tokens, moe[b], bs);
       reused = selective_shared(x, nb, moe[b]);
     }

@@ -23,7 +23,8 @@ namespace mod::model {
 // keeps only each recomputed block's input (routed blocks: r, the top-C indices and the
 // gathered rows) and reruns the block in backward; SELECTIVE keeps the input and the outputs of
 // the GEMMs and attention and reruns the cheap ops between them.
-enum class Recompute { None, Selective, Full };
+// Values as train.recompute's (NONE 0, SELECTIVE 1, FULL 2) on the recomputation branch.
+enum class RecomputeMode { None = 0, Selective = 1, Full = 2 };
 
 struct MemoryLayout {
   int tp = 1, dp = 1, ep = 1;
@@ -34,7 +35,7 @@ struct MemoryOptions {
   MemoryLayout layout;
   int64_t batch_per_rank = 1;  // sequences per micro-batch on one dp rank
   bool bf16 = false;           // compute in bf16 from f32 masters (train.precision BF16)
-  Recompute recompute = Recompute::None;
+  RecomputeMode recompute = RecomputeMode::None;
   std::vector<int> recompute_blocks;  // empty: every block
 };
 

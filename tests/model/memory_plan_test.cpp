@@ -54,7 +54,7 @@ double measured_peak(const modtrain::RunConfig& cfg) {
 
 struct PeakCase {
   const char* recipe;
-  model::Recompute recompute;
+  model::RecomputeMode recompute;
   std::vector<std::string> sets;  // the run's overrides (recompute's config field among them)
 };
 
@@ -79,14 +79,14 @@ TEST_CASE("predicted peak memory matches the CPU allocator's measured peak withi
           "[memory]") {
   const std::string data = test::markov_corpus();
   // Once train.recompute exists (the recompute branch), one line each, e.g.
-  // {"tiny_mod", model::Recompute::Full, {"train.recompute=FULL"}},
-  // {"tiny_dense", model::Recompute::Selective, {"train.recompute=SELECTIVE"}},
+  // {"tiny_mod", model::RecomputeMode::Full, {"train.recompute=FULL"}},
+  // {"tiny_dense", model::RecomputeMode::Selective, {"train.recompute=SELECTIVE"}},
   const std::vector<PeakCase> cases = {
-      {"tiny_dense", model::Recompute::None, {}},
-      {"tiny_mod", model::Recompute::None, {}},
-      {"tiny_moe", model::Recompute::None, {}},
-      {"tiny_mode_integrated", model::Recompute::None, {}},
-      {"tiny_mode_staged", model::Recompute::None, {}},
+      {"tiny_dense", model::RecomputeMode::None, {}},
+      {"tiny_mod", model::RecomputeMode::None, {}},
+      {"tiny_moe", model::RecomputeMode::None, {}},
+      {"tiny_mode_integrated", model::RecomputeMode::None, {}},
+      {"tiny_mode_staged", model::RecomputeMode::None, {}},
   };
   for (const PeakCase& c : cases) check_peak(c, data);
 }
@@ -94,7 +94,7 @@ TEST_CASE("predicted peak memory matches the CPU allocator's measured peak withi
 TEST_CASE("predicted peak memory of a GPT-2-small shape matches the measured peak within 10%",
           "[memory][slow]") {
   const std::string data = corpus_with_vocab(50257);
-  check_peak({"gpt2_small_dense", model::Recompute::None,
+  check_peak({"gpt2_small_dense", model::RecomputeMode::None,
               {"model.vocab_size=50257", "train.batch_size=1", "train.grad_accum=1"}},
              data);
 }
@@ -149,7 +149,7 @@ TEST_CASE("FULL recomputation keeps only the recomputed blocks' inputs", "[memor
   const modtrain::ModelConfig cfg = test::tiny_model(true);
   model::MemoryOptions none, full, some;
   none.batch_per_rank = full.batch_per_rank = some.batch_per_rank = 4;
-  full.recompute = some.recompute = model::Recompute::Full;
+  full.recompute = some.recompute = model::RecomputeMode::Full;
   some.recompute_blocks = {0};
   const model::MemoryPlan a = model::plan_memory(cfg, none), b = model::plan_memory(cfg, full),
                           c = model::plan_memory(cfg, some);
@@ -167,8 +167,8 @@ TEST_CASE("SELECTIVE recomputation keeps less than NONE and more than FULL", "[m
   model::MemoryOptions none;
   none.batch_per_rank = 4;
   model::MemoryOptions selective = none, full = none;
-  selective.recompute = model::Recompute::Selective;
-  full.recompute = model::Recompute::Full;
+  selective.recompute = model::RecomputeMode::Selective;
+  full.recompute = model::RecomputeMode::Full;
   const model::MemoryPlan a = model::plan_memory(cfg, none), s = model::plan_memory(cfg, selective),
                           f = model::plan_memory(cfg, full);
   for (size_t i = 0; i < a.blocks.size(); ++i) {
