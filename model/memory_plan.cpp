@@ -93,12 +93,16 @@ double delta_kept(const ModelConfig& cfg, const Dims& x, double n, int64_t token
   return kept;
 }
 
-// What the delta's backward allocates at its widest: the incoming gradient's residual sum, the
-// MLP's (or attention's) input and hidden gradients, and the largest weight gradient (plus its
-// f32 copy under bf16).
+// What the delta's backward allocates at its widest, beyond what it keeps: the residual
+// gradients (2 [n,D]); in the MLP the activation's gradients (k of them) less its output, which
+// the down projection's backward has freed; in attention dq, dk, dv and the output's gradient,
+// by when the MLP's kept tensors are gone. Plus the largest weight gradient (and its f32 copy
+// under bf16).
 double delta_backward_temp(const Dims& x, double n, bool moe, double slots_per_rank) {
   const double mlp_width = moe ? slots_per_rank / std::max(n, 1.0) * x.fe : x.f;
-  const double act = n * x.a * (2 * x.d + std::max(2 * mlp_width, 4 * x.w));
+  const double mlp = (mlp_mats(x) - 1) * mlp_width;
+  const double attention = 4 * x.w - mlp_mats(x) * mlp_width - 2 * x.d;
+  const double act = n * x.a * (2 * x.d + std::max(mlp, attention));
   const double wgrad = largest_block_weight(x, moe) * (x.a + (x.bf16 ? kMaster : 0));
   return act + wgrad;
 }
