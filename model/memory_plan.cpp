@@ -184,8 +184,11 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
       kMaster * ((dp > 1 ? dense_elems : 0) + (dp > 1 || edp > 1 ? expert_elems : 0));
   const double base = plan.parameters + plan.optimizer + buckets;
 
-  // Forward: what every block keeps until its backward.
+  // Forward: what every block keeps until its backward. Under tp > 1 the copy_to_tp hooks hold
+  // their last input (the norm outputs feeding attention and a dense MLP) until the next
+  // forward, so those outlive the block's backward (parallel/parallelize.cpp SharedCopyToTp).
   double kept_total = 0;
+  std::vector<double> held;
   for (int b = 0; b < cfg.n_layers(); ++b) {
     BlockMemory bm;
     bm.block = b;
@@ -226,6 +229,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     }
     plan.weight_copies += bm.recomputed ? 0 : copies;
     kept_total += bm.kept;
+    held.push_back(x.tp > 1 ? nb * x.d * x.a * (moe[b] ? 1 : 2) : 0);
     plan.blocks.push_back(bm);
   }
 
@@ -254,7 +258,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     }
   };
   visit(base + kept + plan.head_backward_temp, "backward of the LM head and loss");
-  kept -= plan.head_kept;
+  kept -= plan.head_kept - (x.tp > 1 ? n * x.d * x.a : 0);
   grads += x.d * kMaster + x.v * x.d * kMaster;  // final norm; the head (tied: embedding) weight
   const double gx = n * x.d * x.a;
   plan.largest_temporary = plan.head_backward_temp;
@@ -262,25 +266,24 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     const BlockMemory& bm = plan.blocks[b];
     const std::string where = "backward of block " + std::to_string(b);
     visit(base + grads + kept + gx + bm.backward_temp, where);
-    kept -= bm.kept;
+    kept -= bm.kept - held[b];
     grads += block_grads[b];
     visit(base + grads + kept + gx, where);
     plan.largest_temporary = std::max(plan.largest_temporary, bm.backward_temp);
   }
   // Embedding backward: the table's gradient in full, then added to the tied head's.
   const double embed_grad = x.v * x.d * kMaster;
-  visit(base + grads + gx * (kMaster / x.a) + embed_grad, "backward of the embedding");
+  kept = std::max(kept, 0.0);  // now only what the tp hooks hold
+  visit(base + grads + kept + gx * (kMaster / x.a) + embed_grad, "backward of the embedding");
   if (!cfg.tie_embeddings()) grads += embed_grad;
   // Clipping squares one gradient at a time; ZeRO-1's update gathers every slice.
-  visit(base + grads + largest_weight * kMaster, "gradient clipping");
+  visit(base + grads + kept + largest_weight * kMaster, "gradient clipping");
   if (opt.layout.zero1)
-    visit(base + grads + kMaster * (param_elems + param_elems / dp), "ZeRO-1 all-gather");
+    visit(base + grads + kept + kMaster * (param_elems + param_elems / dp), "ZeRO-1 all-gather");
   plan.peak = peak;
 
   if (cfg.moe().enabled() && (opt.layout.ep > 1 || opt.layout.tp > 1))
     plan.notes.push_back("MoE under ep or tp > 1: the expert exchange's buffers are not counted");
-  if (opt.layout.tp > 1)
-    plan.notes.push_back("tensor parallelism: the all-reduced outputs' copies are not counted");
   return plan;
 }
 
