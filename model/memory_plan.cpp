@@ -228,8 +228,9 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
       bm.kept = around + block_kept;
     }
     plan.weight_copies += bm.recomputed ? 0 : copies;
-    kept_total += bm.kept;
     held.push_back(x.tp > 1 ? nb * x.d * x.a * (moe[b] ? 1 : 2) : 0);
+    if (bm.recomputed) bm.kept += held.back();  // the region's forward made them all the same
+    kept_total += bm.kept;
     plan.blocks.push_back(bm);
   }
 
