@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
+#include <stdexcept>
+#include <string>
 
 #include "model/moe_routing.h"
 #include "model/routing_schedule.h"
@@ -149,6 +151,10 @@ MemoryPlan plan_memory(const modtrain::RunConfig& cfg) {
 }
 
 MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
+  for (int b : opt.recompute_blocks)
+    if (b < 0 || b >= cfg.n_layers())
+      throw std::invalid_argument("recompute blocks: " + std::to_string(b) +
+                                  " is not a block in [0, " + std::to_string(cfg.n_layers()) + ")");
   const Dims x = dims_of(cfg, opt);
   const auto routed = routed_blocks(cfg), moe = moe_blocks(cfg);
   const double bs = static_cast<double>(opt.batch_per_rank), t = cfg.seq_len(), n = bs * t;

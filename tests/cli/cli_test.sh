@@ -109,6 +109,7 @@ expect_error() {  # expect_error PATTERN command...
 expect_error "model.mod.capacity" "$modtrain" flops --config "$src/configs/recipes/tiny_mod.textproto" --set model.mod.capacity=0
 expect_error "nope.textproto" "$modtrain" flops --config "$work/nope.textproto"
 expect_error "--recompute" "$modtrain" memory --config "$src/configs/recipes/tiny_mod.textproto" --recompute SOME
+expect_error "not a block" "$modtrain" memory --config "$src/configs/recipes/tiny_mod.textproto" --recompute FULL --recompute-blocks 0,9
 expect_error "model.vocab_size" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" \
   --run-dir "$work/r2" --data "$work/bpe" --set train.steps=1
 expect_error "no dataset.textproto" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" \

@@ -20,6 +20,8 @@ TEST_CASE("each rank's measured peak matches the planner for its layout within 1
   const std::pair<const char*, std::string> runs[] = {
       {"tiny_dense", dense}, {"tiny_mod", dense}, {"tiny_mode_staged", experts}};
   for (const auto& [recipe, layout] : runs) {
+    // With train.recompute (the recomputation branch): loop over NONE, FULL, SELECTIVE here and
+    // pass {"train.recompute=" + mode} as tiny_recipe's extra overrides.
     const modtrain::RunConfig cfg = test::tiny_recipe(recipe, 1, layout);
     const double before = static_cast<double>(backend(Device::CPU).memory_stats().in_use_bytes);
     train::Trainer trainer(cfg, test::temp_dir("memlayout"), /*quiet=*/true);
