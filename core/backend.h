@@ -67,6 +67,11 @@ class CapturedWork {
   virtual void replay() = 0;  // enqueues the work; returns without waiting for it
 };
 
+struct MemoryStats {
+  size_t in_use_bytes = 0;
+  size_t peak_in_use_bytes = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -76,6 +81,10 @@ class Backend {
   // --- memory (core/cpu/cpu_backend.cpp) ---
   virtual void* allocate(size_t bytes) = 0;
   virtual void deallocate(void* ptr, size_t bytes) = 0;  // bytes as allocated
+  // Bytes handed out and not yet freed (a caching allocator's cached blocks are not in use), and
+  // their highest since reset_peak_memory; zeros from a backend that does not count.
+  virtual MemoryStats memory_stats() const { return {}; }
+  virtual void reset_peak_memory() {}
   virtual void copy(const Tensor& src, Tensor& dst) = 0;     // same dtype and numel
   virtual void convert(const Tensor& src, Tensor& dst) = 0;  // between float dtypes
   virtual void fill(Tensor& dst, double value) = 0;

@@ -21,6 +21,7 @@
 #include "grid/sbatch.h"
 #include "grid/spec.h"
 #include "grid/throughput.h"
+#include "model/memory_plan.h"
 #include "train/checkpoint/export.h"
 #include "train/stop_signal.h"
 
@@ -185,8 +186,10 @@ int plan(const PlanOptions& o) {
     return it == measured.end() ? -1 : static_cast<double>(p.steps) * it->second.seconds_per_step;
   };
 
-  std::printf("\n%-24s %5s %9s %13s %15s %9s %9s %7s %10s\n", "point", "index", "params",
-              "fwd FLOPs/tok", "train FLOPs/tok", "tokens", "steps", "spent", "est. time");
+  std::printf("\n%-24s %5s %9s %13s %15s %9s %9s %7s %10s %11s\n", "point", "index", "params",
+              "fwd FLOPs/tok", "train FLOPs/tok", "tokens", "steps", "spent", "est. time",
+              "peak mem");
+  std::vector<std::string> too_big;  // points whose predicted peak exceeds --device-memory-gb
   double total_flops = 0, total_seconds = 0;
   bool all_known = true;
   std::ofstream csv;
@@ -195,9 +198,11 @@ int plan(const PlanOptions& o) {
   csv.open(csv_path + ".tmp");
   csv << "point,array_index,budget,shape,variant,routed,parameters,non_embedding_parameters,"
          "forward_flops_per_token,training_flops_per_token,tokens_per_step,steps,tokens,flops,"
-         "budget_used,est_seconds,status,reason\n";
+         "budget_used,est_seconds,predicted_peak_bytes,status,reason\n";
   for (const auto& p : g.points) {
     const double est = estimate(p);
+    // Per rank, for the point's own layout (model/memory_plan.h).
+    const double peak = p.skipped() ? -1 : model::plan_memory(p.config).peak;
     char line[512];
     std::snprintf(line, sizeof line,
                   "%s,%d,%s,%s,%s,%d,%lld,%lld,%.6g,%.6g,%lld,%lld,%lld,%.6g,%.6f,", p.name.c_str(),
@@ -209,6 +214,8 @@ int plan(const PlanOptions& o) {
                   static_cast<long long>(p.tokens()), p.flops_spent, p.flops_spent / p.budget);
     csv << line;
     if (est >= 0) csv << est;
+    csv << ",";
+    if (peak >= 0) csv << static_cast<long long>(peak);
     csv << "," << (p.skipped() ? "skipped" : "runnable") << "," << csv_field(p.skip_reason) << "\n";
     if (p.skipped()) continue;
     total_flops += p.flops_spent;
@@ -216,15 +223,26 @@ int plan(const PlanOptions& o) {
       total_seconds += est;
     else
       all_known = false;
-    std::printf("%-24s %5d %9s %13.3g %15.3g %9s %9lld %6.2f%% %10s\n", p.name.c_str(),
+    const bool fits = !o.device_memory_gb || peak <= *o.device_memory_gb * 1e9;
+    if (!fits) too_big.push_back(p.name);
+    std::printf("%-24s %5d %9s %13.3g %15.3g %9s %9lld %6.2f%% %10s %9.1fGB%s\n", p.name.c_str(),
                 p.array_index, si(static_cast<double>(p.flops.parameters)).c_str(),
                 p.flops.forward_per_token, p.flops.training_per_token,
                 si(static_cast<double>(p.tokens())).c_str(), static_cast<long long>(p.steps),
-                100 * p.flops_spent / p.budget, est >= 0 ? duration(est).c_str() : "-");
+                100 * p.flops_spent / p.budget, est >= 0 ? duration(est).c_str() : "-",
+                peak / 1e9, fits ? "" : " !");
   }
   csv.close();
   fs::rename(csv_path + ".tmp", csv_path);
   std::printf("\n");
+  if (!too_big.empty()) {
+    std::printf("warning: %zu points' predicted peak exceeds %.4g GB per device (marked !): ",
+                too_big.size(), *o.device_memory_gb);
+    for (size_t i = 0; i < too_big.size(); ++i)
+      std::printf("%s%s", i ? ", " : "", too_big[i].c_str());
+    std::printf("\n(modtrain memory --config OUT/points/<point>.textproto shows where it goes; "
+                "more tp, ZeRO-1 or recomputation lowers it)\n");
+  }
   print_skipped(g);
   std::printf("total: %.3g training FLOPs in %d runs", total_flops, g.runnable());
   if (all_known && g.runnable() > 0)

@@ -29,6 +29,8 @@ struct PlanOptions {
   std::optional<double> flops_per_second;
   bool measure = false;
   int measure_steps = 3;  // timed steps per shape and variant, after one warm-up step
+  // Warn about points whose predicted peak memory per rank exceeds this (GB, 1e9 bytes).
+  std::optional<double> device_memory_gb;
 };
 // Prints the points with their estimated times; writes OUT/plan.csv and the point configs.
 int plan(const PlanOptions& o);

@@ -37,6 +37,7 @@ int eval(int argc, char** argv);
 int sample(int argc, char** argv);
 int inspect(int argc, char** argv);
 int flops(int argc, char** argv);
+int memory(int argc, char** argv);  // predicted peak memory per rank
 int export_checkpoint(int argc, char** argv);  // `modtrain export` (export is a keyword)
 int grid(int argc, char** argv);               // `modtrain grid plan|run|submit|collect`
 

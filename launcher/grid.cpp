@@ -16,7 +16,8 @@ constexpr const char* kGridUsage =
     "usage: modtrain grid <subcommand> --spec FILE [options]\n"
     "\n"
     "subcommands:\n"
-    "  plan     the points of the grid: parameters, FLOPs/token, tokens, steps, estimated time;\n"
+    "  plan     the points of the grid: parameters, FLOPs/token, tokens, steps, estimated time,\n"
+    "           predicted peak memory per rank;\n"
     "           writes OUT/plan.csv and OUT/points/<point>.textproto\n"
     "  run      trains the points here, one after another; skips finished ones, resumes partial ones\n"
     "  submit   writes OUT/grid.sbatch (a Slurm job array, one task per point) and runs sbatch on it\n"
@@ -47,7 +48,8 @@ int plan(int argc, char** argv) {
       ("tokens-per-second", po::value<double>(), "estimate times from this training throughput, e.g. 20000")
       ("flops-per-second", po::value<double>(), "estimate times from this training FLOP rate, e.g. 4e14 (an H100 at 40% MFU)")
       ("measure", po::bool_switch(), "time a few training steps of every shape and variant on this machine")
-      ("measure-steps", po::value<int>()->default_value(3), "timed steps per shape and variant (after one warm-up step)");
+      ("measure-steps", po::value<int>()->default_value(3), "timed steps per shape and variant (after one warm-up step)")
+      ("device-memory-gb", po::value<double>(), "warn about points whose predicted peak memory per rank exceeds this, e.g. 80");
   po::variables_map vm;
   if (!parse(argc, argv, "usage: modtrain grid plan --spec FILE [--tokens-per-second X | --flops-per-second X | --measure]",
              o, vm))
@@ -58,6 +60,7 @@ int plan(int argc, char** argv) {
   if (vm.count("flops-per-second")) p.flops_per_second = vm["flops-per-second"].as<double>();
   p.measure = vm["measure"].as<bool>();
   p.measure_steps = vm["measure-steps"].as<int>();
+  if (vm.count("device-memory-gb")) p.device_memory_gb = vm["device-memory-gb"].as<double>();
   return grid::plan(p);
 }
 

@@ -1,5 +1,5 @@
-// modtrain: one program, one subcommand per job (prep, train, eval, sample, inspect, flops, export,
-// grid).
+// modtrain: one program, one subcommand per job (prep, train, eval, sample, inspect, flops, memory,
+// export, grid).
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -20,6 +20,7 @@ constexpr const char* kUsage =
     "  sample  generate text with a KV cache (routed blocks admit tokens causally)\n"
     "  inspect where a trained model's routed blocks send the tokens of a text (PNG, HTML, CSV)\n"
     "  flops   parameters and FLOPs per token of a config\n"
+    "  memory  predicted peak memory per rank of a config (parameters, optimizer, activations)\n"
     "  export  a checkpoint -> one safetensors file of the whole model\n"
     "  grid    isoFLOP grids: plan, run here, submit to Slurm, collect losses and plots\n"
     "\n"
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     if (command == "sample") return mod::cli::sample(argc - 1, argv + 1);
     if (command == "inspect") return mod::cli::inspect(argc - 1, argv + 1);
     if (command == "flops") return mod::cli::flops(argc - 1, argv + 1);
+    if (command == "memory") return mod::cli::memory(argc - 1, argv + 1);
     if (command == "export") return mod::cli::export_checkpoint(argc - 1, argv + 1);
     if (command == "grid") return mod::cli::grid(argc - 1, argv + 1);
     std::fprintf(stderr, "modtrain: unknown command '%s'\n\n%s", command.c_str(), kUsage);

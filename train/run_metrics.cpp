@@ -21,7 +21,8 @@ constexpr RunMetric kRunMetrics[] = {{"lm_loss", &StepMetrics::lm_loss},
                                      {"lr", &StepMetrics::lr},
                                      {"grad_norm", &StepMetrics::grad_norm},
                                      {"tokens_per_s", &StepMetrics::tokens_per_s},
-                                     {"mfu", &StepMetrics::mfu}};
+                                     {"mfu", &StepMetrics::mfu},
+                                     {"peak_memory_mb", &StepMetrics::peak_memory_mb}};
 
 // Each routed block's, as "block<b>_<name>".
 struct RouterMetric {
@@ -140,8 +141,12 @@ void print_progress(int64_t steps_done, int64_t steps, const StepMetrics& m, dou
               static_cast<long long>(steps), *m.lm_loss);
   if (m.val_loss) std::printf(" | val %.4f", *m.val_loss);
   if (m.val_loss_causal) std::printf(" (causal %.4f)", *m.val_loss_causal);
-  std::printf(" | lr %.2e | %6.0f tok/s | MFU %4.1f%% | ETA %s\n", *m.lr, *m.tokens_per_s,
-              100 * *m.mfu, format_duration(eta_seconds).c_str());
+  std::printf(" | lr %.2e | %6.0f tok/s | MFU %4.1f%%", *m.lr, *m.tokens_per_s, 100 * *m.mfu);
+  if (m.peak_memory_max_mb)
+    std::printf(" | mem %.2f GiB (max over ranks)", *m.peak_memory_max_mb / 1024);
+  else if (m.peak_memory_mb)
+    std::printf(" | mem %.2f GiB", *m.peak_memory_mb / 1024);
+  std::printf(" | ETA %s\n", format_duration(eta_seconds).c_str());
   std::fflush(stdout);
 }
 

@@ -22,6 +22,10 @@ struct StepMetrics {
   std::optional<double> lm_loss, aux_loss, val_loss, lr, grad_norm, tokens_per_s, mfu;
   // At the final evaluation of a routed model: the validation loss with causal routing.
   std::optional<double> val_loss_causal;
+  // Bytes in use at their highest during the step (the allocator's count, core/backend.h), in
+  // MiB: this rank's (metrics.csv and TensorBoard: world rank 0's), and at progress-line steps
+  // the largest over every rank (one all-reduce then).
+  std::optional<double> peak_memory_mb, peak_memory_max_mb;
   std::vector<model::RoutedBlockStats> routed;  // resolved, one per routed block
   // At evaluations of an MoD model: (block, share of the first validation sequences' tokens
   // on which causal routing chooses as top-C does).

@@ -11,7 +11,9 @@
 
 #include "configs/config.h"
 #include "core/cpu/cpu_peak.h"
+#include "core/backend.h"
 #include "core/device_report.h"
+#include "model/memory_plan.h"
 #include "model/routing_trace.h"
 #include "parallel/device_communicator.h"
 #include "train/data/loader.h"
@@ -106,6 +108,8 @@ double Trainer::run() {
     StepMetrics m = timed_step(step);
     loss = *m.lm_loss;
     if (evaluation_due(step)) evaluate_validation(step, m);
+    if (progress_due(step) && mesh_->world().size() > 1)
+      m.peak_memory_max_mb = max_over_ranks(*m.peak_memory_mb);
     log_step(step, m, seconds_since(start));
     // Every rank learns whether any rank was signalled, so all of them stop after this step.
     const bool stop = any_rank_stopping();
@@ -114,10 +118,12 @@ double Trainer::run() {
       last_save = Clock::now();
     }
     if (stop) {
+      report_peak_memory();
       stop_after(step + 1);
       return loss;
     }
   }
+  report_peak_memory();
   write_weights();
   return loss;
 }
@@ -159,7 +165,13 @@ void Trainer::print_run_header(const model::FlopCount& flops) const {
 StepMetrics Trainer::timed_step(int64_t step) {
   const auto& t = cfg_.train();
   const auto t0 = Clock::now();
+  // The peak restarts at every step boundary, so each step reports its own.
+  Backend& be = backend(device_);
+  be.reset_peak_memory();
   StepMetrics m = train_step(step);
+  const size_t peak = be.memory_stats().peak_in_use_bytes;
+  peak_memory_bytes_ = std::max(peak_memory_bytes_, peak);
+  m.peak_memory_mb = static_cast<double>(peak) / (1 << 20);
   losses_.push_back(*m.lm_loss);
   const double tokens_per_step =
       static_cast<double>(t.batch_size()) * t.grad_accum() * cfg_.model().seq_len();
@@ -173,8 +185,34 @@ StepMetrics Trainer::timed_step(int64_t step) {
 void Trainer::log_step(int64_t step, const StepMetrics& m, double run_seconds) const {
   if (log_) log_->write(step + 1, m);
   const int64_t steps = cfg_.train().steps();
-  if (quiet_ || ((step + 1) % cfg_.train().log_every() != 0 && step + 1 != steps)) return;
+  if (quiet_ || !progress_due(step)) return;
   print_progress(step + 1, steps, m, run_seconds / (step + 1 - start_step_) * (steps - step - 1));
+}
+
+bool Trainer::progress_due(int64_t step) const {
+  return (step + 1) % cfg_.train().log_every() == 0 || step + 1 == cfg_.train().steps();
+}
+
+double Trainer::max_over_ranks(double value) const {
+  Tensor t = Tensor::from_vector({value}, {1}, DType::F64);
+  mesh_->world().all_reduce(t, parallel::ReduceOp::Max);
+  return t.data<double>()[0];
+}
+
+void Trainer::report_peak_memory() const {
+  parallel::Communicator& world = mesh_->world();
+  Tensor mine = Tensor::from_vector({static_cast<double>(peak_memory_bytes_)}, {1}, DType::F64);
+  Tensor all = Tensor::empty({world.size()}, DType::F64);
+  if (world.size() > 1)
+    world.all_gather(mine, all);
+  else
+    all.copy_from(mine);
+  if (quiet_ || !writer_) return;
+  std::printf("peak memory in use during a step (%s allocator):", device_name(device_));
+  for (int r = 0; r < world.size(); ++r)
+    std::printf("%s rank %d %s", r ? "," : "", r, model::format_bytes(all.data<double>()[r]).c_str());
+  std::printf("\n");
+  std::fflush(stdout);
 }
 
 // Every train.eval_every steps and after the last.

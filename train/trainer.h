@@ -48,6 +48,8 @@ class Trainer {
   int64_t start_step() const { return start_step_; }  // steps done before run() (resume)
   const model::Transformer& model() const { return *model_; }
   const std::vector<double>& losses() const { return losses_; }  // one per step run here
+  // This rank's highest bytes in use during any step run here (the device allocator's count).
+  size_t peak_memory_bytes() const { return peak_memory_bytes_; }
   // Every parameter in full (tensor-parallel shards and experts gathered). Collective over the
   // tp and ep groups.
   std::vector<std::pair<std::string, Tensor>> full_parameters() const;
@@ -60,6 +62,11 @@ class Trainer {
   double peak_flops_per_process() const;
   StepMetrics timed_step(int64_t step);
   void log_step(int64_t step, const StepMetrics& m, double run_seconds) const;
+  bool progress_due(int64_t step) const;  // a progress-line step (every log_every, and last)
+  // The largest of every rank's value (one all-reduce over the world). Collective.
+  double max_over_ranks(double value) const;
+  // Rank 0 prints every rank's peak memory (one all-gather). Collective.
+  void report_peak_memory() const;
   bool evaluation_due(int64_t step) const;
   // val_loss (top-C), agreement of the two routings, and after the last step val_loss_causal.
   void evaluate_validation(int64_t step, StepMetrics& m) const;
@@ -111,6 +118,7 @@ class Trainer {
   double elapsed_before_ = 0;  // seconds trained before a resume
   bool stopped_ = false;
   std::vector<double> losses_;
+  size_t peak_memory_bytes_ = 0;
   // Set by run(): metrics.csv and tb/ (world rank 0), a token's training FLOPs and the rate MFU
   // is measured against (every process's share of the machine).
   std::unique_ptr<MetricsLog> log_;

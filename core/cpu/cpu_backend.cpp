@@ -25,6 +25,12 @@ void* CpuBackend::allocate(size_t bytes) { return host_allocate(bytes); }
 
 void CpuBackend::deallocate(void* ptr, size_t bytes) { host_deallocate(ptr, bytes); }
 
+MemoryStats CpuBackend::memory_stats() const {
+  return {host_in_use_bytes(), host_peak_in_use_bytes()};
+}
+
+void CpuBackend::reset_peak_memory() { host_reset_peak(); }
+
 void CpuBackend::copy(const Tensor& src, Tensor& dst) {
   if (src.raw_data() != dst.raw_data()) std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
 }

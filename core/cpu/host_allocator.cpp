@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -38,6 +39,15 @@ Cache& cache() {
   return *c;
 }
 
+std::atomic<size_t> in_use{0}, peak{0};
+
+void count_allocated(size_t size) {
+  const size_t now = in_use.fetch_add(size, std::memory_order_relaxed) + size;
+  size_t seen = peak.load(std::memory_order_relaxed);
+  while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+  }
+}
+
 size_t rounded(size_t bytes) {
   const size_t unit = bytes >= kCachedFrom ? 4096 : kAlignment;
   return bytes == 0 ? kAlignment : (bytes + unit - 1) / unit * unit;
@@ -46,6 +56,7 @@ size_t rounded(size_t bytes) {
 
 void* host_allocate(size_t bytes) {
   const size_t size = rounded(bytes);
+  count_allocated(size);
   if (size >= kCachedFrom) {
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mu);
@@ -58,13 +69,17 @@ void* host_allocate(size_t bytes) {
     }
   }
   void* p = std::aligned_alloc(kAlignment, size);
-  if (!p) throw std::bad_alloc();
+  if (!p) {
+    in_use.fetch_sub(size, std::memory_order_relaxed);
+    throw std::bad_alloc();
+  }
   return p;
 }
 
 void host_deallocate(void* ptr, size_t bytes) {
   if (!ptr) return;
   const size_t size = rounded(bytes);
+  in_use.fetch_sub(size, std::memory_order_relaxed);
   if (size >= kCachedFrom) {
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mu);
@@ -84,5 +99,9 @@ size_t host_cached_bytes() {
 }
 
 size_t host_cache_limit() { return cache().limit; }
+
+size_t host_in_use_bytes() { return in_use.load(std::memory_order_relaxed); }
+size_t host_peak_in_use_bytes() { return peak.load(std::memory_order_relaxed); }
+void host_reset_peak() { peak.store(in_use.load(std::memory_order_relaxed), std::memory_order_relaxed); }
 
 }  // namespace mod::cpu

@@ -14,4 +14,10 @@ void host_deallocate(void* ptr, size_t bytes);
 size_t host_cached_bytes();
 size_t host_cache_limit();
 
+// Bytes handed out and not yet freed (sizes as rounded; cached blocks are not in use), and the
+// highest that has been since the last reset. Lock-free: every allocation pays two atomics.
+size_t host_in_use_bytes();
+size_t host_peak_in_use_bytes();
+void host_reset_peak();  // the peak restarts from what is in use now (a step boundary)
+
 }  // namespace mod::cpu

@@ -123,6 +123,12 @@ AllocatorStats allocator_stats() {
   return c.stats;
 }
 
+void reset_peak_in_use() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.stats.peak_in_use_bytes = c.stats.in_use_bytes;
+}
+
 int begin_graph_pool() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);

@@ -20,6 +20,7 @@ struct AllocatorStats {
   size_t device_mallocs = 0;  // cudaMalloc calls so far (a steady training step makes none)
 };
 AllocatorStats allocator_stats();
+void reset_peak_in_use();  // the peak restarts from what is in use now (a step boundary)
 // Returns every cached block of the general pool to the driver (cudaFree).
 void release_cached();
 

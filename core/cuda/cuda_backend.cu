@@ -47,6 +47,13 @@ void* CudaBackend::allocate(size_t bytes) { return device_allocate(bytes); }
 
 void CudaBackend::deallocate(void* ptr, size_t bytes) { device_deallocate(ptr, bytes); }
 
+MemoryStats CudaBackend::memory_stats() const {
+  const AllocatorStats s = allocator_stats();
+  return {s.in_use_bytes, s.peak_in_use_bytes};
+}
+
+void CudaBackend::reset_peak_memory() { reset_peak_in_use(); }
+
 // Either side may be host memory (Tensor::to(Device) and copy_from come here for every copy
 // that touches the GPU). A copy to or from the host returns once the data is in place.
 void CudaBackend::copy(const Tensor& src, Tensor& dst) {

@@ -15,6 +15,8 @@ class CudaBackend final : public Backend {
   std::string describe() const override;
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr, size_t bytes) override;
+  MemoryStats memory_stats() const override;
+  void reset_peak_memory() override;
   void copy(const Tensor& src, Tensor& dst) override;
   void convert(const Tensor& src, Tensor& dst) override;
   void fill(Tensor& dst, double value) override;

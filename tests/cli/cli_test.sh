@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end check of the modtrain command line on a small corpus: prep (byte and BPE), a short
 # MoD training run whose loss falls, eval with both routings (of a weights file, a run and a
-# checkpoint directory; as a table and as JSON), sample, inspect, flops; and bad input that must
-# fail with a message naming the culprit. Usage: cli_test.sh MODTRAIN SOURCE_DIR
+# checkpoint directory; as a table and as JSON), sample, inspect, flops, memory; and bad input
+# that must fail with a message naming the culprit. Usage: cli_test.sh MODTRAIN SOURCE_DIR
 set -euo pipefail
 modtrain=$1
 src=$2
@@ -71,6 +71,12 @@ grep -q "^int main" "$work/sample.log" || fail "sample did not continue the prom
 grep -q "tokens/s" "$work/sample.err" || fail "sample did not report tokens/s"
 "$modtrain" flops --config "$src/configs/recipes/tiny_mod.textproto" | grep -q "training" \
   || fail "flops printed no total"
+# memory: the predicted peak, and whether it fits a stated device memory.
+"$modtrain" memory --config "$src/configs/recipes/tiny_mod.textproto" --device-memory-gb 1 \
+  | grep -q "^fits 1 GB" || fail "memory: tiny_mod should fit 1 GB"
+"$modtrain" memory --config "$src/configs/recipes/tiny_mod.textproto" --recompute FULL \
+  --set parallel.dp=2 --set parallel.zero1=true --device-memory-gb 0.01 | grep -q "DOES NOT FIT" \
+  || fail "memory: tiny_mod should not fit 10 MB"
 
 # inspect: the routed block's picks under both routings, as CSV, HTML and (with gnuplot) PNG.
 "$modtrain" inspect --checkpoint "$work/run" --tokenizer "$work/data/tokenizer.txt" \
@@ -102,6 +108,8 @@ expect_error() {  # expect_error PATTERN command...
 }
 expect_error "model.mod.capacity" "$modtrain" flops --config "$src/configs/recipes/tiny_mod.textproto" --set model.mod.capacity=0
 expect_error "nope.textproto" "$modtrain" flops --config "$work/nope.textproto"
+expect_error "--recompute" "$modtrain" memory --config "$src/configs/recipes/tiny_mod.textproto" --recompute SOME
+expect_error "not a block" "$modtrain" memory --config "$src/configs/recipes/tiny_mod.textproto" --recompute FULL --recompute-blocks 0,9
 expect_error "model.vocab_size" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" \
   --run-dir "$work/r2" --data "$work/bpe" --set train.steps=1
 expect_error "no dataset.textproto" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" \

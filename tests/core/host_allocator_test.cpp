@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "core/backend.h"
 #include "core/cpu/host_allocator.h"
 #include "core/tensor.h"
 
@@ -36,4 +37,25 @@ TEST_CASE("tensors of a repeated shape reuse their storage", "[tensor]") {
   }
   Tensor again = Tensor::empty({512, 1024});
   CHECK(again.raw_data() == first);
+}
+
+TEST_CASE("in-use bytes count live blocks, not cached ones; the peak resets to what is in use",
+          "[tensor]") {
+  const size_t big = 2 * 1024 * 1024;  // cached when freed
+  const size_t base = cpu::host_in_use_bytes();
+  cpu::host_reset_peak();
+  CHECK(cpu::host_peak_in_use_bytes() == base);
+  void* a = cpu::host_allocate(big);
+  void* b = cpu::host_allocate(big);
+  CHECK(cpu::host_in_use_bytes() == base + 2 * big);
+  cpu::host_deallocate(a, big);
+  CHECK(cpu::host_in_use_bytes() == base + big);  // a sits in the cache: not in use
+  CHECK(cpu::host_peak_in_use_bytes() == base + 2 * big);
+  cpu::host_reset_peak();
+  CHECK(cpu::host_peak_in_use_bytes() == base + big);
+  const MemoryStats s = backend(Device::CPU).memory_stats();
+  CHECK(s.in_use_bytes == base + big);
+  CHECK(s.peak_in_use_bytes == base + big);
+  cpu::host_deallocate(b, big);
+  CHECK(cpu::host_in_use_bytes() == base);
 }

@@ -27,6 +27,9 @@ cat "$src"/core/*.cpp "$src"/core/*.h "$src"/docs/*.md > "$work/corpus.txt"
 grep -q "b4e10_s2_mod" "$work/plan.log" || fail "plan did not list the points: $(cat "$work/plan.log")"
 [ "$(wc -l < "$out/plan.csv")" -eq 9 ] || fail "plan.csv: expected 9 lines: $(cat "$out/plan.csv")"
 [ "$(ls "$out/points/"*.textproto | wc -l)" -eq 8 ] || fail "expected 8 point configs"
+head -1 "$out/plan.csv" | grep -q predicted_peak_bytes || fail "plan.csv: no predicted peak column"
+"$modtrain" grid plan "${opts[@]}" --device-memory-gb 0.001 | grep -q "^warning: 8 points" \
+  || fail "plan --device-memory-gb 0.001 did not warn about every point"
 steps=$(grep -E '^  steps: ' "$out/points/b2e10_s1_dense.textproto" | awk '{print $2}')
 [ "$steps" -gt 100 ] || fail "b2e10_s1_dense: train.steps '$steps'"
 

@@ -97,3 +97,22 @@ TEST_CASE("metrics.csv starts with step and loss and drops rows past a resume po
   CHECK(all == "step,loss,lr,val_loss\n1,4,0.1,\n2,3,0.1,\n3,1.5,0.2,1.25\n");
   fs::remove(path);
 }
+
+TEST_CASE("metrics.csv continued by a version with a new column keeps the file's own columns",
+          "[metrics]") {
+  const fs::path path =
+      fs::temp_directory_path() / ("modtrain_mc_" + std::to_string(::getpid()) + ".csv");
+  fs::remove(path);
+  {
+    metrics::CsvWriter csv(path.string(), {"lr", "mfu"});  // an older run: no peak_memory_mb
+    csv.row(1, 4.0, {{"lr", 0.1}, {"mfu", 0.5}});
+  }
+  {
+    metrics::CsvWriter csv(path.string(), {"lr", "mfu", "peak_memory_mb"});
+    csv.row(2, 3.0, {{"lr", 0.2}, {"mfu", 0.25}, {"peak_memory_mb", 64}});
+  }
+  std::ifstream in(path);
+  std::string all((std::istreambuf_iterator<char>(in)), {});
+  CHECK(all == "step,loss,lr,mfu\n1,4,0.1,0.5\n2,3,0.2,0.25\n");
+  fs::remove(path);
+}

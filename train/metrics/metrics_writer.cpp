@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iterator>
+#include <sstream>
 #include <stdexcept>
 
 #include "core/util/crc32c.h"
@@ -142,6 +143,18 @@ std::string TensorBoardWriter::kept_records(const std::string& all, int64_t last
 CsvWriter::CsvWriter(const std::string& path, std::vector<std::string> columns)
     : columns_(std::move(columns)) {
   const bool fresh = !std::filesystem::exists(path) || std::filesystem::file_size(path) == 0;
+  // A continued file keeps its own header: a column added since it was started is left out,
+  // one it has that is no longer reported stays empty, and every row lines up.
+  if (!fresh) {
+    std::ifstream in(path);
+    std::string header, cell;
+    std::getline(in, header);
+    std::istringstream cells(header);
+    std::vector<std::string> existing;
+    for (int i = 0; std::getline(cells, cell, ','); ++i)
+      if (i >= 2) existing.push_back(cell);  // after step, loss
+    columns_ = std::move(existing);
+  }
   out_.open(path, std::ios::app);
   if (!out_) throw std::runtime_error("metrics: cannot open " + path);
   if (fresh) {

@@ -40,7 +40,8 @@ class TensorBoardWriter {
 
 class CsvWriter {
  public:
-  // Opens dir/metrics.csv for appending; `columns` after step and loss.
+  // Opens dir/metrics.csv for appending; `columns` after step and loss. An existing file keeps
+  // the columns of its header (a resumed run of an older version writes what that file has).
   CsvWriter(const std::string& path, std::vector<std::string> columns);
   // Values by column name; a missing one is left empty.
   void row(int64_t step, double loss, const std::map<std::string, double>& values);

@@ -1,0 +1,64 @@
+// modtrain memory: the predicted peak memory per rank of a config (model/memory_plan.h), for its
+// parallel layout and a recompute setting, and whether it fits a stated device memory.
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "configs/config.h"
+#include "launcher/cli.h"
+#include "model/memory_plan.h"
+
+namespace mod::cli {
+
+namespace {
+model::Recompute parse_recompute(const std::string& s) {
+  model::Recompute mode;
+  if (!modtrain::TrainConfig::Recompute_Parse(s, &mode))
+    throw std::invalid_argument("--recompute: expected NONE, SELECTIVE or FULL, got '" + s + "'");
+  return mode;
+}
+
+std::vector<int> parse_blocks(const std::string& s) {
+  std::vector<int> out;
+  std::istringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    try {
+      out.push_back(std::stoi(item));
+    } catch (const std::exception&) {
+      throw std::invalid_argument("--recompute-blocks: expected block numbers like 0,2,4, got '" +
+                                  s + "'");
+    }
+  }
+  return out;
+}
+}  // namespace
+
+int memory(int argc, char** argv) {
+  po::options_description o("modtrain memory options");
+  add_config_options(o);
+  o.add_options()
+      ("recompute", po::value<std::string>(), "activation recomputation: NONE, SELECTIVE or FULL (default: the config's train.recompute)")
+      ("recompute-blocks", po::value<std::string>(), "blocks recomputed, e.g. 0,2,4 (default: the config's train.recompute_blocks, else all)")
+      ("device-memory-gb", po::value<double>(), "say whether the peak fits this much memory per device, e.g. 80");
+  po::variables_map vm;
+  if (!parse(argc, argv,
+             "usage: modtrain memory --config FILE [--set f=v ...] [--recompute NONE|SELECTIVE|FULL] "
+             "[--device-memory-gb N]",
+             o, vm))
+    return 0;
+  const modtrain::RunConfig cfg = load_config(vm);
+  model::MemoryOptions opt = model::memory_options(cfg);
+  if (vm.count("recompute")) opt.recompute = parse_recompute(vm["recompute"].as<std::string>());
+  if (vm.count("recompute-blocks")) opt.recompute_blocks = parse_blocks(vm["recompute-blocks"].as<std::string>());
+  const model::MemoryPlan plan = model::plan_memory(cfg.model(), opt);
+  std::printf("%s\n%s", cfg.name().c_str(), model::describe_memory(plan, opt).c_str());
+  if (vm.count("device-memory-gb")) {
+    const double limit = vm["device-memory-gb"].as<double>() * 1e9;
+    std::printf("%s %.4g GB per device (predicted peak %.4g GB)\n",
+                plan.peak <= limit ? "fits" : "DOES NOT FIT", limit / 1e9, plan.peak / 1e9);
+  }
+  return 0;
+}
+
+}  // namespace mod::cli

@@ -1,0 +1,347 @@
+// Peak memory prediction (see memory_plan.h). Each term names the op whose backward saves it.
+#include "model/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "model/moe_routing.h"
+#include "model/routing_schedule.h"
+
+namespace mod::model {
+
+namespace {
+using modtrain::CausalRoutingConfig;
+using modtrain::ModelConfig;
+
+constexpr double kMaster = 4;  // f32 master weights, gradients and AdamW moments
+constexpr double kStats = 4;   // f32 statistics: rmsnorm rstd, attention lse, losses
+
+// The shapes one rank sees: heads, MLP hidden units and vocabulary split over tp.
+struct Dims {
+  double d, w, f, h, v, fe, e_all, experts_local, a;  // a: compute dtype bytes
+  bool swiglu, bf16;
+  int tp;
+};
+
+Dims dims_of(const ModelConfig& cfg, const MemoryOptions& opt) {
+  const auto& me = cfg.moe();
+  Dims x{};
+  x.tp = opt.layout.tp;
+  x.d = cfg.d_model();
+  x.w = x.d / x.tp;
+  x.f = static_cast<double>(cfg.d_ff()) / x.tp;
+  x.h = static_cast<double>(cfg.n_heads()) / x.tp;
+  x.v = static_cast<double>(cfg.vocab_size()) / x.tp;
+  x.fe = me.d_expert() > 0 ? me.d_expert() : cfg.d_ff();
+  x.e_all = me.n_experts() + (me.noop_expert() ? 1 : 0);
+  x.experts_local = static_cast<double>(me.n_experts()) / opt.layout.ep;
+  x.bf16 = opt.bf16;
+  x.a = opt.bf16 ? 2 : 4;
+  x.swiglu = cfg.mlp() == ModelConfig::SWIGLU;
+  return x;
+}
+
+double mlp_mats(const Dims& x) { return x.swiglu ? 3 : 2; }
+
+// Parameter elements of block b on one rank (the layer constructors' shapes, model/layers.cpp,
+// model/moe.cpp; tp splits attention and the dense MLP, ep the experts).
+double block_param_elems(const ModelConfig& cfg, const Dims& x, bool routed, bool moe) {
+  double n = 2 * x.d + 4 * x.d * x.w;  // norm1, norm2; wq, wk, wv, wo
+  if (moe)
+    n += x.experts_local * mlp_mats(x) * x.fe * x.d + x.e_all * x.d +
+         (cfg.moe().router_bias() ? x.e_all : 0);
+  else
+    n += mlp_mats(x) * x.d * x.f;
+  if (routed) {
+    n += x.d + (cfg.mod().router().bias() ? 1 : 0);
+    if (cfg.mod().causal().method() == CausalRoutingConfig::PREDICTOR) {
+      const double hid = cfg.mod().causal().predictor_hidden();
+      n += x.d * hid + hid + hid + 1;
+    }
+  }
+  return n;
+}
+
+// The largest single weight of a block (its gradient is the largest one-piece temporary).
+double largest_block_weight(const Dims& x, bool moe) {
+  return moe ? x.experts_local * x.fe * x.d : std::max(x.d * x.w, x.d * x.f);
+}
+
+// Bytes of the compute-dtype weight copies autocast makes and the block's matmuls keep
+// (bf16 only; in f32 autocast hands back the master itself).
+double block_weight_copies(const Dims& x, bool moe) {
+  if (!x.bf16) return 0;
+  const double mlp = moe ? x.experts_local * mlp_mats(x) * x.fe * x.d : mlp_mats(x) * x.d * x.f;
+  return x.a * (2 * x.d + 4 * x.d * x.w + mlp);
+}
+
+// What the block's delta f saves for backward on n tokens (n = rows of all sequences):
+// rmsnorm keeps its input and rstd (x, h1); the q/k/v/o matmuls their input (n1); rope nothing
+// but positions, so attention's q, k, v and output are the four [n, D/tp] tensors; the MLP
+// matmuls their inputs (n2; the activation's input and output); attention's lse.
+double delta_kept(const ModelConfig& cfg, const Dims& x, double n, int64_t tokens_per_seq,
+                  bool moe, double sequences) {
+  double kept = n * x.a * (4 * x.d + 4 * x.w) + n * kStats * (2 + x.h);
+  if (!moe) return kept + n * x.a * mlp_mats(x) * x.f;
+  // MoE: router softmax output and the z-loss's logsumexp input [n, E']; every slot's gathered
+  // row (expert input), hidden activations and output, and its gate (model/moe.cpp).
+  const double slots = sequences * cfg.moe().n_experts() *
+                       static_cast<double>(expert_slots(cfg.moe(), tokens_per_seq));
+  kept += 2 * n * x.e_all * x.a;
+  kept += slots * x.a * (x.d + 1) + slots / x.tp * x.a * (x.d + mlp_mats(x) * x.fe);
+  return kept;
+}
+
+// What the delta's backward allocates at its widest, beyond what it keeps: the residual
+// gradients (2 [n,D]); in the MLP the activation's gradients (k of them) less its output, which
+// the down projection's backward has freed; in attention dq, dk, dv and the output's gradient,
+// by when the MLP's kept tensors are gone. Plus the largest weight gradient (and its f32 copy
+// under bf16).
+double delta_backward_temp(const Dims& x, double n, bool moe, double slots_per_rank) {
+  const double mlp_width = moe ? slots_per_rank / std::max(n, 1.0) * x.fe : x.f;
+  const double mlp = (mlp_mats(x) - 1) * mlp_width;
+  const double attention = 4 * x.w - mlp_mats(x) * mlp_width - 2 * x.d;
+  const double act = n * x.a * (2 * x.d + std::max(mlp, attention));
+  const double wgrad = largest_block_weight(x, moe) * (x.a + (x.bf16 ? kMaster : 0));
+  return act + wgrad;
+}
+
+// Under SELECTIVE a region keeps its input and the outputs of its GEMMs and attention: q, k, v
+// and attention's output [n, D/tp] with its lse, the projections' outputs [n, D], the MLP's
+// GEMM outputs; the norms, RoPE and activations between them are recomputed.
+double delta_selective_kept(const ModelConfig& cfg, const Dims& x, double n,
+                            int64_t tokens_per_seq, bool moe, double sequences) {
+  double kept = n * x.a * (x.d + 4 * x.w + 2 * x.d) + n * kStats * x.h;
+  if (!moe) return kept + n * x.a * (mlp_mats(x) - 1) * x.f;
+  const double slots = sequences * cfg.moe().n_experts() *
+                       static_cast<double>(expert_slots(cfg.moe(), tokens_per_seq));
+  return kept + n * x.e_all * x.a + slots / x.tp * x.a * (mlp_mats(x) - 1) * x.fe;
+}
+
+// What SELECTIVE keeps that the recomputation reuses instead of making again: the input,
+// v and attention's output with lse, and the MLP activation's inputs.
+double selective_shared(const Dims& x, double n, bool moe) {
+  return n * x.a * (x.d + 2 * x.w + (moe ? 0 : (mlp_mats(x) - 1) * x.f)) + n * kStats * x.h;
+}
+
+bool is_recomputed(const MemoryOptions& opt, int b) {
+  if (opt.recompute == modtrain::TrainConfig::NONE) return false;
+  if (opt.recompute_blocks.empty()) return true;
+  return std::find(opt.recompute_blocks.begin(), opt.recompute_blocks.end(), b) !=
+         opt.recompute_blocks.end();
+}
+}  // namespace
+
+// train.recompute and train.recompute_blocks are not read here yet: they come with the
+// recomputation branch (set MemoryOptions::recompute from them when both are merged).
+MemoryOptions memory_options(const modtrain::RunConfig& cfg) {
+  MemoryOptions o;
+  const auto& p = cfg.parallel();
+  o.layout = {std::max(1, p.tp()), std::max(1, p.dp()), std::max(1, p.ep()), p.zero1()};
+  o.batch_per_rank = std::max<int64_t>(1, cfg.train().batch_size() / o.layout.dp);
+  o.bf16 = cfg.train().precision() == modtrain::TrainConfig::BF16;
+  o.recompute = cfg.train().recompute();
+  o.recompute_blocks.assign(cfg.train().recompute_blocks().begin(),
+                            cfg.train().recompute_blocks().end());
+  return o;
+}
+
+MemoryPlan plan_memory(const modtrain::RunConfig& cfg) {
+  return plan_memory(cfg.model(), memory_options(cfg));
+}
+
+MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
+  for (int b : opt.recompute_blocks)
+    if (b < 0 || b >= cfg.n_layers())
+      throw std::invalid_argument("recompute blocks: " + std::to_string(b) +
+                                  " is not a block in [0, " + std::to_string(cfg.n_layers()) + ")");
+  const Dims x = dims_of(cfg, opt);
+  const auto routed = routed_blocks(cfg), moe = moe_blocks(cfg);
+  const double bs = static_cast<double>(opt.batch_per_rank), t = cfg.seq_len(), n = bs * t;
+  const auto& causal = cfg.mod().causal();
+  const bool predictor = cfg.mod().enabled() && causal.method() == CausalRoutingConfig::PREDICTOR;
+  MemoryPlan plan;
+
+  // Parameters, in master precision. Embedding (and an untied head) split over the vocabulary.
+  double expert_elems = 0, dense_elems = x.v * x.d * (cfg.tie_embeddings() ? 1 : 2) + x.d;
+  double largest_weight = x.v * x.d;
+  std::vector<double> block_grads;
+  for (int b = 0; b < cfg.n_layers(); ++b) {
+    const double e = block_param_elems(cfg, x, routed[b], moe[b]);
+    const double experts = moe[b] ? x.experts_local * mlp_mats(x) * x.fe * x.d : 0;
+    expert_elems += experts;
+    dense_elems += e - experts;
+    block_grads.push_back(e * kMaster);
+    largest_weight = std::max(largest_weight, largest_block_weight(x, moe[b]));
+  }
+  const double param_elems = dense_elems + expert_elems;
+  plan.parameters = param_elems * kMaster;
+  plan.gradients = plan.parameters;
+  // Expert weights are shared by edp ranks: dp / ep replicas times the tp ranks (which hold
+  // the same experts and split the slots).
+  const int dp = opt.layout.dp, edp = std::max(1, opt.layout.dp / opt.layout.ep) * opt.layout.tp;
+  if (opt.layout.zero1)
+    plan.optimizer = 2 * kMaster * (dense_elems / dp + expert_elems / edp);
+  else
+    plan.optimizer = 2 * plan.parameters;
+  // dp > 1: every gradient is also packed into a flat all-reduce bucket (parallel/data_parallel);
+  // expert gradients too when edp > 1 or they need dividing by dp (parallel/parallelize.cpp).
+  const double buckets =
+      kMaster * ((dp > 1 ? dense_elems : 0) + (dp > 1 || edp > 1 ? expert_elems : 0));
+  const double base = plan.parameters + plan.optimizer + buckets;
+
+  // Forward: what every block keeps until its backward. Under tp > 1 the copy_to_tp hooks hold
+  // their last input (the norm outputs feeding attention and a dense MLP) until the next
+  // forward, so those outlive the block's backward (parallel/parallelize.cpp SharedCopyToTp).
+  double kept_total = 0;
+  std::vector<double> held;
+  for (int b = 0; b < cfg.n_layers(); ++b) {
+    BlockMemory bm;
+    bm.block = b;
+    bm.routed = routed[b];
+    bm.moe = moe[b];
+    bm.recomputed = is_recomputed(opt, b);
+    bm.tokens = routed[b] ? block_capacity(cfg, b) : cfg.seq_len();
+    const double nb = bs * static_cast<double>(bm.tokens);
+    const double slots = moe[b] ? bs * cfg.moe().n_experts() *
+                                      static_cast<double>(expert_slots(cfg.moe(), bm.tokens)) / x.tp
+                                : 0;
+    const double delta = delta_kept(cfg, x, nb, bm.tokens, moe[b], bs);
+    const double copies = block_weight_copies(x, moe[b]);
+    bm.backward_temp = delta_backward_temp(x, nb, moe[b], slots);
+    // A recomputed block is one checkpoint region (model/block.cpp): dense, x + f(x) from x;
+    // routed, g(r) * f on the gathered rows from those rows, their positions and g. Its
+    // backward makes again what NONE would have kept, less what the region kept.
+    double region_kept = nb * x.d * x.a, reused = region_kept;
+    if (bm.recomputed && opt.recompute == modtrain::TrainConfig::SELECTIVE) {
+      region_kept = delta_selective_kept(cfg, x, nb, bm.tokens, moe[b], bs);
+      reused = selective_shared(x, nb, moe[b]);
+    }
+    const double block_kept = bm.recomputed ? region_kept : delta + copies;
+    if (bm.recomputed) bm.backward_temp += delta - reused + copies;
+    if (!routed[b]) {
+      // The residual add saves nothing; the block's input is norm1's saved x.
+      bm.kept = block_kept;
+    } else {
+      // Router (and predictor) matmuls keep the block input, as an f32 copy each under bf16
+      // (routing scores run in master precision); the predictor's hidden layer; g(r) [C,1];
+      // r, the top-C indices and the causal losses' inputs. Without recomputation the gate
+      // multiply also keeps f [C,D].
+      double around = x.bf16 ? n * x.d * kMaster * (predictor ? 2 : 1) : n * x.d * x.a;
+      if (predictor) around += 2 * n * causal.predictor_hidden() * kMaster;
+      around += nb * x.a + n * kStats * 4 + nb * 16;
+      if (!bm.recomputed) around += nb * x.d * x.a;
+      bm.kept = around + block_kept;
+    }
+    plan.weight_copies += bm.recomputed ? 0 : copies;
+    held.push_back(x.tp > 1 ? nb * x.d * x.a * (moe[b] ? 1 : 2) : 0);
+    if (bm.recomputed) bm.kept += held.back();  // the region's forward made them all the same
+    kept_total += bm.kept;
+    plan.blocks.push_back(bm);
+  }
+
+  // Head: final rmsnorm keeps its input and output (the LM head matmul's input); logits in the
+  // compute dtype (ForwardResult holds them) and, under bf16, the f32 copy cross-entropy saves;
+  // the head weight's compute copy (bf16); targets and lse.
+  const double head_copy = x.bf16 ? x.v * x.d * x.a : 0;
+  plan.weight_copies += head_copy;
+  plan.head_kept = n * x.d * x.a * 2 + n * kStats + n * x.v * x.a +
+                   (x.bf16 ? n * x.v * kMaster : 0) + n * (8 + kStats) + head_copy;
+  // Head backward: dlogits (f32, plus its bf16 cast), then the matmul's input gradient and the
+  // vocabulary-sized weight gradient (and its f32 cast).
+  const double dlogits = n * x.v * kMaster + (x.bf16 ? n * x.v * x.a : 0);
+  plan.head_backward_temp = dlogits + n * x.d * x.a + x.v * x.d * (x.a + (x.bf16 ? kMaster : 0));
+  plan.activations = kept_total + plan.head_kept;
+
+  // Backward, in reverse: head, blocks L-1..0, embedding. Live = base + gradients so far +
+  // what is still kept + the running step's temporaries; the incoming gradient [n,D] flows
+  // between blocks.
+  double peak = base + plan.activations, grads = 0, kept = plan.activations;
+  plan.peak_at = "end of forward";
+  auto visit = [&](double live, const std::string& where) {
+    if (live > peak) {
+      peak = live;
+      plan.peak_at = where;
+    }
+  };
+  visit(base + kept + plan.head_backward_temp, "backward of the LM head and loss");
+  kept -= plan.head_kept - (x.tp > 1 ? n * x.d * x.a : 0);
+  grads += x.d * kMaster + x.v * x.d * kMaster;  // final norm; the head (tied: embedding) weight
+  const double gx = n * x.d * x.a;
+  plan.largest_temporary = plan.head_backward_temp;
+  for (int b = cfg.n_layers() - 1; b >= 0; --b) {
+    const BlockMemory& bm = plan.blocks[b];
+    const std::string where = "backward of block " + std::to_string(b);
+    visit(base + grads + kept + gx + bm.backward_temp, where);
+    kept -= bm.kept - held[b];
+    grads += block_grads[b];
+    visit(base + grads + kept + gx, where);
+    plan.largest_temporary = std::max(plan.largest_temporary, bm.backward_temp);
+  }
+  // Embedding backward: the table's gradient in full, then added to the tied head's.
+  const double embed_grad = x.v * x.d * kMaster;
+  kept = std::max(kept, 0.0);  // now only what the tp hooks hold
+  visit(base + grads + kept + gx * (kMaster / x.a) + embed_grad, "backward of the embedding");
+  if (!cfg.tie_embeddings()) grads += embed_grad;
+  // Clipping squares one gradient at a time; ZeRO-1's update gathers every slice.
+  visit(base + grads + kept + largest_weight * kMaster, "gradient clipping");
+  if (opt.layout.zero1)
+    visit(base + grads + kept + kMaster * (param_elems + param_elems / dp), "ZeRO-1 all-gather");
+  plan.peak = peak;
+
+  if (cfg.moe().enabled() && (opt.layout.ep > 1 || opt.layout.tp > 1))
+    plan.notes.push_back("MoE under ep or tp > 1: the expert exchange's buffers are not counted");
+  return plan;
+}
+
+std::string format_bytes(double bytes) {
+  char s[32];
+  if (bytes >= 1024.0 * 1024 * 1024)
+    std::snprintf(s, sizeof s, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  else
+    std::snprintf(s, sizeof s, "%.1f MiB", bytes / (1024.0 * 1024));
+  return s;
+}
+
+std::string describe_memory(const MemoryPlan& p, const MemoryOptions& opt) {
+  static const char* kRecompute[] = {"NONE", "SELECTIVE", "FULL"};
+  std::ostringstream os;
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "per rank: tp %d, dp %d, ep %d, zero1 %s, %lld sequences per micro-batch, %s, "
+                "recompute %s\n",
+                opt.layout.tp, opt.layout.dp, opt.layout.ep, opt.layout.zero1 ? "on" : "off",
+                static_cast<long long>(opt.batch_per_rank), opt.bf16 ? "bf16 compute" : "f32",
+                kRecompute[static_cast<int>(opt.recompute)]);
+  os << line;
+  auto row = [&](const char* what, double bytes) {
+    std::snprintf(line, sizeof line, "  %-34s %12s\n", what, format_bytes(bytes).c_str());
+    os << line;
+  };
+  row("parameters (f32 masters)", p.parameters);
+  row("gradients (f32)", p.gradients);
+  row(opt.layout.zero1 ? "optimizer (AdamW m, v; ZeRO-1 /dp)" : "optimizer (AdamW m, v)",
+      p.optimizer);
+  os << "  activations kept for backward:\n";
+  os << "    block  kind    tokens/seq  recompute        kept   backward temp\n";
+  for (const BlockMemory& b : p.blocks) {
+    std::snprintf(line, sizeof line, "    %5d  %-6s  %10lld  %9s  %10s  %14s\n", b.block,
+                  b.routed ? (b.moe ? "r+moe" : "routed") : (b.moe ? "moe" : "dense"),
+                  static_cast<long long>(b.tokens), b.recomputed ? "yes" : "no",
+                  format_bytes(b.kept).c_str(), format_bytes(b.backward_temp).c_str());
+    os << line;
+  }
+  row("  LM head and loss", p.head_kept);
+  if (p.weight_copies > 0) row("  (bf16 weight copies, included)", p.weight_copies);
+  row("  total at the end of forward", p.activations);
+  row("largest temporary", p.largest_temporary);
+  row("predicted peak", p.peak);
+  os << "  peak at: " << p.peak_at << "\n";
+  for (const std::string& n : p.notes) os << "  note: " << n << "\n";
+  return os.str();
+}
+
+}  // namespace mod::model

@@ -1,0 +1,74 @@
+// Peak memory per rank, predicted from the config: parameters, gradients, AdamW state (sharded
+// over dp under ZeRO-1), the activations each block keeps for backward (a routed block keeps
+// them for its C tokens only), the compute-dtype weight copies autocast keeps, and the largest
+// temporary; the peak is found by walking backward block by block, as the autograd engine frees
+// each block's saved tensors and adds its gradients. docs/memory.md has the formula.
+// Shape legend: B sequences per rank, T tokens, C routed capacity, D width, F MLP width,
+// V vocabulary, H heads.
+//
+// The per-op terms come from what each op's backward saves (core/ops/*.cpp); the shapes from
+// the model's own rules (routed_blocks, moe_blocks, block_capacity, expert_slots). A test
+// checks the prediction against the CPU allocator's measured peak (tests/model).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "configs/modtrain.pb.h"
+
+namespace mod::model {
+
+// Activation recomputation (train.recompute): NONE keeps what every op's backward saves; FULL
+// keeps only each recomputed block's input (routed blocks: r, the top-C indices and the
+// gathered rows) and reruns the block in backward; SELECTIVE keeps the input and the outputs of
+// the GEMMs and attention and reruns the cheap ops between them.
+using Recompute = modtrain::TrainConfig::Recompute;  // as model/block.h
+
+struct MemoryLayout {
+  int tp = 1, dp = 1, ep = 1;
+  bool zero1 = false;
+};
+
+struct MemoryOptions {
+  MemoryLayout layout;
+  int64_t batch_per_rank = 1;  // sequences per micro-batch on one dp rank
+  bool bf16 = false;           // compute in bf16 from f32 masters (train.precision BF16)
+  Recompute recompute = modtrain::TrainConfig::NONE;
+  std::vector<int> recompute_blocks;  // empty: every block
+};
+
+// train.batch_size / dp, precision, recomputation and the parallel layout of a run config.
+MemoryOptions memory_options(const modtrain::RunConfig& cfg);
+
+struct BlockMemory {
+  int block = 0;
+  bool routed = false, moe = false, recomputed = false;
+  int64_t tokens = 0;       // per sequence through the block's layers (C when routed)
+  double kept = 0;          // bytes saved for backward from forward to this block's backward
+  double backward_temp = 0; // bytes its backward allocates on top (recomputed forward included)
+};
+
+struct MemoryPlan {
+  double parameters = 0;    // bytes, this rank's shards, master dtype
+  double gradients = 0;     // bytes after backward (master dtype)
+  double optimizer = 0;     // AdamW m and v (/dp under ZeRO-1)
+  double weight_copies = 0; // compute-dtype copies of weights kept for backward (bf16 only)
+  double head_kept = 0;  // final norm, logits, loss (the embedding output is block 0's input)
+  double head_backward_temp = 0;             // dlogits and the LM head's weight gradient
+  std::vector<BlockMemory> blocks;
+  double activations = 0;        // everything kept at the end of forward (weight copies too)
+  double largest_temporary = 0;  // the largest backward_temp (head's included)
+  double peak = 0;
+  std::string peak_at;              // where the peak falls, e.g. "backward of block 3"
+  std::vector<std::string> notes;   // what is approximate or not modelled
+};
+
+MemoryPlan plan_memory(const modtrain::ModelConfig& cfg, const MemoryOptions& opt);
+MemoryPlan plan_memory(const modtrain::RunConfig& cfg);
+
+// The `memory` command's table (bytes shown in MiB/GiB).
+std::string describe_memory(const MemoryPlan& plan, const MemoryOptions& opt);
+std::string format_bytes(double bytes);  // e.g. "1.25 GiB", "310.4 MiB"
+
+}  // namespace mod::model
