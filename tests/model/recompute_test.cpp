@@ -2,10 +2,14 @@
 // routing and MoE statistics of NONE bit for bit, over two accumulated micro-batches, for dense,
 // MoD (predictor and aux-BCE), staged and integrated MoDE and a token-choice MoE.
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 
+#include "configs/config.h"
 #include "core/all_ops.h"
+#include "core/backend.h"
 #include "core/autograd.h"
 #include "model/transformer.h"
 #include "tests/model/tiny_configs.h"
@@ -110,4 +114,38 @@ TEST_CASE("recompute_blocks limits recomputation to the listed blocks", "[model]
   CHECK_THROWS_WITH(model.set_recompute(TrainConfig::FULL, {2}),
                     Catch::Matchers::Contains("train.recompute_blocks") &&
                         Catch::Matchers::Contains("2 is not a block in [0, 2)"));
+}
+
+namespace {
+// Bytes the CPU allocator holds above what it held before forward, at the highest point of a
+// forward and backward whose parameter gradients already exist (a second step accumulates
+// into them), so what is counted is activations and backward's temporaries.
+double peak_activation_bytes(const modtrain::ModelConfig& cfg, Recompute mode) {
+  Transformer model(cfg, 7);
+  model.set_recompute(mode);
+  const Tensor tokens = test::tokens_for(1, cfg.seq_len(), cfg.vocab_size(), 3);
+  const Tensor targets = test::tokens_for(1, cfg.seq_len(), cfg.vocab_size(), 4);
+  backward(model.forward(tokens, targets).loss);  // allocates every parameter's gradient
+  Backend& cpu = backend(Device::CPU);
+  const double before = static_cast<double>(cpu.memory_stats().in_use_bytes);
+  cpu.reset_peak_memory();
+  backward(model.forward(tokens, targets).loss);
+  return static_cast<double>(cpu.memory_stats().peak_in_use_bytes) - before;
+}
+}  // namespace
+
+TEST_CASE("FULL recomputation at the GPT-2-small shape keeps at most 35% of NONE's activations",
+          "[model][recompute]") {
+  const char* src = std::getenv("MOD_SOURCE_DIR");
+  const modtrain::RunConfig run = config::load(
+      std::string(src ? src : MOD_SOURCE_DIR) + "/configs/recipes/gpt2_small_dense.textproto", {});
+  const modtrain::ModelConfig& cfg = run.model();
+  REQUIRE(cfg.d_model() == 768);
+  REQUIRE(cfg.n_layers() == 12);
+  REQUIRE(cfg.seq_len() == 1024);
+  const double none = peak_activation_bytes(cfg, TrainConfig::NONE);
+  const double full = peak_activation_bytes(cfg, TrainConfig::FULL);
+  std::printf("GPT-2-small shape, batch 1: peak activation memory NONE %.1f MB, FULL %.1f MB (%.0f%%)\n",
+              none / 1e6, full / 1e6, 100 * full / none);
+  CHECK(full <= 0.35 * none);
 }
