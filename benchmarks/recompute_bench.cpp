@@ -8,7 +8,7 @@
 //   MOD_HOST_CACHE_MB=0 MALLOC_MMAP_THRESHOLD_=65536 recompute_bench
 //       --config configs/recipes/tiny_mod.textproto --steps 3
 // The napkin line gives what each block keeps per token by what the ops save (see
-// docs/memory-recompute-notes.md), in floats, for a dense GELU block without autocast.
+// docs/recompute.md), in floats, for a dense GELU block without autocast.
 #include <unistd.h>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // Activation checkpointing: a region of the graph whose intermediate tensors are not kept for
-// backward but recomputed there (docs/memory-recompute-notes.md).
+// backward but recomputed there (docs/recompute.md).
 //
 // checkpoint(fn, inputs) runs fn under NoGradGuard and records one node for the whole region.
 // Its backward reruns fn with grad on (same autocast state as the forward) on detached copies of
