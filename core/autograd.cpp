@@ -31,14 +31,9 @@ void check_grad_shape(const Node& node, const Tensor& g, const Shape& expected) 
 
 bool grad_enabled() { return g_grad_enabled; }
 
-AutocastGuard::AutocastGuard(DType dtype) : previous_(g_autocast) { g_autocast = dtype; }
+AutocastGuard::AutocastGuard(std::optional<DType> dtype) : previous_(g_autocast) { g_autocast = dtype; }
 AutocastGuard::~AutocastGuard() { g_autocast = previous_; }
 std::optional<DType> autocast_dtype() { return g_autocast; }
-
-AutocastStateGuard::AutocastStateGuard(std::optional<DType> dtype) : previous_(g_autocast) {
-  g_autocast = dtype;
-}
-AutocastStateGuard::~AutocastStateGuard() { g_autocast = previous_; }
 
 NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }

@@ -27,9 +27,11 @@ bool grad_enabled();
 // Embedding and the norms cast their parameters and inputs with autocast() (core/ops), and the
 // casts' backward brings gradients back to the parameters' own dtype (f32 masters). Losses are
 // computed in f32 by the model. Per thread, like NoGradGuard.
+// A state captured earlier with autocast_dtype() can be restored with it (none: f32 as stored),
+// as a checkpoint region's recomputation does.
 class AutocastGuard {
  public:
-  explicit AutocastGuard(DType dtype);
+  explicit AutocastGuard(std::optional<DType> dtype);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
@@ -39,17 +41,6 @@ class AutocastGuard {
 };
 std::optional<DType> autocast_dtype();  // none outside any AutocastGuard
 
-// Restores an autocast state captured earlier (none: f32 as stored), e.g. for a recomputation.
-class AutocastStateGuard {
- public:
-  explicit AutocastStateGuard(std::optional<DType> dtype);
-  ~AutocastStateGuard();
-  AutocastStateGuard(const AutocastStateGuard&) = delete;
-  AutocastStateGuard& operator=(const AutocastStateGuard&) = delete;
-
- private:
-  std::optional<DType> previous_;
-};
 
 // Inside this scope no op records a node (evaluation, optimizer steps, sampling).
 class NoGradGuard {

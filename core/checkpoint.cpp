@@ -78,7 +78,7 @@ std::vector<Tensor> recompute_backward(Region& r, const NeedsGrad& needs) {
   std::vector<Tensor> outputs;
   {
     EnableGradGuard grad;
-    AutocastStateGuard autocast(r.autocast);
+    AutocastGuard autocast(r.autocast);
     RegionScope scope(nullptr, r.keeps == RegionKeeps::CostlyOpOutputs ? &r.kept : nullptr);
     outputs = r.fn(rerun);
     if (r.kept.next != r.kept.entries.size())
