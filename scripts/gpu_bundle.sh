@@ -7,7 +7,7 @@
 #          (H100/H200) without MPI (one process) and without oneDNN, for any x86-64-v3 CPU;
 #   lib/   the shared libraries they load beyond the C/C++ runtime and CUDA's (protobuf,
 #          Boost.Program_options, OpenBLAS and what it needs);
-#   data/  the KJV shards of `modtrain prep --kjv`.
+#   data/  the KJV shards of `modtrain prep --kjv`, byte-level (kjv/) and BPE-8k (kjv_bpe8k/).
 # Usage: scripts/gpu_bundle.sh   (BUILD=dir to build elsewhere than build-gpu-bundle)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,10 +41,11 @@ openblas=$(ldconfig -p | awk '/libopenblas\.so\.0 /{p = $NF} END {print p}')
   | grep -Ev "$system" | grep -Ev "$cuda" \
   | while read -r lib; do cp -L "$lib" "$root/lib/$(basename "$lib")"; done
 
-if [ ! -f data/kjv/train.bin ]; then
-  "$build/launcher/modtrain" prep --kjv --out data/kjv
-fi
-cp data/kjv/train.bin data/kjv/val.bin data/kjv/tokenizer.txt "$root/data/"
+# The KJV twice: byte-level for the tiny recipes, BPE-8k for the GPT-2-small ones.
+[ -f data/kjv/dataset.textproto ] || "$build/launcher/modtrain" prep --kjv --out data/kjv
+[ -f data/kjv_bpe8k/dataset.textproto ] ||
+  "$build/launcher/modtrain" prep --kjv --tokenizer bpe --vocab-size 8192 --out data/kjv_bpe8k
+cp -r data/kjv data/kjv_bpe8k "$root/data/"
 
 tar -C "$stage" -cJf gpu_bundle.tar.xz gpu_bundle
 size=$(stat -c %s gpu_bundle.tar.xz)

@@ -6,9 +6,13 @@
 #                              (50-step runs against the CPU, CUDA graphs, checkpoints), nccl_tests
 #   scripts/gpu_run.sh bench   GPT-2-small dense and its MoD twin, bf16: step time, tokens/s and
 #                              MFU, eager and as a CUDA graph; then sampling tokens/s, dense vs MoD
+#   scripts/gpu_run.sh all     both, in one call (device time is scarce; a start costs minutes)
+# Every command runs under `timeout` (its LIMIT seconds), so one hang costs one entry, not the
+# call. The device tool brings back at most 8 files, so the logs go into one archive,
+# $OUT/logs.tar.gz, rewritten after every command (a call cut off still returns what ran).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?usage: scripts/gpu_run.sh tests|bench}
+stage=${1:?usage: scripts/gpu_run.sh tests|bench|all}
 out=${OUT:-$PWD/out}
 mkdir -p "$out"
 summary="$out/summary.txt"
@@ -22,46 +26,77 @@ bundle=/tmp/gpu_bundle
 cuda_libs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/*/lib 2>/dev/null | paste -sd:)
 py_libs=$(python3 scripts/gpu_run_helpers.py libdirs 2>/dev/null)
 export LD_LIBRARY_PATH="$bundle/lib:$cuda_libs:$py_libs:${LD_LIBRARY_PATH:-}"
-export MOD_SOURCE_DIR=$PWD
+export MOD_SOURCE_DIR=$PWD PYTHONUNBUFFERED=1
 modtrain="$bundle/bin/modtrain"
 
-run() {  # run NAME command...: output to $out/NAME.log, exit status to the summary
+logs=/tmp/gpu_run_logs
+mkdir -p "$logs"
+archive() { tar -C "$logs" -czf "$out/logs.tar.gz" . ; }
+
+run() {  # run NAME command...: output to $logs/NAME.log, exit status to the summary
   local name=$1
   shift
   local t0=$SECONDS
-  "$@" > "$out/$name.log" 2>&1
+  timeout -k 10 "${LIMIT:-150}" "$@" > "$logs/$name.log" 2>&1
   local rc=$?
-  printf '%-28s rc %-3d %4ds\n' "$name" "$rc" $((SECONDS - t0)) | tee -a "$summary"
-  [ $rc -eq 0 ] || tail -20 "$out/$name.log"
+  printf '%-32s rc %-3d %4ds\n' "$name" "$rc" $((SECONDS - t0)) | tee -a "$summary"
+  [ $rc -eq 0 ] || tail -15 "$logs/$name.log"
+  archive
   return 0
 }
 
+probe() {  # what the machine is, and whether every library the binaries need resolves
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader |
+    tee -a "$summary"
+  local missing
+  missing=$(ldd "$bundle"/bin/* | grep "not found" | sort -u)
+  [ -z "$missing" ] || { echo "gpu_run: unresolved libraries:"; echo "$missing"; } | tee -a "$summary"
+}
+
+tests() {
+  LIMIT=120 run cuda_tests "$bundle/bin/cuda_tests"
+  LIMIT=180 run gpu_training_tests "$bundle/bin/gpu_training_tests"
+  LIMIT=30 run nccl_tests "$bundle/bin/nccl_tests"
+}
+
+train_run() {  # train_run NAME MODEL GRAPH RECOMPUTE STEPS: one GPT-2-small run, 64 x 1024 tokens a step
+  local name=$1 model=$2 graph=$3 recompute=$4 steps=$5
+  LIMIT=75 run "$name" "$modtrain" train --config "configs/recipes/$model.textproto" \
+    --run-dir "/tmp/runs/$name" --data "$bundle/data/kjv_bpe8k" --set train.device=CUDA \
+    --set train.precision=BF16 --set train.steps="$steps" --set train.grad_accum=1 \
+    --set train.eval_every=0 --set train.log_every=1 --set train.cuda_graph="$graph" \
+    --set train.recompute="$recompute"
+  python3 scripts/gpu_run_helpers.py median "$name" "$logs/$name.log" | tee -a "$summary"
+  grep -h "^peak memory" "$logs/$name.log" | sed "s/^/  /" | tee -a "$summary"
+}
+
+bench() {
+  local steps=${STEPS:-20} model
+  for model in gpt2_small_dense gpt2_small_mod; do
+    train_run "train_${model}" "$model" false NONE "$steps"
+    train_run "train_${model}_graph" "$model" true NONE "$steps"
+    train_run "train_${model}_full" "$model" false FULL 10
+    LIMIT=45 run "sample_$model" "$modtrain" sample --checkpoint "/tmp/runs/train_${model}/model.safetensors" \
+      --tokenizer "$bundle/data/kjv_bpe8k/tokenizer.txt" --device CUDA --max-new-tokens 500 \
+      --prompt "And God said"
+    grep -o '\[[0-9]* tokens in [^,]*, [0-9.]* tokens/s' "$logs/sample_$model.log" |
+      sed "s/^/  sample_$model: /" | tee -a "$summary"
+  done
+  # PyTorch's twin of the MoD model and its dense twin, same shapes, with and without
+  # torch.utils.checkpoint (python3 there is the one with PyTorch).
+  LIMIT=150 run pytorch_gpu python3 benchmarks/pytorch_gpu.py --config configs/recipes/gpt2_small_mod.textproto \
+    --set train.batch_size=64 --steps 10 ${PYTORCH_COMPILE:+--compile}
+  grep -E "^PyTorch|^  (dense|MoD)" "$logs/pytorch_gpu.log" | tee -a "$summary"
+}
+
+probe
 case $stage in
-  tests)
-    nvidia-smi > "$out/nvidia-smi.txt" 2>&1
-    "$modtrain" --version > /dev/null 2>&1 || true
-    run cuda_tests "$bundle/bin/cuda_tests"
-    run gpu_training_tests "$bundle/bin/gpu_training_tests"
-    run nccl_tests "$bundle/bin/nccl_tests"
-    ;;
-  bench)
-    steps=${STEPS:-30}
-    for model in gpt2_small_dense gpt2_small_mod; do
-      for graph in false true; do
-        name="train_${model}_graph_${graph}"
-        run "$name" "$modtrain" train --config "configs/recipes/$model.textproto" \
-          --run-dir "/tmp/runs/$name" --data "$bundle/data" --set train.device=CUDA \
-          --set train.precision=BF16 --set train.steps="$steps" --set train.eval_every=0 \
-          --set train.log_every=1 --set train.cuda_graph="$graph"
-        python3 scripts/gpu_run_helpers.py median "$name" "$out/$name.log" | tee -a "$summary"
-      done
-      run "sample_$model" "$modtrain" sample --checkpoint "/tmp/runs/train_${model}_graph_false/model.safetensors" \
-        --tokenizer "$bundle/data/tokenizer.txt" --device CUDA --max-new-tokens 500 --prompt "And God said"
-      grep -o '\[[0-9]* tokens in [^,]*, [0-9.]* tokens/s' "$out/sample_$model.log" | sed "s/^/  sample_$model: /" | tee -a "$summary"
-    done
-    ;;
+  tests) tests ;;
+  bench) bench ;;
+  all) tests; bench ;;
   *)
-    echo "gpu_run: unknown stage '$stage' (tests or bench)" >&2
+    echo "gpu_run: unknown stage '$stage' (tests, bench or all)" >&2
     exit 2
     ;;
 esac
+archive
