@@ -10,20 +10,6 @@
 
 namespace mod::model {
 
-namespace {
-// Routing scores are ranked (top-C) and thresholded (causal routing), so they are computed in
-// the master weights' precision under a narrower autocast: bf16's 8 bits would tie close scores,
-// and top-C hands ties to the earlier position, a bias toward early tokens.
-template <class Fn>
-Tensor in_master_precision(const nn::Linear& layer, Fn&& fn) {
-  const auto compute = autocast_dtype();
-  const DType master = layer.weight().dtype();
-  if (!compute || dtype_size(*compute) >= dtype_size(master)) return fn();
-  AutocastGuard wide(master);
-  return fn();
-}
-}  // namespace
-
 Attention::Attention(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype)
     : head_dim_(cfg.d_model() / cfg.n_heads()), rope_theta_(cfg.rope_theta()) {
   const int64_t d = cfg.d_model();

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "configs/modtrain.pb.h"
+#include "core/autograd.h"
 #include "core/nn/module.h"
 
 namespace mod::model {
@@ -40,6 +41,18 @@ class Mlp : public nn::Module {
   bool swiglu_;
   std::shared_ptr<nn::Linear> up_, gate_, down_;
 };
+
+// Routing scores are ranked (top-C, expert choice) and thresholded (causal routing), so they are
+// computed in the master weights' precision under a narrower autocast: bf16's 8 bits would tie
+// close scores, and top-C hands ties to the earlier position, a bias toward early tokens.
+template <class Fn>
+Tensor in_master_precision(const nn::Linear& layer, Fn&& fn) {
+  const auto compute = autocast_dtype();
+  const DType master = layer.weight().dtype();
+  if (!compute || dtype_size(*compute) >= dtype_size(master)) return fn();
+  AutocastGuard wide(master);
+  return fn();
+}
 
 // r = w.x (+ b): one scalar per token, in the master weights' precision even under a narrower
 // autocast (top-C ranks these scores; the predictor's logits likewise).

@@ -6,6 +6,7 @@
 
 #include "core/all_ops.h"
 #include "core/autograd.h"
+#include "model/layers.h"
 
 namespace mod::model {
 
@@ -106,7 +107,7 @@ MoeOutput MoeMlp::forward(const Tensor& x) const {
   if (x.dim() != 3) throw std::invalid_argument("moe: input " + describe(x) + " must be [B,T,D]");
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2), e = cfg_.n_experts();
   MoeOutput result;
-  Tensor logits = router_->forward(x);  // [B,T,E']
+  Tensor logits = in_master_precision(*router_, [&] { return router_->forward(x); });  // [B,T,E']
   Tensor probs = softmax(logits);
   const MoeSelection sel = select_experts(detach(probs), cfg_);
   result.stats.noop_fraction = sel.noop_fraction;
@@ -130,9 +131,13 @@ MoeOutput MoeMlp::forward(const Tensor& x) const {
   Tensor gates = gather_rows(reshape(probs, {1, b * t * n_all_, 1}), sel.gate_rows.view({1, e * s}));
   // Empty token-choice slots: gate 0, so neither output nor gradient.
   if (!sel.all_valid) gates = mul(gates, sel.valid.view({1, e * s, 1}));
-  Tensor out = scatter_add_rows(Tensor::zeros({1, b * t, d}, x.dtype(), x.device()), idx,
-                                mul(reshape(ys, {1, e * s, d}), gates));
-  result.out = reshape(out, {b, t, d});
+  // A token that several experts chose sums their outputs: in f32 at least (the gates' precision),
+  // since bf16 atomics would round every add, in whatever order the GPU's threads arrive.
+  const auto as = [](const Tensor& v, DType dtype) { return v.dtype() == dtype ? v : cast(v, dtype); };
+  const DType acc = gates.dtype();
+  Tensor out = scatter_add_rows(Tensor::zeros({1, b * t, d}, acc, x.device()), idx,
+                                mul(as(reshape(ys, {1, e * s, d}), acc), gates));
+  result.out = as(reshape(out, {b, t, d}), x.dtype());
   return result;
 }
 
@@ -143,7 +148,8 @@ Tensor MoeMlp::forward_causal(const Tensor& x) const {
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2), n = b * t;
   const int64_t picks = cfg_.routing() == modtrain::MoEConfig::TOKEN_CHOICE ? cfg_.top_k() : 1;
   const Tensor rows = x.view({n, d});
-  const Tensor probs = softmax(router_->forward(x)).to(Device::CPU).to(DType::F64);  // [B,T,E']
+  const Tensor logits = in_master_precision(*router_, [&] { return router_->forward(x); });
+  const Tensor probs = softmax(logits).to(Device::CPU).to(DType::F64);  // [B,T,E']
   const double* p = probs.data<double>();
   Tensor out = Tensor::zeros({n, d}, x.dtype(), x.device());
   std::vector<std::vector<int64_t>> by_expert(cfg_.n_experts());

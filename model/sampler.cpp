@@ -11,8 +11,7 @@ namespace mod::model {
 
 int64_t sample_token(const Tensor& logits, const SamplingParams& p, Rng& rng) {
   const int64_t v = logits.numel();
-  std::vector<double> l(v);
-  for (int64_t i = 0; i < v; ++i) l[i] = logits.at(i);
+  const std::vector<double> l = logits.to_vector();  // one copy to the host where it is a GPU's
   if (p.temperature <= 0) return std::max_element(l.begin(), l.end()) - l.begin();
   std::vector<int64_t> order(v);
   std::iota(order.begin(), order.end(), 0);

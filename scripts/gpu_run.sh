@@ -7,12 +7,13 @@
 #   scripts/gpu_run.sh bench   GPT-2-small dense and its MoD twin, bf16: step time, tokens/s and
 #                              MFU, eager and as a CUDA graph; then sampling tokens/s, dense vs MoD
 #   scripts/gpu_run.sh all     both, in one call (device time is scarce; a start costs minutes)
+#   scripts/gpu_run.sh modtrain ARGS...   the bundle's modtrain, for a one-off measurement
 # Every command runs under `timeout` (its LIMIT seconds), so one hang costs one entry, not the
 # call. The device tool brings back at most 8 files, so the logs go into one archive,
 # $OUT/logs.tar.gz, rewritten after every command (a call cut off still returns what ran).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?usage: scripts/gpu_run.sh tests|bench|all}
+stage=${1:?usage: scripts/gpu_run.sh tests|bench|all|modtrain ARGS...}
 out=${OUT:-$PWD/out}
 mkdir -p "$out"
 summary="$out/summary.txt"
@@ -84,7 +85,7 @@ bench() {
   done
   # PyTorch's twin of the MoD model and its dense twin, same shapes, with and without
   # torch.utils.checkpoint (python3 there is the one with PyTorch).
-  LIMIT=150 run pytorch_gpu python3 benchmarks/pytorch_gpu.py --config configs/recipes/gpt2_small_mod.textproto \
+  LIMIT=${PYTORCH_COMPILE:+220} LIMIT=${LIMIT:-100} run pytorch_gpu python3 benchmarks/pytorch_gpu.py --config configs/recipes/gpt2_small_mod.textproto \
     --set train.batch_size=64 --steps 10 ${PYTORCH_COMPILE:+--compile}
   grep -E "^PyTorch|^  (dense|MoD)" "$logs/pytorch_gpu.log" | tee -a "$summary"
 }
@@ -94,6 +95,7 @@ case $stage in
   tests) tests ;;
   bench) bench ;;
   all) tests; bench ;;
+  modtrain) shift; "$modtrain" "$@" ;;  # one ad-hoc command with the bundle's libraries
   *)
     echo "gpu_run: unknown stage '$stage' (tests, bench or all)" >&2
     exit 2

@@ -37,6 +37,16 @@ struct Cache {
   int next_pool = 1;
   AllocatorStats stats;
 
+  // A cached block of `pool` of exactly `size` bytes, or nullptr.
+  void* take_cached(int pool, size_t size) {
+    auto it = free_blocks.find({pool, size});
+    if (it == free_blocks.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    stats.cached_bytes -= size;
+    return p;
+  }
+
   // Frees the general pool's cached blocks (graph pools keep theirs: their graphs use them).
   void release_locked() {
     for (auto it = free_blocks.begin(); it != free_blocks.end();) {
@@ -66,14 +76,13 @@ void* device_allocate(size_t bytes) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
   // While a graph is captured every block comes from its pool: the graph bakes the addresses in.
+  // A capture takes the general pool's cached blocks too (a replay runs on the compute stream
+  // after whatever was queued with them): without that every capture, a re-capture after a
+  // resume or a second run in one process, would cudaMalloc its whole footprint anew.
   const int pool = c.capturing;
-  auto it = c.free_blocks.find({pool, size});
-  void* p = nullptr;
-  if (it != c.free_blocks.end() && !it->second.empty()) {
-    p = it->second.back();
-    it->second.pop_back();
-    c.stats.cached_bytes -= size;
-  } else {
+  void* p = c.take_cached(pool, size);
+  if (p == nullptr && pool != 0 && (p = c.take_cached(0, size)) != nullptr) c.blocks[p].pool = pool;
+  if (p == nullptr) {
     // cudaMalloc is a "potentially unsafe" call inside a capture (it is not captured): allowed
     // here by switching this thread to relaxed mode around it, since the graph's pool keeps the
     // block for as long as the graph lives.

@@ -111,7 +111,8 @@ std::vector<int64_t> sorted_subset(int64_t n, int64_t limit, Rng& rng) {
   return all;
 }
 
-void check_parity(const Precision& p, const std::vector<Arg>& args, const Call& call, Tol tol) {
+void check_parity(const Precision& p, const std::vector<Arg>& args, const Call& call, Tol tol,
+                  double scale_floor) {
   INFO("dtype " << dtype_name(p.dtype) << " (CPU reference in " << dtype_name(p.cpu_dtype)
                 << ")");
   std::vector<Tensor> cpu_args, gpu_args, gpu_before;
@@ -141,7 +142,7 @@ void check_parity(const Precision& p, const std::vector<Arg>& args, const Call& 
       } else if (is_index(got.dtype())) {
         expect_equal(a.name, got, cpu_args[i]);
       } else {
-        expect_close(a.name, got, cpu_args[i], p.tolerance(tol));
+        expect_close(a.name, got, cpu_args[i], p.tolerance(tol), scale_floor);
       }
     }
   } catch (const std::exception& e) {
@@ -149,7 +150,8 @@ void check_parity(const Precision& p, const std::vector<Arg>& args, const Call& 
   }
 }
 
-void expect_close(const std::string& what, const Tensor& got, const Tensor& want, double rtol) {
+void expect_close(const std::string& what, const Tensor& got, const Tensor& want, double rtol,
+                  double scale_floor) {
   REQUIRE(got.numel() == want.numel());
   const int64_t n = want.numel();
   double ss = 0.0;
@@ -161,7 +163,8 @@ void expect_close(const std::string& what, const Tensor& got, const Tensor& want
       ++finite;
     }
   }
-  const double scale = finite > 0 ? std::sqrt(ss / static_cast<double>(finite)) : 0.0;
+  const double scale =
+      std::max(scale_floor, finite > 0 ? std::sqrt(ss / static_cast<double>(finite)) : 0.0);
   const double inf = std::numeric_limits<double>::infinity();
   // ratio: |diff| in units of the element's allowance; > 1 fails.
   double worst = -1.0;

@@ -73,12 +73,15 @@ using Call = std::function<void(Backend& b, std::vector<Tensor>& t)>;
 
 // Runs call on the CPU and on the GPU at precision p and compares every Out and InOut argument
 // (and checks that the GPU left every In argument as it was). Callers INFO the case first.
+// scale_floor: the least scale an output is judged against (rms below it counts as it), for
+// outputs that cancel to zero in exact arithmetic, whose rms is then rounding noise.
 void check_parity(const Precision& p, const std::vector<Arg>& args, const Call& call,
-                  Tol tol = Tol::Normal);
+                  Tol tol = Tol::Normal, double scale_floor = 0.0);
 
 // got and want are CPU tensors of the same numel (any float dtypes): CHECKs the rule above and
 // reports the worst element, its index and both values.
-void expect_close(const std::string& what, const Tensor& got, const Tensor& want, double rtol);
+void expect_close(const std::string& what, const Tensor& got, const Tensor& want, double rtol,
+                  double scale_floor = 0.0);
 // Same values bit for bit as doubles (NaN matches NaN); reports the first mismatch.
 void expect_equal(const std::string& what, const Tensor& got, const Tensor& want);
 

@@ -132,7 +132,9 @@ TEST_CASE("cuda: attention forward and backward", "[cuda]") {
               b.attention_backward(t[0], t[1], t[2], t[3], shared ? t[3] : t[4], t[5], t[6],
                                    t[7], t[8], t[9], t[10]);
             },
-            Tol::Long);
+            // dq and dk are exactly zero where a query sees one key (T = S = 1): judged
+            // against the inputs' scale, about 1, not their rms, which is rounding noise.
+            Tol::Long, /*scale_floor=*/1.0);
       }
   }
 }

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/autograd.h"
+#include "model/sampler.h"
 #include "model/transformer.h"
 #include "tests/parallel/emulated_cuda.h"
 #include "tests/parallel/tiny_runs.h"
@@ -115,6 +116,25 @@ TEST_CASE("sampling-time decoding on the device equals the CPU's, token by token
     INFO("position " << pos);
     CHECK(b.device() == Device::CUDA);
     CHECK(b.to_vector() == a.to_vector());
+  }
+}
+
+TEST_CASE("generation on the device draws the CPU's tokens (logits read once per token)",
+          "[device]") {
+  emulate_cuda();
+  const modtrain::RunConfig cfg = test::tiny_recipe("tiny_mod", 1, "");
+  model::Transformer cpu(cfg.model(), 5), device(cfg.model(), 5);
+  device.to(Device::CUDA);
+  for (double temperature : {0.0, 0.8}) {
+    model::SamplingParams p;
+    p.temperature = temperature;
+    p.top_k = 40;
+    p.seed = 9;
+    INFO("temperature " << temperature);
+    const auto a = model::generate(cpu, {3, 14, 15, 92}, 24, p);
+    const auto b = model::generate(device, {3, 14, 15, 92}, 24, p);
+    CHECK(b.tokens == a.tokens);
+    CHECK(b.admitted == a.admitted);
   }
 }
 
