@@ -125,18 +125,19 @@ MoeOutput MoeMlp::forward(const Tensor& x) const {
   // Slot (e, r, j) reads row rows[slot] of x viewed as [1, B*T, D]; its gate is probs at
   // gate_rows[slot] of probs viewed as [1, B*T*E', 1].
   const Tensor idx = sel.rows.view({1, e * s});
-  Tensor xs = reshape(gather_rows(reshape(x, {1, b * t, d}), idx), {e, s, d});
+  // A token several experts chose repeats in idx: the scatters go one expert's slots at a time.
+  Tensor xs = reshape(gather_rows(reshape(x, {1, b * t, d}), idx, e), {e, s, d});
   Tensor ys = exchange_.dispatch ? exchange_.combine(experts_->forward(exchange_.dispatch(xs)))
                                  : experts_->forward(xs);
   Tensor gates = gather_rows(reshape(probs, {1, b * t * n_all_, 1}), sel.gate_rows.view({1, e * s}));
   // Empty token-choice slots: gate 0, so neither output nor gradient.
   if (!sel.all_valid) gates = mul(gates, sel.valid.view({1, e * s, 1}));
-  // A token that several experts chose sums their outputs: in f32 at least (the gates' precision),
-  // since bf16 atomics would round every add, in whatever order the GPU's threads arrive.
+  // A token that several experts chose sums their outputs in expert order, in f32 at least (the
+  // gates' precision): bf16 would round every add.
   const auto as = [](const Tensor& v, DType dtype) { return v.dtype() == dtype ? v : cast(v, dtype); };
   const DType acc = gates.dtype();
   Tensor out = scatter_add_rows(Tensor::zeros({1, b * t, d}, acc, x.device()), idx,
-                                mul(as(reshape(ys, {1, e * s, d}), acc), gates));
+                                mul(as(reshape(ys, {1, e * s, d}), acc), gates), e);
   result.out = as(reshape(out, {b, t, d}), x.dtype());
   return result;
 }

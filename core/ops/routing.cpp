@@ -24,6 +24,22 @@ void check_rows(const char* op, const Tensor& x, const Tensor& idx_BC) {
   check::indices_in_range(op, idx_BC, x.size(1), "idx");
 }
 
+// runs must split idx [B,C] into equal runs along C, with B = 1 where runs > 1.
+void check_runs(const char* op, const Tensor& idx_BC, int64_t runs) {
+  if (runs < 1 || idx_BC.size(1) % runs != 0 || (runs > 1 && idx_BC.size(0) != 1))
+    check::fail(op, "runs = " + std::to_string(runs) + " must divide C of idx " +
+                        shape_str(idx_BC.shape()) + " (and B must be 1 for runs > 1)");
+}
+
+// out[idx] += src, one run of idx at a time (see routing.h); src [1,C,D] where runs > 1.
+void scatter_in_runs(const Tensor& idx, const Tensor& src, Tensor& out, int64_t runs) {
+  if (runs == 1) return backend_of(out).scatter_add_rows(idx, src, out);
+  const int64_t len = idx.size(1) / runs, d = src.size(2);
+  const Tensor idx_runs = idx.view({runs, len}), src_runs = src.view({runs, len, d});
+  for (int64_t r = 0; r < runs; ++r)
+    backend_of(out).scatter_add_rows(idx_runs.narrow0(r, 1), src_runs.narrow0(r, 1), out);
+}
+
 // The first NaN in scores [B,T], named by row and position (host tensors only).
 template <typename T>
 void reject_nan(const T* s, int64_t b, int64_t t) {
@@ -53,24 +69,26 @@ Tensor topk_rows(const Tensor& scores, int64_t k) {
   return idx_BK;  // no node: a selection has no gradient
 }
 
-Tensor gather_rows(const Tensor& x, const Tensor& idx) {
+Tensor gather_rows(const Tensor& x, const Tensor& idx, int64_t runs) {
   check_rows("gather_rows", x, idx);
+  check_runs("gather_rows", idx, runs);
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2), c = idx.size(1);
   Tensor out_BCD = Tensor::empty({b, c, d}, x.dtype(), x.device());
   backend_of(x).gather_rows(x, idx, out_BCD);
   if (any_requires_grad({x})) {
-    record(out_BCD, Op::GatherRows, {x}, [idx, b, t, d](const Tensor& g, const NeedsGrad&) {
+    record(out_BCD, Op::GatherRows, {x}, [idx, b, t, d, runs](const Tensor& g, const NeedsGrad&) {
       Tensor dx_BTD = Tensor::zeros({b, t, d}, g.dtype(), g.device());
-      backend_of(g).scatter_add_rows(idx, g, dx_BTD);
+      scatter_in_runs(idx, g, dx_BTD, runs);
       return std::vector<Tensor>{dx_BTD};
     });
   }
   return out_BCD;
 }
 
-Tensor scatter_add_rows(const Tensor& x, const Tensor& idx, const Tensor& src) {
+Tensor scatter_add_rows(const Tensor& x, const Tensor& idx, const Tensor& src, int64_t runs) {
   constexpr const char* kOp = "scatter_add_rows";
   check_rows(kOp, x, idx);
+  check_runs(kOp, idx, runs);
   check::floating(kOp, src, "src");
   check::same_dtype_device(kOp, x, "x", src, "src");
   const Shape want = {x.size(0), idx.size(1), x.size(2)};
@@ -78,7 +96,7 @@ Tensor scatter_add_rows(const Tensor& x, const Tensor& idx, const Tensor& src) {
     check::fail(kOp, "src " + shape_str(src.shape()) + " must be [B,C,D] = " + shape_str(want) +
                          " from x " + shape_str(x.shape()) + " and idx " + shape_str(idx.shape()));
   Tensor out_BTD = x.clone();
-  backend_of(x).scatter_add_rows(idx, src, out_BTD);
+  scatter_in_runs(idx, src, out_BTD, runs);
   if (any_requires_grad({x, src})) {
     record(out_BTD, Op::ScatterAddRows, {x, src},
            [idx, want](const Tensor& g, const NeedsGrad& needs) {

@@ -10,8 +10,12 @@
 
 namespace mod {
 
+// Where an index repeats, scatter-adds (gather_rows' backward included) accumulate in an order
+// a GPU leaves unspecified (atomics). `runs` > 1 says idx [1,C] is that many equal consecutive
+// runs, each of distinct indices (an MoE expert's slots): the scatter then goes one run at a
+// time, so repeats add in run order, the same on every device and every call.
 Tensor topk_rows(const Tensor& scores, int64_t k);  // forward only
-Tensor gather_rows(const Tensor& x, const Tensor& idx);
-Tensor scatter_add_rows(const Tensor& x, const Tensor& idx, const Tensor& src);
+Tensor gather_rows(const Tensor& x, const Tensor& idx, int64_t runs = 1);
+Tensor scatter_add_rows(const Tensor& x, const Tensor& idx, const Tensor& src, int64_t runs = 1);
 
 }  // namespace mod

@@ -118,6 +118,40 @@ TEST_CASE("gather_rows and scatter_add_rows match naive references", "[forward]"
   }
 }
 
+// An MoE's slots: 4 experts of 6 slots each, distinct tokens within an expert, repeats across.
+// Run by run is the order the CPU's one pass adds in already, so the results are bitwise equal
+// (on a GPU, where one pass adds repeats in any order, runs make it this order).
+TEST_CASE("gather_rows and scatter_add_rows in runs equal one pass, forward and backward",
+          "[forward]") {
+  Rng rng(15);
+  const int64_t runs = 4, len = 6, t = 10, d = 7;
+  std::vector<int64_t> idx;
+  for (int64_t r = 0; r < runs; ++r)
+    for (int64_t j = 0; j < len; ++j) idx.push_back((j * 3 + r) % t);  // distinct within a run
+  const Tensor idx_t = Tensor::from_indices(idx, {1, runs * len});
+  const Tensor x0 = randn({1, t, d}, rng), src0 = randn({1, runs * len, d}, rng);
+  const Tensor seed = randn({1, t, d}, rng);
+  std::vector<double> out[2], dx[2], dsrc[2];
+  for (int k = 0; k < 2; ++k) {
+    const int64_t r = k == 0 ? 1 : runs;
+    Tensor x = x0.clone().set_requires_grad(true), src = src0.clone().set_requires_grad(true);
+    // gather's backward is a scatter with repeats; scatter's forward is one too
+    Tensor y = scatter_add_rows(x, idx_t, mul(gather_rows(x, idx_t, r), src), r);
+    y.backward(seed);
+    out[k] = y.to_vector();
+    dx[k] = x.grad().to_vector();
+    dsrc[k] = src.grad().to_vector();
+  }
+  CHECK(out[1] == out[0]);
+  CHECK(dx[1] == dx[0]);
+  CHECK(dsrc[1] == dsrc[0]);
+  // runs must split C evenly, with one batch row
+  CHECK_THROWS_WITH(gather_rows(x0, idx_t, 5), Contains("gather_rows") && Contains("runs = 5"));
+  CHECK_THROWS_WITH(scatter_add_rows(randn({2, t, d}, rng), Tensor::from_indices(idx, {2, 12}),
+                                     randn({2, 12, d}, rng), 2),
+                    Contains("scatter_add_rows") && Contains("B must be 1"));
+}
+
 TEST_CASE("bce_with_logits matches a naive mean, also at extreme logits", "[forward]") {
   Rng rng(14);
   for (int64_t n : {int64_t{17}, int64_t{40000}}) {

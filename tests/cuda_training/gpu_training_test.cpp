@@ -6,9 +6,15 @@
 //   f32 on the GPU (no TF32) vs the CPU: every step's loss within 1e-3 relative
 //     (reduction orders differ; 50 steps of AdamW grow the first 1e-7 differences);
 //   bf16 on the GPU vs the CPU's f32: every step's loss within 0.05 absolute (bf16 keeps 8
-//     bits; the loss falls from ~5.5 to ~2 on the Markov corpus);
+//     bits; the loss falls from ~5.5 to ~2 on the Markov corpus). Integrated MoDE's expert
+//     choice ranks tokens whose bf16 activations tie or cross, so from about step 25 its run is
+//     another model of the same quality: measured on an H200, two bf16 runs that differed only
+//     in the order of atomic adds drifted up to 0.12 apart per step, both ways, while their
+//     10-step means stayed within 0.012. There: steps 1-20 within 0.05, then every 10-step mean;
 //   a CUDA-graph run vs the eager run on the GPU: within 1e-5 relative per step (the same
-//     kernels in the same order; only atomics in scatter-adds may reorder).
+//     kernels in the same order; repeated scatter indices, an MoE's, add in expert order, so
+//     only f32 reductions' atomics may reorder).
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -73,6 +79,24 @@ void require_close(const Run& got, const Run& want, double rtol, double atol,
   }
 }
 
+// Steps [0, strict) each within atol, then every window of `window` steps on average.
+void require_same_curve(const Run& got, const Run& want, double atol, size_t strict,
+                        size_t window) {
+  REQUIRE(got.losses.size() == want.losses.size());
+  require_close(Run{{got.losses.begin(), got.losses.begin() + strict}, ""},
+                Run{{want.losses.begin(), want.losses.begin() + strict}, ""}, 0.0, atol);
+  for (size_t lo = 0; lo < got.losses.size(); lo += window) {
+    const size_t hi = std::min(got.losses.size(), lo + window);
+    double g = 0, w = 0;
+    for (size_t s = lo; s < hi; ++s) {
+      g += got.losses[s];
+      w += want.losses[s];
+    }
+    INFO("steps " << lo + 1 << "-" << hi << ": mean " << g / (hi - lo) << " vs " << w / (hi - lo));
+    CHECK(std::abs(g - w) / static_cast<double>(hi - lo) <= atol);
+  }
+}
+
 std::string checkpoint_at(const Run& r, int step) {
   std::string dir = ckpt::checkpoints_dir(r.dir);
   dir += '/';
@@ -98,7 +122,11 @@ TEST_CASE(
     INFO(recipe);
     const Run cpu = train_run(recipe, {});
     require_close(train_run(recipe, kGpu), cpu, 1e-3, 0.0);
-    require_close(train_run(recipe, kGpuBf16), cpu, 0.0, 0.05);
+    const Run bf16 = train_run(recipe, kGpuBf16);
+    if (std::string(recipe) == "tiny_mode_integrated")
+      require_same_curve(bf16, cpu, 0.05, 20, 10);
+    else
+      require_close(bf16, cpu, 0.0, 0.05);
   }
 }
 
