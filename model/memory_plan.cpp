@@ -196,8 +196,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   // Forward: what every block keeps until its backward. Under tp > 1 the copy_to_tp hooks hold
   // their last input (the norm outputs feeding attention and a dense MLP) until the next
   // forward, so those outlive the block's backward (parallel/parallelize.cpp SharedCopyToTp).
-  double kept_total = 0;
-  std::vector<double> held;
+  double kept_total = 0, causal_total = 0;
+  std::vector<double> held, causal_kept;
   for (int b = 0; b < cfg.n_layers(); ++b) {
     BlockMemory bm;
     bm.block = b;
@@ -229,13 +229,19 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
       // Router (and predictor) matmuls keep the block input, as an f32 copy each under bf16
       // (routing scores run in master precision); the predictor's hidden layer; g(r) [C,1];
       // r, the top-C indices and the causal losses' inputs. Without recomputation the gate
-      // multiply also keeps f [C,D].
-      double around = x.bf16 ? n * x.d * kMaster * (predictor ? 2 : 1) : n * x.d * x.a;
-      if (predictor) around += 2 * n * causal.predictor_hidden() * kMaster;
+      // multiply also keeps f [C,D]. The predictor's part hangs off the loss alone (its input
+      // is detached), so the backward runs it first and it is gone before the LM head's.
+      const double predictor_kept =
+          predictor ? (x.bf16 ? n * x.d * kMaster : 0) + 2 * n * causal.predictor_hidden() * kMaster
+                    : 0;
+      double around = (x.bf16 ? n * x.d * kMaster : n * x.d * x.a) + predictor_kept;
       around += nb * x.a + n * kStats * 4 + nb * 16;
       if (!bm.recomputed) around += nb * x.d * x.a;
       bm.kept = around + block_kept;
+      causal_kept.push_back(predictor_kept);
+      causal_total += predictor_kept;
     }
+    if (!routed[b]) causal_kept.push_back(0);
     plan.weight_copies += bm.recomputed ? 0 : copies;
     held.push_back(x.tp > 1 ? nb * x.d * x.a * (moe[b] ? 1 : 2) : 0);
     if (bm.recomputed) bm.kept += held.back();  // the region's forward made them all the same
@@ -267,6 +273,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
       plan.peak_at = where;
     }
   };
+  kept -= causal_total;  // the causal-routing losses' backward, first
   visit(base + kept + plan.head_backward_temp, "backward of the LM head and loss");
   kept -= plan.head_kept - (x.tp > 1 ? n * x.d * x.a : 0);
   grads += x.d * kMaster + x.v * x.d * kMaster;  // final norm; the head (tied: embedding) weight
@@ -276,7 +283,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     const BlockMemory& bm = plan.blocks[b];
     const std::string where = "backward of block " + std::to_string(b);
     visit(base + grads + kept + gx + bm.backward_temp, where);
-    kept -= bm.kept - held[b];
+    kept -= bm.kept - held[b] - causal_kept[b];
     grads += block_grads[b];
     visit(base + grads + kept + gx, where);
     plan.largest_temporary = std::max(plan.largest_temporary, bm.backward_temp);
