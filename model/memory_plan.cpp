@@ -193,11 +193,9 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
       kMaster * ((dp > 1 ? dense_elems : 0) + (dp > 1 || edp > 1 ? expert_elems : 0));
   const double base = plan.parameters + plan.optimizer + buckets;
 
-  // Forward: what every block keeps until its backward. Under tp > 1 the copy_to_tp hooks hold
-  // their last input (the norm outputs feeding attention and a dense MLP) until the next
-  // forward, so those outlive the block's backward (parallel/parallelize.cpp SharedCopyToTp).
+  // Forward: what every block keeps until its backward.
   double kept_total = 0, causal_total = 0;
-  std::vector<double> held, causal_kept;
+  std::vector<double> causal_kept;
   for (int b = 0; b < cfg.n_layers(); ++b) {
     BlockMemory bm;
     bm.block = b;
@@ -243,8 +241,6 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     }
     if (!routed[b]) causal_kept.push_back(0);
     plan.weight_copies += bm.recomputed ? 0 : copies;
-    held.push_back(x.tp > 1 ? nb * x.d * x.a * (moe[b] ? 1 : 2) : 0);
-    if (bm.recomputed) bm.kept += held.back();  // the region's forward made them all the same
     kept_total += bm.kept;
     plan.blocks.push_back(bm);
   }
@@ -275,7 +271,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   };
   kept -= causal_total;  // the causal-routing losses' backward, first
   visit(base + kept + plan.head_backward_temp, "backward of the LM head and loss");
-  kept -= plan.head_kept - (x.tp > 1 ? n * x.d * x.a : 0);
+  kept -= plan.head_kept;
   grads += x.d * kMaster + x.v * x.d * kMaster;  // final norm; the head (tied: embedding) weight
   const double gx = n * x.d * x.a;
   plan.largest_temporary = plan.head_backward_temp;
@@ -283,14 +279,13 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     const BlockMemory& bm = plan.blocks[b];
     const std::string where = "backward of block " + std::to_string(b);
     visit(base + grads + kept + gx + bm.backward_temp, where);
-    kept -= bm.kept - held[b] - causal_kept[b];
+    kept -= bm.kept - causal_kept[b];
     grads += block_grads[b];
     visit(base + grads + kept + gx, where);
     plan.largest_temporary = std::max(plan.largest_temporary, bm.backward_temp);
   }
   // Embedding backward: the table's gradient in full, then added to the tied head's.
   const double embed_grad = x.v * x.d * kMaster;
-  kept = std::max(kept, 0.0);  // now only what the tp hooks hold
   visit(base + grads + kept + gx * (kMaster / x.a) + embed_grad, "backward of the embedding");
   if (!cfg.tie_embeddings()) grads += embed_grad;
   // Clipping squares one gradient at a time; ZeRO-1's update gathers every slice.

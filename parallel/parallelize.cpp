@@ -18,18 +18,25 @@ namespace {
 class SharedCopyToTp {
  public:
   explicit SharedCopyToTp(Communicator& tp) : tp_(tp) {}
+  void add_consumer() { ++consumers_; }
   Tensor operator()(const Tensor& x) {
-    if (last_out_.defined() && last_in_.lock() == x.impl_ptr()) return last_out_;
-    last_out_ = copy_to_tp(x, tp_);
-    last_in_ = x.impl_ptr();
-    return last_out_;
+    if (!(last_out_.defined() && last_in_.lock() == x.impl_ptr())) {
+      last_out_ = copy_to_tp(x, tp_);
+      last_in_ = x.impl_ptr();
+      uses_ = 0;
+    }
+    // The copy is held from the first consumer to the last, since they keep only views of it
+    // (or their casts) and it would otherwise die between wq and wk; then it is let go, so the
+    // block's input is not kept past its backward, nor through a recomputed block's forward.
+    Tensor out = last_out_;
+    if (++uses_ >= consumers_) last_out_ = Tensor();
+    return out;
   }
 
  private:
   Communicator& tp_;
-  // The input is watched weakly; the copy is held until the next call, since the layers that
-  // consume it keep only views of it and it would otherwise die between wq and wk.
-  std::weak_ptr<TensorImpl> last_in_;
+  int consumers_ = 0, uses_ = 0;
+  std::weak_ptr<TensorImpl> last_in_;  // watched weakly: a new input starts a new copy
   Tensor last_out_;
 };
 
@@ -50,6 +57,7 @@ struct Sharder {
   }
   void column(const std::string& path, const std::shared_ptr<SharedCopyToTp>& copy) {
     auto l = linear(path);
+    copy->add_consumer();
     Tensor w = shard(path + ".weight", l->weight(), 0);
     Tensor b = l->bias().defined() ? shard(path + ".bias", l->bias(), 0) : Tensor();
     l->shard(w, b, [copy](const Tensor& x) { return (*copy)(x); }, nullptr);
@@ -112,7 +120,10 @@ ShardMap parallelize_tensor(model::Transformer& model, const Mesh& mesh) {
         return vocab_parallel_embedding(ids, t, vocab_start, *tp);
       },
       [head_in](const Tensor& h) { return (*head_in)(h); });
-  if (!cfg.tie_embeddings()) s.column("lm_head", head_in);
+  if (cfg.tie_embeddings())
+    head_in->add_consumer();
+  else
+    s.column("lm_head", head_in);
   model.set_lm_loss([tp, vocab_start](const Tensor& logits, const Tensor& targets) {
     return vocab_parallel_cross_entropy(logits, targets, vocab_start, *tp);
   });

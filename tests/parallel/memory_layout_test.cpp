@@ -1,7 +1,8 @@
 // Peak memory per rank under a parallel layout: every rank's measured peak of one training step
 // (the CPU allocator's bytes in use) within 10% of the planner's prediction for its layout
 // (model/memory_plan.h). The layout follows the world size: 1 alone; 2: tp 2, and dp 2 x ep 2
-// for MoDE; 4: dp 2 x tp 2 (x ep 2 for MoDE) with ZeRO-1.
+// for MoDE; 4: dp 2 x tp 2 (x ep 2 for MoDE) with ZeRO-1; each with train.recompute NONE, FULL
+// and SELECTIVE.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -19,20 +20,21 @@ TEST_CASE("each rank's measured peak matches the planner for its layout within 1
       world == 4 ? "dp=2 tp=2 ep=2 zero1=true" : world == 2 ? "dp=2 ep=2 zero1=true" : "";
   const std::pair<const char*, std::string> runs[] = {
       {"tiny_dense", dense}, {"tiny_mod", dense}, {"tiny_mode_staged", experts}};
-  for (const auto& [recipe, layout] : runs) {
-    // With train.recompute (the recomputation branch): loop over NONE, FULL, SELECTIVE here and
-    // pass {"train.recompute=" + mode} as tiny_recipe's extra overrides.
-    const modtrain::RunConfig cfg = test::tiny_recipe(recipe, 1, layout);
-    const double before = static_cast<double>(backend(Device::CPU).memory_stats().in_use_bytes);
-    train::Trainer trainer(cfg, test::temp_dir("memlayout"), /*quiet=*/true);
-    trainer.run();
-    const double measured = static_cast<double>(trainer.peak_memory_bytes()) - before;
-    const double predicted = model::plan_memory(cfg).peak;
-    std::printf("rank %d, %s [%s]: predicted %s, measured %s (%+.1f%%)\n",
-                parallel::world().rank(), recipe, layout.c_str(),
-                model::format_bytes(predicted).c_str(), model::format_bytes(measured).c_str(),
-                100 * (predicted - measured) / measured);
-    INFO(recipe << " [" << layout << "]: predicted " << predicted << ", measured " << measured);
-    CHECK(predicted == Approx(measured).epsilon(0.10));
-  }
+  for (const auto& [recipe, layout] : runs)
+    for (const char* mode : {"NONE", "FULL", "SELECTIVE"}) {
+      const modtrain::RunConfig cfg =
+          test::tiny_recipe(recipe, 1, layout, {std::string("train.recompute=") + mode});
+      const double before = static_cast<double>(backend(Device::CPU).memory_stats().in_use_bytes);
+      train::Trainer trainer(cfg, test::temp_dir("memlayout"), /*quiet=*/true);
+      trainer.run();
+      const double measured = static_cast<double>(trainer.peak_memory_bytes()) - before;
+      const double predicted = model::plan_memory(cfg).peak;
+      std::printf("rank %d, %s %s [%s]: predicted %s, measured %s (%+.1f%%)\n",
+                  parallel::world().rank(), recipe, mode, layout.c_str(),
+                  model::format_bytes(predicted).c_str(), model::format_bytes(measured).c_str(),
+                  100 * (predicted - measured) / measured);
+      INFO(recipe << " " << mode << " [" << layout << "]: predicted " << predicted
+                  << ", measured " << measured);
+      CHECK(predicted == Approx(measured).epsilon(0.10));
+    }
 }
