@@ -152,6 +152,26 @@ TEST_CASE("train.cuda_graph on the GPU: replays track the eager run, no cudaMall
   }
 }
 
+// Recomputation reruns each block's forward during backward: on the GPU the same kernels on the
+// same inputs, so FULL and SELECTIVE runs track NONE as a graphed run tracks an eager one, in
+// f32 and bf16, eager and as CUDA graphs.
+TEST_CASE("train.recompute on the GPU: FULL and SELECTIVE track NONE, eager and graphed",
+          "[gpu]") {
+  if (!have_gpu()) return;
+  for (const char* recipe : {"tiny_dense", "tiny_mod"})
+    for (const auto& precision : {kGpu, kGpuBf16}) {
+      const Run none = train_run(recipe, precision, "", 20);
+      for (const char* mode : {"FULL", "SELECTIVE"})
+        for (const char* graph : {"false", "true"}) {
+          INFO(recipe << (precision.size() > 1 ? " bf16" : " f32") << ", recompute " << mode
+                      << ", cuda_graph " << graph);
+          auto sets = with(with(precision, std::string("train.recompute=") + mode),
+                           std::string("train.cuda_graph=") + graph);
+          require_close(train_run(recipe, sets, "", 20), none, 1e-5, 0.0);
+        }
+    }
+}
+
 TEST_CASE("a checkpoint written on the GPU resumes on the CPU, and the reverse", "[gpu]") {
   if (!have_gpu()) return;
   const Run cpu = train_run("tiny_mod", {});
