@@ -252,10 +252,15 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   plan.weight_copies += head_copy;
   plan.head_kept = n * x.d * x.a * 2 + n * kStats + n * x.v * x.a +
                    (x.bf16 ? n * x.v * kMaster : 0) + n * (8 + kStats) + head_copy;
-  // Head backward: dlogits (f32, plus its bf16 cast), then the matmul's input gradient and the
-  // vocabulary-sized weight gradient (and its f32 cast).
-  const double dlogits = n * x.v * kMaster + (x.bf16 ? n * x.v * x.a : 0);
-  plan.head_backward_temp = dlogits + n * x.d * x.a + x.v * x.d * (x.a + (x.bf16 ? kMaster : 0));
+  // Head backward, in the engine's order: cross-entropy makes dlogits in f32; under bf16 its
+  // node then lets go of the f32 logits it saved (as large as dlogits) before the cast's
+  // backward makes the bf16 dlogits and frees the f32 ones; then the matmul's input gradient
+  // and the vocabulary-sized weight gradient (and its f32 cast).
+  const double dlogits32 = n * x.v * kMaster, dlogits16 = x.bf16 ? n * x.v * x.a : 0;
+  const double matmul = n * x.d * x.a + x.v * x.d * (x.a + (x.bf16 ? kMaster : 0));
+  plan.head_backward_temp =
+      x.bf16 ? std::max({dlogits32, dlogits16, dlogits16 + matmul - dlogits32})
+             : dlogits32 + matmul;
   plan.activations = kept_total + plan.head_kept;
 
   // Backward, in reverse: head, blocks L-1..0, embedding. Live = base + gradients so far +
