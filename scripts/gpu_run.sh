@@ -60,7 +60,8 @@ tests() {
   LIMIT=30 run nccl_tests "$bundle/bin/nccl_tests"
 }
 
-train_run() {  # train_run NAME MODEL GRAPH RECOMPUTE STEPS: one GPT-2-small run, 64 x 1024 tokens a step
+# train_run NAME MODEL GRAPH RECOMPUTE STEPS: one GPT-2-small run, 64 x 1024 tokens a step
+train_run() {
   local name=$1 model=$2 graph=$3 recompute=$4 steps=$5
   LIMIT=75 run "$name" "$modtrain" train --config "configs/recipes/$model.textproto" \
     --run-dir "/tmp/runs/$name" --data "$bundle/data/kjv_bpe8k" --set train.device=CUDA \
@@ -77,16 +78,19 @@ bench() {
     train_run "train_${model}" "$model" false NONE "$steps"
     train_run "train_${model}_graph" "$model" true NONE "$steps"
     train_run "train_${model}_full" "$model" false FULL 10
-    LIMIT=45 run "sample_$model" "$modtrain" sample --checkpoint "/tmp/runs/train_${model}/model.safetensors" \
-      --tokenizer "$bundle/data/kjv_bpe8k/tokenizer.txt" --device CUDA --max-new-tokens 500 \
+    LIMIT=45 run "sample_$model" "$modtrain" sample \
+      --checkpoint "/tmp/runs/train_${model}/model.safetensors" --tokenizer "$bundle/data/kjv_bpe8k/tokenizer.txt" --device CUDA --max-new-tokens 500 \
       --prompt "And God said"
     grep -o '\[[0-9]* tokens in [^,]*, [0-9.]* tokens/s' "$logs/sample_$model.log" |
       sed "s/^/  sample_$model: /" | tee -a "$summary"
   done
   # PyTorch's twin of the MoD model and its dense twin, same shapes, with and without
   # torch.utils.checkpoint (python3 there is the one with PyTorch).
-  LIMIT=${PYTORCH_COMPILE:+220} LIMIT=${LIMIT:-100} run pytorch_gpu python3 benchmarks/pytorch_gpu.py --config configs/recipes/gpt2_small_mod.textproto \
-    --set train.batch_size=64 --steps 10 ${PYTORCH_COMPILE:+--compile}
+  local limit=100
+  [ -z "${PYTORCH_COMPILE:-}" ] || limit=220  # torch.compile takes about a minute a model
+  LIMIT=$limit run pytorch_gpu python3 benchmarks/pytorch_gpu.py \
+    --config configs/recipes/gpt2_small_mod.textproto --set train.batch_size=64 --steps 10 \
+    ${PYTORCH_COMPILE:+--compile}
   grep -E "^PyTorch|^  (dense|MoD)" "$logs/pytorch_gpu.log" | tee -a "$summary"
 }
 
@@ -97,7 +101,7 @@ case $stage in
   all) tests; bench ;;
   modtrain) shift; "$modtrain" "$@" ;;  # one ad-hoc command with the bundle's libraries
   *)
-    echo "gpu_run: unknown stage '$stage' (tests, bench or all)" >&2
+    echo "gpu_run: unknown stage '$stage' (tests, bench, all or modtrain ARGS...)" >&2
     exit 2
     ;;
 esac

@@ -2,7 +2,8 @@
 // pos * theta^(-2i/Dh). Angles are computed in double, one (cos, sin) table per token shared by
 // all its heads, so positions in the millions stay accurate. The frequencies come from the host's
 // std::pow, the CPU's very values: the device's pow may differ in the last bit, which a position
-// of 10^5 turns into a 1e-11 error of the angle; the table is rounded to Acc<T> and the rotation runs in Acc<T>, as the CPU's in T.
+// of 10^5 turns into a 1e-11 error of the angle. The table is rounded to Acc<T> and the rotation
+// runs in Acc<T>, as the CPU's in T.
 // Work split: a block per token (grid-stride over tokens). Its threads first fill the token's
 // table in shared memory (kTableChunk entries at a time, so any Dh fits), then rotate all
 // H * Dh/2 pairs with consecutive threads on consecutive i: coalesced, and the double-precision
