@@ -11,6 +11,10 @@ and optionally torch.compile (--compile; it costs a minute a model). The peak is
 torch.cuda.max_memory_allocated over the timed steps: parameters, gradients, AdamW state and
 activations, what modtrain's peak_memory_mb counts.
 
+--profile N: instead of timing, run torch.profiler over N steps of the dense and MoD models (eager,
+and compiled with --compile) and print their kernels by device time, the counterpart of modtrain's
+train.profile_steps table.
+
 Usage (on a GPU machine, from the repository root):
   python3 benchmarks/pytorch_gpu.py --config configs/recipes/gpt2_small_mod.textproto \
       --set train.batch_size=64 --steps 10
@@ -39,7 +43,7 @@ class CheckpointedTransformer(ref.Transformer):
                 blk.delta = (lambda *a, _f=plain: checkpoint(_f, *a, use_reentrant=False))
 
 
-def run(cfg, recompute, compiled, steps, warmup):
+def make_step(cfg, recompute, compiled):
     torch.manual_seed(cfg["train.seed"])
     model = CheckpointedTransformer(cfg, ref.sdpa_builtin, recompute).cuda()
     model.cos, model.sin = model.cos.bfloat16(), model.sin.bfloat16()
@@ -58,6 +62,11 @@ def run(cfg, recompute, compiled, steps, warmup):
         opt.step()
         return lm
 
+    return step, cfg["train.batch_size"] * cfg["model.seq_len"]
+
+
+def run(cfg, recompute, compiled, steps, warmup):
+    step, tokens_per_step = make_step(cfg, recompute, compiled)
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -70,7 +79,31 @@ def run(cfg, recompute, compiled, steps, warmup):
         times.append(time.perf_counter() - t0)
     peak = torch.cuda.max_memory_allocated()
     med = statistics.median(times)
-    return lm.item(), med, b * t / med, peak
+    return lm.item(), med, tokens_per_step / med, peak
+
+
+def profile(name, cfg, compiled, steps, warmup):
+    """Kernels by device time over `steps` steps, per step, as torch.profiler sums them."""
+    from torch.profiler import ProfilerActivity
+    step, _ = make_step(cfg, False, compiled)
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with torch.profiler.profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) / steps
+    events = prof.key_averages()
+    busy = sum(e.self_device_time_total for e in events) / 1e3 / steps
+    print(f"PyTorch profile {name}: kernels {busy:.2f} ms a step, wall {1e3 * wall:.2f} ms a step "
+          f"(profiler on)")
+    for e in sorted(events, key=lambda e: -e.self_device_time_total)[:25]:
+        if e.self_device_time_total <= 0:
+            continue
+        print(f"  {100 * e.self_device_time_total / 1e3 / steps / busy:5.1f}% "
+              f"{e.self_device_time_total / 1e3 / steps:9.3f} ms {e.count / steps:6.0f}  {e.key[:100]}")
 
 
 def main():
@@ -80,6 +113,8 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile without recompute")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="print the kernels of N steps of each model instead of timing")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("pytorch_gpu: no CUDA device")
@@ -88,6 +123,13 @@ def main():
     print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name()}; d_model {mod_cfg['model.d_model']}, "
           f"{mod_cfg['model.n_layers']} layers, seq {mod_cfg['model.seq_len']}, batch {mod_cfg['train.batch_size']}, "
           f"vocab {mod_cfg['model.vocab_size']}; bf16 autocast, SDPA, fused AdamW")
+    if args.profile:
+        for label, cfg in (("dense", dense_cfg), ("MoD", mod_cfg)):
+            for compiled in (False, True) if args.compile else (False,):
+                profile(label + (" compiled" if compiled else ""), cfg, compiled, args.profile,
+                        args.warmup)
+                torch.cuda.empty_cache()
+        return
     variants = [(l, c, r, False) for l, c in (("dense", dense_cfg), ("MoD", mod_cfg)) for r in (False, True)]
     if args.compile:
         variants += [(l, c, False, True) for l, c in (("dense", dense_cfg), ("MoD", mod_cfg))]

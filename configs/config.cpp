@@ -302,6 +302,16 @@ void validate(const modtrain::RunConfig& cfg) {
       bad_field("train.recompute_blocks[" + std::to_string(i) + "]",
                 std::to_string(t.recompute_blocks(i)) + " is not a block in [0, " +
                     std::to_string(m.n_layers()) + ")");
+  if (t.profile_steps() < 0) bad_field("train.profile_steps", "must be >= 0 (0: off)");
+  if (t.profile_steps() > 0) {
+    if (t.device() != modtrain::TrainConfig::CUDA)
+      bad_field("train.profile_steps", "needs train.device: CUDA (it records the GPU's "
+                                       "kernels; on a CPU use perf record)");
+    if (t.profile_from() < 0 || int64_t{t.profile_from()} + t.profile_steps() > t.steps())
+      bad_field("train.profile_from", std::to_string(t.profile_from()) + " + train.profile_steps " +
+                                          std::to_string(t.profile_steps()) +
+                                          " must be within train.steps " + std::to_string(t.steps()));
+  }
   const auto& p = cfg.parallel();
   if (t.cuda_graph()) {
     if (t.device() != modtrain::TrainConfig::CUDA)

@@ -41,6 +41,11 @@ openblas=$(ldconfig -p | awk '/libopenblas\.so\.0 /{p = $NF} END {print p}')
   | grep -Ev "$system" | grep -Ev "$cuda" \
   | while read -r lib; do cp -L "$lib" "$root/lib/$(basename "$lib")"; done
 
+# CUPTI for train.profile_steps: opened with dlopen, so ldd does not list it.
+cupti=$(ls /usr/local/cuda/lib64/libcupti.so.* /usr/local/cuda/lib/libcupti.so.* \
+  /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.* 2>/dev/null | head -1 || true)
+[ -z "$cupti" ] || cp -L "$cupti" "$root/lib/$(basename "$cupti" | cut -d. -f1-3)"
+
 # The KJV twice: byte-level for the tiny recipes, BPE-8k for the GPT-2-small ones.
 [ -f data/kjv/dataset.textproto ] || "$build/launcher/modtrain" prep --kjv --out data/kjv
 [ -f data/kjv_bpe8k/dataset.textproto ] ||

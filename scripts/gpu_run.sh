@@ -6,14 +6,19 @@
 #                              (50-step runs against the CPU, CUDA graphs, checkpoints), nccl_tests
 #   scripts/gpu_run.sh bench   GPT-2-small dense and its MoD twin, bf16: step time, tokens/s and
 #                              MFU, eager and as a CUDA graph; then sampling tokens/s, dense vs MoD
-#   scripts/gpu_run.sh all     both, in one call (device time is scarce; a start costs minutes)
+#   scripts/gpu_run.sh profile where a step's device time goes: modtrain's kernel table
+#                              (train.profile_steps) for both models, then PyTorch's (torch.profiler)
+#   scripts/gpu_run.sh all     tests and bench in one call (device time is scarce; a start costs
+#                              minutes)
 #   scripts/gpu_run.sh modtrain ARGS...   the bundle's modtrain, for a one-off measurement
+# SKIP_PYTORCH=1 leaves PyTorch's runs out of bench and profile; PYTORCH_COMPILE=1 adds
+# torch.compile to them.
 # Every command runs under `timeout` (its LIMIT seconds), so one hang costs one entry, not the
 # call. The device tool brings back at most 8 files, so the logs go into one archive,
 # $OUT/logs.tar.gz, rewritten after every command (a call cut off still returns what ran).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?usage: scripts/gpu_run.sh tests|bench|all|modtrain ARGS...}
+stage=${1:?usage: scripts/gpu_run.sh tests|bench|profile|all|modtrain ARGS...}
 out=${OUT:-$PWD/out}
 mkdir -p "$out"
 summary="$out/summary.txt"
@@ -60,14 +65,16 @@ tests() {
   LIMIT=30 run nccl_tests "$bundle/bin/nccl_tests"
 }
 
-# train_run NAME MODEL GRAPH RECOMPUTE STEPS: one GPT-2-small run, 64 x 1024 tokens a step
+# train_run NAME MODEL GRAPH RECOMPUTE STEPS [--set ...]: one GPT-2-small run, 64 x 1024 tokens
+# a step
 train_run() {
   local name=$1 model=$2 graph=$3 recompute=$4 steps=$5
+  shift 5
   LIMIT=75 run "$name" "$modtrain" train --config "configs/recipes/$model.textproto" \
     --run-dir "/tmp/runs/$name" --data "$bundle/data/kjv_bpe8k" --set train.device=CUDA \
     --set train.precision=BF16 --set train.steps="$steps" --set train.grad_accum=1 \
     --set train.eval_every=0 --set train.log_every=1 --set train.cuda_graph="$graph" \
-    --set train.recompute="$recompute"
+    --set train.recompute="$recompute" "$@"
   python3 scripts/gpu_run_helpers.py median "$name" "$logs/$name.log" | tee -a "$summary"
   grep -h "^peak memory" "$logs/$name.log" | sed "s/^/  /" | tee -a "$summary"
 }
@@ -85,7 +92,8 @@ bench() {
       sed "s/^/  sample_$model: /" | tee -a "$summary"
   done
   # PyTorch's twin of the MoD model and its dense twin, same shapes, with and without
-  # torch.utils.checkpoint (python3 there is the one with PyTorch).
+  # torch.utils.checkpoint (python3 there is the one with PyTorch). SKIP_PYTORCH=1 leaves it out.
+  [ -z "${SKIP_PYTORCH:-}" ] || return 0
   local limit=100
   [ -z "${PYTORCH_COMPILE:-}" ] || limit=220  # torch.compile takes about a minute a model
   LIMIT=$limit run pytorch_gpu python3 benchmarks/pytorch_gpu.py \
@@ -94,14 +102,34 @@ bench() {
   grep -E "^PyTorch|^  (dense|MoD)" "$logs/pytorch_gpu.log" | tee -a "$summary"
 }
 
+profile() {
+  local model
+  for model in gpt2_small_dense gpt2_small_mod; do
+    train_run "profile_$model" "$model" false NONE 6 --set train.profile_from=3 \
+      --set train.profile_steps=3
+    sed -n '/^kernel profile/,/every kernel/p' "$logs/profile_$model.log" | head -36 |
+      tee -a "$summary"
+    cp "/tmp/runs/profile_$model/kernel_profile.csv" "$logs/" 2>/dev/null
+  done
+  archive
+  [ -z "${SKIP_PYTORCH:-}" ] || return 0
+  local limit=120
+  [ -z "${PYTORCH_COMPILE:-}" ] || limit=300
+  LIMIT=$limit run pytorch_profile python3 benchmarks/pytorch_gpu.py \
+    --config configs/recipes/gpt2_small_mod.textproto --set train.batch_size=64 --profile 3 \
+    ${PYTORCH_COMPILE:+--compile}
+  grep -A21 "^PyTorch profile" "$logs/pytorch_profile.log" | tee -a "$summary"
+}
+
 probe
 case $stage in
   tests) tests ;;
   bench) bench ;;
+  profile) profile ;;
   all) tests; bench ;;
   modtrain) shift; "$modtrain" "$@" ;;  # one ad-hoc command with the bundle's libraries
   *)
-    echo "gpu_run: unknown stage '$stage' (tests, bench, all or modtrain ARGS...)" >&2
+    echo "gpu_run: unknown stage '$stage' (tests, bench, profile, all or modtrain ARGS...)" >&2
     exit 2
     ;;
 esac

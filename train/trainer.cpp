@@ -13,10 +13,12 @@
 #include "core/cpu/cpu_peak.h"
 #include "core/backend.h"
 #include "core/device_report.h"
+#include "core/device_trace.h"
 #include "model/memory_plan.h"
 #include "model/routing_trace.h"
 #include "parallel/device_communicator.h"
 #include "train/data/loader.h"
+#include "train/metrics/kernel_profile.h"
 #include "train/stop_signal.h"
 #include "train/weights.h"
 #ifdef MOD_HAVE_CUDA
@@ -105,7 +107,9 @@ double Trainer::run() {
   double loss = 0;
   for (int64_t step = start_step_; step < steps; ++step) {
     if (checkpointer_) checkpointer_->wait();  // a background save commits at a step boundary
+    profile_around_step(step, true);
     StepMetrics m = timed_step(step);
+    profile_around_step(step, false);
     loss = *m.lm_loss;
     if (evaluation_due(step)) evaluate_validation(step, m);
     if (progress_due(step) && mesh_->world().size() > 1)
@@ -179,6 +183,23 @@ StepMetrics Trainer::timed_step(int64_t step) {
   m.mfu = flops_per_token_ * *m.tokens_per_s / peak_flops_;
   m.lr = learning_rate(cfg_.optimizer(), step, t.steps());
   return m;
+}
+
+// The trace runs on the writing rank only: one table a job, taken from world rank 0's GPU.
+void Trainer::profile_around_step(int64_t step, bool before) {
+  const auto& t = cfg_.train();
+  if (t.profile_steps() == 0 || !writer_) return;
+  const int64_t first = t.profile_from(), last = first + t.profile_steps() - 1;
+  if (before && step == first) {
+    start_device_trace();
+    profile_start_ = Clock::now();
+  }
+  if (before || step != last || start_step_ > first) return;
+  KernelProfile p = summarize(stop_device_trace(), t.profile_steps());
+  p.wall_ms = 1e3 * seconds_since(profile_start_);
+  const std::string csv = run_dir_ + "/kernel_profile.csv";
+  write_profile_csv(p, csv);
+  if (!quiet_) std::printf("%s  (every kernel: %s)\n", format_profile(p, 25).c_str(), csv.c_str());
 }
 
 // metrics.csv and TensorBoard every step; the progress line every train.log_every and last.

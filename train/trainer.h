@@ -10,6 +10,7 @@
 // process would.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +68,8 @@ class Trainer {
   double max_over_ranks(double value) const;
   // Rank 0 prints every rank's peak memory (one all-gather). Collective.
   void report_peak_memory() const;
+  // train.profile_steps: start the device trace before this step, report after its last step.
+  void profile_around_step(int64_t step, bool before);
   bool evaluation_due(int64_t step) const;
   // val_loss (top-C), agreement of the two routings, and after the last step val_loss_causal.
   void evaluate_validation(int64_t step, StepMetrics& m) const;
@@ -122,6 +125,7 @@ class Trainer {
   // Set by run(): metrics.csv and tb/ (world rank 0), a token's training FLOPs and the rate MFU
   // is measured against (every process's share of the machine).
   std::unique_ptr<MetricsLog> log_;
+  std::chrono::steady_clock::time_point profile_start_;  // host time at the trace's start
   double flops_per_token_ = 0, peak_flops_ = 0;
   std::vector<std::pair<Tensor, Tensor>> step_inputs_;  // per micro-batch: inputs, targets
   std::unique_ptr<CapturedWork> graph_;                 // train.cuda_graph, after warm-up

@@ -5,20 +5,18 @@
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/device.h"
 #include "core/cuda/kernel_utils.cuh"
+#include "core/cuda/pointwise.cuh"
 
 namespace mod::cuda {
 
 namespace {
-template <typename S, typename D>
-__global__ void convert_kernel(const S* in, D* out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    if constexpr (std::is_same_v<D, bf16>)
-      out[i] = __float2bfloat16(static_cast<float>(to_acc<S>(in[i])));
-    else
-      out[i] = static_cast<D>(to_acc<S>(in[i]));
+// A value as it is: launch_pointwise stores it in the destination's dtype.
+struct Identity {
+  template <typename A>
+  __device__ A operator()(A v) const {
+    return v;
   }
-}
+};
 
 template <typename T>
 __global__ void fill_kernel(T* out, T value, int64_t n) {
@@ -79,9 +77,7 @@ void CudaBackend::convert(const Tensor& src, Tensor& dst) {
     using S = decltype(s);
     dispatch_float(dst.dtype(), "convert", [&](auto d) {
       using D = decltype(d);
-      convert_kernel<<<grid_for(n), kThreads, 0, compute_stream()>>>(src.data<S>(),
-                                                                     dst.data<D>(), n);
-      MOD_CUDA_CHECK_LAUNCH();
+      launch_pointwise(n, src.data<S>(), dst.data<D>(), Identity{});
     });
   });
 }

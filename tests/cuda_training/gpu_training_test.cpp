@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -170,6 +171,38 @@ TEST_CASE("train.recompute on the GPU: FULL and SELECTIVE track NONE, eager and 
           require_close(train_run(recipe, sets, "", 20), none, 1e-5, 0.0);
         }
     }
+}
+
+// train.profile_steps records the device's activity through CUPTI over steps 2-4: the table
+// holds our kernels under their short names, every kernel launched a whole number of times a
+// step (the window is exactly three steps, eager or replayed from a graph), and tracing leaves
+// the losses alone.
+TEST_CASE("train.profile_steps: three steps of kernels, eager and graphed", "[gpu]") {
+  if (!have_gpu()) return;
+  for (const char* graph : {"false", "true"}) {
+    INFO("cuda_graph " << graph);
+    const auto sets = with(kGpu, std::string("train.cuda_graph=") + graph);
+    const Run plain = train_run("tiny_mod", sets, "", 6);
+    const Run traced = train_run(
+        "tiny_mod", with(with(sets, "train.profile_from=2"), "train.profile_steps=3"), "", 6);
+    require_close(traced, plain, 1e-5, 0.0);
+    std::ifstream csv(traced.dir + "/kernel_profile.csv");
+    REQUIRE(csv);
+    std::string line;
+    std::getline(csv, line);
+    CHECK(line == "kernel,calls,total_ms,per_step_ms,mean_us,share");
+    int rows = 0, topk_calls = 0;
+    while (std::getline(csv, line)) {
+      ++rows;
+      const size_t quote = line.rfind('"');
+      const int calls = std::stoi(line.substr(quote + 2));
+      INFO(line);
+      CHECK(calls % 3 == 0);
+      if (line.rfind("\"topk_rank_flags<float>\"", 0) == 0) topk_calls = calls;
+    }
+    CHECK(rows > 10);
+    CHECK(topk_calls > 0);
+  }
 }
 
 TEST_CASE("a checkpoint written on the GPU resumes on the CPU, and the reverse", "[gpu]") {

@@ -2,11 +2,12 @@
 // of core/cpu/ops/activation.cpp term for term, evaluated in Acc<T>. GELU is the tanh
 // approximation written as x sigmoid(2u), so every rule here is a sigmoid. exp is the accurate
 // expf/exp (within 2 ulp, like the CPU's exp_cephes), never the __expf intrinsic.
-// Work split: one grid-stride loop over the flat index (coalesced, any n); each rule is a
-// functor so one kernel template serves all of them (no --extended-lambda needed). Outputs may
-// alias inputs, so no __restrict__.
+// Work split: pointwise.cuh's wide kernels (16-byte loads and stores); each rule is a functor
+// so one kernel template serves all of them (no --extended-lambda needed). Outputs may alias
+// inputs, so no __restrict__.
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/kernel_utils.cuh"
+#include "core/cuda/pointwise.cuh"
 
 namespace mod::cuda {
 
@@ -62,21 +63,23 @@ struct SiluGrad {
   }
 };
 
-// x, y [n]: y = f(x)
-template <typename T, typename F>
-__global__ void map_forward_kernel(const T* x, T* y, int64_t n, F f) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = from_acc<T>(f(load(x + i)));
-}
+// dx = dy * f'(x), as op(x, dy)
+template <typename F>
+struct TimesDerivative {
+  F fprime;
+  template <typename A>
+  __device__ A operator()(A x, A dy) const {
+    return dy * fprime(x);
+  }
+};
 
-// x, dy, dx [n]: dx = dy * f'(x)
-template <typename T, typename F>
-__global__ void map_backward_kernel(const T* x, const T* dy, T* dx, int64_t n, F fprime) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    dx[i] = from_acc<T>(load(dy + i) * fprime(load(x + i)));
-}
+// y = silu(gate) up, as op(gate, up)
+struct SwigluForward {
+  template <typename A>
+  __device__ A operator()(A g, A up) const {
+    return g * acc_sigmoid(g) * up;
+  }
+};
 
 template <typename F>
 void map_forward(const char* name, const Tensor& x, Tensor& y, F f) {
@@ -84,9 +87,7 @@ void map_forward(const char* name, const Tensor& x, Tensor& y, F f) {
   if (n == 0) return;
   dispatch_float(x.dtype(), name, [&](auto z) {
     using T = decltype(z);
-    map_forward_kernel<<<grid_for(n), kThreads, 0, compute_stream()>>>(x.data<T>(), y.data<T>(),
-                                                                        n, f);
-    MOD_CUDA_CHECK_LAUNCH();
+    launch_pointwise(n, x.data<T>(), y.data<T>(), f);
   });
 }
 
@@ -96,20 +97,8 @@ void map_backward(const char* name, const Tensor& x, const Tensor& dy, Tensor& d
   if (n == 0) return;
   dispatch_float(x.dtype(), name, [&](auto z) {
     using T = decltype(z);
-    map_backward_kernel<<<grid_for(n), kThreads, 0, compute_stream()>>>(
-        x.data<T>(), dy.data<T>(), dx.data<T>(), n, fprime);
-    MOD_CUDA_CHECK_LAUNCH();
+    launch_pointwise(n, x.data<T>(), dy.data<T>(), dx.data<T>(), TimesDerivative<F>{fprime});
   });
-}
-
-// gate, up, y [n]: y = silu(gate) up
-template <typename T>
-__global__ void swiglu_forward_kernel(const T* gate, const T* up, T* y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const Acc<T> g = load(gate + i);
-    y[i] = from_acc<T>(g * acc_sigmoid(g) * load(up + i));
-  }
 }
 
 // gate, up, dy, dgate, dup [n]: dgate = dy up silu'(gate), dup = dy silu(gate)
@@ -156,9 +145,7 @@ void CudaBackend::swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& y
   if (n == 0) return;
   dispatch_float(gate.dtype(), "swiglu_forward", [&](auto z) {
     using T = decltype(z);
-    swiglu_forward_kernel<<<grid_for(n), kThreads, 0, compute_stream()>>>(
-        gate.data<T>(), up.data<T>(), y.data<T>(), n);
-    MOD_CUDA_CHECK_LAUNCH();
+    launch_pointwise(n, gate.data<T>(), up.data<T>(), y.data<T>(), SwigluForward{});
   });
 }
 

@@ -1,11 +1,12 @@
 // CUDA elementwise kernels: binary ops with trailing-dim broadcast, scale and axpy; the same
 // math as core/cpu/ops/elementwise.cpp, evaluated in Acc<T>.
-// Work split: one grid-stride loop over the flat index, so consecutive threads touch consecutive
-// elements (coalesced) and any n fits the grid. Broadcast modes walk (row, col) incrementally
-// instead of dividing a 64-bit index per element, which would cost more than the memory traffic.
-// Outputs may alias inputs (in-place calls are common), so no __restrict__ and no __ldg.
+// Work split: same-shape operands, scale and axpy are pointwise.cuh's wide kernels; broadcast
+// modes run one grid-stride loop over the flat index (coalesced, any n) that walks (row, col)
+// incrementally instead of dividing a 64-bit index per element, which would cost more than the
+// memory traffic. Outputs may alias inputs (in-place calls are common), so no __restrict__.
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/kernel_utils.cuh"
+#include "core/cuda/pointwise.cuh"
 
 namespace mod::cuda {
 
@@ -21,18 +22,20 @@ __device__ __forceinline__ A apply_binary(A x, A y) {
     return x * y;
 }
 
-// a, out [outer, inner] flat (n = outer * inner > 0); b [n], [inner] or [outer] by B.
+template <BinaryKind K>
+struct BinaryOp {
+  template <typename A>
+  __device__ A operator()(A x, A y) const {
+    return apply_binary<K>(x, y);
+  }
+};
+
+// a, out [outer, inner] flat (n = outer * inner > 0); b [inner] or [outer] by B.
 template <BinaryKind K, Broadcast B, typename T>
-__global__ void binary_kernel(const T* a, const T* b, T* out, int64_t n, int64_t inner) {
-  if constexpr (B == Broadcast::Same) {
-    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += stride)
-      out[i] = from_acc<T>(apply_binary<K>(load(a + i), load(b + i)));
-  } else {
-    for (GridRowCol at(inner); at.i < n; at.next()) {
-      const int64_t j = B == Broadcast::Inner ? at.col : at.row;
-      out[at.i] = from_acc<T>(apply_binary<K>(load(a + at.i), load(b + j)));
-    }
+__global__ void binary_broadcast_kernel(const T* a, const T* b, T* out, int64_t n, int64_t inner) {
+  for (GridRowCol at(inner); at.i < n; at.next()) {
+    const int64_t j = B == Broadcast::Inner ? at.col : at.row;
+    out[at.i] = from_acc<T>(apply_binary<K>(load(a + at.i), load(b + j)));
   }
 }
 
@@ -41,34 +44,30 @@ void launch_binary(Broadcast bcast, int64_t n, int64_t inner, const T* a, const 
   const unsigned blocks = grid_for(n);
   cudaStream_t s = compute_stream();
   switch (bcast) {
-    case Broadcast::Same:
-      binary_kernel<K, Broadcast::Same><<<blocks, kThreads, 0, s>>>(a, b, out, n, inner);
-      break;
+    case Broadcast::Same: return launch_pointwise(n, a, b, out, BinaryOp<K>{});
     case Broadcast::Inner:
-      binary_kernel<K, Broadcast::Inner><<<blocks, kThreads, 0, s>>>(a, b, out, n, inner);
+      binary_broadcast_kernel<K, Broadcast::Inner><<<blocks, kThreads, 0, s>>>(a, b, out, n, inner);
       break;
     case Broadcast::Outer:
-      binary_kernel<K, Broadcast::Outer><<<blocks, kThreads, 0, s>>>(a, b, out, n, inner);
+      binary_broadcast_kernel<K, Broadcast::Outer><<<blocks, kThreads, 0, s>>>(a, b, out, n, inner);
       break;
   }
   MOD_CUDA_CHECK_LAUNCH();
 }
 
-// x, out [n]: out = alpha * x
-template <typename T>
-__global__ void scale_kernel(const T* x, Acc<T> alpha, T* out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = from_acc<T>(alpha * load(x + i));
-}
+// out = alpha * x
+template <typename A>
+struct Scale {
+  A alpha;
+  __device__ A operator()(A x) const { return alpha * x; }
+};
 
-// x, y [n]: y += alpha * x
-template <typename T>
-__global__ void axpy_kernel(Acc<T> alpha, const T* x, T* y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = from_acc<T>(load(y + i) + alpha * load(x + i));
-}
+// y += alpha * x, as op(y, x)
+template <typename A>
+struct Axpy {
+  A alpha;
+  __device__ A operator()(A y, A x) const { return y + alpha * x; }
+};
 
 }  // namespace
 
@@ -94,9 +93,7 @@ void CudaBackend::scale(const Tensor& x, double alpha, Tensor& out) {
   if (n == 0) return;
   dispatch_float(out.dtype(), "scale", [&](auto z) {
     using T = decltype(z);
-    scale_kernel<<<grid_for(n), kThreads, 0, compute_stream()>>>(
-        x.data<T>(), static_cast<Acc<T>>(alpha), out.data<T>(), n);
-    MOD_CUDA_CHECK_LAUNCH();
+    launch_pointwise(n, x.data<T>(), out.data<T>(), Scale<Acc<T>>{static_cast<Acc<T>>(alpha)});
   });
 }
 
@@ -105,9 +102,8 @@ void CudaBackend::axpy(double alpha, const Tensor& x, Tensor& y) {
   if (n == 0) return;
   dispatch_float(y.dtype(), "axpy", [&](auto z) {
     using T = decltype(z);
-    axpy_kernel<<<grid_for(n), kThreads, 0, compute_stream()>>>(
-        static_cast<Acc<T>>(alpha), x.data<T>(), y.data<T>(), n);
-    MOD_CUDA_CHECK_LAUNCH();
+    launch_pointwise(n, static_cast<const T*>(y.data<T>()), x.data<T>(), y.data<T>(),
+                     Axpy<Acc<T>>{static_cast<Acc<T>>(alpha)});
   });
 }
 

@@ -1,0 +1,50 @@
+// train.profile_steps' summary: kernel names shortened from CUPTI's mangled ones, time summed
+// by kernel, and the device's busy time as the union of overlapping records (a copy on another
+// stream under a kernel counts once), and the idle gaps between busy stretches.
+#include "train/metrics/kernel_profile.h"
+
+#include <catch2/catch.hpp>
+
+using namespace mod;
+using namespace mod::train;
+
+TEST_CASE("kernel names lose return type, namespaces and parameters", "[profile]") {
+  // void mod::cuda::(anonymous namespace)::gather_rows_copy<uint4, long>(uint4 const*, long)
+  CHECK(short_kernel_name("_ZN3mod4cuda12_GLOBAL__N_116gather_rows_copyI5uint4lEEvPKT_l") ==
+        "gather_rows_copy<uint4, long>");
+  // void cutlass::Kernel2<cutlass_80_wmma<a, b>>(Params)
+  CHECK(short_kernel_name("void cutlass::Kernel2<cutlass_80_wmma<a, b::c>>(Params)") ==
+        "Kernel2<cutlass_80_wmma<a, b::c>>");
+  CHECK(short_kernel_name("nvjet_sm90_hsh_256x128_64x4_2x1_v_bz_coopA_NNT") ==
+        "nvjet_sm90_hsh_256x128_64x4_2x1_v_bz_coopA_NNT");
+  CHECK(short_kernel_name("[memcpy HtoD]") == "[memcpy HtoD]");
+}
+
+TEST_CASE("a profile sums by kernel and counts overlapping time once", "[profile]") {
+  const std::vector<DeviceActivity> records = {
+      {"gemm", 1'000'000, 3'000'000},     // 2 ms
+      {"[memcpy DtoH]", 2'000'000, 4'000'000},  // overlaps the gemm by 1 ms
+      {"norm", 10'000'000, 10'500'000},   // a gap of 6 ms before it
+      {"gemm", 11'000'000, 14'000'000},   // 3 ms
+  };
+  const KernelProfile p = summarize(records, 2);
+  REQUIRE(p.rows.size() == 3);
+  CHECK(p.rows[0].name == "gemm");
+  CHECK(p.rows[0].calls == 2);
+  CHECK(p.rows[0].total_ms == Approx(5.0));
+  CHECK(p.rows[1].name == "[memcpy DtoH]");
+  CHECK(p.rows[2].total_ms == Approx(0.5));
+  CHECK(p.busy_ms == Approx(3.0 + 0.5 + 3.0));  // [1,4] + [10,10.5] + [11,14]
+  CHECK(p.span_ms == Approx(13.0));
+  REQUIRE(p.gaps.size() == 2);  // longest first, named by the records on either side
+  CHECK(p.gaps[0].ms == Approx(6.0));
+  CHECK(p.gaps[0].after == "[memcpy DtoH]");  // it ended the busy stretch, not the gemm
+  CHECK(p.gaps[0].before == "norm");
+  CHECK(p.gaps[1].ms == Approx(0.5));
+  CHECK(p.gaps[1].after == "norm");
+  const std::string table = format_profile(p, 2);
+  CHECK(table.find("busy 3.25 ms of 6.50 ms a step (50.0% idle), 2 launches a step") !=
+        std::string::npos);
+  CHECK(table.find("  norm\n") == std::string::npos);  // only the top two rows
+  CHECK(table.find("6.000 ms after [memcpy DtoH], before norm\n") != std::string::npos);
+}

@@ -1,0 +1,161 @@
+// Summing a device trace by kernel (kernel_profile.h).
+#include "train/metrics/kernel_profile.h"
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <stdexcept>
+
+namespace mod::train {
+
+namespace {
+
+std::string demangle(const std::string& name) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> out(
+      abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status), std::free);
+  return status == 0 && out ? std::string(out.get()) : name;
+}
+
+// Position of the '(' that opens the trailing parameter list, or npos.
+size_t parameter_list(const std::string& s) {
+  if (s.empty() || s.back() != ')') return std::string::npos;
+  int depth = 0;
+  for (size_t i = s.size(); i-- > 0;) {
+    if (s[i] == ')') ++depth;
+    if (s[i] == '(' && --depth == 0) return i;
+  }
+  return std::string::npos;
+}
+
+}  // namespace
+
+std::string short_kernel_name(const std::string& mangled) {
+  if (!mangled.empty() && mangled[0] == '[') return mangled;  // "[memcpy HtoD]": ours, as is
+  std::string s = demangle(mangled);
+  if (const size_t p = parameter_list(s); p != std::string::npos && p > 0) s.resize(p);
+  // Drop the return type and the qualifiers: keep what follows the last space or "::" that
+  // sits outside template arguments and parentheses ("(anonymous namespace)").
+  size_t begin = 0;
+  int depth = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '<' || c == '(') ++depth;
+    if (c == '>' || c == ')') --depth;
+    if (depth != 0) continue;
+    if (c == ' ') begin = i + 1;
+    if (c == ':' && i + 1 < s.size() && s[i + 1] == ':') begin = i + 2;
+  }
+  return s.substr(begin);
+}
+
+KernelProfile summarize(const std::vector<DeviceActivity>& records, int64_t steps) {
+  KernelProfile p;
+  p.steps = std::max<int64_t>(1, steps);
+  std::map<std::string, KernelRow> by_name;
+  std::map<std::string, std::string> short_of;  // memo: demangling is slow
+  std::vector<const std::string*> names;  // short name of each record, in record order
+  names.reserve(records.size());
+  for (const DeviceActivity& r : records) {
+    auto [it, fresh] = short_of.try_emplace(r.name);
+    if (fresh) it->second = short_kernel_name(r.name);
+    names.push_back(&it->second);
+    KernelRow& row = by_name[it->second];
+    row.name = it->second;
+    row.calls += 1;
+    row.total_ms += static_cast<double>(r.end_ns - r.start_ns) / 1e6;
+  }
+  std::vector<size_t> order(records.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return records[a].start_ns < records[b].start_ns;
+  });
+  // The union of the intervals, merging overlaps; a hole in it is an idle gap.
+  uint64_t open = 0, close = 0, busy = 0;
+  const std::string* last_name = nullptr;
+  for (size_t i : order) {
+    const uint64_t s = records[i].start_ns, e = std::max(s, records[i].end_ns);
+    if (last_name == nullptr || s > close) {
+      if (last_name != nullptr) {
+        busy += close - open;
+        p.gaps.push_back({static_cast<double>(s - close) / 1e6, *last_name, *names[i]});
+      }
+      open = s;
+      close = e;
+      last_name = names[i];
+    } else if (e > close) {
+      close = e;
+      last_name = names[i];
+    }
+  }
+  busy += close - open;
+  p.busy_ms = static_cast<double>(busy) / 1e6;
+  if (!order.empty()) p.span_ms = static_cast<double>(close - records[order.front()].start_ns) / 1e6;
+  constexpr size_t kGaps = 8;
+  std::sort(p.gaps.begin(), p.gaps.end(),
+            [](const IdleGap& a, const IdleGap& b) { return a.ms > b.ms; });
+  if (p.gaps.size() > kGaps) p.gaps.resize(kGaps);
+  for (auto& [name, row] : by_name) p.rows.push_back(std::move(row));
+  std::sort(p.rows.begin(), p.rows.end(), [](const KernelRow& a, const KernelRow& b) {
+    return a.total_ms != b.total_ms ? a.total_ms > b.total_ms : a.name < b.name;
+  });
+  return p;
+}
+
+std::string format_profile(const KernelProfile& p, size_t top) {
+  const double n = static_cast<double>(p.steps);
+  int64_t launches = 0;
+  for (const KernelRow& r : p.rows) launches += r.calls;
+  const double wall = p.wall_ms > 0 ? p.wall_ms : p.span_ms;
+  char line[512];
+  std::string out;
+  std::snprintf(line, sizeof line,
+                "kernel profile over %lld step%s: the device busy %.2f ms of %.2f ms a step "
+                "(%.1f%% idle), %.0f launches a step\n",
+                static_cast<long long>(p.steps), p.steps == 1 ? "" : "s", p.busy_ms / n, wall / n,
+                wall > 0 ? 100.0 * std::max(0.0, 1.0 - p.busy_ms / wall) : 0.0,
+                static_cast<double>(launches) / n);
+  out += line;
+  std::snprintf(line, sizeof line, "  %6s %9s %8s %9s  %s\n", "share", "ms/step", "calls", "mean us",
+                "kernel");
+  out += line;
+  for (size_t i = 0; i < std::min(top, p.rows.size()); ++i) {
+    const KernelRow& r = p.rows[i];
+    std::string name = r.name.size() > 90 ? r.name.substr(0, 87) + "..." : r.name;
+    std::snprintf(line, sizeof line, "  %5.1f%% %9.3f %8.0f %9.1f  %s\n",
+                  p.busy_ms > 0 ? 100.0 * r.total_ms / p.busy_ms : 0.0, r.total_ms / n,
+                  static_cast<double>(r.calls) / n, 1e3 * r.total_ms / static_cast<double>(r.calls),
+                  name.c_str());
+    out += line;
+  }
+  if (!p.gaps.empty()) out += "  longest idle gaps over the window:\n";
+  for (const IdleGap& g : p.gaps) {
+    auto cut = [](const std::string& s) { return s.size() > 50 ? s.substr(0, 47) + "..." : s; };
+    std::snprintf(line, sizeof line, "  %9.3f ms after %s, before %s\n", g.ms, cut(g.after).c_str(),
+                  cut(g.before).c_str());
+    out += line;
+  }
+  return out;
+}
+
+void write_profile_csv(const KernelProfile& p, const std::string& path) {
+  std::ofstream f(path);
+  if (!f) throw std::runtime_error("kernel profile: cannot write " + path);
+  f << "kernel,calls,total_ms,per_step_ms,mean_us,share\n";
+  for (const KernelRow& r : p.rows) {
+    std::string quoted = "\"";
+    for (char c : r.name) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+    quoted += '"';
+    f << quoted << ',' << r.calls << ',' << r.total_ms << ','
+      << r.total_ms / static_cast<double>(p.steps) << ','
+      << 1e3 * r.total_ms / static_cast<double>(r.calls) << ','
+      << (p.busy_ms > 0 ? r.total_ms / p.busy_ms : 0.0) << '\n';
+  }
+}
+
+}  // namespace mod::train

@@ -1,0 +1,46 @@
+// train.profile_steps: the GPU's kernels over a window of steps, summed by kernel. Answers
+// "where does a step's device time go, and how long is the device idle?" the way
+// torch.profiler's key_averages table does; the whole table goes to kernel_profile.csv.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/device_trace.h"
+
+namespace mod::train {
+
+struct KernelRow {
+  std::string name;  // short_kernel_name of the records summed here
+  int64_t calls = 0;
+  double total_ms = 0;
+};
+
+// A stretch with nothing on the device: the host was busy, or waiting, between two records.
+struct IdleGap {
+  double ms = 0;
+  std::string after, before;  // short names of the records on either side
+};
+
+struct KernelProfile {
+  std::vector<KernelRow> rows;  // by total time, largest first
+  std::vector<IdleGap> gaps;    // the longest few, longest first
+  int64_t steps = 0;
+  double busy_ms = 0;   // the union of every record's interval: time the device did something
+  double span_ms = 0;   // first start to last end
+  double wall_ms = 0;   // the host's time for the steps (set by the caller)
+};
+
+// "void mod::cuda::(anonymous namespace)::gather_rows_copy<uint4, long>(RowMap<long>, ...)"
+// -> "gather_rows_copy<uint4, long>": demangled, without return type, namespaces or parameters.
+std::string short_kernel_name(const std::string& mangled);
+
+KernelProfile summarize(const std::vector<DeviceActivity>& records, int64_t steps);
+
+// The top rows per step, under a line of busy, idle and launch counts.
+std::string format_profile(const KernelProfile& p, size_t top);
+// Every row: kernel, calls, total_ms, per_step_ms, mean_us, share.
+void write_profile_csv(const KernelProfile& p, const std::string& path);
+
+}  // namespace mod::train
