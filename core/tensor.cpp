@@ -147,9 +147,11 @@ double Tensor::item() const {
 
 std::vector<double> Tensor::to_vector() const {
   if (device() != Device::CPU) return to(Device::CPU).to_vector();
-  std::vector<double> out(static_cast<size_t>(numel()));
-  for (int64_t i = 0; i < numel(); ++i) out[static_cast<size_t>(i)] = at(i);
-  return out;
+  // One conversion pass, then a copy: at() per element (checks and a dtype switch each) took
+  // 3 ms for the 65536 router scores a GPT-2-small MoD block reports every step.
+  const Tensor f64 = dtype() == DType::F64 ? *this : to(DType::F64);
+  const double* p = f64.data<double>();
+  return std::vector<double>(p, p + numel());
 }
 
 Tensor Tensor::clone() const {

@@ -10,10 +10,9 @@ namespace {
 // Router statistics for metrics from the tensors the forward left in s (resolve_stats). On a
 // GPU this copies three [B,T] tensors to the host.
 void fill_stats(RoutedBlockStats& s) {
-  const Tensor r = s.r.to(Device::CPU), decision_logits = s.decision.to(Device::CPU),
-               member = s.member.to(Device::CPU);
-  const int64_t n = r.numel(), t = r.size(-1);
-  const std::vector<double> scores = r.to_vector();
+  const std::vector<double> scores = s.r.to_vector(), decision_logits = s.decision.to_vector(),
+                            member = s.member.to_vector();
+  const int64_t n = s.r.numel(), t = s.r.size(-1);
   double sum = 0, sq = 0;
   for (double v : scores) {
     sum += v;
@@ -25,15 +24,18 @@ void fill_stats(RoutedBlockStats& s) {
   int64_t tp = 0, fp = 0, fn = 0, correct = 0;
   constexpr int kBuckets = 8;
   std::vector<double> routed(kBuckets, 0), total(kBuckets, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    const bool said = decision_logits.at(i) > 0, is = member.at(i) > 0.5;
-    tp += said && is;
-    fp += said && !is;
-    fn += !said && is;
-    correct += said == is;
-    const int bucket = static_cast<int>((i % t) * kBuckets / t);
-    routed[bucket] += is;
-    total[bucket] += 1;
+  for (int64_t row = 0; row < n / t; ++row) {  // by rows: the position is the column
+    for (int64_t pos = 0; pos < t; ++pos) {
+      const int64_t i = row * t + pos;
+      const bool said = decision_logits[i] > 0, is = member[i] > 0.5;
+      tp += said && is;
+      fp += said && !is;
+      fn += !said && is;
+      correct += said == is;
+      const int bucket = static_cast<int>(pos * kBuckets / t);
+      routed[bucket] += is;
+      total[bucket] += 1;
+    }
   }
   s.accuracy = static_cast<double>(correct) / n;
   s.precision = tp + fp ? static_cast<double>(tp) / (tp + fp) : 0.0;

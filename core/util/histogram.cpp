@@ -17,9 +17,12 @@ Histogram make_histogram(const std::vector<double>& values, int buckets) {
   for (int i = 0; i < n; ++i) h.upper.push_back(i + 1 == n ? h.max : h.min + width * (i + 1));
   h.count.assign(n, 0.0);
   for (double v : values) {
-    // The bucket whose (lower, upper] holds v; the minimum joins the first.
-    auto it = std::lower_bound(h.upper.begin(), h.upper.end(), v);
-    h.count[std::min<size_t>(it - h.upper.begin(), n - 1)] += 1;
+    // The bucket whose (lower, upper] holds v; the minimum joins the first. The quotient lands
+    // on it or next to it (rounding); the bounds settle which, as a binary search would.
+    int k = width > 0 ? std::clamp(static_cast<int>((v - h.min) / width), 0, n - 1) : 0;
+    while (k > 0 && v <= h.upper[k - 1]) --k;
+    while (k < n - 1 && v > h.upper[k]) ++k;
+    h.count[k] += 1;
     h.num += 1;
     h.sum += v;
     h.sum_squares += v * v;

@@ -3,6 +3,7 @@
 // a resume drops the rows after its step.
 #include "train/metrics/metrics_writer.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -77,6 +78,29 @@ TEST_CASE("histograms: equal-width buckets, (lower, upper], the minimum in the f
   CHECK(flat.upper == std::vector<double>{3.0});
   CHECK(flat.count == std::vector<double>{2});
   CHECK(util::make_histogram({}, 10).upper.empty());
+}
+
+// The bucket comes from a quotient, settled against the bounds: the same counts as a binary
+// search over the upper bounds, values on a bound and rounding-prone widths included.
+TEST_CASE("histograms count as a binary search over the bounds would", "[metrics]") {
+  std::vector<double> values;
+  uint64_t state = 12345;
+  for (int i = 0; i < 20000; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    values.push_back(static_cast<double>(state >> 11) / 9007199254740992.0 * 0.7 - 0.3);
+  }
+  const auto probe = util::make_histogram(values, 30);
+  values.insert(values.end(), probe.upper.begin(), probe.upper.end());  // exactly on bounds
+  for (int buckets : {1, 3, 30, 97}) {
+    const auto h = util::make_histogram(values, buckets);
+    std::vector<double> want(h.upper.size(), 0.0);
+    for (double v : values) {
+      const auto it = std::lower_bound(h.upper.begin(), h.upper.end(), v);
+      want[std::min<size_t>(it - h.upper.begin(), h.upper.size() - 1)] += 1;
+    }
+    INFO(buckets << " buckets");
+    CHECK(h.count == want);
+  }
 }
 
 TEST_CASE("metrics.csv starts with step and loss and drops rows past a resume point",
