@@ -107,7 +107,7 @@ profile() {
   for model in gpt2_small_dense gpt2_small_mod; do
     train_run "profile_$model" "$model" false NONE 6 --set train.profile_from=3 \
       --set train.profile_steps=3
-    sed -n '/^kernel profile/,/every kernel/p' "$logs/profile_$model.log" | head -36 |
+    sed -n '/^kernel profile/,/^the host a step/p' "$logs/profile_$model.log" | head -38 |
       tee -a "$summary"
     cp "/tmp/runs/profile_$model/kernel_profile.csv" "$logs/" 2>/dev/null
   done

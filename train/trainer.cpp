@@ -109,12 +109,14 @@ double Trainer::run() {
     if (checkpointer_) checkpointer_->wait();  // a background save commits at a step boundary
     profile_around_step(step, true);
     StepMetrics m = timed_step(step);
-    profile_around_step(step, false);
     loss = *m.lm_loss;
     if (evaluation_due(step)) evaluate_validation(step, m);
     if (progress_due(step) && mesh_->world().size() > 1)
       m.peak_memory_max_mb = max_over_ranks(*m.peak_memory_mb);
+    const auto log_start = Clock::now();
     log_step(step, m, seconds_since(start));
+    host_phases_.log += seconds_since(log_start);
+    profile_around_step(step, false);
     // Every rank learns whether any rank was signalled, so all of them stop after this step.
     const bool stop = any_rank_stopping();
     if (stop || checkpoint_due(step + 1, seconds_since(last_save) / 60)) {
@@ -193,13 +195,21 @@ void Trainer::profile_around_step(int64_t step, bool before) {
   if (before && step == first) {
     start_device_trace();
     profile_start_ = Clock::now();
+    host_phases_ = {};
   }
   if (before || step != last || start_step_ > first) return;
   KernelProfile p = summarize(stop_device_trace(), t.profile_steps());
   p.wall_ms = 1e3 * seconds_since(profile_start_);
   const std::string csv = run_dir_ + "/kernel_profile.csv";
   write_profile_csv(p, csv);
-  if (!quiet_) std::printf("%s  (every kernel: %s)\n", format_profile(p, 25).c_str(), csv.c_str());
+  if (quiet_) return;
+  const double n = 1e3 / t.profile_steps();  // seconds over the window -> ms a step
+  std::printf("%s  (every kernel: %s)\nthe host a step: loading the batch %.2f ms, enqueueing "
+              "%.2f ms, waiting for the device %.2f ms, routing statistics %.2f ms, logging %.2f "
+              "ms\n",
+              format_profile(p, 25).c_str(), csv.c_str(), n * host_phases_.load,
+              n * host_phases_.enqueue, n * host_phases_.wait, n * host_phases_.stats,
+              n * host_phases_.log);
 }
 
 // metrics.csv and TensorBoard every step; the progress line every train.log_every and last.

@@ -96,6 +96,12 @@ class Trainer {
   void load_step(int64_t step);
   StepOutputs enqueue_step(int64_t step);
   StepMetrics finish_step(int64_t step, const StepOutputs& out);
+  // Host seconds by phase, summed since the profile window opened (train.profile_steps):
+  // where the host is while the device idles.
+  struct HostPhases {
+    double load = 0, enqueue = 0, wait = 0, stats = 0, log = 0;
+  };
+  HostPhases host_phases_;
   Tensor global_grad_norm_and_clip();  // the norm before clipping, f64 on the device
 
   modtrain::RunConfig cfg_;

@@ -2,6 +2,7 @@
 // into device tensors, enqueues the step (forward, backward, clipping, update) without waiting
 // for the device, and reads the results at the end. Under train.cuda_graph the enqueued part
 // is captured once and replayed for every later step.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,11 @@
 namespace mod::train {
 
 namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
 // Fault injection for the dead-rank test: world rank MOD_FAULT_EXIT_RANK exits with code 3 in
 // the middle of step MOD_FAULT_EXIT_STEP (1-based), between its forward and backward, as a
 // crashed or OOM-killed process would.
@@ -139,13 +145,17 @@ Trainer::StepOutputs Trainer::enqueue_step(int64_t step) {
 
 // The host waits for the step here, once: losses, norm and routing statistics.
 StepMetrics Trainer::finish_step(int64_t step, const StepOutputs& out) {
+  auto t = Clock::now();
   double loss = out.loss.item(), aux = out.aux.item();
   const double grad_norm = out.grad_norm.item();
+  host_phases_.wait += seconds_since(t);
+  t = Clock::now();
   StepMetrics m;
   m.routed = out.stats;
   model::resolve_stats(m.routed);
   m.moe = out.moe_stats;
   model::resolve_moe_stats(m.moe);
+  host_phases_.stats += seconds_since(t);
   reduce_over_dp(loss, aux, m, mesh_->dp());
   // Checked after the update (checking before it would wait for the device mid-step); a
   // diverged run stops here and its parameters are never saved.
@@ -160,9 +170,15 @@ StepMetrics Trainer::finish_step(int64_t step, const StepOutputs& out) {
 }
 
 StepMetrics Trainer::train_step(int64_t step) {
+  auto t = Clock::now();
   load_step(step);
-  if (!cfg_.train().cuda_graph() || step < start_step_ + kGraphWarmupSteps)
-    return finish_step(step, enqueue_step(step));
+  host_phases_.load += seconds_since(t);
+  t = Clock::now();
+  if (!cfg_.train().cuda_graph() || step < start_step_ + kGraphWarmupSteps) {
+    const StepOutputs out = enqueue_step(step);
+    host_phases_.enqueue += seconds_since(t);
+    return finish_step(step, out);
+  }
   if (!graph_) {
     // Captured once: the same kernels on the same tensors serve every later step, whose
     // batch and learning rate load_step has just written into the tensors the graph reads.
@@ -180,6 +196,7 @@ StepMetrics Trainer::train_step(int64_t step) {
     graph_ = be.end_capture();
   }
   graph_->replay();
+  host_phases_.enqueue += seconds_since(t);
   return finish_step(step, graph_outputs_);
 }
 
