@@ -144,3 +144,16 @@ TEST_CASE("copy_rows copies a strided block of rows and leaves the rest alone", 
       CHECK(dst.at(r * 4 + c) == (copied ? double(r * 6 + c + 1) : -1.0));
     }
 }
+
+// to_vector reads every dtype, integers and bf16 included (a conversion through the CPU's
+// float kernels once refused i64, which the GPU parity tests and NCCL's i64 sums read back).
+TEST_CASE("to_vector widens every dtype to double", "[tensor]") {
+  const std::vector<double> v = {-3, 0, 7, 1.5e6};
+  for (DType t : {DType::F32, DType::F64, DType::I32, DType::I64, DType::BF16}) {
+    INFO(dtype_name(t));
+    const Tensor x = Tensor::from_vector(v, {2, 2}, t);
+    std::vector<double> want = v;
+    if (t == DType::BF16) want[3] = 1499136;  // 1.5e6 to bf16's 8 bits: 1.4296875 * 2^20
+    CHECK(x.to_vector() == want);
+  }
+}
