@@ -374,6 +374,8 @@ int main(int argc, char** argv) {
     const double ratio = sm.tokens_per_s / sd.tokens_per_s;
     std::printf("  MoD/dense sampling %.2fx (target >= 1.6x: %s); weights-per-token ratio %.2fx\n",
                 ratio, ratio >= 1.6 ? "met" : "BELOW TARGET", dense_w / mod_w);
+    // One machine-readable line for benchmarks/compare_sampling.sh.
+    std::printf("RESULT sample_tokens_per_s dense %.1f mod %.1f\n", sd.tokens_per_s, sm.tokens_per_s);
   }
   return 0;
 }

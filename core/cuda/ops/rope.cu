@@ -22,7 +22,7 @@
 namespace mod::cuda {
 
 namespace {
-constexpr int64_t kTableChunk = 256;  // frequencies passed by value; Dh <= 512 needs no pow
+constexpr int64_t kTableChunk = 256;
 // theta^(-2i/Dh) for i < kTableChunk, by value (2 KB of kernel parameters); beyond that (Dh over
 // 512) the device's pow.
 struct Frequencies {
