@@ -28,13 +28,6 @@
 namespace mod::train {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-namespace {
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-}  // namespace
 
 Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
                  parallel::Communicator& world)

@@ -96,6 +96,10 @@ class Trainer {
   void load_step(int64_t step);
   StepOutputs enqueue_step(int64_t step);
   StepMetrics finish_step(int64_t step, const StepOutputs& out);
+  using Clock = std::chrono::steady_clock;
+  static double seconds_since(Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  }
   // Host seconds by phase, summed since the profile window opened (train.profile_steps):
   // where the host is while the device idles.
   struct HostPhases {
@@ -131,7 +135,7 @@ class Trainer {
   // Set by run(): metrics.csv and tb/ (world rank 0), a token's training FLOPs and the rate MFU
   // is measured against (every process's share of the machine).
   std::unique_ptr<MetricsLog> log_;
-  std::chrono::steady_clock::time_point profile_start_;  // host time at the trace's start
+  Clock::time_point profile_start_;  // host time at the trace's start
   double flops_per_token_ = 0, peak_flops_ = 0;
   std::vector<std::pair<Tensor, Tensor>> step_inputs_;  // per micro-batch: inputs, targets
   std::unique_ptr<CapturedWork> graph_;                 // train.cuda_graph, after warm-up

@@ -16,11 +16,6 @@
 namespace mod::train {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 // Fault injection for the dead-rank test: world rank MOD_FAULT_EXIT_RANK exits with code 3 in
 // the middle of step MOD_FAULT_EXIT_STEP (1-based), between its forward and backward, as a
 // crashed or OOM-killed process would.
