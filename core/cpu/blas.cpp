@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -198,6 +199,14 @@ void onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
                              std::to_string(k) + " failed: " + dnnl_status2str(status));
 }
 
+// oneDNN 2.6's sgemm runs A^T B (the weight gradient dY^T X) at about half its rate once a side
+// of C reaches 512 (Zen 3, 2 threads: 1024x256x2048 at 77 GFLOP/s, OpenBLAS 117-145; 512x512x2048
+// 110 vs 150; one thread alike), while at 256x256 it is the faster one (122 vs 97-121): those
+// products go to OpenBLAS (docs/blas.md, "The weight-gradient layout").
+bool onednn_is_slow(bool ta, bool tb, int64_t m, int64_t n) {
+  return ta && !tb && std::max(m, n) >= 512;
+}
+
 std::string onednn_describe() {
   const dnnl_version_t* v = dnnl_version();
   std::string isa = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa());  // "cpu_isa_avx2"
@@ -212,7 +221,8 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (vector_product(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
 #ifdef MOD_HAVE_ONEDNN
-  if (current_library().load(std::memory_order_relaxed) == SgemmLibrary::OneDnn)
+  if (current_library().load(std::memory_order_relaxed) == SgemmLibrary::OneDnn &&
+      !onednn_is_slow(ta, tb, m, n))
     return onednn_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #endif
   openblas_gemm(blas().sgemm, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -235,7 +245,8 @@ void set_sgemm_library(SgemmLibrary library) {
 std::string blas_describe() {
 #ifdef MOD_HAVE_ONEDNN
   if (sgemm_library() == SgemmLibrary::OneDnn)
-    return "f32 " + onednn_describe() + "; f64 " + blas().description;
+    return "f32 " + onednn_describe() + " (A^T B with a side >= 512 in OpenBLAS); f64 " +
+           blas().description;
 #endif
   return "f32 and f64 " + blas().description;
 }
