@@ -304,9 +304,6 @@ void validate(const modtrain::RunConfig& cfg) {
                     std::to_string(m.n_layers()) + ")");
   if (t.profile_steps() < 0) bad_field("train.profile_steps", "must be >= 0 (0: off)");
   if (t.profile_steps() > 0) {
-    if (t.device() != modtrain::TrainConfig::CUDA)
-      bad_field("train.profile_steps", "needs train.device: CUDA (it records the GPU's "
-                                       "kernels; on a CPU use perf record)");
     if (t.profile_from() < 0 || int64_t{t.profile_from()} + t.profile_steps() > t.steps())
       bad_field("train.profile_from", std::to_string(t.profile_from()) + " + train.profile_steps " +
                                           std::to_string(t.profile_steps()) +

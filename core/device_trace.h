@@ -10,8 +10,11 @@
 namespace mod {
 
 struct DeviceActivity {
-  std::string name;  // a kernel's mangled name as CUPTI gives it, or "[memcpy HtoD]", "[memset]"
+  // A kernel's mangled name as CUPTI gives it, "[memcpy HtoD]", "[memset]", or a CPU op's name
+  // ("gelu_forward", "gemm NT 2048x768x256").
+  std::string name;
   uint64_t start_ns = 0, end_ns = 0;
+  double flop = 0;  // work done, where the recorder knows it (the CPU's GEMMs); else 0
 };
 
 // Start recording this process's device activity. Throws std::runtime_error naming what is

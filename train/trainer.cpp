@@ -11,6 +11,7 @@
 
 #include "configs/config.h"
 #include "core/cpu/cpu_peak.h"
+#include "core/cpu/op_trace.h"
 #include "core/backend.h"
 #include "core/device_report.h"
 #include "core/device_trace.h"
@@ -180,29 +181,38 @@ StepMetrics Trainer::timed_step(int64_t step) {
   return m;
 }
 
-// The trace runs on the writing rank only: one table a job, taken from world rank 0's GPU.
+// The trace runs on the writing rank only: one table a job, taken from world rank 0's GPU, or
+// on a CPU from its main thread's ops.
 void Trainer::profile_around_step(int64_t step, bool before) {
   const auto& t = cfg_.train();
   if (t.profile_steps() == 0 || !writer_) return;
   const int64_t first = t.profile_from(), last = first + t.profile_steps() - 1;
+  const bool cpu = device_ == Device::CPU;
   if (before && step == first) {
-    start_device_trace();
+    cpu ? cpu::start_op_trace() : start_device_trace();
     profile_start_ = Clock::now();
     host_phases_ = {};
   }
   if (before || step != last || start_step_ > first) return;
-  KernelProfile p = summarize(stop_device_trace(), t.profile_steps());
+  KernelProfile p = summarize(cpu ? cpu::stop_op_trace() : stop_device_trace(), t.profile_steps());
   p.wall_ms = 1e3 * seconds_since(profile_start_);
+  p.cpu_ops = cpu;
   const std::string csv = run_dir_ + "/kernel_profile.csv";
   write_profile_csv(p, csv);
   if (quiet_) return;
   const double n = 1e3 / t.profile_steps();  // seconds over the window -> ms a step
-  std::printf("%s  (every kernel: %s)\nthe host a step: loading the batch %.2f ms, enqueueing "
-              "%.2f ms, waiting for the device %.2f ms, routing statistics %.2f ms, logging %.2f "
-              "ms\n",
-              format_profile(p, 25).c_str(), csv.c_str(), n * host_phases_.load,
-              n * host_phases_.enqueue, n * host_phases_.wait, n * host_phases_.stats,
-              n * host_phases_.log);
+  const HostPhases& h = host_phases_;
+  if (cpu)
+    std::printf("%s  (every op: %s)\nthe host a step: loading the batch %.2f ms, the step %.2f "
+                "ms, routing statistics %.2f ms, logging %.2f ms\n",
+                format_profile(p, 25).c_str(), csv.c_str(), n * h.load, n * (h.enqueue + h.wait),
+                n * h.stats, n * h.log);
+  else
+    std::printf("%s  (every kernel: %s)\nthe host a step: loading the batch %.2f ms, enqueueing "
+                "%.2f ms, waiting for the device %.2f ms, routing statistics %.2f ms, logging "
+                "%.2f ms\n",
+                format_profile(p, 25).c_str(), csv.c_str(), n * h.load, n * h.enqueue, n * h.wait,
+                n * h.stats, n * h.log);
 }
 
 // metrics.csv and TensorBoard every step; the progress line every train.log_every and last.

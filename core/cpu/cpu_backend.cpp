@@ -32,11 +32,13 @@ MemoryStats CpuBackend::memory_stats() const {
 void CpuBackend::reset_peak_memory() { host_reset_peak(); }
 
 void CpuBackend::copy(const Tensor& src, Tensor& dst) {
+  OpTraceScope trace("copy");
   if (src.raw_data() != dst.raw_data()) std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
 }
 
 void CpuBackend::copy_rows(const Tensor& src, size_t src_offset, size_t src_pitch, Tensor& dst,
                            size_t dst_offset, size_t dst_pitch, size_t rows, size_t width) {
+  OpTraceScope trace("copy_rows");
   const char* in = static_cast<const char*>(src.raw_data()) + src_offset;
   char* out = static_cast<char*>(dst.raw_data()) + dst_offset;
   for (size_t i = 0; i < rows; ++i) std::memcpy(out + i * dst_pitch, in + i * src_pitch, width);

@@ -100,6 +100,25 @@ fi
 grep -q "no causal loss: model.mod.causal.method is NONE" "$work/eval_none.log" \
   || fail "eval of a NONE model: $(cat "$work/eval_none.log")"
 
+# train.profile_steps on the CPU: every op of the two profiled steps, GEMMs by shape with a rate.
+"$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" --run-dir "$work/prof" \
+  --data "$work/data" --set model.d_model=64 --set model.n_heads=2 --set model.d_ff=128 \
+  --set model.n_layers=2 --set model.seq_len=64 --set train.steps=4 --set train.eval_every=0 \
+  --set train.profile_from=1 --set train.profile_steps=2 > "$work/prof.log"
+grep -q "op profile over 2 steps: the main thread in CPU ops" "$work/prof.log" \
+  || fail "no op profile: $(cat "$work/prof.log")"
+python3 - "$work/prof/kernel_profile.csv" <<'PY' || fail "kernel_profile.csv: $(cat "$work/prof/kernel_profile.csv")"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+names = {r["kernel"] for r in rows}
+assert {"attention_forward", "attention_backward", "adamw_update", "topk_rows"} <= names, names
+gemms = [r for r in rows if r["kernel"].startswith("gemm NT ")]
+assert gemms and all(float(r["gflop_per_s"]) > 0 for r in gemms), gemms
+assert all(r["gflop_per_s"] == "" for r in rows if not r["kernel"].startswith("gemm")), rows
+assert all(int(r["calls"]) % 2 == 0 for r in rows), rows  # the same ops every step
+assert abs(sum(float(r["share"]) for r in rows) - 1) < 1e-6, rows  # records never overlap
+PY
+
 # Bad input: non-zero exit and a message naming the field, file or option.
 expect_error() {  # expect_error PATTERN command...
   local pattern=$1; shift

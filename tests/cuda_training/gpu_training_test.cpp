@@ -190,7 +190,7 @@ TEST_CASE("train.profile_steps: three steps of kernels, eager and graphed", "[gp
     REQUIRE(csv);
     std::string line;
     std::getline(csv, line);
-    CHECK(line == "kernel,calls,total_ms,per_step_ms,mean_us,share");
+    CHECK(line == "kernel,calls,total_ms,per_step_ms,mean_us,share,gflop_per_s");
     int rows = 0, topk_calls = 0;
     while (std::getline(csv, line)) {
       ++rows;

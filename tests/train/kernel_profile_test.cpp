@@ -18,6 +18,7 @@ TEST_CASE("kernel names lose return type, namespaces and parameters", "[profile]
   CHECK(short_kernel_name("nvjet_sm90_hsh_256x128_64x4_2x1_v_bz_coopA_NNT") ==
         "nvjet_sm90_hsh_256x128_64x4_2x1_v_bz_coopA_NNT");
   CHECK(short_kernel_name("[memcpy HtoD]") == "[memcpy HtoD]");
+  CHECK(short_kernel_name("gemm NT 2048x768x256") == "gemm NT 2048x768x256");  // a CPU op
 }
 
 TEST_CASE("a profile sums by kernel and counts overlapping time once", "[profile]") {

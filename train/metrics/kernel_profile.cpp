@@ -36,7 +36,9 @@ size_t parameter_list(const std::string& s) {
 }  // namespace
 
 std::string short_kernel_name(const std::string& mangled) {
-  if (!mangled.empty() && mangled[0] == '[') return mangled;  // "[memcpy HtoD]": ours, as is
+  // Neither mangled nor a signature: "[memcpy HtoD]", a CPU op ("gemm NT 2048x768x256"), an
+  // extern "C" kernel. As is.
+  if (mangled.rfind("_Z", 0) != 0 && mangled.find('(') == std::string::npos) return mangled;
   std::string s = demangle(mangled);
   if (const size_t p = parameter_list(s); p != std::string::npos && p > 0) s.resize(p);
   // Drop the return type and the qualifiers: keep what follows the last space or "::" that
@@ -69,6 +71,7 @@ KernelProfile summarize(const std::vector<DeviceActivity>& records, int64_t step
     row.name = it->second;
     row.calls += 1;
     row.total_ms += static_cast<double>(r.end_ns - r.start_ns) / 1e6;
+    row.flop += r.flop;
   }
   std::vector<size_t> order(records.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -114,19 +117,32 @@ std::string format_profile(const KernelProfile& p, size_t top) {
   const double wall = p.wall_ms > 0 ? p.wall_ms : p.span_ms;
   char line[512];
   std::string out;
-  std::snprintf(line, sizeof line,
-                "kernel profile over %lld step%s: the device busy %.2f ms of %.2f ms a step "
-                "(%.1f%% idle), %.0f launches a step\n",
-                static_cast<long long>(p.steps), p.steps == 1 ? "" : "s", p.busy_ms / n, wall / n,
-                wall > 0 ? 100.0 * std::max(0.0, 1.0 - p.busy_ms / wall) : 0.0,
-                static_cast<double>(launches) / n);
+  const double idle = wall > 0 ? 100.0 * std::max(0.0, 1.0 - p.busy_ms / wall) : 0.0;
+  const char* plural = p.steps == 1 ? "" : "s";
+  if (p.cpu_ops)
+    std::snprintf(line, sizeof line,
+                  "op profile over %lld step%s: the main thread in CPU ops %.2f ms of %.2f ms a "
+                  "step (%.1f%% outside them), %.0f ops a step\n",
+                  static_cast<long long>(p.steps), plural, p.busy_ms / n, wall / n, idle,
+                  static_cast<double>(launches) / n);
+  else
+    std::snprintf(line, sizeof line,
+                  "kernel profile over %lld step%s: the device busy %.2f ms of %.2f ms a step "
+                  "(%.1f%% idle), %.0f launches a step\n",
+                  static_cast<long long>(p.steps), plural, p.busy_ms / n, wall / n, idle,
+                  static_cast<double>(launches) / n);
   out += line;
   std::snprintf(line, sizeof line, "  %6s %9s %8s %9s  %s\n", "share", "ms/step", "calls", "mean us",
-                "kernel");
+                p.cpu_ops ? "op" : "kernel");
   out += line;
   for (size_t i = 0; i < std::min(top, p.rows.size()); ++i) {
     const KernelRow& r = p.rows[i];
     std::string name = r.name.size() > 90 ? r.name.substr(0, 87) + "..." : r.name;
+    if (r.flop > 0 && r.total_ms > 0) {
+      char rate[48];
+      std::snprintf(rate, sizeof rate, "  %.1f GFLOP/s", r.flop / (r.total_ms * 1e6));
+      name += rate;
+    }
     std::snprintf(line, sizeof line, "  %5.1f%% %9.3f %8.0f %9.1f  %s\n",
                   p.busy_ms > 0 ? 100.0 * r.total_ms / p.busy_ms : 0.0, r.total_ms / n,
                   static_cast<double>(r.calls) / n, 1e3 * r.total_ms / static_cast<double>(r.calls),
@@ -146,7 +162,7 @@ std::string format_profile(const KernelProfile& p, size_t top) {
 void write_profile_csv(const KernelProfile& p, const std::string& path) {
   std::ofstream f(path);
   if (!f) throw std::runtime_error("kernel profile: cannot write " + path);
-  f << "kernel,calls,total_ms,per_step_ms,mean_us,share\n";
+  f << "kernel,calls,total_ms,per_step_ms,mean_us,share,gflop_per_s\n";
   for (const KernelRow& r : p.rows) {
     std::string quoted = "\"";
     for (char c : r.name) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
@@ -154,7 +170,9 @@ void write_profile_csv(const KernelProfile& p, const std::string& path) {
     f << quoted << ',' << r.calls << ',' << r.total_ms << ','
       << r.total_ms / static_cast<double>(p.steps) << ','
       << 1e3 * r.total_ms / static_cast<double>(r.calls) << ','
-      << (p.busy_ms > 0 ? r.total_ms / p.busy_ms : 0.0) << '\n';
+      << (p.busy_ms > 0 ? r.total_ms / p.busy_ms : 0.0) << ',';
+    if (r.flop > 0 && r.total_ms > 0) f << r.flop / (r.total_ms * 1e6);
+    f << '\n';
   }
 }
 

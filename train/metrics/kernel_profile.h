@@ -1,6 +1,7 @@
-// train.profile_steps: the GPU's kernels over a window of steps, summed by kernel. Answers
-// "where does a step's device time go, and how long is the device idle?" the way
-// torch.profiler's key_averages table does; the whole table goes to kernel_profile.csv.
+// train.profile_steps: the GPU's kernels, or the CPU's ops, over a window of steps, summed by
+// name. Answers "where does a step's device time go, and how long is the device idle?" (on a
+// CPU: how long the main thread is outside ops) the way torch.profiler's key_averages table
+// does; the whole table goes to kernel_profile.csv.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@ struct KernelRow {
   std::string name;  // short_kernel_name of the records summed here
   int64_t calls = 0;
   double total_ms = 0;
+  double flop = 0;  // summed over the calls; 0 where the recorder did not know it
 };
 
 // A stretch with nothing on the device: the host was busy, or waiting, between two records.
@@ -30,6 +32,7 @@ struct KernelProfile {
   double busy_ms = 0;   // the union of every record's interval: time the device did something
   double span_ms = 0;   // first start to last end
   double wall_ms = 0;   // the host's time for the steps (set by the caller)
+  bool cpu_ops = false; // records are CPU ops on the main thread (cpu/op_trace.h), not kernels
 };
 
 // "void mod::cuda::(anonymous namespace)::gather_rows_copy<uint4, long>(RowMap<long>, ...)"
@@ -40,7 +43,8 @@ KernelProfile summarize(const std::vector<DeviceActivity>& records, int64_t step
 
 // The top rows per step, under a line of busy, idle and launch counts.
 std::string format_profile(const KernelProfile& p, size_t top);
-// Every row: kernel, calls, total_ms, per_step_ms, mean_us, share.
+// Every row: kernel, calls, total_ms, per_step_ms, mean_us, share, gflop_per_s (empty when the
+// row's FLOPs are unknown).
 void write_profile_csv(const KernelProfile& p, const std::string& path);
 
 }  // namespace mod::train

@@ -2,13 +2,25 @@
 // threads; many small ones (attention-sized, batched) run one per OpenMP thread, single-threaded.
 #include <omp.h>
 
+#include <string>
+
 #include "core/cpu/blas.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
 
 namespace mod::cpu {
 
+namespace {
+// "gemm NT 2048x768x256" (op(A) [M,K] times op(B) [K,N]), "x8" after it for a batch of 8.
+std::string gemm_label(const GemmArgs& g) {
+  std::string s = std::string("gemm ") + (g.trans_a ? 'T' : 'N') + (g.trans_b ? 'T' : 'N') + ' ' +
+                  std::to_string(g.m) + 'x' + std::to_string(g.n) + 'x' + std::to_string(g.k);
+  return g.batch > 1 ? s + " x" + std::to_string(g.batch) : s;
+}
+}  // namespace
+
 void CpuBackend::gemm(const GemmArgs& g, const Tensor& a, const Tensor& b, Tensor& c) {
+  OpTraceScope trace([&] { return gemm_label(g); }, 2.0 * g.batch * g.m * g.n * g.k);
   dispatch_float(c.dtype(), "gemm", [&](auto z) {
     using T = decltype(z);
     const T* pa = a.data<T>();
