@@ -155,24 +155,32 @@ void bench_attention(const Ceilings& c, Rng& rng) {
                        ref::attention(values(q), values(k), values(v), pos, pos, b, t, t, h, dh)),
           1e-4);
   }
-  const int64_t b = 4, t = 256, h = 12, dh = 64;
-  Tensor q = randn({b, t, h, dh}, rng), k = randn({b, t, h, dh}, rng),
-         v = randn({b, t, h, dh}, rng), dout = randn({b, t, h, dh}, rng);
-  std::vector<int64_t> pos(b * t);
-  for (int64_t i = 0; i < b * t; ++i) pos[i] = i % t;
-  Tensor p = Tensor::from_indices(pos, {b, t});
-  Tensor out = Tensor::empty({b, t, h, dh}), lse = Tensor::empty({b, h, t});
-  Tensor dq = Tensor::empty(q.shape()), dk = Tensor::empty(k.shape()), dv = Tensor::empty(v.shape());
-  Backend& be = backend(Device::CPU);
-  const double fwd = best_seconds([&] { be.attention_forward(q, k, v, p, p, out, lse); });
-  const double bwd = best_seconds(
-      [&] { be.attention_backward(q, k, v, p, p, out, lse, dout, dq, dk, dv); });
-  // Causal pairs only: forward 2 GEMMs (QK^T, PV), backward 5 (QK^T again, dV, dP, dQ, dK).
-  const double pairs = b * h * t * (t + 1) / 2.0;
-  const double f_fwd = 4.0 * dh * pairs, f_bwd = 10.0 * dh * pairs;
-  report("attention fwd B4 H12 T256 Dh64", f_fwd / fwd / 1e9, "GF/s", c.gemm_gflops, 0);
-  report("attention bwd", f_bwd / bwd / 1e9, "GF/s", c.gemm_gflops, 0);
-  report("attention fwd+bwd", (f_fwd + f_bwd) / (fwd + bwd) / 1e9, "GF/s", c.gemm_gflops, 0.5);
+  // GPT-2 small's heads at seq 256, and the GPT-2-small-like shape of docs/performance.md (rows
+  // of Q, K, V 2 KB apart: a stride that maps a tile's rows onto few L1 sets).
+  struct Shape { int64_t b, t, h, dh; };
+  for (const Shape s : {Shape{4, 256, 12, 64}, Shape{4, 512, 8, 64}}) {
+    const int64_t b = s.b, t = s.t, h = s.h, dh = s.dh;
+    Tensor q = randn({b, t, h, dh}, rng), k = randn({b, t, h, dh}, rng),
+           v = randn({b, t, h, dh}, rng), dout = randn({b, t, h, dh}, rng);
+    std::vector<int64_t> pos(b * t);
+    for (int64_t i = 0; i < b * t; ++i) pos[i] = i % t;
+    Tensor p = Tensor::from_indices(pos, {b, t});
+    Tensor out = Tensor::empty({b, t, h, dh}), lse = Tensor::empty({b, h, t});
+    Tensor dq = Tensor::empty(q.shape()), dk = Tensor::empty(k.shape()),
+           dv = Tensor::empty(v.shape());
+    Backend& be = backend(Device::CPU);
+    const double fwd = best_seconds([&] { be.attention_forward(q, k, v, p, p, out, lse); });
+    const double bwd = best_seconds(
+        [&] { be.attention_backward(q, k, v, p, p, out, lse, dout, dq, dk, dv); });
+    // Causal pairs only: forward 2 GEMMs (QK^T, PV), backward 5 (QK^T again, dV, dP, dQ, dK).
+    const double pairs = b * h * t * (t + 1) / 2.0;
+    const double f_fwd = 4.0 * dh * pairs, f_bwd = 10.0 * dh * pairs;
+    const std::string name = "attention fwd B" + std::to_string(b) + " H" + std::to_string(h) +
+                             " T" + std::to_string(t) + " Dh" + std::to_string(dh);
+    report(name.c_str(), f_fwd / fwd / 1e9, "GF/s", c.gemm_gflops, 0);
+    report("attention bwd", f_bwd / bwd / 1e9, "GF/s", c.gemm_gflops, 0);
+    report("attention fwd+bwd", (f_fwd + f_bwd) / (fwd + bwd) / 1e9, "GF/s", c.gemm_gflops, 0.5);
+  }
 }
 
 // A memory-bound kernel: bytes moved per call and the target fraction of bandwidth.
@@ -328,7 +336,16 @@ void bench_other(const Ceilings& c, Rng& rng) {
 
 }  // namespace
 
-int main() {
+// ops_bench [SECTION]: all sections, or one of matmul, attention, memory, other.
+int main(int argc, char** argv) {
+  const std::string only = argc > 1 ? argv[1] : "";
+  auto wanted = [&](const char* section) { return only.empty() || only == section; };
+  if (!only.empty() && !wanted("matmul") && !wanted("attention") && !wanted("memory") &&
+      !wanted("other")) {
+    std::fprintf(stderr, "ops_bench: unknown section '%s' (matmul, attention, memory, other)\n",
+                 only.c_str());
+    return 2;
+  }
   std::printf("modtrain ops_bench\n%s\n", device_report().c_str());
   Rng rng(42);
   const Ceilings c = measure_ceilings();
@@ -337,10 +354,10 @@ int main() {
               "bytes are counted as STREAM does (no write-allocate traffic), so in-place kernels "
               "(axpy, scatter-add, adamw) can pass 100%%\n",
               c.gemm_gflops, c.bandwidth_gbs);
-  bench_matmul(c, rng);
-  bench_attention(c, rng);
-  bench_memory_bound(c, rng);
-  bench_other(c, rng);
+  if (wanted("matmul")) bench_matmul(c, rng);
+  if (wanted("attention")) bench_attention(c, rng);
+  if (wanted("memory")) bench_memory_bound(c, rng);
+  if (wanted("other")) bench_other(c, rng);
   std::printf("\n%d line(s) below target\n", g_misses);
   return 0;
 }
