@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "core/backend.h"
 
@@ -14,11 +15,14 @@ thread_local bool g_grad_enabled = true;
 thread_local std::optional<DType> g_autocast;
 thread_local LeafSeen* g_leaf_observer = nullptr;
 
-// acc += g, allocating a new tensor: acc may alias a tensor the engine does not own.
-Tensor add_out_of_place(const Tensor& acc, const Tensor& g) {
-  Tensor out = acc.clone();
-  backend_of(out).axpy(1.0, g, out);
-  return out;
+// acc += g. In place when the engine holds acc's only reference (the common case: a fresh
+// gradient from a node's backward); otherwise acc may alias a tensor the engine does not own
+// (Add passes one gradient to both inputs, a view shares storage), so the sum is a new tensor.
+// The copy was 35 memcpys a tiny_dense step (1.5% of it).
+Tensor accumulate(Tensor acc, const Tensor& g) {
+  if (!acc.sole_owner() || acc.requires_grad()) acc = acc.clone();
+  backend_of(acc).axpy(1.0, g, acc);
+  return acc;
 }
 
 void check_grad_shape(const Node& node, const Tensor& g, const Shape& expected) {
@@ -166,7 +170,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds
       continue;
     }
     auto [slot, fresh] = grads.try_emplace(roots[i].grad_fn().get(), seeds[i]);
-    if (!fresh) slot->second = add_out_of_place(slot->second, seeds[i]);
+    if (!fresh) slot->second = accumulate(std::move(slot->second), seeds[i]);
   }
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = *it;
@@ -210,7 +214,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds
           if (!slot->second.defined())
             slot->second = gi;  // an order-only edge got there first
           else
-            slot->second = add_out_of_place(slot->second, gi);
+            slot->second = accumulate(std::move(slot->second), gi);
         }
       }
     }

@@ -25,6 +25,23 @@ TEST_CASE("a diamond graph sums both branches into the shared node", "[autograd]
   CHECK(x.grad().to_vector() == std::vector<double>{14.0, 26.0});
 }
 
+// Sums into an intermediate's gradient happen in place only when the engine holds that gradient
+// alone: add hands one tensor to both its inputs, so adding h1's second path into it in place
+// would change h2's too (both wait for a second path here).
+TEST_CASE("summing an intermediate's gradients never writes into a shared one", "[autograd]") {
+  for (const bool shared_first : {true, false}) {  // the order the engine meets the paths in
+    Tensor x = Tensor::from_vector({1.0, -1.0}, {2}, DType::F64).set_requires_grad(true);
+    Tensor h1 = scale(x, 2.0), h2 = scale(x, 3.0);
+    const Tensor shared = sum(add(h1, h2));
+    const Tensor own = add(sum(scale(h1, 5.0)), sum(scale(h2, 7.0)));
+    // dy/dh1 = 1 + 5, dy/dh2 = 1 + 7, dy/dx = 2 * 6 + 3 * 8
+    Tensor y = shared_first ? add(shared, own) : add(own, shared);
+    y.backward();
+    INFO("shared first " << shared_first);
+    CHECK(x.grad().to_vector() == std::vector<double>{36.0, 36.0});
+  }
+}
+
 TEST_CASE("leaf gradients accumulate across backward calls until zero_grad", "[autograd]") {
   Tensor x = Tensor::from_vector({1.0, 2.0}, {2}, DType::F64).set_requires_grad(true);
   sum(scale(x, 3.0)).backward();
