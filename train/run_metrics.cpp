@@ -152,18 +152,15 @@ void print_progress(int64_t steps_done, int64_t steps, const StepMetrics& m, dou
 
 double measured_peak_flops() {
   using Clock = std::chrono::steady_clock;
-  static const double peak = [] {
-    const int64_t m = 1024, n = 1024, k = 1024;
-    std::vector<float> a(m * k, 0.5f), b(k * n, 0.25f), c(m * n);
-    double best = 1e30;  // best of 12 after 2 warm-up calls: other load only ever slows a call
-    for (int rep = 0; rep < 14; ++rep) {
-      auto t0 = Clock::now();
-      cpu::blas_gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
-      if (rep >= 2) best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-    }
-    return 2.0 * m * n * k / best;
-  }();
-  return peak;
+  const int64_t m = 1024, n = 1024, k = 1024;
+  std::vector<float> a(m * k, 0.5f), b(k * n, 0.25f), c(m * n);
+  double best = 1e30;  // best of 12 after 2 warm-up calls: other load only ever slows a call
+  for (int rep = 0; rep < 14; ++rep) {
+    auto t0 = Clock::now();
+    cpu::blas_gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+    if (rep >= 2) best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return 2.0 * m * n * k / best;
 }
 
 }  // namespace mod::train
