@@ -4,6 +4,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "train/data/permutation.h"
 
@@ -46,20 +47,50 @@ uint64_t WindowLoader::window(int64_t batch, int64_t row) const {
   return order(at);
 }
 
+WindowLoader::~WindowLoader() {
+  if (prefetch_ && prefetch_->batch.valid()) prefetch_->batch.wait();
+}
+
+void WindowLoader::restore(const LoaderState& s) {
+  state_ = s;  // a prefetch for another state no longer matches and is dropped by next()
+}
+
 Batch WindowLoader::next(int64_t row_begin, int64_t row_end) {
   if (row_begin < 0 || row_end > global_batch_ || row_begin >= row_end)
     throw std::invalid_argument("loader: rows [" + std::to_string(row_begin) + ", " +
                                 std::to_string(row_end) + ") outside the global batch of " +
                                 std::to_string(global_batch_));
-  const int64_t batch = state_.batches_drawn;
-  Batch b = read_windows(shards_, seq_len_, row_end - row_begin,
-                         [&](int64_t r) { return window(batch, row_begin + r); });
+  auto windows_of = [&](int64_t batch) {  // on this thread: window() reads state_
+    std::vector<uint64_t> w(static_cast<size_t>(row_end - row_begin));
+    for (size_t r = 0; r < w.size(); ++r) w[r] = window(batch, row_begin + static_cast<int64_t>(r));
+    return w;
+  };
+  const int64_t rows = row_end - row_begin;
+  std::optional<Prefetch> ready = std::exchange(prefetch_, std::nullopt);
+  Batch b;
+  if (ready && ready->state.seed == state_.seed &&
+      ready->state.batches_drawn == state_.batches_drawn && ready->row_begin == row_begin &&
+      ready->row_end == row_end) {
+    b = ready->batch.get();  // rethrows what the read threw
+    ++prefetched_;
+  } else {
+    if (ready) ready->batch.wait();  // a stale read: let it finish before the shards change
+    const std::vector<uint64_t> w = windows_of(state_.batches_drawn);
+    b = read_windows(shards_, seq_len_, rows, [&](int64_t r) { return w[r]; });
+  }
   ++state_.batches_drawn;
-  bytes_since_release_ += static_cast<uint64_t>((row_end - row_begin) * (seq_len_ + 1)) * 4;
+  bytes_since_release_ += static_cast<uint64_t>(rows * (seq_len_ + 1)) * 4;
   if (bytes_since_release_ > kResidentBytes) {
-    shards_.release();
+    shards_.release();  // pages a read in flight touches fault back in from the page cache
     bytes_since_release_ = 0;
   }
+  // The next batch, same rows, read while the caller works.
+  prefetch_ = Prefetch{state_, row_begin, row_end, {}};
+  prefetch_->batch = std::async(std::launch::async,
+                                [this, rows, w = windows_of(state_.batches_drawn)] {
+                                  return read_windows(shards_, seq_len_, rows,
+                                                      [&](int64_t r) { return w[r]; });
+                                });
   return b;
 }
 

@@ -198,6 +198,39 @@ TEST_CASE("restoring a saved state continues bit-exactly, also under dp = 2", "[
   fs::remove_all(dir);
 }
 
+// next() reads the following batch ahead; what it hands out must not depend on that.
+TEST_CASE("a prefetched batch is used only for the very state and rows it was read for", "[data]") {
+  const fs::path dir = temp_dir("prefetch");
+  const Files f = four_files(dir);
+  constexpr int64_t S = 8, B = 4;
+  WindowLoader ref(f.set, S, B, 5);
+  std::vector<std::vector<int64_t>> batch;  // the whole batches 0..7, read by a fresh loader each
+  for (int64_t n = 0; n < 8; ++n) {
+    WindowLoader fresh(f.set, S, B, 5);
+    fresh.restore({5, n});
+    batch.push_back(rows_of(fresh.next()));
+  }
+  auto rows = [&](int64_t n, int64_t lo, int64_t hi) {  // rows [lo, hi) of batch n
+    return std::vector<int64_t>(batch[n].begin() + lo * S, batch[n].begin() + hi * S);
+  };
+  WindowLoader l(f.set, S, B, 5);
+  for (int64_t n = 0; n < 3; ++n) CHECK(rows_of(l.next()) == batch[n]);
+  CHECK(l.prefetched() == 2);  // every batch after the first came from the read ahead
+  CHECK(rows_of(l.next(0, 2)) == rows(3, 0, 2));  // other rows than were read ahead
+  CHECK(rows_of(l.next(0, 2)) == rows(4, 0, 2));
+  CHECK(l.prefetched() == 3);
+  l.restore({5, 1});  // back, with batch 5 read ahead
+  CHECK(rows_of(l.next()) == batch[1]);
+  CHECK(rows_of(l.next()) == batch[2]);
+  l.restore({6, 3});  // another seed, same position
+  WindowLoader other(f.set, S, B, 6);
+  other.restore({6, 3});
+  CHECK(rows_of(l.next()) == rows_of(other.next()));
+  CHECK(l.prefetched() == 4);
+  CHECK(l.state().batches_drawn == 4);  // the batch read ahead is not in the state
+  fs::remove_all(dir);
+}
+
 TEST_CASE("sequential validation batches tile the shards in order", "[data]") {
   const fs::path dir = temp_dir("val");
   std::vector<uint32_t> tokens(100);
