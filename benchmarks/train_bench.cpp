@@ -296,9 +296,9 @@ int main(int argc, char** argv) {
   }
   const double tok = static_cast<double>(dense.tokens_per_step());
   const double ceiling_end = train::measured_peak_flops();
-  std::printf("  SGEMM ceiling again after the steps: %.1f GFLOP/s; shares below are of the higher, "
-              "%.1f\n", ceiling_end / 1e9, std::max(ceiling, ceiling_end) / 1e9);
   ceiling = std::max(ceiling, ceiling_end);
+  std::printf("  SGEMM ceiling again after the steps: %.1f GFLOP/s; shares below are of the higher, "
+              "%.1f\n", ceiling_end / 1e9, ceiling / 1e9);
   auto line = [&](const Trainee& m, const Timing& t) {
     const double flops_step = m.flops.training_per_token * tok;
     const double tok_s = tok / t.median();

@@ -73,8 +73,7 @@ Batch WindowLoader::next(int64_t row_begin, int64_t row_end) {
       ready->row_end == row_end) {
     b = ready->batch.get();  // rethrows what the read threw
     ++prefetched_;
-  } else {
-    if (ready) ready->batch.wait();  // a stale read: let it finish before the shards change
+  } else {  // none, or read for another state or rows (its future waits for it when dropped)
     const std::vector<uint64_t> w = windows_of(state_.batches_drawn);
     b = read_windows(shards_, seq_len_, rows, [&](int64_t r) { return w[r]; });
   }

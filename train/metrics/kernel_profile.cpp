@@ -119,18 +119,13 @@ std::string format_profile(const KernelProfile& p, size_t top) {
   std::string out;
   const double idle = wall > 0 ? 100.0 * std::max(0.0, 1.0 - p.busy_ms / wall) : 0.0;
   const char* plural = p.steps == 1 ? "" : "s";
-  if (p.cpu_ops)
-    std::snprintf(line, sizeof line,
-                  "op profile over %lld step%s: the main thread in CPU ops %.2f ms of %.2f ms a "
-                  "step (%.1f%% outside them), %.0f ops a step\n",
-                  static_cast<long long>(p.steps), plural, p.busy_ms / n, wall / n, idle,
-                  static_cast<double>(launches) / n);
-  else
-    std::snprintf(line, sizeof line,
-                  "kernel profile over %lld step%s: the device busy %.2f ms of %.2f ms a step "
-                  "(%.1f%% idle), %.0f launches a step\n",
-                  static_cast<long long>(p.steps), plural, p.busy_ms / n, wall / n, idle,
-                  static_cast<double>(launches) / n);
+  const char* header =
+      p.cpu_ops ? "op profile over %lld step%s: the main thread in CPU ops %.2f ms of %.2f ms a "
+                  "step (%.1f%% outside them), %.0f ops a step\n"
+                : "kernel profile over %lld step%s: the device busy %.2f ms of %.2f ms a step "
+                  "(%.1f%% idle), %.0f launches a step\n";
+  std::snprintf(line, sizeof line, header, static_cast<long long>(p.steps), plural, p.busy_ms / n,
+                wall / n, idle, static_cast<double>(launches) / n);
   out += line;
   std::snprintf(line, sizeof line, "  %6s %9s %8s %9s  %s\n", "share", "ms/step", "calls", "mean us",
                 p.cpu_ops ? "op" : "kernel");
