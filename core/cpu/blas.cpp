@@ -199,12 +199,16 @@ void onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
                              std::to_string(k) + " failed: " + dnnl_status2str(status));
 }
 
-// oneDNN 2.6's sgemm runs A^T B (the weight gradient dY^T X) at about half its rate once a side
-// of C reaches 512 (Zen 3, 2 threads: 1024x256x2048 at 77 GFLOP/s, OpenBLAS 117-145; 512x512x2048
-// 110 vs 150; one thread alike), while at 256x256 it is the faster one (122 vs 97-121): those
-// products go to OpenBLAS (docs/blas.md, "The weight-gradient layout").
-bool onednn_is_slow(bool ta, bool tb, int64_t m, int64_t n) {
-  return ta && !tb && std::max(m, n) >= 512;
+// Where oneDNN 2.6's sgemm is slow on Zen 3 at 2 threads (docs/blas.md, "Where oneDNN's sgemm
+// is slow"), those products go to OpenBLAS:
+// - A^T B (the weight gradient dY^T X) once a side of C reaches 512: about half rate
+//   (1024x256x2048 at 77 GFLOP/s, OpenBLAS 117-145; one thread alike), while at 256x256 it is
+//   the faster one (122 vs 97-121);
+// - A B (the input gradient dY W) with few rows (M <= 512: the tokens a routed block admits) and
+//   both other sides >= 512: 76-107 against OpenBLAS's 128-161 (256x1024x1024, 512x512x512).
+bool onednn_is_slow(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+  if (ta && !tb) return std::max(m, n) >= 512;
+  return !ta && !tb && m <= 512 && n >= 512 && k >= 512;
 }
 
 std::string onednn_describe() {
@@ -222,7 +226,7 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
   if (vector_product(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
 #ifdef MOD_HAVE_ONEDNN
   if (current_library().load(std::memory_order_relaxed) == SgemmLibrary::OneDnn &&
-      !onednn_is_slow(ta, tb, m, n))
+      !onednn_is_slow(ta, tb, m, n, k))
     return onednn_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #endif
   openblas_gemm(blas().sgemm, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -245,7 +249,7 @@ void set_sgemm_library(SgemmLibrary library) {
 std::string blas_describe() {
 #ifdef MOD_HAVE_ONEDNN
   if (sgemm_library() == SgemmLibrary::OneDnn)
-    return "f32 " + onednn_describe() + " (A^T B with a side >= 512 in OpenBLAS); f64 " +
+    return "f32 " + onednn_describe() + " (in OpenBLAS: A^T B with a side >= 512; A B with M <= 512, N and K >= 512); f64 " +
            blas().description;
 #endif
   return "f32 and f64 " + blas().description;

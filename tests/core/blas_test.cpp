@@ -122,11 +122,12 @@ TEST_CASE("f32 GEMM gives the same bits on every call", "[blas]") {
 
 // oneDNN 2.6 runs A^T B at half speed once a side of C reaches 512 (blas.cpp): with oneDNN
 // current, those products come out bit for bit as OpenBLAS computes them; the rest do not.
-TEST_CASE("with oneDNN current, the weight-gradient layout A^T B runs in OpenBLAS", "[blas]") {
+TEST_CASE("with oneDNN current, the layouts and shapes where it is slow run in OpenBLAS", "[blas]") {
   if (built_libraries().size() < 2) return;  // no oneDNN: nothing to route
   RestoreLibrary restore;
-  const int64_t n = 96, k = 777;
-  auto product = [&](SgemmLibrary lib, bool ta, int64_t m) {
+  // Bit-for-bit equal to OpenBLAS's product exactly where blas_gemm routes it there; the two
+  // libraries round these sums differently, so "!=" shows oneDNN ran.
+  auto product = [&](SgemmLibrary lib, bool ta, int64_t m, int64_t n, int64_t k) {
     mod::cpu::set_sgemm_library(lib);
     std::vector<float> a(m * k), b(k * n), c(m * n);
     for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37 * i);
@@ -135,10 +136,21 @@ TEST_CASE("with oneDNN current, the weight-gradient layout A^T B runs in OpenBLA
                         c.data(), n);
     return c;
   };
-  CHECK(product(SgemmLibrary::OneDnn, true, 512) == product(SgemmLibrary::OpenBlas, true, 512));
-  CHECK(product(SgemmLibrary::OneDnn, true, 256) != product(SgemmLibrary::OpenBlas, true, 256));
-  CHECK(product(SgemmLibrary::OneDnn, false, 512) != product(SgemmLibrary::OpenBlas, false, 512));
-  CHECK_THAT(mod::cpu::blas_describe(), Contains("A^T B with a side >= 512 in OpenBLAS"));
+  auto in_openblas = [&](bool ta, int64_t m, int64_t n, int64_t k) {
+    return product(SgemmLibrary::OneDnn, ta, m, n, k) ==
+           product(SgemmLibrary::OpenBlas, ta, m, n, k);
+  };
+  // The weight gradient dY^T X: a side of C >= 512.
+  CHECK(in_openblas(true, 512, 96, 777));
+  CHECK_FALSE(in_openblas(true, 256, 96, 777));
+  // The input gradient dY W of a routed block: few rows, both other sides >= 512.
+  CHECK(in_openblas(false, 256, 512, 1024));
+  CHECK(in_openblas(false, 512, 512, 512));
+  CHECK_FALSE(in_openblas(false, 1024, 512, 1024));  // a whole batch's rows
+  CHECK_FALSE(in_openblas(false, 256, 256, 1024));
+  CHECK_FALSE(in_openblas(false, 256, 512, 256));
+  CHECK_THAT(mod::cpu::blas_describe(),
+             Contains("in OpenBLAS: A^T B with a side >= 512; A B with M <= 512, N and K >= 512"));
 }
 
 TEST_CASE("OPENBLAS_CORETYPE from the environment is ignored", "[.blas_env]") {
