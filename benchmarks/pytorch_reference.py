@@ -304,18 +304,29 @@ class Server:
     def __init__(self, command):
         self.proc = subprocess.Popen(shlex.split(command) + ["--serve"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.flop_per_token = {}  # training FLOP per token by label, from the FLOPS line
         for line in self.proc.stdout:
             print(f"  modtrain| {line.rstrip()}")
+            if line.startswith("FLOPS per_token"):
+                words = line.split()
+                self.flop_per_token = {"dense": float(words[3]), "MoD": float(words[5])}
             if line.startswith("READY"):
                 return
         sys.exit(f"pytorch_reference: '{command} --serve' exited before READY (status {self.proc.wait()})")
 
-    def step(self, label):
-        self.proc.stdin.write(("dense" if label == "dense" else "mod") + "\n")
+    def _ask(self, request):
+        self.proc.stdin.write(request + "\n")
         line = self.proc.stdout.readline()
         if not line:
             sys.exit(f"pytorch_reference: modtrain's server died (status {self.proc.wait()})")
         return float(line)
+
+    def step(self, label):
+        return self._ask("dense" if label == "dense" else "mod")
+
+    def sgemm_gflops(self):
+        """The 1024^3 SGEMM rate the server measures now."""
+        return self._ask("sgemm")
 
     def close(self):
         self.proc.stdin.close()
@@ -323,14 +334,17 @@ class Server:
 
 
 def interleaved_steps(trainees, server, steps, warmup, settle_s=0.05):
-    """Per round, for each model: one PyTorch step, then one modtrain step, with a pause between
-    them so that neither program's idle OpenMP threads still spin during the other's step. Load
-    from elsewhere falls on both alike. Returns (PyTorch seconds, modtrain seconds) per trainee."""
+    """Per round, the server's SGEMM ceiling, then for each model: one PyTorch step, then one
+    modtrain step, with a pause between them so that neither program's idle OpenMP threads still
+    spin during the other's step. Load from elsewhere falls on both alike. Returns (PyTorch
+    seconds, modtrain seconds) per trainee and the ceiling in GFLOP/s per round."""
     for _ in range(warmup):
         for tr in trainees:
             tr.step()
-    ours, theirs = [[] for _ in trainees], [[] for _ in trainees]
+    ours, theirs, ceilings = [[] for _ in trainees], [[] for _ in trainees], []
     for _ in range(steps):
+        time.sleep(settle_s)
+        ceilings.append(server.sgemm_gflops())
         for i, tr in enumerate(trainees):
             time.sleep(settle_s)
             t0 = time.perf_counter()
@@ -338,7 +352,7 @@ def interleaved_steps(trainees, server, steps, warmup, settle_s=0.05):
             theirs[i].append(time.perf_counter() - t0)
             time.sleep(settle_s)
             ours[i].append(server.step(tr.label))
-    return theirs, ours
+    return theirs, ours, ceilings
 
 
 def main():
@@ -439,26 +453,32 @@ def main():
 
 
 def compare_interleaved(trs, server, steps, warmup, tok):
-    theirs, ours = interleaved_steps(trs, server, steps, warmup)
+    theirs, ours, ceilings = interleaved_steps(trs, server, steps, warmup)
     server.close()
-    print(f"interleaved: {steps} rounds, each one PyTorch step then one modtrain step per model")
+    print(f"interleaved: {steps} rounds, each the SGEMM ceiling, then one PyTorch step and one "
+          f"modtrain step per model; ceiling {min(ceilings):.1f}-{max(ceilings):.1f} GFLOP/s, "
+          f"median {statistics.median(ceilings):.1f}")
     print(f"  {'model':6s} {'PyTorch best/median ms':>24s} {'modtrain best/median ms':>25s} "
           f"{'ratio (median)':>15s} {'ratio (best)':>13s}")
-    ratios = []
+    shares = []
     for tr, t, o in zip(trs, theirs, ours):
         r_med = statistics.median(t) / statistics.median(o)
         r_best = min(t) / min(o)
         # Per-round ratios: each pair of steps ran back to back, under the same load.
         pairs = sorted(a / b for a, b in zip(t, o))
-        ratios.append((tr.label, r_med))
         print(f"  {tr.label:6s} {1e3 * min(t):11.1f} /{1e3 * statistics.median(t):9.1f} "
               f"{1e3 * min(o):12.1f} /{1e3 * statistics.median(o):9.1f} {r_med:14.2f}x {r_best:12.2f}x"
               f"   per-round ratios {pairs[0]:.2f}-{pairs[-1]:.2f}")
+        # Each step's GFLOP/s over its own round's ceiling, the median over rounds.
+        flop = server.flop_per_token[tr.label] * tok / 1e9
+        shares.append([statistics.median(flop / s / c for s, c in zip(side, ceilings))
+                       for side in (t, o)])
     print(f"RESULT pytorch_tokens_per_s dense {tok / statistics.median(theirs[0]):.1f} "
           f"mod {tok / statistics.median(theirs[1]):.1f}")
     print(f"RESULT train_tokens_per_s dense {tok / statistics.median(ours[0]):.1f} "
           f"mod {tok / statistics.median(ours[1]):.1f}")
-
+    print(f"RESULT sgemm_share pytorch dense {shares[0][0]:.4f} mod {shares[1][0]:.4f} "
+          f"modtrain dense {shares[0][1]:.4f} mod {shares[1][1]:.4f}")
 
 if __name__ == "__main__":
     main()

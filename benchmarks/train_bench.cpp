@@ -195,9 +195,10 @@ std::vector<SampleResult> time_sampling(const std::vector<const model::Transform
 }
 
 // --serve: one timed step per request line, so that another program can interleave its steps
-// with ours and both see the same machine load. Answers "READY" once, then seconds per step.
-// A FLOPS line first gives training FLOP per token and the SGEMM ceiling in GFLOP/s, from which
-// benchmarks/compare_pytorch.sh reports each side's share of the ceiling.
+// with ours and both see the same machine load. Answers "READY" once, then seconds per step;
+// an "sgemm" request answers with the 1024^3 SGEMM rate measured then, in GFLOP/s, so that
+// the other program can take each round's shares against that round's ceiling.
+// A FLOPS line first gives training FLOP per token and the SGEMM ceiling at start-up.
 int serve_steps(Trainee& dense, Trainee& routed, double ceiling_flops) {
   std::printf("FLOPS per_token dense %.6g mod %.6g sgemm_gflops %.1f\n",
               dense.flops.training_per_token, routed.flops.training_per_token,
@@ -206,9 +207,15 @@ int serve_steps(Trainee& dense, Trainee& routed, double ceiling_flops) {
   std::fflush(stdout);
   std::string request;
   while (std::getline(std::cin, request)) {
+    if (request == "sgemm") {
+      std::printf("%.3f\n", train::measured_peak_flops() / 1e9);
+      std::fflush(stdout);
+      continue;
+    }
     Trainee* which = request == "dense" ? &dense : request == "mod" ? &routed : nullptr;
     if (!which) {
-      std::fprintf(stderr, "train_bench --serve: unknown request '%s' (expected dense or mod)\n",
+      std::fprintf(stderr,
+                   "train_bench --serve: unknown request '%s' (expected dense, mod or sgemm)\n",
                    request.c_str());
       return 2;
     }
@@ -262,9 +269,9 @@ int main(int argc, char** argv) {
   if (steps < 1 || warmup < 0) fail("--steps must be >= 1 and --warmup >= 0");
   const auto& mc = mod_cfg.model();
   std::printf("%s\n", device_report().c_str());
-  // The 1024^3 SGEMM rate, measured here and again after the timed steps: on a shared VM one
-  // short measurement can come out 10-20% low, which would flatter every share of it.
-  double ceiling = train::measured_peak_flops();
+  // The 1024^3 SGEMM rate at start-up, for the header and --serve's FLOPS line; the shares use
+  // a ceiling measured in each round.
+  const double ceiling = train::measured_peak_flops();
   std::printf("config %s: d_model %d, %d layers, %d heads, d_ff %d, seq %d, vocab %d, batch %d, "
               "capacity %.3f; OpenMP threads %d; SGEMM ceiling %.1f GFLOP/s (1024^3, measured)\n",
               mod_cfg.name().c_str(), mc.d_model(), mc.n_layers(), mc.n_heads(), mc.d_ff(),
@@ -285,31 +292,40 @@ int main(int argc, char** argv) {
     routed.step();
   }
   if (vm.count("serve")) return serve_steps(dense, routed, ceiling);
-  Timing td, tm;
+  // Each round measures the SGEMM ceiling and then steps both models: a shared VM's speed moves
+  // by 10-30% over tens of seconds, so a share is each step's rate over its own round's ceiling
+  // (the median of those), not over one measurement taken before the steps.
+  Timing td, tm, ceilings;
+  std::vector<double> share_dense, share_mod;
+  const double tok = static_cast<double>(dense.tokens_per_step());
   for (int i = 0; i < steps; ++i) {
+    const double round_ceiling = train::measured_peak_flops();
+    ceilings.s.push_back(round_ceiling);
     auto t0 = Clock::now();
     dense.step();
     td.s.push_back(seconds_since(t0));
     t0 = Clock::now();
     routed.step();
     tm.s.push_back(seconds_since(t0));
+    share_dense.push_back(dense.flops.training_per_token * tok / td.s.back() / round_ceiling);
+    share_mod.push_back(routed.flops.training_per_token * tok / tm.s.back() / round_ceiling);
   }
-  const double tok = static_cast<double>(dense.tokens_per_step());
-  const double ceiling_end = train::measured_peak_flops();
-  ceiling = std::max(ceiling, ceiling_end);
-  std::printf("  SGEMM ceiling again after the steps: %.1f GFLOP/s; shares below are of the higher, "
-              "%.1f\n", ceiling_end / 1e9, ceiling / 1e9);
-  auto line = [&](const Trainee& m, const Timing& t) {
+  std::printf("  SGEMM ceiling measured each round: %.1f-%.1f GFLOP/s, median %.1f; a share "
+              "below is the median over rounds of a step's rate over its round's ceiling\n",
+              *std::min_element(ceilings.s.begin(), ceilings.s.end()) / 1e9,
+              *std::max_element(ceilings.s.begin(), ceilings.s.end()) / 1e9,
+              ceilings.median() / 1e9);
+  auto line = [&](const Trainee& m, const Timing& t, const std::vector<double>& shares) {
     const double flops_step = m.flops.training_per_token * tok;
     const double tok_s = tok / t.median();
     std::printf("  %-5s step best %7.1f ms, median %7.1f ms | %.3g FLOP/step (%.4g/token) | "
                 "%7.0f tok/s | %5.1f GFLOP/s, %4.1f%% of SGEMM\n",
                 m.label.c_str(), 1e3 * t.best(), 1e3 * t.median(), flops_step,
                 m.flops.training_per_token, tok_s, flops_step / t.median() / 1e9,
-                100 * flops_step / t.median() / ceiling);
+                100 * Timing{shares}.median());
   };
-  line(dense, td);
-  line(routed, tm);
+  line(dense, td, share_dense);
+  line(routed, tm, share_mod);
   const double flop_ratio = dense.flops.training_per_token / routed.flops.training_per_token;
   const double speedup_best = td.best() / tm.best(), speedup_med = td.median() / tm.median();
   const double eff = speedup_med / flop_ratio;
