@@ -49,3 +49,19 @@ TEST_CASE("a profile sums by kernel and counts overlapping time once", "[profile
   CHECK(table.find("  norm\n") == std::string::npos);  // only the top two rows
   CHECK(table.find("6.000 ms after [memcpy DtoH], before norm\n") != std::string::npos);
 }
+
+TEST_CASE("a CPU op profile says what the ops with a FLOP count reach together", "[profile]") {
+  // 4 ms of GEMMs doing 0.6 GFLOP (150 GFLOP/s) and 1 ms of an elementwise op.
+  std::vector<DeviceActivity> records = {{"gemm NT 64x64x64", 0, 1'000'000, 1e8},
+                                         {"gemm TN 64x64x64", 1'000'000, 4'000'000, 5e8},
+                                         {"gelu_forward", 4'000'000, 5'000'000, 0}};
+  KernelProfile p = summarize(records, 1);
+  p.cpu_ops = true;
+  const std::string table = format_profile(p, 3);
+  INFO(table);
+  CHECK(table.find("those with a FLOP count (GEMMs): 80.0% of the time, at 150.0 GFLOP/s "
+                   "together\n") != std::string::npos);
+  records.pop_back();
+  for (DeviceActivity& r : records) r.flop = 0;  // nothing counted: no such line
+  CHECK(format_profile(summarize(records, 1), 3).find("FLOP count") == std::string::npos);
+}

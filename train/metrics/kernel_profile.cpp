@@ -127,6 +127,18 @@ std::string format_profile(const KernelProfile& p, size_t top) {
   std::snprintf(line, sizeof line, header, static_cast<long long>(p.steps), plural, p.busy_ms / n,
                 wall / n, idle, static_cast<double>(launches) / n);
   out += line;
+  // What the rows with a FLOP count (a CPU's GEMMs) reach together: with every other row free,
+  // the step could run no faster than their rate.
+  double counted_ms = 0, counted_flop = 0;
+  for (const KernelRow& r : p.rows)
+    if (r.flop > 0) counted_ms += r.total_ms, counted_flop += r.flop;
+  if (counted_ms > 0 && p.busy_ms > 0) {
+    std::snprintf(line, sizeof line,
+                  "  those with a FLOP count (%s): %.1f%% of the time, at %.1f GFLOP/s together\n",
+                  p.cpu_ops ? "GEMMs" : "known", 100.0 * counted_ms / p.busy_ms,
+                  counted_flop / (counted_ms * 1e6));
+    out += line;
+  }
   std::snprintf(line, sizeof line, "  %6s %9s %8s %9s  %s\n", "share", "ms/step", "calls", "mean us",
                 p.cpu_ops ? "op" : "kernel");
   out += line;
