@@ -199,24 +199,32 @@ void onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
                              std::to_string(k) + " failed: " + dnnl_status2str(status));
 }
 
-// Where oneDNN 2.6's sgemm is slow on Zen 3 at 2 threads (docs/blas.md, "Where oneDNN's sgemm
-// is slow"), those products go to OpenBLAS:
-// - A^T B (the weight gradient dY^T X) once a side of C reaches 512: about half rate
-//   (1024x256x2048 at 77 GFLOP/s, OpenBLAS 117-145; one thread alike), while at 256x256 it is
-//   the faster one (122 vs 97-121);
-// - A B (the input gradient dY W) with few rows (M <= 512: the tokens a routed block admits) and
+// oneDNN's ISA as it names it, without the prefix: "avx2", "avx512_core_amx".
+std::string onednn_isa() {
+  std::string isa = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa());  // "cpu_isa_avx2"
+  if (isa.rfind("cpu_isa_", 0) == 0) isa.erase(0, 8);
+  return isa;
+}
+
+// oneDNN 2.6's AVX2 sgemm (the AVX-512 one was 1.09-1.27x OpenBLAS on every shape measured) is
+// slower than OpenBLAS on Zen 3 at 2 threads for these products, which go to OpenBLAS
+// (docs/blas.md, "The weight-gradient layout" and "The input gradient of a routed block"):
+// - A^T B, the weight gradient dY^T X: half rate once a side of C reaches 512 (1024x256x2048 at
+//   77 GFLOP/s, OpenBLAS 117-145), 11-21% slower at 256x256 (256x256x2048: 124 vs 140);
+// - A B, the input gradient dY W, with few rows (M <= 512: the tokens a routed block admits) and
 //   both other sides >= 512: 76-107 against OpenBLAS's 128-161 (256x1024x1024, 512x512x512).
 bool onednn_is_slow(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
-  if (ta && !tb) return std::max(m, n) >= 512;
+  static const bool avx2 = onednn_isa().find("avx512") == std::string::npos &&
+                           onednn_isa().find("amx") == std::string::npos;
+  if (!avx2) return false;
+  if (ta && !tb) return true;
   return !ta && !tb && m <= 512 && n >= 512 && k >= 512;
 }
 
 std::string onednn_describe() {
   const dnnl_version_t* v = dnnl_version();
-  std::string isa = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa());  // "cpu_isa_avx2"
-  if (isa.rfind("cpu_isa_", 0) == 0) isa.erase(0, 8);
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-         std::to_string(v->patch) + " (" + isa + ")";
+         std::to_string(v->patch) + " (" + onednn_isa() + ")";
 }
 #endif
 }  // namespace
@@ -248,9 +256,12 @@ void set_sgemm_library(SgemmLibrary library) {
 
 std::string blas_describe() {
 #ifdef MOD_HAVE_ONEDNN
-  if (sgemm_library() == SgemmLibrary::OneDnn)
-    return "f32 " + onednn_describe() + " (in OpenBLAS: A^T B with a side >= 512; A B with M <= 512, N and K >= 512); f64 " +
+  if (sgemm_library() == SgemmLibrary::OneDnn) {
+    const bool routed = onednn_is_slow(true, false, 1, 1, 1);  // the AVX2 rules apply
+    return "f32 " + onednn_describe() +
+           (routed ? " (in OpenBLAS: A^T B; A B with M <= 512, N and K >= 512)" : "") + "; f64 " +
            blas().description;
+  }
 #endif
   return "f32 and f64 " + blas().description;
 }
