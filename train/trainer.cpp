@@ -197,6 +197,7 @@ void Trainer::profile_around_step(int64_t step, bool before) {
   KernelProfile p = summarize(cpu ? cpu::stop_op_trace() : stop_device_trace(), t.profile_steps());
   p.wall_ms = 1e3 * seconds_since(profile_start_);
   p.cpu_ops = cpu;
+  if (cpu) p.sgemm_flops = measured_peak_flops();  // the GEMMs' yardstick, at the same moment
   const std::string csv = run_dir_ + "/kernel_profile.csv";
   write_profile_csv(p, csv);
   if (quiet_) return;

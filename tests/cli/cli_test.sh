@@ -107,6 +107,8 @@ grep -q "no causal loss: model.mod.causal.method is NONE" "$work/eval_none.log" 
   --set train.profile_from=1 --set train.profile_steps=2 > "$work/prof.log"
 grep -q "op profile over 2 steps: the main thread in CPU ops" "$work/prof.log" \
   || fail "no op profile: $(cat "$work/prof.log")"
+grep -Eq "those with a FLOP count \(GEMMs\): [0-9.]+% of the time, at [0-9.]+ GFLOP/s together, [0-9]+% of a 1024\^3 SGEMM timed after the window" "$work/prof.log" \
+  || fail "the op profile does not say what its GEMMs reach: $(cat "$work/prof.log")"
 python3 - "$work/prof/kernel_profile.csv" <<'PY' || fail "kernel_profile.csv: $(cat "$work/prof/kernel_profile.csv")"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))

@@ -61,6 +61,9 @@ TEST_CASE("a CPU op profile says what the ops with a FLOP count reach together",
   INFO(table);
   CHECK(table.find("those with a FLOP count (GEMMs): 80.0% of the time, at 150.0 GFLOP/s "
                    "together\n") != std::string::npos);
+  p.sgemm_flops = 200e9;  // and against an SGEMM timed after the window
+  CHECK(format_profile(p, 3).find("at 150.0 GFLOP/s together, 75% of a 1024^3 SGEMM timed after "
+                                  "the window (200.0)\n") != std::string::npos);
   records.pop_back();
   for (DeviceActivity& r : records) r.flop = 0;  // nothing counted: no such line
   CHECK(format_profile(summarize(records, 1), 3).find("FLOP count") == std::string::npos);

@@ -133,11 +133,17 @@ std::string format_profile(const KernelProfile& p, size_t top) {
   for (const KernelRow& r : p.rows)
     if (r.flop > 0) counted_ms += r.total_ms, counted_flop += r.flop;
   if (counted_ms > 0 && p.busy_ms > 0) {
+    const double rate = counted_flop / (counted_ms * 1e-3);
     std::snprintf(line, sizeof line,
-                  "  those with a FLOP count (%s): %.1f%% of the time, at %.1f GFLOP/s together\n",
-                  p.cpu_ops ? "GEMMs" : "known", 100.0 * counted_ms / p.busy_ms,
-                  counted_flop / (counted_ms * 1e6));
+                  "  those with a FLOP count (%s): %.1f%% of the time, at %.1f GFLOP/s together",
+                  p.cpu_ops ? "GEMMs" : "known", 100.0 * counted_ms / p.busy_ms, rate / 1e9);
     out += line;
+    if (p.sgemm_flops > 0) {
+      std::snprintf(line, sizeof line, ", %.0f%% of a 1024^3 SGEMM timed after the window (%.1f)",
+                    100.0 * rate / p.sgemm_flops, p.sgemm_flops / 1e9);
+      out += line;
+    }
+    out += '\n';
   }
   std::snprintf(line, sizeof line, "  %6s %9s %8s %9s  %s\n", "share", "ms/step", "calls", "mean us",
                 p.cpu_ops ? "op" : "kernel");
