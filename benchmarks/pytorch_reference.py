@@ -480,5 +480,6 @@ def compare_interleaved(trs, server, steps, warmup, tok):
     print(f"RESULT sgemm_share pytorch dense {shares[0][0]:.4f} mod {shares[1][0]:.4f} "
           f"modtrain dense {shares[0][1]:.4f} mod {shares[1][1]:.4f}")
 
+
 if __name__ == "__main__":
     main()

@@ -206,17 +206,25 @@ std::string onednn_isa() {
   return isa;
 }
 
-// oneDNN 2.6's AVX2 sgemm (the AVX-512 one was 1.09-1.27x OpenBLAS on every shape measured) is
-// slower than OpenBLAS on Zen 3 at 2 threads for these products, which go to OpenBLAS
-// (docs/blas.md, "The weight-gradient layout" and "The input gradient of a routed block"):
+// Whether oneDNN runs its AVX2 kernels, against which the routing below was measured; its
+// AVX-512 sgemm was 1.09-1.27x OpenBLAS on every shape measured and runs everything.
+bool onednn_runs_avx2() {
+  static const bool avx2 = [] {
+    const std::string isa = onednn_isa();
+    return isa.find("avx512") == std::string::npos && isa.find("amx") == std::string::npos;
+  }();
+  return avx2;
+}
+
+// oneDNN 2.6's AVX2 sgemm is slower than OpenBLAS on Zen 3 at 2 threads for these products, which
+// go to OpenBLAS (docs/blas.md, "The weight-gradient layout", "The input gradient of a routed
+// block"):
 // - A^T B, the weight gradient dY^T X: half rate once a side of C reaches 512 (1024x256x2048 at
 //   77 GFLOP/s, OpenBLAS 117-145), 11-21% slower at 256x256 (256x256x2048: 124 vs 140);
 // - A B, the input gradient dY W, with few rows (M <= 512: the tokens a routed block admits) and
 //   both other sides >= 512: 76-107 against OpenBLAS's 128-161 (256x1024x1024, 512x512x512).
 bool onednn_is_slow(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
-  static const bool avx2 = onednn_isa().find("avx512") == std::string::npos &&
-                           onednn_isa().find("amx") == std::string::npos;
-  if (!avx2) return false;
+  if (!onednn_runs_avx2()) return false;
   if (ta && !tb) return true;
   return !ta && !tb && m <= 512 && n >= 512 && k >= 512;
 }
@@ -257,9 +265,8 @@ void set_sgemm_library(SgemmLibrary library) {
 std::string blas_describe() {
 #ifdef MOD_HAVE_ONEDNN
   if (sgemm_library() == SgemmLibrary::OneDnn) {
-    const bool routed = onednn_is_slow(true, false, 1, 1, 1);  // the AVX2 rules apply
     return "f32 " + onednn_describe() +
-           (routed ? " (in OpenBLAS: A^T B; A B with M <= 512, N and K >= 512)" : "") + "; f64 " +
+           (onednn_runs_avx2() ? " (in OpenBLAS: A^T B; A B with M <= 512, N and K >= 512)" : "") + "; f64 " +
            blas().description;
   }
 #endif

@@ -120,8 +120,8 @@ TEST_CASE("f32 GEMM gives the same bits on every call", "[blas]") {
   }
 }
 
-// oneDNN 2.6 runs A^T B at half speed once a side of C reaches 512 (blas.cpp): with oneDNN
-// current, those products come out bit for bit as OpenBLAS computes them; the rest do not.
+// Where oneDNN 2.6's AVX2 sgemm is slow (blas.cpp: every A^T B, and A B with few rows), with
+// oneDNN current those products come out bit for bit as OpenBLAS computes them; the rest do not.
 TEST_CASE("with oneDNN current, the layouts and shapes where it is slow run in OpenBLAS", "[blas]") {
   if (built_libraries().size() < 2) return;  // no oneDNN: nothing to route
   RestoreLibrary restore;
