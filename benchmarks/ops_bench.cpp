@@ -293,12 +293,13 @@ void bench_other(const Ceilings& c, Rng& rng) {
   const double bytes = 4.0 * n * v;
   Tensor logits = randn({n, v}, rng), probs = Tensor::empty({n, v}), dl = Tensor::empty({n, v});
   Tensor tgt = Tensor::zeros({n}, DType::I64), losses = Tensor::empty({n}), lse = Tensor::empty({n});
+  const Tensor inv_n = Tensor::scalar(1.0 / n);
   bandwidth_line(c, "softmax fwd [4096,8192]", 2 * bytes, [&] { be.softmax_forward(logits, probs); }, 0);
   bandwidth_line(c, "softmax bwd", 3 * bytes, [&] { be.softmax_backward(probs, logits, dl); }, 0);
   bandwidth_line(c, "cross_entropy fwd [4096,8192]", bytes,
                  [&] { be.cross_entropy_forward(logits, tgt, -100, losses, lse); }, 0);
   bandwidth_line(c, "cross_entropy bwd", 2 * bytes,
-                 [&] { be.cross_entropy_backward(logits, tgt, lse, -100, 0, 1.0 / n, dl); }, 0);
+                 [&] { be.cross_entropy_backward(logits, tgt, lse, -100, 0, inv_n, dl); }, 0);
   {
     const int64_t b = 8, t = 1024, h = 12, dh = 64;
     Tensor x = randn({b, t, h, dh}, rng), y = Tensor::empty({b, t, h, dh});

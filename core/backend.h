@@ -72,6 +72,19 @@ struct MemoryStats {
   size_t peak_in_use_bytes = 0;
 };
 
+// routing_summary's output: sums and extremes of r, the causal decision (logit > 0) against
+// membership (member > 0.5) as counts, members by position bucket (position * 8 / T), then
+// the counts of r in util::histogram_upper_bounds(min, max, kHistogramBuckets) (one bucket, the
+// first, when min == max).
+struct RoutingSummary {
+  static constexpr int kPositionBuckets = 8, kHistogramBuckets = 30;
+  static constexpr int kSum = 0, kSumSquares = 1, kMin = 2, kMax = 3;
+  static constexpr int kTruePositive = 4, kFalsePositive = 5, kFalseNegative = 6, kCorrect = 7;
+  static constexpr int kMembersByBucket = 8;
+  static constexpr int kHistogram = kMembersByBucket + kPositionBuckets;
+  static constexpr int kSize = kHistogram + kHistogramBuckets;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -155,13 +168,15 @@ class Backend {
   // lse [N] cached for backward.
   virtual void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                      int64_t ignore_index, Tensor& losses, Tensor& lse) = 0;
-  // dlogits = grad_scale * (exp(logits - lse) - onehot(target)); zero rows where ignored.
+  // dlogits = scale * (exp(logits - lse) - onehot(target)); zero rows where ignored. scale is
+  // a 0-d tensor of logits' dtype on their device (the loss's gradient over the target count,
+  // which a device computes and never copies to the host).
   // logits may be the columns [vocab_start, vocab_start + V) of a wider vocabulary (the
   // vocabulary-parallel loss): targets are then ids in the whole vocabulary, one outside this
   // slice adds no onehot term, and lse is the whole row's (f32 or f64, never recomputed here).
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                       const Tensor& lse, int64_t ignore_index,
-                                      int64_t vocab_start, double grad_scale,
+                                      int64_t vocab_start, const Tensor& scale,
                                       Tensor& dlogits) = 0;
 
   // --- rope family (ops/rope) ---
@@ -192,6 +207,12 @@ class Backend {
   // scores [B,T] -> idx [B,k] (i64): the k largest per row, sorted ascending by position;
   // among equal scores the lower position wins.
   virtual void topk_rows(const Tensor& scores, int64_t k, Tensor& idx) = 0;
+  // A routed block's statistics for metrics (model/routing_stats.h), reduced where the tensors
+  // are so that only out crosses to the host: r (router scores), decision (causal logits) and
+  // member (top-C membership, 0 or 1) [R,T] in one float dtype -> out f64 [RoutingSummary::kSize]
+  // laid out as RoutingSummary says. R * T > 0.
+  virtual void routing_summary(const Tensor& r, const Tensor& decision, const Tensor& member,
+                               Tensor& out) = 0;
   // MoE slot selection per sequence, on the device (the semantics of model/moe_routing.h).
   // probs [B,T,E'] (float) -> expert-major slots, (e, b, j) at (e * B + b) * K + j:
   //   rows [E*B*K] i64       b * T + the slot's token (b * T for an empty slot)

@@ -25,8 +25,9 @@ struct RoutedBlockStats {
   Tensor r, decision, member;
 };
 
-// Computes the numbers above from the tensors each entry holds (one host copy each), then
-// drops them; entries already resolved are left alone.
+// Computes the numbers above from the tensors each entry holds (Backend::routing_summary on
+// their device, one small copy to the host each), then drops them; entries already resolved are
+// left alone.
 void resolve_stats(std::vector<RoutedBlockStats>& stats);
 
 }  // namespace mod::model

@@ -10,22 +10,29 @@
 #                              (train.profile_steps) for both models, then PyTorch's (torch.profiler)
 #   scripts/gpu_run.sh all     tests and bench in one call (device time is scarce; a start costs
 #                              minutes)
+#   scripts/gpu_run.sh pytorch bench's PyTorch runs alone
+#   scripts/gpu_run.sh eager   bench's eager runs alone: with GPU_BUNDLE, an older build's figures
+#                              on the same machine (a before-and-after in one call)
 #   scripts/gpu_run.sh modtrain ARGS...   the bundle's modtrain, for a one-off measurement
 # SKIP_PYTORCH=1 leaves PyTorch's runs out of bench and profile; PYTORCH_COMPILE=1 adds
-# torch.compile to them.
+# torch.compile to them. GPU_BUNDLE=other.tar.xz runs another bundle (say, main's before a
+# change), its entries named with the prefix TAG.
 # Every command runs under `timeout` (its LIMIT seconds), so one hang costs one entry, not the
 # call. The device tool brings back at most 8 files, so the logs go into one archive,
 # $OUT/logs.tar.gz, rewritten after every command (a call cut off still returns what ran).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?usage: scripts/gpu_run.sh tests|bench|profile|all|modtrain ARGS...}
+stage=${1:?usage: scripts/gpu_run.sh tests|bench|profile|all|eager|pytorch|modtrain ARGS...}
 out=${OUT:-$PWD/out}
 mkdir -p "$out"
 summary="$out/summary.txt"
 
-bundle=/tmp/gpu_bundle
-[ -d "$bundle" ] || tar -xJf gpu_bundle.tar.xz -C /tmp || {
-  echo "gpu_run: gpu_bundle.tar.xz missing or unreadable (carry it: scripts/gpu_bundle.sh)" >&2
+tarball=${GPU_BUNDLE:-gpu_bundle.tar.xz}
+tag=${TAG:-}
+bundle_root=/tmp/$(basename "$tarball" .tar.xz)
+bundle=$bundle_root/gpu_bundle
+[ -d "$bundle" ] || { mkdir -p "$bundle_root" && tar -xJf "$tarball" -C "$bundle_root"; } || {
+  echo "gpu_run: $tarball missing or unreadable (carry it: scripts/gpu_bundle.sh)" >&2
   exit 1
 }
 # CUDA's libraries: the toolkit's, else those of Python's nvidia packages.
@@ -39,8 +46,8 @@ logs=/tmp/gpu_run_logs
 mkdir -p "$logs"
 archive() { tar -C "$logs" -czf "$out/logs.tar.gz" . ; }
 
-run() {  # run NAME command...: output to $logs/NAME.log, exit status to the summary
-  local name=$1
+run() {  # run NAME command...: output to $logs/TAG+NAME.log, exit status to the summary
+  local name=$tag$1
   shift
   local t0=$SECONDS
   timeout -k 10 "${LIMIT:-150}" "$@" > "$logs/$name.log" 2>&1
@@ -71,12 +78,19 @@ train_run() {
   local name=$1 model=$2 graph=$3 recompute=$4 steps=$5
   shift 5
   LIMIT=75 run "$name" "$modtrain" train --config "configs/recipes/$model.textproto" \
-    --run-dir "/tmp/runs/$name" --data "$bundle/data/kjv_bpe8k" --set train.device=CUDA \
+    --run-dir "/tmp/runs/$tag$name" --data "$bundle/data/kjv_bpe8k" --set train.device=CUDA \
     --set train.precision=BF16 --set train.steps="$steps" --set train.grad_accum=1 \
     --set train.eval_every=0 --set train.log_every=1 --set train.cuda_graph="$graph" \
     --set train.recompute="$recompute" "$@"
-  python3 scripts/gpu_run_helpers.py median "$name" "$logs/$name.log" | tee -a "$summary"
-  grep -h "^peak memory" "$logs/$name.log" | sed "s/^/  /" | tee -a "$summary"
+  python3 scripts/gpu_run_helpers.py median "$tag$name" "$logs/$tag$name.log" | tee -a "$summary"
+  grep -h "^peak memory" "$logs/$tag$name.log" | sed "s/^/  /" | tee -a "$summary"
+}
+
+eager() {
+  local model
+  for model in gpt2_small_dense gpt2_small_mod; do
+    train_run "train_${model}" "$model" false NONE "${STEPS:-20}"
+  done
 }
 
 bench() {
@@ -86,14 +100,18 @@ bench() {
     train_run "train_${model}_graph" "$model" true NONE "$steps"
     train_run "train_${model}_full" "$model" false FULL 10
     LIMIT=45 run "sample_$model" "$modtrain" sample \
-      --checkpoint "/tmp/runs/train_${model}/model.safetensors" --tokenizer "$bundle/data/kjv_bpe8k/tokenizer.txt" --device CUDA --max-new-tokens 500 \
+      --checkpoint "/tmp/runs/${tag}train_${model}/model.safetensors" --tokenizer "$bundle/data/kjv_bpe8k/tokenizer.txt" --device CUDA --max-new-tokens 500 \
       --prompt "And God said"
-    grep -o '\[[0-9]* tokens in [^,]*, [0-9.]* tokens/s' "$logs/sample_$model.log" |
+    grep -o '\[[0-9]* tokens in [^,]*, [0-9.]* tokens/s' "$logs/${tag}sample_$model.log" |
       sed "s/^/  sample_$model: /" | tee -a "$summary"
   done
-  # PyTorch's twin of the MoD model and its dense twin, same shapes, with and without
-  # torch.utils.checkpoint (python3 there is the one with PyTorch). SKIP_PYTORCH=1 leaves it out.
   [ -z "${SKIP_PYTORCH:-}" ] || return 0
+  pytorch_bench
+}
+
+# PyTorch's twin of the MoD model and its dense twin, same shapes, with and without
+# torch.utils.checkpoint (python3 there is the one with PyTorch).
+pytorch_bench() {
   local limit=100
   [ -z "${PYTORCH_COMPILE:-}" ] || limit=220  # torch.compile takes about a minute a model
   LIMIT=$limit run pytorch_gpu python3 benchmarks/pytorch_gpu.py \
@@ -107,9 +125,9 @@ profile() {
   for model in gpt2_small_dense gpt2_small_mod; do
     train_run "profile_$model" "$model" false NONE 6 --set train.profile_from=3 \
       --set train.profile_steps=3
-    sed -n '/^kernel profile/,/^the host a step/p' "$logs/profile_$model.log" | head -38 |
+    sed -n '/^kernel profile/,/^the host a step/p' "$logs/${tag}profile_$model.log" | head -38 |
       tee -a "$summary"
-    cp "/tmp/runs/profile_$model/kernel_profile.csv" "$logs/" 2>/dev/null
+    cp "/tmp/runs/${tag}profile_$model/kernel_profile.csv" "$logs/${tag}profile_$model.csv" 2>/dev/null
   done
   archive
   [ -z "${SKIP_PYTORCH:-}" ] || return 0
@@ -127,9 +145,11 @@ case $stage in
   bench) bench ;;
   profile) profile ;;
   all) tests; bench ;;
+  eager) eager ;;
+  pytorch) pytorch_bench ;;
   modtrain) shift; "$modtrain" "$@" ;;  # one ad-hoc command with the bundle's libraries
   *)
-    echo "gpu_run: unknown stage '$stage' (tests, bench, profile, all or modtrain ARGS...)" >&2
+    echo "gpu_run: unknown stage '$stage' (tests, bench, profile, all, eager, pytorch or modtrain ARGS...)" >&2
     exit 2
     ;;
 esac

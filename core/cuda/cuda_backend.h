@@ -58,7 +58,7 @@ class CudaBackend final : public Backend {
   void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                              Tensor& losses, Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              int64_t ignore_index, int64_t vocab_start, double grad_scale,
+                              int64_t ignore_index, int64_t vocab_start, const Tensor& scale,
                               Tensor& dlogits) override;
   void rope(const Tensor& x, const Tensor& pos, double theta, bool inverse, Tensor& y) override;
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos,
@@ -69,6 +69,8 @@ class CudaBackend final : public Backend {
   void gather_rows(const Tensor& x, const Tensor& idx, Tensor& out) override;
   void scatter_add_rows(const Tensor& idx, const Tensor& src, Tensor& out) override;
   void topk_rows(const Tensor& scores, int64_t k, Tensor& idx) override;
+  void routing_summary(const Tensor& r, const Tensor& decision, const Tensor& member,
+                       Tensor& out) override;
   void moe_select(const Tensor& probs, const MoeSelectArgs& args, Tensor& rows, Tensor& gate_rows,
                   Tensor& valid, Tensor& share, Tensor& counts) override;
   void bce_with_logits_forward(const Tensor& logits, const Tensor& targets,

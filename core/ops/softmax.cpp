@@ -125,14 +125,10 @@ void record_cross_entropy_grad(Tensor& loss, Op op, const Tensor& logits,
            Tensor dlogits = Tensor::empty(shape, g.dtype(), g.device());
            Tensor d2 = dlogits.view(logits2.shape());
            Backend& b = backend_of(g);
-           // s = g / count. On the host it folds into grad_scale; on a device it would need a
-           // copy back, so there it is applied as one more pass (the same products either way).
+           // s = g / count stays on the device: the kernel reads it, so no pass rescales dlogits.
            Tensor s = Tensor::empty({}, g.dtype(), g.device());
            b.binary(BinaryKind::Mul, Broadcast::Same, 1, 1, g, inv_count, s);
-           const bool host = g.device() == Device::CPU;
-           b.cross_entropy_backward(logits2, targets1, lse, ignore_index, vocab_start,
-                                    host ? s.item() : 1.0, d2);
-           if (!host) b.binary(BinaryKind::Mul, Broadcast::Inner, d2.numel(), 1, d2, s, d2);
+           b.cross_entropy_backward(logits2, targets1, lse, ignore_index, vocab_start, s, d2);
            return std::vector<Tensor>{dlogits};
          });
 }

@@ -19,4 +19,11 @@ struct Histogram {
 // equal; empty when there are no values).
 Histogram make_histogram(const std::vector<double>& values, int buckets = 30);
 
+// The two halves of make_histogram, for counts made elsewhere (a GPU kernel repeats them):
+// the upper bounds of `buckets` buckets over [lo, hi] (one when lo == hi), bound i being
+// fma(width, i + 1, lo) so that every device rounds it alike, the last exactly hi;
+std::vector<double> histogram_upper_bounds(double lo, double hi, int buckets);
+// and the bucket of v in lo..upper.back(): the quotient's guess, settled against the bounds.
+int histogram_bucket(double v, double lo, const std::vector<double>& upper);
+
 }  // namespace mod::util

@@ -1,5 +1,5 @@
 // CUDA against CPU, part 3: rope, attention (forward and backward) and the MoD routing kernels
-// (gather_rows, scatter_add_rows, topk_rows). Attention runs for Dh 16, 64 and 128 over causal
+// (gather_rows, scatter_add_rows, topk_rows, routing_summary). Attention runs for Dh 16, 64 and 128 over causal
 // positions 0..T-1, MoD-routed positions (T = C tokens, increasing with gaps), routed queries
 // against every key, and decoding (T = 1 against S cached keys). Where q_pos and k_pos hold the
 // same positions and T == S, it runs twice: with one tensor for both and with k_pos a separate
@@ -237,6 +237,32 @@ TEST_CASE("cuda: topk_rows with ties, k = 1, T/8 and T", "[cuda]") {
       check_parity(p, {in("scores", c.scores), out("idx", {c.scores.size(0), k}, DType::I64)},
                    [k](Backend& b, std::vector<Tensor>& tt) { b.topk_rows(tt[0], k, tt[1]); });
     }
+  }
+}
+
+// Sums within the precision's tolerance; counts, extremes and histogram buckets exactly (the
+// bounds are the same fma on both sides). T = 1000 and 12 leave the position buckets uneven.
+TEST_CASE("cuda: routing_summary against the CPU", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  Rng rng(212);
+  struct Case {
+    int64_t rows, t;
+    bool constant;
+  };
+  for (Case c : {Case{3, 1000, false}, Case{64, 1024, false}, Case{5, 12, false},
+                 Case{2, 64, true}}) {
+    INFO("R " << c.rows << ", T " << c.t << (c.constant ? ", constant r" : ""));
+    const Tensor r = c.constant ? Tensor::full({c.rows, c.t}, 0.75, DType::F64)
+                                : normal({c.rows, c.t}, rng, 2.0);
+    const Tensor decision = normal({c.rows, c.t}, rng);
+    Tensor member = Tensor::zeros({c.rows, c.t}, DType::F64);
+    for (int64_t i = 0; i < member.numel(); ++i) member.set(i, rng.below(8) == 0 ? 1.0 : 0.0);
+    check_parity(p,
+                 {in("r", r), in("decision", decision), in("member", member),
+                  out("summary", {RoutingSummary::kSize})},
+                 [](Backend& b, std::vector<Tensor>& t) {
+                   b.routing_summary(t[0], t[1], t[2], t[3]);
+                 });
   }
 }
 

@@ -225,7 +225,7 @@ TEST_CASE("cuda: cross-entropy forward and backward, ignore_index, a 50257-wide 
         tol);
     Tensor losses = Tensor::empty({s.n}, DType::F64), lse = Tensor::empty({s.n}, DType::F64);
     cpu().cross_entropy_forward(logits, targets_t, s.ignore_index, losses, lse);
-    const double grad_scale = 1.0 / static_cast<double>(s.n - 1);
+    const Tensor grad_scale = Tensor::scalar(1.0 / static_cast<double>(s.n - 1), DType::F64);
     // Under bf16 the lse comes in bf16 (what the forward caches beside bf16 logits) and in f32.
     // The GPU recomputes a bf16 one in f32 (its spacing near 10 is 1/16, 3% of every
     // probability), so the CPU reference is given the exact lse in both cases.
@@ -236,11 +236,12 @@ TEST_CASE("cuda: cross-entropy forward and backward, ignore_index, a 50257-wide 
       const Arg lse_arg = lse_f32 ? f32_when_bf16(in("lse", lse)) : in("lse", lse);
       check_parity(
           p,
-          {in("logits", logits), in("targets", targets_t), lse_arg, out("dlogits", {s.n, s.v})},
+          {in("logits", logits), in("targets", targets_t), lse_arg, in("scale", grad_scale),
+           out("dlogits", {s.n, s.v})},
           [&](Backend& b, std::vector<Tensor>& t) {
             const bool exact = &b == &cpu() && p.dtype == DType::BF16;
             b.cross_entropy_backward(t[0], t[1], exact ? exact_lse : t[2], s.ignore_index, 0,
-                                     grad_scale, t[3]);
+                                     t[3], t[4]);
           },
           tol);
     }
@@ -260,9 +261,9 @@ TEST_CASE("cuda: cross-entropy backward on a vocabulary slice (vocabulary-parall
   check_parity(
       p,
       {in("logits", logits), in("targets", indices(targets, {n}, DType::I64)), in("lse", lse),
-       out("dlogits", {n, v})},
+       in("scale", Tensor::scalar(0.125, DType::F64)), out("dlogits", {n, v})},
       [&](Backend& b, std::vector<Tensor>& t) {
-        b.cross_entropy_backward(t[0], t[1], t[2], ignore, start, 0.125, t[3]);
+        b.cross_entropy_backward(t[0], t[1], t[2], ignore, start, t[3], t[4]);
       });
 }
 

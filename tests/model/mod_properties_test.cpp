@@ -187,12 +187,14 @@ TEST_CASE("routed-block statistics resolve after the forward to the values of it
   resolve_stats(stats);
   const auto& s = stats[0];
   CHECK_FALSE(s.r.defined());
-  double sum = 0, sq = 0, agree = 0, routed = 0;
+  double sum = 0, sq = 0, agree = 0, routed = 0, tp = 0, said = 0;
   for (size_t i = 0; i < r.size(); ++i) {
     sum += r[i];
     sq += r[i] * r[i];
     agree += (decision[i] > 0) == (member[i] > 0.5);
     routed += member[i];
+    tp += decision[i] > 0 && member[i] > 0.5;
+    said += decision[i] > 0;
   }
   const double n = static_cast<double>(r.size()), mean = sum / n;
   CHECK(routed == 2 * 3);  // C = 3 of 12 per sequence
@@ -200,6 +202,16 @@ TEST_CASE("routed-block statistics resolve after the forward to the values of it
   CHECK(s.router_std == Approx(std::sqrt(sq / n - mean * mean)).margin(1e-12));
   CHECK(s.router_std > 0);
   CHECK(s.accuracy == Approx(agree / n));
+  CHECK(s.precision == Approx(said > 0 ? tp / said : 0.0));
+  CHECK(s.recall == Approx(tp / routed));
+  // The histogram the host would make of r, bucket for bucket.
+  const util::Histogram want = util::make_histogram(r, RoutingSummary::kHistogramBuckets);
+  CHECK(s.router_histogram.upper == want.upper);
+  CHECK(s.router_histogram.count == want.count);
+  CHECK(s.router_histogram.min == want.min);
+  CHECK(s.router_histogram.max == want.max);
+  CHECK(s.router_histogram.num == want.num);
+  CHECK(s.router_histogram.sum == Approx(want.sum).margin(1e-12));
   // Buckets of positions (8 over 12): the routed shares weighted by bucket size add up to C.
   REQUIRE(s.routed_fraction_by_bucket.size() == 8);
   std::vector<double> size(8, 0);

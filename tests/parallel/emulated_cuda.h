@@ -153,11 +153,11 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
     });
   }
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              int64_t ignore_index, int64_t vocab_start, double grad_scale,
+                              int64_t ignore_index, int64_t vocab_start, const Tensor& scale,
                               Tensor& dlogits) override {
     run([=, this]() mutable {
-      CpuBackend::cross_entropy_backward(logits, targets, lse, ignore_index, vocab_start,
-                                         grad_scale, dlogits);
+      CpuBackend::cross_entropy_backward(logits, targets, lse, ignore_index, vocab_start, scale,
+                                         dlogits);
     });
   }
   void rope(const Tensor& x, const Tensor& pos, double theta, bool inverse, Tensor& y) override {
@@ -182,6 +182,10 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
   }
   void topk_rows(const Tensor& scores, int64_t k, Tensor& idx) override {
     run([=, this]() mutable { CpuBackend::topk_rows(scores, k, idx); });
+  }
+  void routing_summary(const Tensor& r, const Tensor& decision, const Tensor& member,
+                       Tensor& out) override {
+    run([=, this]() mutable { CpuBackend::routing_summary(r, decision, member, out); });
   }
   void moe_select(const Tensor& probs, const MoeSelectArgs& args, Tensor& rows, Tensor& gate_rows,
                   Tensor& valid, Tensor& share, Tensor& counts) override {

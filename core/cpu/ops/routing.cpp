@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <vector>
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
+#include "core/util/histogram.h"
 
 namespace mod::cpu {
 
@@ -106,6 +108,39 @@ void CpuBackend::topk_rows(const Tensor& scores, int64_t k, Tensor& idx) {
   dispatch_float(scores.dtype(), "topk_rows", [&](auto z) {
     using T = decltype(z);
     topk_select_rows(scores.data<T>(), scores.size(0), scores.size(1), k, idx.data<int64_t>());
+  });
+}
+
+// r, decision, member [R,T] -> out [RoutingSummary::kSize] (see backend.h): one pass for the
+// sums, extremes and counts, a second for the histogram, whose bounds need the extremes.
+void CpuBackend::routing_summary(const Tensor& r, const Tensor& decision, const Tensor& member,
+                                 Tensor& out) {
+  using S = RoutingSummary;
+  dispatch_float(r.dtype(), "routing_summary", [&](auto z) {
+    using T = decltype(z);
+    const T *pr = r.data<T>(), *pd = decision.data<T>(), *pm = member.data<T>();
+    const int64_t n = r.numel(), t = r.size(-1);
+    double* o = out.data<double>();
+    std::fill_n(o, S::kSize, 0.0);
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = static_cast<double>(pr[i]);
+      o[S::kSum] += v;
+      o[S::kSumSquares] += v * v;
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+      const bool said = static_cast<double>(pd[i]) > 0, is = static_cast<double>(pm[i]) > 0.5;
+      o[S::kTruePositive] += said && is;
+      o[S::kFalsePositive] += said && !is;
+      o[S::kFalseNegative] += !said && is;
+      o[S::kCorrect] += said == is;
+      o[S::kMembersByBucket + (i % t) * S::kPositionBuckets / t] += is;
+    }
+    o[S::kMin] = lo;
+    o[S::kMax] = hi;
+    const std::vector<double> upper = util::histogram_upper_bounds(lo, hi, S::kHistogramBuckets);
+    for (int64_t i = 0; i < n; ++i)
+      o[S::kHistogram + util::histogram_bucket(static_cast<double>(pr[i]), lo, upper)] += 1;
   });
 }
 

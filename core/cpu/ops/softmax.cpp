@@ -148,11 +148,12 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targe
   });
 }
 
-// logits, dlogits [N,V], targets, lse [N]: dlogits = grad_scale (exp(x - lse) - onehot(t)),
-// zero rows where t == ignore_index.
+// logits, dlogits [N,V], targets, lse [N], scale []: dlogits = scale (exp(x - lse) -
+// onehot(t)), zero rows where t == ignore_index.
 void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                         const Tensor& lse, int64_t ignore_index,
-                                        int64_t vocab_start, double grad_scale, Tensor& dlogits) {
+                                        int64_t vocab_start, const Tensor& scale_t,
+                                        Tensor& dlogits) {
   dispatch_float(logits.dtype(), "cross_entropy_backward", [&](auto z) {
     using T = decltype(z);
     dispatch_index(targets.dtype(), "cross_entropy_backward", [&](auto zi) {
@@ -162,7 +163,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
       const I* pt = targets.data<I>();
       const T* plse = lse.data<T>();
       T* pd = dlogits.data<T>();
-      const T scale = static_cast<T>(grad_scale);
+      const T scale = scale_t.data<T>()[0];
 #pragma omp parallel for schedule(static) if (n * v > kParallelElements)
       for (int64_t row = 0; row < n; ++row) {
         const T* xr = px + row * v;

@@ -13,6 +13,9 @@
 //   small next to the block's attention). A token is selected iff its rank < k; the
 //   order is total, so exactly k are. topk_compact_positions then scans the flags in position
 //   order (warp ballots), giving each selected token its slot with positions ascending.
+// - routing_summary: two single-block kernels over the whole [R,T] (thousands to a million
+//   tokens: microseconds), so sums come out in one order and nothing is atomic across blocks;
+//   the second counts the histogram, whose bounds need the first's extremes.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -235,6 +238,129 @@ void CudaBackend::topk_rows(const Tensor& scores, int64_t k, Tensor& idx) {
     topk_compact_positions<<<static_cast<unsigned>(std::min(b, kMaxBlocks)), kThreads, 0,
                              compute_stream()>>>(flags.data<int32_t>(), b, t, k,
                                                  idx.data<int64_t>());
+    MOD_CUDA_CHECK_LAUNCH();
+  });
+}
+
+namespace {
+constexpr int kSummaryThreads = 1024;
+
+// op over the block (blockDim.x a multiple of 32, converged); every thread gets lane 0's result.
+template <typename A, typename Op>
+__device__ A block_reduce(A v, A identity, A* scratch, Op op) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x >> 5) ? scratch[lane] : identity;
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
+struct Plus {
+  __device__ double operator()(double a, double b) const { return a + b; }
+};
+struct Min {
+  __device__ double operator()(double a, double b) const { return fmin(a, b); }
+};
+struct Max {
+  __device__ double operator()(double a, double b) const { return fmax(a, b); }
+};
+
+// r, decision, member [n] in rows of t -> out[kSum .. kHistogram).
+template <typename T>
+__global__ void __launch_bounds__(kSummaryThreads)
+    routing_summary_counts(const T* r, const T* decision, const T* member, int64_t n, int64_t t,
+                           double* out) {
+  using S = RoutingSummary;
+  __shared__ double scratch[32];
+  __shared__ unsigned long long by_bucket[S::kPositionBuckets];
+  if (threadIdx.x < S::kPositionBuckets) by_bucket[threadIdx.x] = 0;
+  __syncthreads();
+  double sum = 0, sq = 0, lo = INFINITY, hi = -INFINITY, tp = 0, fp = 0, fn = 0, correct = 0;
+  int64_t pos = threadIdx.x % t;  // advanced by additions: a 64-bit division per element costs
+  const int64_t step = blockDim.x % t;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const double v = static_cast<double>(load(r + i));
+    sum += v;
+    sq += v * v;
+    lo = fmin(lo, v);
+    hi = fmax(hi, v);
+    const bool said = load(decision + i) > 0, is = load(member + i) > 0.5f;
+    tp += said && is;
+    fp += said && !is;
+    fn += !said && is;
+    correct += said == is;
+    if (is) atomicAdd(&by_bucket[pos * S::kPositionBuckets / t], 1ull);
+    pos += step;
+    if (pos >= t) pos -= t;
+  }
+  sum = block_reduce(sum, 0.0, scratch, Plus());
+  sq = block_reduce(sq, 0.0, scratch, Plus());
+  lo = block_reduce(lo, double(INFINITY), scratch, Min());
+  hi = block_reduce(hi, -double(INFINITY), scratch, Max());
+  tp = block_reduce(tp, 0.0, scratch, Plus());
+  fp = block_reduce(fp, 0.0, scratch, Plus());
+  fn = block_reduce(fn, 0.0, scratch, Plus());
+  correct = block_reduce(correct, 0.0, scratch, Plus());
+  __syncthreads();  // by_bucket complete
+  if (threadIdx.x == 0) {
+    out[S::kSum] = sum;
+    out[S::kSumSquares] = sq;
+    out[S::kMin] = lo;
+    out[S::kMax] = hi;
+    out[S::kTruePositive] = tp;
+    out[S::kFalsePositive] = fp;
+    out[S::kFalseNegative] = fn;
+    out[S::kCorrect] = correct;
+  }
+  if (threadIdx.x < S::kPositionBuckets)
+    out[S::kMembersByBucket + threadIdx.x] = static_cast<double>(by_bucket[threadIdx.x]);
+}
+
+// The histogram of r [n] between out[kMin] and out[kMax], bucketed as util::histogram_bucket
+// does over util::histogram_upper_bounds (fma for the bounds there and here: the same doubles).
+template <typename T>
+__global__ void __launch_bounds__(kSummaryThreads)
+    routing_summary_histogram(const T* r, int64_t n, double* out) {
+  using S = RoutingSummary;
+  __shared__ double upper[S::kHistogramBuckets];
+  __shared__ unsigned int count[S::kHistogramBuckets];
+  const double lo = out[S::kMin], hi = out[S::kMax];
+  const int buckets = hi > lo ? S::kHistogramBuckets : 1;
+  const double width = (hi - lo) / buckets;
+  if (threadIdx.x < S::kHistogramBuckets) {
+    upper[threadIdx.x] =
+        static_cast<int>(threadIdx.x) + 1 == buckets ? hi : fma(width, threadIdx.x + 1.0, lo);
+    count[threadIdx.x] = 0;
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const double v = static_cast<double>(load(r + i));
+    int k = width > 0 ? min(max(static_cast<int>((v - lo) / width), 0), buckets - 1) : 0;
+    while (k > 0 && v <= upper[k - 1]) --k;
+    while (k < buckets - 1 && v > upper[k]) ++k;
+    atomicAdd(&count[k], 1u);
+  }
+  __syncthreads();
+  if (threadIdx.x < S::kHistogramBuckets)
+    out[S::kHistogram + threadIdx.x] =
+        static_cast<int>(threadIdx.x) < buckets ? static_cast<double>(count[threadIdx.x]) : 0.0;
+}
+}  // namespace
+
+// r, decision, member [R,T] (one float dtype) -> out f64 [RoutingSummary::kSize].
+void CudaBackend::routing_summary(const Tensor& r, const Tensor& decision, const Tensor& member,
+                                  Tensor& out) {
+  const int64_t n = r.numel(), t = r.size(-1);
+  dispatch_float(r.dtype(), "routing_summary", [&](auto z) {
+    using T = decltype(z);
+    routing_summary_counts<<<1, kSummaryThreads, 0, compute_stream()>>>(
+        r.data<T>(), decision.data<T>(), member.data<T>(), n, t, out.data<double>());
+    MOD_CUDA_CHECK_LAUNCH();
+    routing_summary_histogram<<<1, kSummaryThreads, 0, compute_stream()>>>(r.data<T>(), n,
+                                                                          out.data<double>());
     MOD_CUDA_CHECK_LAUNCH();
   });
 }
