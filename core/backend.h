@@ -83,6 +83,10 @@ struct RoutingSummary {
   static constexpr int kMembersByBucket = 8;
   static constexpr int kHistogram = kMembersByBucket + kPositionBuckets;
   static constexpr int kSize = kHistogram + kHistogramBuckets;
+  // Throws unless out is f64 [kSize] and r, decision and member share r's shape, dtype and
+  // device: the kernels would write past a smaller out.
+  static void check(const Tensor& r, const Tensor& decision, const Tensor& member,
+                    const Tensor& out);
 };
 
 class Backend {

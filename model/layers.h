@@ -55,7 +55,7 @@ Tensor in_master_precision(const nn::Linear& layer, Fn&& fn) {
 }
 
 // r = w.x (+ b): one scalar per token, in the master weights' precision even under a narrower
-// autocast (top-C ranks these scores; the predictor's logits likewise).
+// autocast (top-C ranks these scores; the predictor's logit layer likewise).
 class Router : public nn::Module {
  public:
   Router(int64_t d_model, bool bias, Rng& rng, double init_std, DType dtype);

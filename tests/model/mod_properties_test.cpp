@@ -222,3 +222,14 @@ TEST_CASE("routed-block statistics resolve after the forward to the values of it
   resolve_stats(stats);  // resolved entries are left alone
   CHECK(stats[0].router_mean == Approx(mean).margin(1e-12));
 }
+
+// An f32 out of kSize elements holds half the bytes the f64 summary writes.
+TEST_CASE("routing_summary refuses an out it would write past", "[mod]") {
+  const Tensor r = Tensor::zeros({2, 8});
+  Tensor f32 = Tensor::empty({RoutingSummary::kSize});
+  CHECK_THROWS_WITH(backend(Device::CPU).routing_summary(r, r, r, f32),
+                    Catch::Contains("out must be f64 [46]"));
+  Tensor f64 = Tensor::empty({RoutingSummary::kSize}, DType::F64);
+  CHECK_THROWS_WITH(backend(Device::CPU).routing_summary(r, Tensor::zeros({2, 7}), r, f64),
+                    Catch::Contains("decision and member must match r [2, 8]"));
+}

@@ -116,6 +116,7 @@ void CpuBackend::topk_rows(const Tensor& scores, int64_t k, Tensor& idx) {
 void CpuBackend::routing_summary(const Tensor& r, const Tensor& decision, const Tensor& member,
                                  Tensor& out) {
   using S = RoutingSummary;
+  S::check(r, decision, member, out);
   dispatch_float(r.dtype(), "routing_summary", [&](auto z) {
     using T = decltype(z);
     const T *pr = r.data<T>(), *pd = decision.data<T>(), *pm = member.data<T>();

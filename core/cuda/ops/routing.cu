@@ -353,6 +353,7 @@ __global__ void __launch_bounds__(kSummaryThreads)
 // r, decision, member [R,T] (one float dtype) -> out f64 [RoutingSummary::kSize].
 void CudaBackend::routing_summary(const Tensor& r, const Tensor& decision, const Tensor& member,
                                   Tensor& out) {
+  RoutingSummary::check(r, decision, member, out);
   const int64_t n = r.numel(), t = r.size(-1);
   dispatch_float(r.dtype(), "routing_summary", [&](auto z) {
     using T = decltype(z);
