@@ -49,7 +49,7 @@ __global__ void rope_angle_table(const I* pos, int64_t tokens, int64_t half, dou
 
 // x, y [N, H, Dh] (N = B*T tokens): pairs (i, i + half) rotated by the table's angle of (token,
 // i). One thread per (token, head, V consecutive i); V divides half and x, y are aligned to V
-// elements (the host checks; the tables come from the allocator, aligned).
+// elements (the host checks).
 template <int V, typename T>
 __global__ void rope_rotate_pairs(const T* x, const Acc<T>* cos_t, const Acc<T>* sin_t,
                                   int64_t tokens, int64_t heads, int64_t half, T* y) {
@@ -60,16 +60,13 @@ __global__ void rope_rotate_pairs(const T* x, const Acc<T>* cos_t, const Acc<T>*
     const int64_t lo = th * 2 * half + i;  // element i; its partner is lo + half
     const Pack<T, V> a = *reinterpret_cast<const Pack<T, V>*>(x + lo);
     const Pack<T, V> b = *reinterpret_cast<const Pack<T, V>*>(x + lo + half);
-    // The table's V angles in packs too (V divides half, so t * half + i is a multiple of V):
-    // scalar loads of them were 16 of the thread's 20 loads for bf16.
-    const Pack<A, V> c = *reinterpret_cast<const Pack<A, V>*>(cos_t + t * half + i);
-    const Pack<A, V> s = *reinterpret_cast<const Pack<A, V>*>(sin_t + t * half + i);
     Pack<T, V> ya, yb;
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       const A x1 = to_acc<T>(a.v[e]), x2 = to_acc<T>(b.v[e]);
-      ya.v[e] = from_acc<T>(x1 * c.v[e] - x2 * s.v[e]);
-      yb.v[e] = from_acc<T>(x1 * s.v[e] + x2 * c.v[e]);
+      const A c = cos_t[t * half + i + e], s = sin_t[t * half + i + e];
+      ya.v[e] = from_acc<T>(x1 * c - x2 * s);
+      yb.v[e] = from_acc<T>(x1 * s + x2 * c);
     }
     *reinterpret_cast<Pack<T, V>*>(y + lo) = ya;
     *reinterpret_cast<Pack<T, V>*>(y + lo + half) = yb;
