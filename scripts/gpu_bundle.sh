@@ -9,8 +9,26 @@
 #          Boost.Program_options, OpenBLAS and what it needs);
 #   data/  the KJV shards of `modtrain prep --kjv`, byte-level (kjv/) and BPE-8k (kjv_bpe8k/).
 # Usage: scripts/gpu_bundle.sh   (BUILD=dir to build elsewhere than build-gpu-bundle)
+#        BASE=rev scripts/gpu_bundle.sh   also packs revision rev (say, main before a change) as
+#        gpu_bundle_base.tar.xz, from a git worktree in build-gpu-base/: carry both and run
+#        `GPU_BUNDLE=gpu_bundle_base.tar.xz TAG=base_ scripts/gpu_run.sh eager` for a
+#        before-and-after on one machine (docs/gpu.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ -n "${BASE:-}" ]; then
+  tree=build-gpu-base  # kept, with its build folder, so the next base builds incrementally
+  if [ -e "$tree/.git" ]; then
+    git -C "$tree" checkout -q --detach "$(git rev-parse "$BASE")"
+  else
+    rm -rf "$tree"
+    git worktree add --force --detach "$tree" "$BASE" > /dev/null
+  fi
+  mkdir -p data
+  ln -sfn "$PWD/data" "$tree/data"  # the shards are the same: made once, here
+  (cd "$tree" && BASE= scripts/gpu_bundle.sh)
+  mv "$tree/gpu_bundle.tar.xz" gpu_bundle_base.tar.xz
+  echo "gpu_bundle: gpu_bundle_base.tar.xz is $(git rev-parse --short "$BASE")"
+fi
 build=${BUILD:-build-gpu-bundle}
 mkdir -p "$build"
 cmake -S . -B "$build" -G Ninja -DMOD_CUDA_ARCHITECTURES=90 -DMOD_USE_MPI=OFF \
