@@ -124,18 +124,21 @@ void CpuBackend::routing_summary(const Tensor& r, const Tensor& decision, const 
     double* o = out.data<double>();
     std::fill_n(o, S::kSize, 0.0);
     double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-    for (int64_t i = 0; i < n; ++i) {
-      const double v = static_cast<double>(pr[i]);
-      o[S::kSum] += v;
-      o[S::kSumSquares] += v * v;
-      lo = std::min(lo, v);
-      hi = std::max(hi, v);
-      const bool said = static_cast<double>(pd[i]) > 0, is = static_cast<double>(pm[i]) > 0.5;
-      o[S::kTruePositive] += said && is;
-      o[S::kFalsePositive] += said && !is;
-      o[S::kFalseNegative] += !said && is;
-      o[S::kCorrect] += said == is;
-      o[S::kMembersByBucket + (i % t) * S::kPositionBuckets / t] += is;
+    for (int64_t row = 0; row < n / t; ++row) {  // by rows: the position is the column
+      for (int64_t pos = 0; pos < t; ++pos) {
+        const int64_t i = row * t + pos;
+        const double v = static_cast<double>(pr[i]);
+        o[S::kSum] += v;
+        o[S::kSumSquares] += v * v;
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+        const bool said = static_cast<double>(pd[i]) > 0, is = static_cast<double>(pm[i]) > 0.5;
+        o[S::kTruePositive] += said && is;
+        o[S::kFalsePositive] += said && !is;
+        o[S::kFalseNegative] += !said && is;
+        o[S::kCorrect] += said == is;
+        o[S::kMembersByBucket + pos * S::kPositionBuckets / t] += is;
+      }
     }
     o[S::kMin] = lo;
     o[S::kMax] = hi;

@@ -245,7 +245,8 @@ void CudaBackend::topk_rows(const Tensor& scores, int64_t k, Tensor& idx) {
 namespace {
 constexpr int kSummaryThreads = 1024;
 
-// op over the block (blockDim.x a multiple of 32, converged); every thread gets lane 0's result.
+// block_sum's counterpart for min and max: op over the block (blockDim.x a multiple of 32,
+// converged); every thread gets lane 0's result.
 template <typename A, typename Op>
 __device__ A block_reduce(A v, A identity, A* scratch, Op op) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -258,9 +259,6 @@ __device__ A block_reduce(A v, A identity, A* scratch, Op op) {
   return __shfl_sync(0xffffffffu, v, 0);
 }
 
-struct Plus {
-  __device__ double operator()(double a, double b) const { return a + b; }
-};
 struct Min {
   __device__ double operator()(double a, double b) const { return fmin(a, b); }
 };
@@ -296,14 +294,14 @@ __global__ void __launch_bounds__(kSummaryThreads)
     pos += step;
     if (pos >= t) pos -= t;
   }
-  sum = block_reduce(sum, 0.0, scratch, Plus());
-  sq = block_reduce(sq, 0.0, scratch, Plus());
+  sum = block_sum(sum, scratch);
+  sq = block_sum(sq, scratch);
   lo = block_reduce(lo, double(INFINITY), scratch, Min());
   hi = block_reduce(hi, -double(INFINITY), scratch, Max());
-  tp = block_reduce(tp, 0.0, scratch, Plus());
-  fp = block_reduce(fp, 0.0, scratch, Plus());
-  fn = block_reduce(fn, 0.0, scratch, Plus());
-  correct = block_reduce(correct, 0.0, scratch, Plus());
+  tp = block_sum(tp, scratch);
+  fp = block_sum(fp, scratch);
+  fn = block_sum(fn, scratch);
+  correct = block_sum(correct, scratch);
   __syncthreads();  // by_bucket complete
   if (threadIdx.x == 0) {
     out[S::kSum] = sum;
