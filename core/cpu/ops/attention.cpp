@@ -276,28 +276,72 @@ void forward_tile(const Dims& d, int64_t rows, const T* q, const T* k, const T* 
   }
 }
 
-// Backward of one (b, h), key tiles outer so dK, dV accumulate in contiguous tiles; dQ
-// accumulates in place (the slice belongs to this (b, h) alone). Pointers at the slice's row 0;
-// qp [T], kp [S], lse [T]. scratch: s,dp [kTile*kTile], kt,vt [Dh*kTile], dk,dv [kTile*Dh],
-// delta [T].
+// A head's rows are ld = H*Dh apart, each a fresh stream the hardware prefetcher does not
+// follow across pages, so packing loops request the row kAhead rows on themselves.
+constexpr int64_t kAhead = 16;
 template <typename T>
-void backward_head(const Dims& d, const T* q, const T* k, const T* v, const T* o, const T* dout,
-                   const T* lse, const int64_t* qp, const int64_t* kp, T* dq, T* dk, T* dv, T* s,
-                   T* dp, T* kt, T* vt, T* dk_acc, T* dv_acc, T* delta) {
-  const int64_t ld = d.ld(), dh = d.Dh;
-  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dh)));
-  for (int64_t t = 0; t < d.T; ++t) {  // delta_t = rowsum(dO * O), and dQ starts at zero
-    const T* orow = o + t * ld;
-    const T* grow = dout + t * ld;
-    T* dqrow = dq + t * ld;
+void prefetch_row(const T* row, int64_t dh) {
+  for (int64_t e = 0; e < dh; e += 64 / static_cast<int64_t>(sizeof(T))) __builtin_prefetch(row + e);
+}
+
+// dst [rows, dh] = the rows of src (ld apart).
+template <typename T>
+void pack_rows(const T* src, int64_t ld, int64_t rows, int64_t dh, T* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    prefetch_row(src + (r + kAhead) * ld, dh);
+    const T* sr = src + r * ld;
+    T* dr = dst + r * dh;
+#pragma omp simd
+    for (int64_t e = 0; e < dh; ++e) dr[e] = sr[e];
+  }
+}
+
+// dst [rows, dh] = the rows of dout, and delta [rows] = rowsum(dout * o), in one pass.
+template <typename T>
+void pack_dout_delta(const T* o, const T* dout, int64_t ld, int64_t rows, int64_t dh, T* dst,
+                     T* delta) {
+  for (int64_t r = 0; r < rows; ++r) {
+    prefetch_row(o + (r + kAhead) * ld, dh);
+    prefetch_row(dout + (r + kAhead) * ld, dh);
+    const T *orow = o + r * ld, *grow = dout + r * ld;
+    T* dr = dst + r * dh;
     T sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int64_t e = 0; e < dh; ++e) {
       sum += orow[e] * grow[e];
-      dqrow[e] = T(0);
+      dr[e] = grow[e];
     }
-    delta[t] = sum;
+    delta[r] = sum;
   }
+}
+
+// One thread's buffers for backward_head: a head's inputs packed contiguously (strided rows
+// conflict in the caches: at ld = 2 KB a [512, 64] slice maps to 1/8 of the L2's sets), dQ's
+// accumulator, and the tiles.
+template <typename T>
+struct BackwardScratch {
+  std::vector<T> q, dout, dq, k, v;                     // [T,Dh] x3, [S,Dh] x2
+  std::vector<T> delta;                                 // [T]
+  std::vector<T> s, dp, kt, vt, dk_acc, dv_acc;         // [kTile*kTile] x2, [Dh*kTile] x4
+  explicit BackwardScratch(const Dims& d)
+      : q(d.T * d.Dh), dout(d.T * d.Dh), dq(d.T * d.Dh), k(d.S * d.Dh), v(d.S * d.Dh),
+        delta(d.T), s(kTile * kTile), dp(kTile * kTile), kt(d.Dh * kTile), vt(d.Dh * kTile),
+        dk_acc(kTile * d.Dh), dv_acc(kTile * d.Dh) {}
+};
+
+// Backward of one (b, h), key tiles outer so dK, dV accumulate in contiguous tiles. Reads the
+// packed q, dout [T,Dh], k, v [S,Dh] and delta [T] of w; accumulates dQ in w.dq (scaled);
+// writes dk, dv (rows ld_out apart). lse [T], qp [T], kp [S].
+template <typename T>
+void backward_head(const Dims& d, BackwardScratch<T>& w, const T* lse, const int64_t* qp,
+                   const int64_t* kp, T* dk, T* dv, int64_t ld_out) {
+  const int64_t ld = d.Dh, dh = d.Dh;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dh)));
+  const T *q = w.q.data(), *k = w.k.data(), *v = w.v.data(), *dout = w.dout.data();
+  const T* delta = w.delta.data();
+  T *dq = w.dq.data(), *s = w.s.data(), *dp = w.dp.data(), *kt = w.kt.data(), *vt = w.vt.data();
+  T *dk_acc = w.dk_acc.data(), *dv_acc = w.dv_acc.data();
+  std::fill(w.dq.begin(), w.dq.end(), T(0));
   for (int64_t s0 = 0; s0 < d.S; s0 += kTile) {
     const int64_t cols = std::min(kTile, d.S - s0);
     const int64_t* kpt = kp + s0;
@@ -356,8 +400,8 @@ void backward_head(const Dims& d, const T* q, const T* k, const T* v, const T* o
       tile_gemm(true, cols, dh, rows, T(1), dp, kTile, qt, ld, true, dk_acc, dh, from_query);
     }
     for (int64_t c = 0; c < cols; ++c) {
-      T* dkrow = dk + (s0 + c) * ld;
-      T* dvrow = dv + (s0 + c) * ld;
+      T* dkrow = dk + (s0 + c) * ld_out;
+      T* dvrow = dv + (s0 + c) * ld_out;
       const T* ka = dk_acc + c * dh;
       const T* va = dv_acc + c * dh;
 #pragma omp simd
@@ -404,6 +448,7 @@ void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tenso
 }
 
 // Parallel over (b, h): each task owns its slices of dq, dk, dv, so there are no write races.
+// A task packs its head's inputs first (delta_t = rowsum(dO * O) in the same pass over dO).
 void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& q_pos, const Tensor& k_pos, const Tensor& out,
                                     const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
@@ -415,19 +460,22 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
     const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>(), *po = out.data<T>();
     const T *pg = dout.data<T>(), *pl = lse.data<T>();
     T *pdq = dq.data<T>(), *pdk = dk.data<T>(), *pdv = dv.data<T>();
+    const int64_t ld = d.ld(), dh = d.Dh;
 #pragma omp parallel if (d.B * d.H * d.T * d.S * d.Dh > kParallelWork)
     {
-      std::vector<T> s(kTile * kTile), dp(kTile * kTile), kt(d.Dh * kTile), vt(d.Dh * kTile),
-          dk_acc(kTile * d.Dh), dv_acc(kTile * d.Dh), delta(static_cast<size_t>(d.T));
+      BackwardScratch<T> w(d);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t bh = 0; bh < d.B * d.H; ++bh) {
         const int64_t b = bh / d.H, h = bh % d.H;
         const int64_t qoff = (b * d.T * d.H + h) * d.Dh;
         const int64_t koff = (b * d.S * d.H + h) * d.Dh;
-        backward_head<T>(d, pq + qoff, pk + koff, pv + koff, po + qoff, pg + qoff, pl + bh * d.T,
-                         qp.data() + b * d.T, kp.data() + b * d.S, pdq + qoff, pdk + koff,
-                         pdv + koff, s.data(), dp.data(), kt.data(), vt.data(), dk_acc.data(),
-                         dv_acc.data(), delta.data());
+        pack_dout_delta(po + qoff, pg + qoff, ld, d.T, dh, w.dout.data(), w.delta.data());
+        pack_rows(pq + qoff, ld, d.T, dh, w.q.data());
+        pack_rows(pk + koff, ld, d.S, dh, w.k.data());
+        pack_rows(pv + koff, ld, d.S, dh, w.v.data());
+        backward_head<T>(d, w, pl + bh * d.T, qp.data() + b * d.T, kp.data() + b * d.S,
+                         pdk + koff, pdv + koff, ld);
+        for (int64_t t = 0; t < d.T; ++t) std::copy_n(w.dq.data() + t * dh, dh, pdq + qoff + t * ld);
       }
     }
   });
