@@ -36,6 +36,28 @@ inline float exp_cephes(float x) {
   return std::bit_cast<float>((y & keep & ~over) | (0x7F800000u & over));
 }
 
+// 2^x for f32 where x < 127 (attention's scores less their running maximum, so x <= 0 up to
+// rounding): round to n, 2^r on [-0.5, 0.5] by a degree-6 polynomial (within 1e-7 relative,
+// coefficients fitted for relative error), 2^n added to the exponent bits. Below -125 (and at
+// -inf) gives 0. 14 vector instructions where exp_cephes takes 22.
+inline float exp2_bounded(float x) {
+  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float t = x + kShift;
+  const float r = x - (t - kShift);
+  float p = 1.534581097e-4f;
+  p = p * r + 1.339993090e-3f;
+  p = p * r + 9.618489072e-3f;
+  p = p * r + 5.550328642e-2f;
+  p = p * r + 2.402264625e-1f;
+  p = p * r + 6.931471825e-1f;
+  p = p * r + 1.0f;
+  // t's low mantissa bits hold n; shifted by 23 they land in the exponent and the rest of t
+  // falls off the top.
+  const uint32_t y = std::bit_cast<uint32_t>(p) + (std::bit_cast<uint32_t>(t) << 23);
+  const uint32_t keep = 0u - static_cast<uint32_t>(!(x < -125.0f));
+  return std::bit_cast<float>(y & keep);
+}
+
 template <typename T>
 inline T exp_vec(T x) {
   if constexpr (std::is_same_v<T, float>)

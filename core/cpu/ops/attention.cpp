@@ -32,6 +32,18 @@ constexpr int64_t kTile = 64;    // queries per forward task; keys and queries p
 constexpr int64_t kChunk = 256;  // keys per forward softmax step (one online rescale each)
 constexpr int64_t kParallelWork = int64_t{1} << 20;  // B*H*T*S*Dh below which one thread runs
 
+// f32 scores are kept in base-2 units (log2(e) folded into the scale of S = QK^T), so their
+// exponentials are exp2_bounded; f64 (the gradient checks) keeps natural units and std::exp.
+template <typename T>
+constexpr T kScoreUnit = std::is_same_v<T, float> ? T(1.4426950408889634) : T(1);
+template <typename T>
+T exp_score(T x) {
+  if constexpr (std::is_same_v<T, float>)
+    return exp2_bounded(x);
+  else
+    return std::exp(x);
+}
+
 // One (b, h) slice of [B,L,H,Dh]: rows are Dh values, ld = H*Dh apart.
 struct Dims {
   int64_t B, T, S, H, Dh;
@@ -219,7 +231,7 @@ void forward_tile(const Dims& d, int64_t rows, const T* q, const T* k, const T* 
                   const int64_t* qp, const int64_t* kp, T* out, T* lse, T* st, T* qt, T* acc, T* m,
                   T* l, T* mx, T* sum) {
   const int64_t ld = d.ld(), dh = d.Dh;
-  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dh)));
+  const T scale = static_cast<T>(kScoreUnit<T> / std::sqrt(static_cast<double>(dh)));  // S units
   const T neg_inf = -std::numeric_limits<T>::infinity();
   transpose_tile(q, ld, rows, dh, qt);
   std::fill(m, m + rows, neg_inf);
@@ -249,12 +261,12 @@ void forward_tile(const Dims& d, int64_t rows, const T* q, const T* k, const T* 
       T* sc = st + c * kTile;
 #pragma omp simd
       for (int64_t r = 0; r < rows; ++r) {
-        sc[r] = exp_vec(sc[r] - mx[r]);
+        sc[r] = exp_score(sc[r] - mx[r]);
         sum[r] += sc[r];
       }
     }
     for (int64_t r = 0; r < rows; ++r) {
-      const T corr = exp_vec(m[r] - mx[r]);  // 0 on the first chunk (m = -inf)
+      const T corr = exp_score(m[r] - mx[r]);  // 0 on the first chunk (m = -inf)
       l[r] = l[r] * corr + sum[r];
       m[r] = mx[r];
       if (s0 == 0) continue;
@@ -272,7 +284,7 @@ void forward_tile(const Dims& d, int64_t rows, const T* q, const T* k, const T* 
     T* orow = out + r * ld;
 #pragma omp simd
     for (int64_t e = 0; e < dh; ++e) orow[e] = ar[e] * inv;
-    lse[r] = m[r] + std::log(l[r]);
+    lse[r] = m[r] / kScoreUnit<T> + std::log(l[r]);
   }
 }
 
@@ -375,13 +387,14 @@ void backward_head(const Dims& d, BackwardScratch<T>& w, const T* lse, const int
           for (int64_t c = 0; c < cols; ++c) xr[c] = kpt[c] > p ? masked : xr[c];
         }
       };
-      tile_gemm(false, rows, cols, dh, scale, qt, ld, kt, kTile, false, s, kTile, all_of(dh), past);
+      tile_gemm(false, rows, cols, dh, scale * kScoreUnit<T>, qt, ld, kt, kTile, false, s, kTile,
+                all_of(dh), past);
       if (boundary) mask(s, -std::numeric_limits<T>::infinity());
       for (int64_t r = 0; r < rows; ++r) {  // P = exp(S - lse)
         T* sr = s + r * kTile;
-        const T lr = lse[t0 + r];
+        const T lr = lse[t0 + r] * kScoreUnit<T>;
 #pragma omp simd
-        for (int64_t c = 0; c < cols; ++c) sr[c] = exp_vec(sr[c] - lr);
+        for (int64_t c = 0; c < cols; ++c) sr[c] = exp_score(sr[c] - lr);
       }
       // dV += P^T dO;  dP = dO V^T
       tile_gemm(true, cols, dh, rows, T(1), s, kTile, gt, ld, true, dv_acc, dh, from_query);
