@@ -289,7 +289,7 @@ void forward_tile(const Dims& d, int64_t rows, const T* q, const T* k, const T* 
 }
 
 // A head's rows are ld = H*Dh apart, each a fresh stream the hardware prefetcher does not
-// follow across pages, so packing loops request the row kAhead rows on themselves.
+// follow across pages, so the packing loops prefetch kAhead rows ahead.
 constexpr int64_t kAhead = 16;
 template <typename T>
 void prefetch_row(const T* row, int64_t dh) {
@@ -300,7 +300,7 @@ void prefetch_row(const T* row, int64_t dh) {
 template <typename T>
 void pack_rows(const T* src, int64_t ld, int64_t rows, int64_t dh, T* dst) {
   for (int64_t r = 0; r < rows; ++r) {
-    prefetch_row(src + (r + kAhead) * ld, dh);
+    if (r + kAhead < rows) prefetch_row(src + (r + kAhead) * ld, dh);
     const T* sr = src + r * ld;
     T* dr = dst + r * dh;
 #pragma omp simd
@@ -313,8 +313,10 @@ template <typename T>
 void pack_dout_delta(const T* o, const T* dout, int64_t ld, int64_t rows, int64_t dh, T* dst,
                      T* delta) {
   for (int64_t r = 0; r < rows; ++r) {
-    prefetch_row(o + (r + kAhead) * ld, dh);
-    prefetch_row(dout + (r + kAhead) * ld, dh);
+    if (r + kAhead < rows) {
+      prefetch_row(o + (r + kAhead) * ld, dh);
+      prefetch_row(dout + (r + kAhead) * ld, dh);
+    }
     const T *orow = o + r * ld, *grow = dout + r * ld;
     T* dr = dst + r * dh;
     T sum = 0;
