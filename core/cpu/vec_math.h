@@ -6,26 +6,33 @@
 
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
 namespace mod::cpu {
 
+constexpr float kRoundShift = 12582912.0f;  // 1.5 * 2^23: adding it rounds a float to an integer
+
+// c[0] r^(N-1) + c[1] r^(N-2) + ... + c[N-1], by Horner's rule (highest degree first).
+template <size_t N>
+inline float horner(float r, const float (&c)[N]) {
+  float p = c[0];
+#pragma GCC unroll 8
+  for (size_t i = 1; i < N; ++i) p = p * r + c[i];
+  return p;
+}
+
 // exp(x) for f32: x = n ln2 + r with |r| <= ln2/2, exp(r) by the Cephes degree-7 polynomial,
 // 2^n built in the exponent bits. Below -87.3 gives 0 (no denormals), above 88.37 gives +inf;
 // NaN stays NaN.
 inline float exp_cephes(float x) {
-  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float t = x * 1.44269504f + kShift;
-  const float n = t - kShift;
+  const float t = x * 1.44269504f + kRoundShift;
+  const float n = t - kRoundShift;
   const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;  // ln2 split in two for accuracy
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  const float p = horner(r, {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                             4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f}) *
+                      r * r + r + 1.0f;
   // n sits in t's low mantissa bits; move it (biased) into the exponent field.
   const uint32_t two_n = (std::bit_cast<uint32_t>(t) - 0x4B400000u + 127u) << 23;
   const uint32_t y = std::bit_cast<uint32_t>(p * std::bit_cast<float>(two_n));
@@ -41,16 +48,10 @@ inline float exp_cephes(float x) {
 // coefficients fitted for relative error), 2^n added to the exponent bits. Below -125 (and at
 // -inf) gives 0. 14 vector instructions where exp_cephes takes 22.
 inline float exp2_bounded(float x) {
-  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float t = x + kShift;
-  const float r = x - (t - kShift);
-  float p = 1.534581097e-4f;
-  p = p * r + 1.339993090e-3f;
-  p = p * r + 9.618489072e-3f;
-  p = p * r + 5.550328642e-2f;
-  p = p * r + 2.402264625e-1f;
-  p = p * r + 6.931471825e-1f;
-  p = p * r + 1.0f;
+  const float t = x + kRoundShift;
+  const float r = x - (t - kRoundShift);
+  const float p = horner(r, {1.534581097e-4f, 1.339993090e-3f, 9.618489072e-3f, 5.550328642e-2f,
+                             2.402264625e-1f, 6.931471825e-1f, 1.0f});
   // t's low mantissa bits hold n; shifted by 23 they land in the exponent and the rest of t
   // falls off the top.
   const uint32_t y = std::bit_cast<uint32_t>(p) + (std::bit_cast<uint32_t>(t) << 23);
