@@ -206,7 +206,8 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds
                                " gave no gradient for input " + std::to_string(i));
       check_grad_shape(*node, gi, e.shape);
       if (e.leaf) {
-        accumulate_leaf(*e.leaf, gi);
+        // The leaf's own gradient back: the rule already added into it (matmul's weight).
+        if (gi.impl() != e.leaf->grad.impl()) accumulate_leaf(*e.leaf, gi);
         contributed(e.leaf);
       } else {
         auto [slot, fresh] = grads.try_emplace(e.node.get(), gi);

@@ -6,7 +6,9 @@
 // - A Node references its inputs' nodes (or leaf tensors), never its own output: a backward rule
 //   that needs the output saves output.detach(), which shares data but not history (no cycles).
 // - A backward rule returns fresh tensors (or grad_out itself); the engine never writes into a
-//   gradient it did not allocate, so aliasing grad_out is safe.
+//   gradient it did not allocate, so aliasing grad_out is safe. One exception, by contract:
+//   matmul may add its weight's gradient into that leaf's existing grad() in place and return
+//   grad() itself, which the engine then does not add again (gradient-accumulation fusion).
 // - After backward a node's saved tensors are freed; a second backward through it is an error.
 #pragma once
 

@@ -12,8 +12,10 @@ namespace mod {
 namespace {
 constexpr const char* kOp = "matmul";
 
-// c [Bt,M,N] = op(a) [Bt,M,K] @ op(b) [Bt,K,N]; a, b are 3-D views; b_batched=false shares b.
-Tensor bmm(const Tensor& a, const Tensor& b, bool ta, bool tb, bool b_batched) {
+// c [Bt,M,N] = op(a) [Bt,M,K] @ op(b) [Bt,K,N] (+ c when accumulate); a, b, c are 3-D views;
+// b_batched=false shares b.
+void bmm_into(const Tensor& a, const Tensor& b, bool ta, bool tb, bool b_batched, bool accumulate,
+              Tensor& c) {
   GemmArgs g;
   g.batch = a.size(0);
   g.m = ta ? a.size(2) : a.size(1);
@@ -24,9 +26,27 @@ Tensor bmm(const Tensor& a, const Tensor& b, bool ta, bool tb, bool b_batched) {
   g.stride_a = a.size(1) * a.size(2);
   g.stride_b = b_batched ? b.size(-2) * b.size(-1) : 0;
   g.stride_c = g.m * g.n;
-  Tensor c = Tensor::empty({g.batch, g.m, g.n}, a.dtype(), a.device());
+  g.accumulate = accumulate;
   backend_of(c).gemm(g, a, b, c);
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b, bool ta, bool tb, bool b_batched) {
+  Tensor c = Tensor::empty({a.size(0), ta ? a.size(2) : a.size(1), tb ? b.size(-2) : b.size(-1)},
+                           a.dtype(), a.device());
+  bmm_into(a, b, ta, tb, b_batched, false, c);
   return c;
+}
+
+// Gradient-accumulation fusion (Megatron-LM's gradient_accumulation_fusion): a weight that is a
+// leaf and already holds a gradient (every micro-batch after a step's first) gets dB added
+// into that gradient by the GEMM itself (beta = 1), not computed apart and added by the engine:
+// one pass over the weight's gradient fewer per micro-batch. The rule returns the leaf's own
+// gradient, which tells the engine it has nothing to add (core/autograd.h).
+const Tensor* fusable_weight_grad(const Tensor& leaf, const Tensor& grad_out) {
+  const Tensor& acc = leaf.grad();
+  return acc.defined() && acc.dtype() == grad_out.dtype() && acc.device() == grad_out.device()
+             ? &acc
+             : nullptr;
 }
 }  // namespace
 
@@ -64,8 +84,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   }
 
   if (any_requires_grad({a, b})) {
+    // A shared 2-D b that is a leaf (a weight): its gradient may be accumulated in place.
+    const Tensor b_leaf = !batched && b.requires_grad() && !b.grad_fn() ? b : Tensor();
     record(out, Op::MatMul, {a, b},
-           [a3, b3, ta, tb, batched, a_shape = a.shape(), b_shape = b.shape()](
+           [a3, b3, ta, tb, batched, b_leaf, a_shape = a.shape(), b_shape = b.shape()](
                const Tensor& g, const NeedsGrad& needs) {
              const Tensor g3 = g.view(
                  {a3.size(0), g.numel() / (a3.size(0) * g.size(-1)), g.size(-1)});
@@ -74,9 +96,13 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
                da = (ta ? bmm(b3, g3, tb, true, true) : bmm(g3, b3, false, !tb, batched))
                         .view(a_shape);
              if (needs[1]) {  // dB = op(A)^T dC, or dC^T op(A) when B was transposed
-               Tensor db3 = tb ? bmm(g3, a3, true, ta, true) : bmm(a3, g3, !ta, false, true);
-               if (!batched) db3 = db3.view({db3.size(1), db3.size(2)});
-               db = db3.view(b_shape);
+               const Tensor* acc = b_leaf.defined() ? fusable_weight_grad(b_leaf, g) : nullptr;
+               Tensor db3 = acc ? acc->view(b3.shape()) : Tensor::empty(b3.shape(), g.dtype(), g.device());
+               if (tb)
+                 bmm_into(g3, a3, true, ta, true, acc != nullptr, db3);
+               else
+                 bmm_into(a3, g3, !ta, false, true, acc != nullptr, db3);
+               db = acc ? *acc : db3.view(b_shape);
              }
              return std::vector<Tensor>{da, db};
            });

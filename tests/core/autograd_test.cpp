@@ -2,7 +2,12 @@
 // no-grad scopes, and the errors for misuse.
 #include <catch2/catch.hpp>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "core/all_ops.h"
+#include "core/cpu/op_trace.h"
 #include "core/random.h"
 
 using namespace mod;
@@ -68,6 +73,69 @@ TEST_CASE("leaf gradients never share storage with each other or with the graph"
   sum(matmul(a, w)).backward();
   CHECK(w.grad().sole_owner());
   CHECK(w.grad().to_vector() == std::vector<double>{4.0, 4.0, 6.0, 6.0});
+}
+
+namespace {
+// Random f64 [r, c] entries in [-1, 1).
+Tensor random_matrix(int64_t r, int64_t c, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<double> v(static_cast<size_t>(r * c));
+  for (double& e : v) e = 2.0 * rng.uniform() - 1.0;
+  return Tensor::from_vector(v, {r, c}, DType::F64);
+}
+
+// sum over rows of g^T x: the weight gradient of y = x w^T for dy = g, by loops.
+std::vector<double> weight_grad(const Tensor& g, const Tensor& x) {
+  const int64_t n = g.size(0), out = g.size(1), in = x.size(1);
+  const std::vector<double> gv = g.to_vector(), xv = x.to_vector();
+  std::vector<double> dw(static_cast<size_t>(out * in), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t j = 0; j < in; ++j) dw[o * in + j] += gv[i * out + o] * xv[i * in + j];
+  return dw;
+}
+
+int count_named(const std::vector<DeviceActivity>& trace, const std::string& prefix) {
+  int n = 0;
+  for (const DeviceActivity& a : trace) n += a.name.rfind(prefix, 0) == 0;
+  return n;
+}
+}  // namespace
+
+// Gradient-accumulation fusion: once a weight holds a gradient, a linear layer's backward adds
+// dW into it with the GEMM (beta = 1): no separate dW, no axpy, the same buffer, the exact sum.
+TEST_CASE("a weight's gradient accumulates inside its GEMM once it exists", "[autograd]") {
+  Tensor w = random_matrix(5, 6, 1).set_requires_grad(true);
+  const Tensor x1 = random_matrix(4, 6, 2), x2 = random_matrix(3, 6, 3), x3 = random_matrix(2, 6, 4);
+  const Tensor g1 = random_matrix(4, 5, 5), g2 = random_matrix(3, 5, 6), g3 = random_matrix(2, 5, 7);
+
+  linear(x1, w).backward(g1);  // the first micro-batch: a fresh gradient, kept as is
+  const void* buffer = w.grad().raw_data();
+  cpu::start_op_trace();
+  linear(x2, w).backward(g2);
+  const std::vector<DeviceActivity> trace = cpu::stop_op_trace();
+  CHECK(count_named(trace, "gemm TN 5x6x3") == 1);
+  CHECK(count_named(trace, "axpy") == 0);
+  CHECK(w.grad().raw_data() == buffer);
+
+  // The same weight twice in one graph (a tied embedding), both products adding in place.
+  Tensor tied = add(sum(mul(linear(x2, w), g2)), sum(mul(linear(x3, w), g3)));
+  tied.backward();
+
+  std::vector<double> want = weight_grad(g1, x1);
+  for (const auto& [g, x] : {std::pair{g2, x2}, {g2, x2}, {g3, x3}}) {
+    const std::vector<double> dw = weight_grad(g, x);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += dw[i];
+  }
+  const std::vector<double> got = w.grad().to_vector();
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-12));
+
+  // A weight that is not a leaf (here a scaled copy) takes the ordinary path.
+  Tensor v = random_matrix(5, 6, 8).set_requires_grad(true);
+  linear(x1, scale(v, 2.0)).backward(g1);
+  linear(x1, scale(v, 2.0)).backward(g1);
+  const std::vector<double> dv = weight_grad(g1, x1), got_v = v.grad().to_vector();
+  for (size_t i = 0; i < dv.size(); ++i) CHECK(got_v[i] == Approx(4.0 * dv[i]).epsilon(1e-12));
 }
 
 TEST_CASE("the no-grad scope records nothing", "[autograd]") {
