@@ -222,11 +222,13 @@ bool onednn_runs_avx2() {
 // - A^T B, the weight gradient dY^T X: half rate once a side of C reaches 512 (1024x256x2048 at
 //   77 GFLOP/s, OpenBLAS 117-145), 11-21% slower at 256x256 (256x256x2048: 124 vs 140);
 // - A B, the input gradient dY W, with few rows (M <= 512: the tokens a routed block admits) and
-//   both other sides >= 512: 76-107 against OpenBLAS's 128-161 (256x1024x1024, 512x512x512).
+//   both other sides >= 512: 76-107 against OpenBLAS's 128-161 (256x1024x1024, 512x512x512);
+//   with M <= 256, once N >= 1024 whatever K: 82-94 against 109-168 (256x1024x256, the tiny
+//   model's routed MLP).
 bool onednn_is_slow(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
   if (!onednn_runs_avx2()) return false;
   if (ta && !tb) return true;
-  return !ta && !tb && m <= 512 && n >= 512 && k >= 512;
+  return !ta && !tb && ((m <= 512 && n >= 512 && k >= 512) || (m <= 256 && n >= 1024));
 }
 
 std::string onednn_describe() {
@@ -266,7 +268,7 @@ std::string blas_describe() {
 #ifdef MOD_HAVE_ONEDNN
   if (sgemm_library() == SgemmLibrary::OneDnn) {
     return "f32 " + onednn_describe() +
-           (onednn_runs_avx2() ? " (in OpenBLAS: A^T B; A B with M <= 512, N and K >= 512)" : "") + "; f64 " +
+           (onednn_runs_avx2() ? " (in OpenBLAS: A^T B; A B with M <= 512, N and K >= 512, or M <= 256, N >= 1024)" : "") + "; f64 " +
            blas().description;
   }
 #endif
