@@ -35,6 +35,14 @@ void check_grad_shape(const Node& node, const Tensor& g, const Shape& expected) 
 
 bool grad_enabled() { return g_grad_enabled; }
 
+const Tensor* accumulating_leaf_grad(const Tensor& leaf, const Tensor& grad_out) {
+  if (!leaf.defined() || !leaf.requires_grad() || leaf.grad_fn()) return nullptr;
+  const Tensor& acc = leaf.grad();
+  return acc.defined() && acc.dtype() == grad_out.dtype() && acc.device() == grad_out.device()
+             ? &acc
+             : nullptr;
+}
+
 AutocastGuard::AutocastGuard(std::optional<DType> dtype) : previous_(g_autocast) { g_autocast = dtype; }
 AutocastGuard::~AutocastGuard() { g_autocast = previous_; }
 std::optional<DType> autocast_dtype() { return g_autocast; }

@@ -6,9 +6,9 @@
 // - A Node references its inputs' nodes (or leaf tensors), never its own output: a backward rule
 //   that needs the output saves output.detach(), which shares data but not history (no cycles).
 // - A backward rule returns fresh tensors (or grad_out itself); the engine never writes into a
-//   gradient it did not allocate, so aliasing grad_out is safe. One exception, by contract:
-//   matmul may add its weight's gradient into that leaf's existing grad() in place and return
-//   grad() itself, which the engine then does not add again (gradient-accumulation fusion).
+//   gradient it did not allocate, so aliasing grad_out is safe. One exception, by contract: a
+//   rule may add a leaf's gradient into that leaf's existing grad() in place and return grad()
+//   itself, which the engine then does not add again (accumulating_leaf_grad, below).
 // - After backward a node's saved tensors are freed; a second backward through it is an error.
 #pragma once
 
@@ -95,6 +95,13 @@ struct Node {
 
 // True when grad mode is on and any input requires grad: the op must record a node.
 bool any_requires_grad(std::initializer_list<Tensor> inputs);
+
+// Gradient-accumulation fusion (Megatron-LM's gradient_accumulation_fusion): for `leaf`, a
+// parameter an op reads as it is, the gradient it already holds (every micro-batch after a
+// step's first) when that gradient has grad_out's dtype and device, else null. A backward rule
+// may add its contribution into it in place and return it (see the invariants above): matmul's
+// weight and embedding's table do, saving a pass over the parameter's gradient per micro-batch.
+const Tensor* accumulating_leaf_grad(const Tensor& leaf, const Tensor& grad_out);
 
 // Attaches a node for `op` to `output` (call only when any_requires_grad(inputs)).
 void record(Tensor& output, Op op, const std::vector<Tensor>& inputs, BackwardFn backward);

@@ -1,5 +1,6 @@
 // embedding: ids [...] (i32/i64) pick rows of table [V,D] -> [..., D]. Backward scatters the
-// output gradient into a zeroed [V,D] table gradient, so repeated ids accumulate; ids get none.
+// output gradient into a zeroed [V,D] table gradient, or into the table's existing gradient,
+// so repeated ids accumulate; ids get none.
 #include "core/ops/embedding.h"
 
 #include "core/autograd.h"
@@ -28,11 +29,15 @@ Tensor embedding(const Tensor& ids, const Tensor& table) {
   backend_of(table).embedding_forward(ids_n, table, out_nd);
 
   if (any_requires_grad({table})) {
-    record(out, Op::Embedding, {table}, [ids_n, vocab, d](const Tensor& g, const NeedsGrad&) {
-      Tensor dtable = Tensor::zeros({vocab, d}, g.dtype(), g.device());
-      backend_of(g).embedding_backward(ids_n, g.view({ids_n.numel(), d}), dtable);
-      return std::vector<Tensor>{dtable};
-    });
+    // Once the table holds a gradient, the scatter adds into it (accumulating_leaf_grad).
+    const Tensor leaf = table.grad_fn() ? Tensor() : table;
+    record(out, Op::Embedding, {table},
+           [ids_n, leaf, vocab, d](const Tensor& g, const NeedsGrad&) {
+             const Tensor* acc = accumulating_leaf_grad(leaf, g);
+             Tensor dtable = acc ? *acc : Tensor::zeros({vocab, d}, g.dtype(), g.device());
+             backend_of(g).embedding_backward(ids_n, g.view({ids_n.numel(), d}), dtable);
+             return std::vector<Tensor>{dtable};
+           });
   }
   return out;
 }

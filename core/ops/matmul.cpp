@@ -37,17 +37,6 @@ Tensor bmm(const Tensor& a, const Tensor& b, bool ta, bool tb, bool b_batched) {
   return c;
 }
 
-// Gradient-accumulation fusion (Megatron-LM's gradient_accumulation_fusion): a weight that is a
-// leaf and already holds a gradient (every micro-batch after a step's first) gets dB added
-// into that gradient by the GEMM itself (beta = 1), not computed apart and added by the engine:
-// one pass over the weight's gradient fewer per micro-batch. The rule returns the leaf's own
-// gradient, which tells the engine it has nothing to add (core/autograd.h).
-const Tensor* fusable_weight_grad(const Tensor& leaf, const Tensor& grad_out) {
-  const Tensor& acc = leaf.grad();
-  return acc.defined() && acc.dtype() == grad_out.dtype() && acc.device() == grad_out.device()
-             ? &acc
-             : nullptr;
-}
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
@@ -84,7 +73,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   }
 
   if (any_requires_grad({a, b})) {
-    // A shared 2-D b that is a leaf (a weight): its gradient may be accumulated in place.
+    // A shared 2-D b (a weight) may have its gradient added in place by dB's GEMM (beta = 1).
     const Tensor b_leaf = !batched && b.requires_grad() && !b.grad_fn() ? b : Tensor();
     record(out, Op::MatMul, {a, b},
            [a3, b3, ta, tb, batched, b_leaf, a_shape = a.shape(), b_shape = b.shape()](
@@ -96,8 +85,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
                da = (ta ? bmm(b3, g3, tb, true, true) : bmm(g3, b3, false, !tb, batched))
                         .view(a_shape);
              if (needs[1]) {  // dB = op(A)^T dC, or dC^T op(A) when B was transposed
-               const Tensor* acc = b_leaf.defined() ? fusable_weight_grad(b_leaf, g) : nullptr;
-               Tensor db3 = acc ? acc->view(b3.shape()) : Tensor::empty(b3.shape(), g.dtype(), g.device());
+               const Tensor* acc = accumulating_leaf_grad(b_leaf, g);
+               Tensor db3 =
+                   acc ? acc->view(b3.shape()) : Tensor::empty(b3.shape(), g.dtype(), g.device());
                if (tb)
                  bmm_into(g3, a3, true, ta, true, acc != nullptr, db3);
                else

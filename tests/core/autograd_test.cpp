@@ -138,6 +138,34 @@ TEST_CASE("a weight's gradient accumulates inside its GEMM once it exists", "[au
   for (size_t i = 0; i < dv.size(); ++i) CHECK(got_v[i] == Approx(4.0 * dv[i]).epsilon(1e-12));
 }
 
+// The same for an embedding table: the second micro-batch's scatter adds into the gradient
+// the first left, with no zeroed table and no axpy.
+TEST_CASE("an embedding table's gradient accumulates inside its scatter once it exists",
+          "[autograd]") {
+  Tensor table = random_matrix(7, 3, 11).set_requires_grad(true);
+  const Tensor ids1 = Tensor::from_indices({2, 5, 2}, {3}), ids2 = Tensor::from_indices({5, 0}, {2});
+  const Tensor g1 = random_matrix(3, 3, 12), g2 = random_matrix(2, 3, 13);
+  embedding(ids1, table).backward(g1);
+  const void* buffer = table.grad().raw_data();
+  cpu::start_op_trace();
+  embedding(ids2, table).backward(g2);
+  const std::vector<DeviceActivity> trace = cpu::stop_op_trace();
+  CHECK(count_named(trace, "embedding_backward") == 1);
+  CHECK(count_named(trace, "axpy") == 0);
+  CHECK(count_named(trace, "fill") == 0);
+  CHECK(table.grad().raw_data() == buffer);
+
+  std::vector<double> want(7 * 3, 0.0);
+  for (const auto& [ids, g] : {std::pair{ids1, g1}, {ids2, g2}}) {
+    const std::vector<double> gv = g.to_vector();
+    for (int64_t i = 0; i < ids.numel(); ++i)
+      for (int64_t j = 0; j < 3; ++j)
+        want[static_cast<int64_t>(ids.at(i)) * 3 + j] += gv[i * 3 + j];
+  }
+  const std::vector<double> got = table.grad().to_vector();
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-12));
+}
+
 TEST_CASE("the no-grad scope records nothing", "[autograd]") {
   Tensor x = Tensor::from_vector({1.0, 2.0}, {2}).set_requires_grad(true);
   {
