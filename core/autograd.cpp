@@ -214,7 +214,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds
                                " gave no gradient for input " + std::to_string(i));
       check_grad_shape(*node, gi, e.shape);
       if (e.leaf) {
-        // The leaf's own gradient back: the rule already added into it (matmul's weight).
+        // The leaf's own gradient back: the rule already added into it (accumulating_leaf_grad).
         if (gi.impl() != e.leaf->grad.impl()) accumulate_leaf(*e.leaf, gi);
         contributed(e.leaf);
       } else {

@@ -74,7 +74,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 
   if (any_requires_grad({a, b})) {
     // A shared 2-D b (a weight) may have its gradient added in place by dB's GEMM (beta = 1).
-    const Tensor b_leaf = !batched && b.requires_grad() && !b.grad_fn() ? b : Tensor();
+    const Tensor b_leaf = !batched && !b.grad_fn() ? b : Tensor();
     record(out, Op::MatMul, {a, b},
            [a3, b3, ta, tb, batched, b_leaf, a_shape = a.shape(), b_shape = b.shape()](
                const Tensor& g, const NeedsGrad& needs) {

@@ -100,6 +100,18 @@ int count_named(const std::vector<DeviceActivity>& trace, const std::string& pre
   for (const DeviceActivity& a : trace) n += a.name.rfind(prefix, 0) == 0;
   return n;
 }
+
+// The CPU ops a backward from out with seed runs.
+std::vector<DeviceActivity> traced_backward(Tensor out, const Tensor& seed) {
+  cpu::start_op_trace();
+  out.backward(seed);
+  return cpu::stop_op_trace();
+}
+
+void check_close(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-12));
+}
 }  // namespace
 
 // Gradient-accumulation fusion: once a weight holds a gradient, a linear layer's backward adds
@@ -111,9 +123,7 @@ TEST_CASE("a weight's gradient accumulates inside its GEMM once it exists", "[au
 
   linear(x1, w).backward(g1);  // the first micro-batch: a fresh gradient, kept as is
   const void* buffer = w.grad().raw_data();
-  cpu::start_op_trace();
-  linear(x2, w).backward(g2);
-  const std::vector<DeviceActivity> trace = cpu::stop_op_trace();
+  const std::vector<DeviceActivity> trace = traced_backward(linear(x2, w), g2);
   CHECK(count_named(trace, "gemm TN 5x6x3") == 1);
   CHECK(count_named(trace, "axpy") == 0);
   CHECK(w.grad().raw_data() == buffer);
@@ -127,15 +137,15 @@ TEST_CASE("a weight's gradient accumulates inside its GEMM once it exists", "[au
     const std::vector<double> dw = weight_grad(g, x);
     for (size_t i = 0; i < want.size(); ++i) want[i] += dw[i];
   }
-  const std::vector<double> got = w.grad().to_vector();
-  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-12));
+  check_close(w.grad().to_vector(), want);
 
   // A weight that is not a leaf (here a scaled copy) takes the ordinary path.
   Tensor v = random_matrix(5, 6, 8).set_requires_grad(true);
   linear(x1, scale(v, 2.0)).backward(g1);
   linear(x1, scale(v, 2.0)).backward(g1);
-  const std::vector<double> dv = weight_grad(g1, x1), got_v = v.grad().to_vector();
-  for (size_t i = 0; i < dv.size(); ++i) CHECK(got_v[i] == Approx(4.0 * dv[i]).epsilon(1e-12));
+  std::vector<double> dv = weight_grad(g1, x1);
+  for (double& e : dv) e *= 4.0;
+  check_close(v.grad().to_vector(), dv);
 }
 
 // The same for an embedding table: the second micro-batch's scatter adds into the gradient
@@ -147,9 +157,7 @@ TEST_CASE("an embedding table's gradient accumulates inside its scatter once it 
   const Tensor g1 = random_matrix(3, 3, 12), g2 = random_matrix(2, 3, 13);
   embedding(ids1, table).backward(g1);
   const void* buffer = table.grad().raw_data();
-  cpu::start_op_trace();
-  embedding(ids2, table).backward(g2);
-  const std::vector<DeviceActivity> trace = cpu::stop_op_trace();
+  const std::vector<DeviceActivity> trace = traced_backward(embedding(ids2, table), g2);
   CHECK(count_named(trace, "embedding_backward") == 1);
   CHECK(count_named(trace, "axpy") == 0);
   CHECK(count_named(trace, "fill") == 0);
@@ -162,8 +170,7 @@ TEST_CASE("an embedding table's gradient accumulates inside its scatter once it 
       for (int64_t j = 0; j < 3; ++j)
         want[static_cast<int64_t>(ids.at(i)) * 3 + j] += gv[i * 3 + j];
   }
-  const std::vector<double> got = table.grad().to_vector();
-  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-12));
+  check_close(table.grad().to_vector(), want);
 }
 
 TEST_CASE("the no-grad scope records nothing", "[autograd]") {
