@@ -14,6 +14,7 @@
 #   scripts/gpu_run.sh eager   bench's eager runs alone: with GPU_BUNDLE, an older build's figures
 #                              on the same machine (a before-and-after in one call)
 #   scripts/gpu_run.sh modtrain ARGS...   the bundle's modtrain, for a one-off measurement
+#   scripts/gpu_run.sh bin NAME ARGS...   any of the bundle's programs (cuda_tests "cuda: rope*")
 # SKIP_PYTORCH=1 leaves PyTorch's runs out of bench and profile; PYTORCH_COMPILE=1 adds
 # torch.compile to them. GPU_BUNDLE=other.tar.xz runs another bundle (say, main's before a
 # change), its entries named with the prefix TAG.
@@ -22,7 +23,7 @@
 # $OUT/logs.tar.gz, rewritten after every command (a call cut off still returns what ran).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?usage: scripts/gpu_run.sh tests|bench|profile|all|eager|pytorch|modtrain ARGS...}
+stage=${1:?usage: scripts/gpu_run.sh tests|bench|profile|all|eager|pytorch|modtrain ARGS...|bin NAME ARGS...}
 out=${OUT:-$PWD/out}
 mkdir -p "$out"
 summary="$out/summary.txt"
@@ -68,7 +69,7 @@ probe() {  # what the machine is, and whether every library the binaries need re
 
 tests() {
   LIMIT=120 run cuda_tests "$bundle/bin/cuda_tests"
-  LIMIT=180 run gpu_training_tests "$bundle/bin/gpu_training_tests"
+  LIMIT=300 run gpu_training_tests "$bundle/bin/gpu_training_tests"
   LIMIT=30 run nccl_tests "$bundle/bin/nccl_tests"
 }
 
@@ -148,8 +149,9 @@ case $stage in
   eager) eager ;;
   pytorch) pytorch_bench ;;
   modtrain) shift; "$modtrain" "$@" ;;  # one ad-hoc command with the bundle's libraries
+  bin) shift; name=$1; shift; "$bundle/bin/$name" "$@" ;;
   *)
-    echo "gpu_run: unknown stage '$stage' (tests, bench, profile, all, eager, pytorch or modtrain ARGS...)" >&2
+    echo "gpu_run: unknown stage '$stage' (tests, bench, profile, all, eager, pytorch, modtrain ARGS... or bin NAME ARGS...)" >&2
     exit 2
     ;;
 esac

@@ -79,10 +79,13 @@ TEST_CASE("cuda: rope forward and inverse, non-contiguous and large positions", 
   // Row 1 climbs to about 10^5: angles must be formed in double (the CPU's rule), or they lose
   // digits long before that.
   const Tensor pos = pos_tensor({iota(37), gapped(37, 5000, rng)}, pos_type);
-  for (int64_t dh : {int64_t{16}, int64_t{64}, int64_t{128}})
+  // Dh 6: three pairs, so one element a thread; Dh 520: pairs past the 256 frequencies passed
+  // from the host take the device's pow, and at 8 heads a token has more column packs (2080 in
+  // bf16, 1040 in f64) than a block's threads hold in registers.
+  for (int64_t dh : {int64_t{6}, int64_t{16}, int64_t{64}, int64_t{128}, int64_t{520}})
     for (bool inverse : {false, true}) {
       INFO("Dh " << dh << ", inverse " << inverse << ", positions " << dtype_name(pos_type));
-      const Shape shape{2, 37, 3, dh};
+      const Shape shape{2, 37, dh > 256 ? 8 : 3, dh};
       check_parity(p, {in("x", normal(shape, rng)), in("pos", pos), out("y", shape)},
                    [&](Backend& b, std::vector<Tensor>& t) {
                      b.rope(t[0], t[1], 10000.0, inverse, t[2]);

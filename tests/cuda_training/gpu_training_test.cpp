@@ -131,6 +131,20 @@ TEST_CASE(
   }
 }
 
+// From the second micro-batch on, a weight's gradient sums inside its GEMM (cuBLAS with beta 1)
+// and the embedding table's inside its scatter (accumulating_leaf_grad, docs/core.md).
+TEST_CASE("gradient accumulation on the GPU: the fused sums track the CPU (f32, bf16)", "[gpu]") {
+  if (!have_gpu()) return;
+  constexpr int kAccumSteps = 20;
+  const std::vector<std::string> accum = {"train.grad_accum=4"};
+  for (const char* recipe : {"tiny_dense", "tiny_mod"}) {
+    INFO(recipe);
+    const Run cpu = train_run(recipe, accum, "", kAccumSteps);
+    require_close(train_run(recipe, with(kGpu, accum[0]), "", kAccumSteps), cpu, 1e-3, 0.0);
+    require_close(train_run(recipe, with(kGpuBf16, accum[0]), "", kAccumSteps), cpu, 0.0, 0.05);
+  }
+}
+
 TEST_CASE("train.cuda_graph on the GPU: replays track the eager run, no cudaMalloc once warm",
           "[gpu]") {
   if (!have_gpu()) return;
