@@ -12,6 +12,9 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "core/cpu/transpose.h"
 
 #ifdef MOD_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
@@ -231,6 +234,25 @@ bool onednn_is_slow(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
   return !ta && !tb && ((m <= 512 && n >= 512 && k >= 512) || (m <= 256 && n >= 1024));
 }
 
+// Its AVX-512 sgemm runs A B^T (a linear layer's x W^T) with few output columns, N <= 512, and
+// K >= N at 60-80% of its A B rate on Zen 5 (2048x512x2048: 350 against 456 GFLOP/s; the routed
+// 256x256x1024: 242 against 398), so those products run as A B on a transposed copy of B (512 x
+// 2048 floats: about 0.2 ms); with N >= 768, or K < N, the copy does not pay (docs/blas.md, "Zen
+// 5").
+bool onednn_wants_b_transposed(bool ta, bool tb, int64_t n, int64_t k) {
+  return !onednn_runs_avx2() && !ta && tb && n <= 512 && k >= n;
+}
+
+// C = alpha A B^T + beta C as A (B^T) with B^T copied out: B [n, k] (ldb) -> [k, n].
+void onednn_sgemm_b_transposed(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                               int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                               int64_t ldc) {
+  thread_local std::vector<float> bt;
+  if (bt.size() < static_cast<size_t>(n * k)) bt.resize(static_cast<size_t>(n * k));
+  transpose_matrix(b, ldb, n, k, bt.data(), n, /*parallel=*/n * k > kParallelMatrix);
+  onednn_sgemm(false, false, m, n, k, alpha, a, lda, bt.data(), n, beta, c, ldc);
+}
+
 std::string onednn_describe() {
   const dnnl_version_t* v = dnnl_version();
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
@@ -239,15 +261,46 @@ std::string onednn_describe() {
 #endif
 }  // namespace
 
-void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (vector_product(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
+namespace {
+enum class SgemmPath { OwnLoop, OneDnn, OneDnnBTransposed, OpenBlas };
+
+// One decision for blas_gemm and sgemm_path, so what the tests see is what runs.
+SgemmPath sgemm_route(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+  if (m == 1 || n == 1) return SgemmPath::OwnLoop;
 #ifdef MOD_HAVE_ONEDNN
   if (current_library().load(std::memory_order_relaxed) == SgemmLibrary::OneDnn &&
       !onednn_is_slow(ta, tb, m, n, k))
-    return onednn_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return onednn_wants_b_transposed(ta, tb, n, k) ? SgemmPath::OneDnnBTransposed
+                                                   : SgemmPath::OneDnn;
 #endif
-  openblas_gemm(blas().sgemm, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  return SgemmPath::OpenBlas;
+}
+}  // namespace
+
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  switch (sgemm_route(ta, tb, m, n, k)) {
+    case SgemmPath::OwnLoop:
+      vector_product(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+#ifdef MOD_HAVE_ONEDNN
+    case SgemmPath::OneDnn:
+      return onednn_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    case SgemmPath::OneDnnBTransposed:
+      return onednn_sgemm_b_transposed(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#endif
+    default:
+      return openblas_gemm(blas().sgemm, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+}
+
+std::string sgemm_path(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+  switch (sgemm_route(ta, tb, m, n, k)) {
+    case SgemmPath::OwnLoop: return "own loop";
+    case SgemmPath::OneDnn: return "oneDNN";
+    case SgemmPath::OneDnnBTransposed: return "oneDNN, B transposed first";
+    default: return "OpenBLAS";
+  }
 }
 
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
@@ -268,7 +321,10 @@ std::string blas_describe() {
 #ifdef MOD_HAVE_ONEDNN
   if (sgemm_library() == SgemmLibrary::OneDnn) {
     return "f32 " + onednn_describe() +
-           (onednn_runs_avx2() ? " (in OpenBLAS: A^T B; A B with M <= 512, N and K >= 512, or M <= 256, N >= 1024)" : "") + "; f64 " +
+           (onednn_runs_avx2()
+                ? " (in OpenBLAS: A^T B; A B with M <= 512, N and K >= 512, or M <= 256, N >= 1024)"
+                : " (A B^T with N <= 512 and K >= N: as A B on a transposed B)") +
+           "; f64 " +
            blas().description;
   }
 #endif

@@ -23,6 +23,7 @@
 #include "core/cpu/blas.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
+#include "core/cpu/transpose.h"
 #include "core/cpu/vec_math.h"
 
 namespace mod::cpu {
@@ -149,25 +150,6 @@ void micro_block(int64_t mr, int64_t k, const float* a, int64_t a_rs, int64_t a_
   micro_kernel<MR>(k, a, a_rs, a_cs, b, ldb, alpha, acc, c, ldc);
 }
 
-// dst [8, ldd] = src [8, lds]^T, one 8x8 block in registers.
-inline void transpose_8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
-  __m256 r[8], t[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-  }
-}
 #endif
 
 using Span = std::pair<int64_t, int64_t>;
