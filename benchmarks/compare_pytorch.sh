@@ -11,7 +11,8 @@
 #   wheel depends on; PYTHON=/usr/bin/python3 runs Debian's python3-torch 1.13, the historical
 #   row), ATEN_CPU_CAPABILITY (PyTorch's vector
 #   kernels; default avx512 where the CPU has AVX-512: Debian's build otherwise stays on AVX2,
-#   measured 4-5% slower a step), MOD_SGEMM (modtrain's f32 GEMM library, core/cpu/blas.h).
+#   measured 4-5% slower a step), MKL_AMD_SHIM (default 1: on AMD CPUs PyTorch's MKL runs its
+#   AVX-512 path, below; 0: as shipped), MOD_SGEMM (modtrain's f32 GEMM library, core/cpu/blas.h).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,13 +43,28 @@ if [[ -z "${ATEN_CPU_CAPABILITY:-}" ]] && grep -qw avx512f /proc/cpuinfo; then
 fi
 echo "PyTorch vector kernels: ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-default}"
 
+# PyPI's wheels run f32 GEMMs in MKL, which takes its AVX2 path on AMD CPUs (a Zen 5 host: 197-216
+# GFLOP/s at 1024^3-2048^3, 474-500 on its AVX-512 path). A shim answering MKL's CPU check
+# (mkl_serv_intel_cpu_true), preloaded into PyTorch's process alone, is its best set-up there;
+# MKL_AMD_SHIM=0 measures the wheel as shipped.
+pytorch_env=()
+if [[ "${MKL_AMD_SHIM:-1}" != 0 ]] && grep -qm1 AuthenticAMD /proc/cpuinfo; then
+  shim=$BUILD_DIR/mkl_intel_cpu_shim.so
+  [[ -f "$shim" ]] || echo 'int mkl_serv_intel_cpu_true(void) { return 1; }' |
+    cc -shared -fPIC -O2 -x c -o "$shim" - ||
+    { echo "compare_pytorch: could not build $shim (a C compiler is needed)" >&2; exit 1; }
+  pytorch_env=(env "LD_PRELOAD=$(realpath "$shim")${LD_PRELOAD:+:$LD_PRELOAD}")
+  echo "PyTorch's MKL: its AVX-512 path on this AMD CPU through $shim (MKL_AMD_SHIM=0: as shipped)"
+fi
+
 # One process pair, steps interleaved (a PyTorch step, then ours, per model and round): a shared
 # 2-core VM drifts by 10-30% over tens of seconds, which would otherwise land on one side only.
-against=$(printf '%q ' env OMP_NUM_THREADS="$THREADS" "$BENCH" --warmup 2 --sample-reps 0 "$@")
+against=$(printf '%q ' env -u LD_PRELOAD OMP_NUM_THREADS="$THREADS" "$BENCH" --warmup 2 \
+  --sample-reps 0 "$@")
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 echo "== PyTorch (pytorch_reference.py, $THREADS threads) against modtrain (train_bench --serve) =="
-"$PYTHON" benchmarks/pytorch_reference.py --threads "$THREADS" --steps "$STEPS" \
+"${pytorch_env[@]}" "$PYTHON" benchmarks/pytorch_reference.py --threads "$THREADS" --steps "$STEPS" \
   --trial-steps "$TRIAL_STEPS" --against "$against" "$@" | tee "$out"
 
 read -r our_dense our_mod < <(awk '/^RESULT train_tokens_per_s/ {print $4, $6}' "$out")
