@@ -37,25 +37,7 @@ fi
   { echo "compare_pytorch: $PYTHON cannot import torch" >&2; exit 1; }
 echo "PyTorch: $("$PYTHON" -c 'import torch; print(torch.__version__, torch.__file__)')"
 
-# PyTorch's best set-up: its AVX-512 kernels where the CPU has them.
-if [[ -z "${ATEN_CPU_CAPABILITY:-}" ]] && grep -qw avx512f /proc/cpuinfo; then
-  export ATEN_CPU_CAPABILITY=avx512
-fi
-echo "PyTorch vector kernels: ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-default}"
-
-# PyPI's wheels run f32 GEMMs in MKL, which takes its AVX2 path on AMD CPUs (a Zen 5 host: 197-216
-# GFLOP/s at 1024^3-2048^3, 474-500 on its AVX-512 path). A shim answering MKL's CPU check
-# (mkl_serv_intel_cpu_true), preloaded into PyTorch's process alone, is its best set-up there;
-# MKL_AMD_SHIM=0 measures the wheel as shipped.
-pytorch_env=()
-if [[ "${MKL_AMD_SHIM:-1}" != 0 ]] && grep -qm1 AuthenticAMD /proc/cpuinfo; then
-  shim=$BUILD_DIR/mkl_intel_cpu_shim.so
-  [[ -f "$shim" ]] || echo 'int mkl_serv_intel_cpu_true(void) { return 1; }' |
-    cc -shared -fPIC -O2 -x c -o "$shim" - ||
-    { echo "compare_pytorch: could not build $shim (a C compiler is needed)" >&2; exit 1; }
-  pytorch_env=(env "LD_PRELOAD=$(realpath "$shim")${LD_PRELOAD:+:$LD_PRELOAD}")
-  echo "PyTorch's MKL: its AVX-512 path on this AMD CPU through $shim (MKL_AMD_SHIM=0: as shipped)"
-fi
+source benchmarks/pytorch_setup.sh  # ATEN_CPU_CAPABILITY, pytorch_env (the MKL shim on AMD)
 
 # One process pair, steps interleaved (a PyTorch step, then ours, per model and round): a shared
 # 2-core VM drifts by 10-30% over tens of seconds, which would otherwise land on one side only.

@@ -8,7 +8,8 @@
 # Usage: benchmarks/compare_sampling.sh [--config FILE] [--set f=v ...]
 # Environment: BUILD_DIR (default build), THREADS (default 2), ROUNDS (default 3), REPS timed
 #   generations per model and round (default 8), PYTHON (default: compare_pytorch.sh's virtual
-#   environment, $BUILD_DIR/pytorch-venv; run compare_pytorch.sh once to make it).
+#   environment, $BUILD_DIR/pytorch-venv; run compare_pytorch.sh once to make it), and those of
+#   benchmarks/pytorch_setup.sh (ATEN_CPU_CAPABILITY, MKL_AMD_SHIM).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +22,7 @@ BENCH="$BUILD_DIR/benchmarks/train_bench"
 [[ -x "$BENCH" ]] || { echo "compare_sampling: $BENCH missing (cmake --build $BUILD_DIR --target train_bench)" >&2; exit 1; }
 "$PYTHON" -c 'import torch' 2>/dev/null ||
   { echo "compare_sampling: $PYTHON cannot import torch (benchmarks/compare_pytorch.sh installs it)" >&2; exit 1; }
+source benchmarks/pytorch_setup.sh  # ATEN_CPU_CAPABILITY, pytorch_env (the MKL shim on AMD)
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -29,7 +31,7 @@ for round in $(seq "$ROUNDS"); do
   OMP_NUM_THREADS=$THREADS "$BENCH" --steps 1 --warmup 0 --sample-reps "$REPS" "$@" |
     grep -E "tok/s \||admitted fraction|^RESULT sample" | tee -a "$log"
   echo "== round $round: PyTorch (pytorch_decode.py) =="
-  "$PYTHON" benchmarks/pytorch_decode.py --threads "$THREADS" --reps "$REPS" "$@" 2>/dev/null |
+  "${pytorch_env[@]}" "$PYTHON" benchmarks/pytorch_decode.py --threads "$THREADS" --reps "$REPS" "$@" 2>/dev/null |
     grep -vE "^W[0-9]" | tee -a "$log"
 done
 
