@@ -237,8 +237,8 @@ bool onednn_is_slow(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
 // Its AVX-512 sgemm runs A B^T (a linear layer's x W^T) with few output columns, N <= 512, and
 // K >= N at 60-80% of its A B rate on Zen 5 (2048x512x2048: 350 against 456 GFLOP/s; the routed
 // 256x256x1024: 242 against 398), so those products run as A B on a transposed copy of B (512 x
-// 2048 floats: about 0.2 ms); with N >= 768, or K < N, the copy does not pay (docs/blas.md, "Zen
-// 5").
+// 2048 floats: about 0.2 ms); with N >= 768, or K < N, the copy does not pay (docs/blas.md, "The
+// forward product of a narrow linear layer").
 bool onednn_wants_b_transposed(bool ta, bool tb, int64_t n, int64_t k) {
   return !onednn_runs_avx2() && !ta && tb && n <= 512 && k >= n;
 }

@@ -13,7 +13,8 @@ void transpose_matrix(const float* src, int64_t lds, int64_t rows, int64_t cols,
     int64_t i0 = 0;
 #if defined(__AVX__)
     if (jn == 8)
-      for (; i0 + 8 <= rows; i0 += 8) transpose_8x8(src + i0 * lds + j0, lds, dst + j0 * ldd + i0, ldd);
+      for (; i0 + 8 <= rows; i0 += 8)
+        transpose_8x8(src + i0 * lds + j0, lds, dst + j0 * ldd + i0, ldd);
 #endif
     for (int64_t j = j0; j < j0 + jn; ++j)
       for (int64_t i = i0; i < rows; ++i) dst[j * ldd + i] = src[i * lds + j];

@@ -32,17 +32,17 @@
 namespace mod::cuda {
 
 namespace {
-constexpr int64_t kTableChunk = 256;
+constexpr int64_t kHostFrequencies = 256;
 constexpr int64_t kAngleBytes = 32 * 1024;  // shared memory for a group's angles, at most
 // Column packs a thread holds in registers, and the blocks an SM keeps (64 registers a thread):
 // on an H200 at 64 x 1024 tokens of 12 x 64 bf16, 71 us a call; 1 pack 77-81 us, 2 packs
 // unbounded (80 registers, 3 blocks) 82 us, 3 packs 81 us, 4 packs (108 registers) 140 us.
 constexpr int kPacks = 2;
 constexpr int kMinBlocks = 4;
-// theta^(-2i/Dh) for i < kTableChunk, by value (2 KB of kernel parameters, indexed in place as a
-// __grid_constant__); beyond that (Dh over 512) the device's pow.
+// theta^(-2i/Dh) from the host for i < kHostFrequencies, by value (2 KB of kernel parameters,
+// indexed in place as a __grid_constant__); beyond that (Dh over 512) the device's pow.
 struct Frequencies {
-  double f[kTableChunk];
+  double f[kHostFrequencies];
 };
 
 // V consecutive Acc values from shared memory: 16-byte loads where V of them fill whole ones (the
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   for (int e = tid; e < g * half; e += threads) {
     const int tt = e / half, i = e - tt * half;
-    const double f = i < kTableChunk ? freq.f[i]
+    const double f = i < kHostFrequencies ? freq.f[i]
                                      : pow(theta, -2.0 * static_cast<double>(i) /
                                                       static_cast<double>(2 * half));
     double s, c;
@@ -154,7 +154,8 @@ void launch_rope(const T* x, const I* pos, int64_t tokens, int64_t heads, int64_
                                 std::to_string(kAngleBytes / static_cast<int64_t>(sizeof(A))) +
                                 " for this dtype");
   const int64_t packs = heads * (half / V);  // a token's
-  const int64_t group = std::clamp<int64_t>(kPacks * kThreads / packs, 1, kAngleBytes / angle_bytes);
+  const int64_t group =
+      std::clamp<int64_t>(kPacks * kThreads / packs, 1, kAngleBytes / angle_bytes);
   const int64_t blocks = (tokens + group - 1) / group;
   if (blocks > INT_MAX || group * packs * 2 * V > INT_MAX)
     throw std::invalid_argument("rope: too many tokens or heads x Dh for one launch");
@@ -175,7 +176,8 @@ void CudaBackend::rope(const Tensor& x, const Tensor& pos, double theta, bool in
   const int64_t half = dh / 2;
   const double sign = inverse ? -1.0 : 1.0;
   Frequencies freq{};
-  for (int64_t i = 0; i < std::min(kTableChunk, half); ++i)  // the CPU's inv_freq, same expression
+  // The CPU's inv_freq, same expression.
+  for (int64_t i = 0; i < std::min(kHostFrequencies, half); ++i)
     freq.f[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(dh));
   dispatch_float(x.dtype(), "rope", [&](auto z) {
     using T = decltype(z);
