@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
+
 #include "core/cpu/blas.h"
 
 using Catch::Matchers::Contains;
@@ -62,40 +64,73 @@ TEST_CASE("a bad MOD_SGEMM names the variable and the choices", "[.blas_env]") {
   }
 }
 
+namespace {
+struct Shape { int64_t m, n, k; };
+
+// blas_gemm of one layout and shape, with padded leading dimensions, alpha and beta != 0,
+// against double sums; the row padding of C must be left alone.
+void check_against_double(bool ta, bool tb, Shape s) {
+  const int64_t lda = (ta ? s.m : s.k) + 3, ldb = (tb ? s.k : s.n) + 2, ldc = s.n + 5;
+  const int64_t a_rows = ta ? s.k : s.m, b_rows = tb ? s.n : s.k;
+  std::vector<float> a(a_rows * lda), b(b_rows * ldb), c(s.m * ldc);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37 * i);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.23 * i);
+  for (size_t i = 0; i < c.size(); ++i) c[i] = std::sin(0.11 * i);
+  const std::vector<float> c0 = c;
+  mod::cpu::blas_gemm(ta, tb, s.m, s.n, s.k, 0.75f, a.data(), lda, b.data(), ldb, -0.5f, c.data(),
+                      ldc);
+  for (int64_t i = 0; i < s.m; ++i) {
+    for (int64_t j = 0; j < s.n; ++j) {
+      double want = 0;
+      for (int64_t p = 0; p < s.k; ++p)
+        want += double(ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+      want = 0.75 * want - 0.5 * c0[i * ldc + j];
+      REQUIRE(std::abs(c[i * ldc + j] - want) <= 1e-5 * (1 + std::abs(want)) * std::sqrt(s.k));
+    }
+    for (int64_t j = s.n; j < ldc; ++j) REQUIRE(c[i * ldc + j] == c0[i * ldc + j]);
+  }
+}
+
+// Sets the OpenMP thread count for a scope (the K split follows it).
+struct Threads {
+  int was = omp_get_max_threads();
+  explicit Threads(int n) { omp_set_num_threads(n); }
+  ~Threads() { omp_set_num_threads(was); }
+};
+}  // namespace
+
 // Every transpose, padded leading dimensions, alpha and beta != 0, shapes past each library's
 // blocking (and the one-row and one-column products that bypass both), against double sums.
 // With oneDNN's AVX-512 kernels, A B^T at 130x257x300, 520x40x70 and 96x300x1000 runs on a
 // transposed copy of B (the last one copied by both threads).
 TEST_CASE("f32 GEMM in each library matches a double reference", "[blas]") {
   RestoreLibrary restore;
-  struct Shape { int64_t m, n, k; };
   for (const SgemmLibrary lib : built_libraries()) {
     mod::cpu::set_sgemm_library(lib);
-    for (const Shape s : {Shape{67, 45, 33}, Shape{130, 257, 300}, Shape{520, 40, 70}, Shape{96, 300, 1000}, Shape{1, 40, 70}, Shape{50, 1, 70}})
+    for (const Shape s : {Shape{67, 45, 33}, Shape{130, 257, 300}, Shape{520, 40, 70},
+                          Shape{96, 300, 1000}, Shape{1, 40, 70}, Shape{50, 1, 70}})
       for (const bool ta : {false, true})
         for (const bool tb : {false, true}) {
           INFO(name(lib) << " " << s.m << "x" << s.n << "x" << s.k << " ta " << ta << " tb " << tb);
-          const int64_t lda = (ta ? s.m : s.k) + 3, ldb = (tb ? s.k : s.n) + 2, ldc = s.n + 5;
-          const int64_t a_rows = ta ? s.k : s.m, b_rows = tb ? s.n : s.k;
-          std::vector<float> a(a_rows * lda), b(b_rows * ldb), c(s.m * ldc);
-          for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37 * i);
-          for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.23 * i);
-          for (size_t i = 0; i < c.size(); ++i) c[i] = std::sin(0.11 * i);
-          const std::vector<float> c0 = c;
-          mod::cpu::blas_gemm(ta, tb, s.m, s.n, s.k, 0.75f, a.data(), lda, b.data(), ldb, -0.5f,
-                              c.data(), ldc);
-          for (int64_t i = 0; i < s.m; ++i) {
-            for (int64_t j = 0; j < s.n; ++j) {
-              double want = 0;
-              for (int64_t p = 0; p < s.k; ++p)
-                want += double(ta ? a[p * lda + i] : a[i * lda + p]) *
-                        (tb ? b[j * ldb + p] : b[p * ldb + j]);
-              want = 0.75 * want - 0.5 * c0[i * ldc + j];
-              REQUIRE(std::abs(c[i * ldc + j] - want) <= 1e-5 * (1 + std::abs(want)) * std::sqrt(s.k));
-            }
-            for (int64_t j = s.n; j < ldc; ++j) REQUIRE(c[i * ldc + j] == c0[i * ldc + j]);
-          }
+          check_against_double(ta, tb, s);
         }
+  }
+}
+
+// With oneDNN's AVX-512 kernels, A^T B over many tokens is split along K between the threads
+// (blas.cpp): uneven slices (3 threads) and ragged edges for the 8x8 blocks of the transposing
+// sum.
+TEST_CASE("A^T B split along K matches a double reference, at 2 and 3 threads", "[blas]") {
+  RestoreLibrary restore;
+  if (built_libraries().size() < 2) return;  // no oneDNN
+  mod::cpu::set_sgemm_library(SgemmLibrary::OneDnn);
+  for (const int threads : {2, 3}) {
+    Threads set(threads);
+    for (const Shape s : {Shape{1040, 260, 1024 * threads / 2}, Shape{1030, 300, 1600}}) {
+      INFO(threads << " threads, " << s.m << "x" << s.n << "x" << s.k << ": "
+                   << mod::cpu::sgemm_path(true, false, s.m, s.n, s.k));
+      check_against_double(true, false, s);
+    }
   }
 }
 
@@ -178,6 +213,41 @@ TEST_CASE("with oneDNN's AVX-512 kernels, A B^T with N <= 512 and K >= N runs on
   CHECK((mod::cpu::blas_describe().find("as A B on a transposed B") != std::string::npos) == !avx2);
   mod::cpu::set_sgemm_library(SgemmLibrary::OpenBlas);
   CHECK(sgemm_path(false, true, 2048, 512, 2048) == "OpenBLAS");
+}
+
+// ... and A^T B, the weight gradient dY^T X, with a narrow C (N < M) over many tokens splits K
+// between the threads rather than C, each computing C^T over its slice.
+TEST_CASE("with oneDNN's AVX-512 kernels, a narrow A^T B over 512 tokens a thread splits K",
+          "[blas]") {
+  if (built_libraries().size() < 2) return;  // no oneDNN
+  RestoreLibrary restore;
+  mod::cpu::set_sgemm_library(SgemmLibrary::OneDnn);
+  const bool avx2 = mod::cpu::blas_describe().find("(avx2)") != std::string::npos;
+  INFO(mod::cpu::blas_describe());
+  const std::string split = avx2 ? "OpenBLAS" : "oneDNN, K split between the threads";
+  const std::string whole = avx2 ? "OpenBLAS" : "oneDNN";
+  using mod::cpu::sgemm_path;
+  Threads two(2);
+  CHECK(sgemm_path(true, false, 1024, 256, 2048) == split);  // tiny's up projection
+  CHECK(sgemm_path(true, false, 8192, 512, 1024) == split);  // an output layer, 4M floats of C
+  CHECK(sgemm_path(true, false, 256, 1024, 2048) == whole);  // a wide C: its kernel is fast
+  CHECK(sgemm_path(true, false, 1024, 1024, 2048) == whole);
+  CHECK(sgemm_path(true, false, 8192, 513, 2048) == whole);  // over 4M floats: partials too big
+  CHECK(sgemm_path(true, false, 1024, 256, 1023) == whole);  // under 512 tokens a thread
+  CHECK(sgemm_path(true, false, 1023, 256, 2048) == whole);  // C under 256K floats
+  CHECK(sgemm_path(false, false, 1024, 256, 2048) == "oneDNN");
+  CHECK(sgemm_path(true, true, 1024, 256, 2048) == "oneDNN");
+  {
+    Threads one(1);
+    CHECK(sgemm_path(true, false, 1024, 256, 2048) == whole);
+  }
+  {
+    Threads three(3);
+    CHECK(sgemm_path(true, false, 1024, 256, 1536) == split);
+    CHECK(sgemm_path(true, false, 1024, 256, 1535) == whole);
+  }
+  CHECK((mod::cpu::blas_describe().find("K split between the threads") != std::string::npos) ==
+        !avx2);
 }
 
 TEST_CASE("OPENBLAS_CORETYPE from the environment is ignored", "[.blas_env]") {
