@@ -155,10 +155,11 @@ void bench_attention(const Ceilings& c, Rng& rng) {
                        ref::attention(values(q), values(k), values(v), pos, pos, b, t, t, h, dh)),
           1e-4);
   }
-  // GPT-2 small's heads at seq 256, and the GPT-2-small-like shape of docs/performance.md (rows
-  // of Q, K, V 2 KB apart: a stride that maps a tile's rows onto few L1 sets).
+  // The tiny shape of docs/performance.md, GPT-2 small's heads at seq 256, and the
+  // GPT-2-small-like shape (rows of Q, K, V 2 KB apart: a stride that maps a tile's rows onto
+  // few L1 sets).
   struct Shape { int64_t b, t, h, dh; };
-  for (const Shape s : {Shape{4, 256, 12, 64}, Shape{4, 512, 8, 64}}) {
+  for (const Shape s : {Shape{8, 256, 4, 64}, Shape{4, 256, 12, 64}, Shape{4, 512, 8, 64}}) {
     const int64_t b = s.b, t = s.t, h = s.h, dh = s.dh;
     Tensor q = randn({b, t, h, dh}, rng), k = randn({b, t, h, dh}, rng),
            v = randn({b, t, h, dh}, rng), dout = randn({b, t, h, dh}, rng);
