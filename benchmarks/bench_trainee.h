@@ -66,8 +66,13 @@ struct Trainee {
     model->zero_grad();
     model::ForwardResult r = model->forward(tokens, targets);
     r.loss.backward();
-    last_grad_norm = train::clip_grad_norm(model->parameters(), cfg.optimizer().grad_clip());
-    opt->step(cfg.optimizer().lr());
+    // Clipped as the trainer clips: the factor goes to the update, not a pass of its own.
+    const std::vector<Tensor> params = model->parameters();
+    const train::ClipFactor clip = train::clip_factor_for(
+        params, train::grad_sq_sum(params, params.front().device()), cfg.optimizer().grad_clip());
+    last_grad_norm = clip.norm.item();
+    opt->set_learning_rate(cfg.optimizer().lr());
+    opt->apply(clip.factor);
     return r.lm_loss.item();
   }
 

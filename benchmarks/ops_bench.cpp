@@ -329,7 +329,10 @@ void bench_other(const Ceilings& c, Rng& rng) {
     const auto k = adamw_step_constants(args);
     const Tensor consts = Tensor::from_vector({k.begin(), k.end()}, {kAdamWConstants}, DType::F64);
     bandwidth_line(c, "adamw 16M params", 28.0 * n_params,
-                   [&] { be.adamw_update(p, g, m, v2, args, consts); }, 0);
+                   [&] { be.adamw_update(p, g, m, v2, args, consts, Tensor()); }, 0);
+    const Tensor clip = Tensor::full({}, 0.5);  // the clip factor, read inside the update
+    bandwidth_line(c, "adamw 16M params, clipped", 28.0 * n_params,
+                   [&] { be.adamw_update(p, g, m, v2, args, consts, clip); }, 0);
     Tensor t = rand_uniform({n_params}, rng), l = Tensor::empty({n_params});
     bandwidth_line(c, "bce_with_logits fwd 16M", 12.0 * n_params,
                    [&] { be.bce_with_logits_forward(p, t, l); }, 0);

@@ -123,6 +123,8 @@ class Backend {
 
   // --- reduction family (ops/reduce) ---
   virtual void sum_all(const Tensor& x, Tensor& out) = 0;  // out: one element
+  // out: one element, the sum of x's squared entries (a gradient norm's share) in one pass.
+  virtual void sum_squares(const Tensor& x, Tensor& out) = 0;
   // x viewed as [outer, inner]: sum over outer -> out [inner], or over inner -> out [outer].
   virtual void sum_outer(int64_t outer, int64_t inner, const Tensor& x, Tensor& out) = 0;
   virtual void sum_inner(int64_t outer, int64_t inner, const Tensor& x, Tensor& out) = 0;
@@ -243,9 +245,12 @@ class Backend {
   // --- optimizer family (ops/optim) ---
   // In place: m,v moments (same shape as param); decoupled weight decay (AdamW). args gives
   // beta1, beta2 and eps; lr, weight decay and step enter only through consts (f64
-  // [kAdamWConstants] on param's device).
+  // [kAdamWConstants] on param's device). grad_scale, one element in grad's dtype on its device
+  // (the global-norm clip factor) or undefined (1), multiplies every gradient entry as it is
+  // read, so clipping needs no pass of its own over the gradients.
   virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                            const AdamWArgs& args, const Tensor& consts) = 0;
+                            const AdamWArgs& args, const Tensor& consts,
+                            const Tensor& grad_scale) = 0;
   // Global-norm clipping on the device: sq [1] f64, the sum of squared gradient entries ->
   // norm [1] f64 = sqrt(sq) and factor [1] (the gradients' dtype) = max_norm / (norm + 1e-6)
   // when max_norm > 0 and norm > max_norm, else 1.

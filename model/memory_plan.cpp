@@ -167,7 +167,6 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
 
   // Parameters, in master precision. Embedding (and an untied head) split over the vocabulary.
   double expert_elems = 0, dense_elems = x.v * x.d * (cfg.tie_embeddings() ? 1 : 2) + x.d;
-  double largest_weight = x.v * x.d;
   std::vector<double> block_grads;
   for (int b = 0; b < cfg.n_layers(); ++b) {
     const double e = block_param_elems(cfg, x, routed[b], moe[b]);
@@ -175,7 +174,6 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     expert_elems += experts;
     dense_elems += e - experts;
     block_grads.push_back(e * kMaster);
-    largest_weight = std::max(largest_weight, largest_block_weight(x, moe[b]));
   }
   const double param_elems = dense_elems + expert_elems;
   plan.parameters = param_elems * kMaster;
@@ -293,8 +291,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   const double embed_grad = x.v * x.d * kMaster;
   visit(base + grads + kept + gx * (kMaster / x.a) + embed_grad, "backward of the embedding");
   if (!cfg.tie_embeddings()) grads += embed_grad;
-  // Clipping squares one gradient at a time; ZeRO-1's update gathers every slice.
-  visit(base + grads + kept + largest_weight * kMaster, "gradient clipping");
+  // Clipping reads each gradient in place (its factor is applied inside the update); ZeRO-1's
+  // update gathers every slice.
   if (opt.layout.zero1)
     visit(base + grads + kept + kMaster * (param_elems + param_elems / dp), "ZeRO-1 all-gather");
   plan.peak = peak;

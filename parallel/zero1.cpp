@@ -32,7 +32,7 @@ std::pair<int64_t, int64_t> ShardedAdamW::owned(size_t i) const {
 
 void ShardedAdamW::set_learning_rate(double lr) { consts_.set(lr, ++step_); }
 
-void ShardedAdamW::apply() {
+void ShardedAdamW::apply(const Tensor& grad_scale) {
   NoGradGuard no_grad;
   const DType dtype = params_.front().tensor.dtype();
   const Device device = params_.front().tensor.device();
@@ -47,7 +47,8 @@ void ShardedAdamW::apply() {
     if (p.grad().defined() && len > 0) {
       Tensor g = p.grad().view({p.numel()}).narrow0(begin, len);
       Tensor m = m_[i].narrow0(0, len), v = v_[i].narrow0(0, len);
-      adamw_update(mine, g, m, v, consts_.args(params_[i].decays), consts_.tensor(params_[i].decays));
+      adamw_update(mine, g, m, v, consts_.args(params_[i].decays), consts_.tensor(params_[i].decays),
+                   grad_scale);
     }
     if (len > 0) send.narrow0(at, len).copy_from(mine);
     at += chunk(i);
@@ -111,9 +112,9 @@ void Zero1Optimizer::set_learning_rate(double lr) {
   if (experts_) experts_->set_learning_rate(lr);
 }
 
-void Zero1Optimizer::apply() {
-  dense_->apply();
-  if (experts_) experts_->apply();
+void Zero1Optimizer::apply(const Tensor& grad_scale) {
+  dense_->apply(grad_scale);
+  if (experts_) experts_->apply(grad_scale);
 }
 
 void Zero1Optimizer::set_steps_taken(int64_t s) {

@@ -30,9 +30,9 @@ class ShardedAdamW {
     set_learning_rate(lr);
     apply();
   }
-  // step's two halves, as AdamW's (train/optimizer.h).
+  // step's two halves, as AdamW's (train/optimizer.h); grad_scale as there.
   void set_learning_rate(double lr);
-  void apply();
+  void apply(const Tensor& grad_scale = Tensor());
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }
 
@@ -65,7 +65,7 @@ class Zero1Optimizer {
                  const AdamWArgs& hyper, Communicator& dp, Communicator& edp);
 
   void set_learning_rate(double lr);
-  void apply();
+  void apply(const Tensor& grad_scale = Tensor());  // as AdamW::apply
   int64_t steps_taken() const { return dense_->steps_taken(); }
   void set_steps_taken(int64_t s);
   // Parameter i's moments in full, gathered over its group. Collective.

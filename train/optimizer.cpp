@@ -24,8 +24,8 @@ Tensor grad_sq_sum(const std::vector<Tensor>& params, Device device) {
     if (p.grad().defined()) grads.push_back(p.grad());
   Tensor total = Tensor::zeros({}, DType::F64, device);
   if (grads.empty()) return total;
-  // One slot per gradient, summed in its dtype, then added up in f64 (as the norm's square
-  // of a large model must be).
+  // One slot per gradient, its squares summed in one pass (accumulating in double), then the
+  // slots added up in f64 (as the norm's square of a large model must be).
   const DType dtype = grads.front().dtype();
   Tensor sums = Tensor::zeros({static_cast<int64_t>(grads.size())}, dtype, device);
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -33,34 +33,35 @@ Tensor grad_sq_sum(const std::vector<Tensor>& params, Device device) {
     if (g.dtype() != dtype || g.device() != device)
       throw std::logic_error("grad_sq_sum: gradient " + describe(g) + " differs from " +
                              describe(grads.front()) + " in dtype or device");
-    Tensor g2 = Tensor::empty(g.shape(), dtype, device);
     Tensor slot = sums.narrow0(static_cast<int64_t>(i), 1);
-    Backend& be = backend_of(g);
-    be.binary(BinaryKind::Mul, Broadcast::Same, 1, g.numel(), g, g, g2);
-    be.sum_all(g2, slot);
+    backend_of(g).sum_squares(g, slot);
   }
   backend(device).sum_all(sums.to(DType::F64), total);
   return total;
 }
 
-Tensor clip_to_sq_sum(const std::vector<Tensor>& params, const Tensor& sq, double max_norm) {
+ClipFactor clip_factor_for(const std::vector<Tensor>& params, const Tensor& sq, double max_norm) {
   DType dtype = DType::F64;  // the gradients' (none: the factor scales nothing)
   for (const Tensor& p : params)
     if (p.grad().defined()) {
       dtype = p.grad().dtype();
       break;
     }
-  Tensor norm = Tensor::empty({}, DType::F64, sq.device());
-  Tensor factor = Tensor::empty({}, dtype, sq.device());
-  Backend& be = backend_of(sq);
-  be.clip_factor(sq, max_norm, norm, factor);
+  ClipFactor c{Tensor::empty({}, DType::F64, sq.device()), Tensor::empty({}, dtype, sq.device())};
+  backend_of(sq).clip_factor(sq, max_norm, c.norm, c.factor);
+  return c;
+}
+
+Tensor clip_to_sq_sum(const std::vector<Tensor>& params, const Tensor& sq, double max_norm) {
+  const ClipFactor c = clip_factor_for(params, sq, max_norm);
   // On the host a factor of 1 is seen for free and the pass skipped; a device always scales.
-  if (factor.device() == Device::CPU && factor.item() == 1.0) return norm;
+  if (c.factor.device() == Device::CPU && c.factor.item() == 1.0) return c.norm;
+  Backend& be = backend_of(sq);
   for (const Tensor& p : params) {
     Tensor g = p.grad();
-    if (g.defined()) be.binary(BinaryKind::Mul, Broadcast::Outer, 1, g.numel(), g, factor, g);
+    if (g.defined()) be.binary(BinaryKind::Mul, Broadcast::Outer, 1, g.numel(), g, c.factor, g);
   }
-  return norm;
+  return c.norm;
 }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
@@ -93,13 +94,13 @@ AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params,
 
 void AdamW::set_learning_rate(double lr) { consts_.set(lr, ++step_); }
 
-void AdamW::apply() {
+void AdamW::apply(const Tensor& grad_scale) {
   NoGradGuard no_grad;
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     if (!s.param.grad().defined()) continue;
     adamw_update(s.param, s.param.grad(), s.m, s.v, consts_.args(decay_[i]),
-                 consts_.tensor(decay_[i]));
+                 consts_.tensor(decay_[i]), grad_scale);
   }
 }
 

@@ -22,9 +22,15 @@ double learning_rate(const modtrain::OptimizerConfig& cfg, int64_t step, int64_t
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 // The pieces of clip_grad_norm, for a norm summed over ranks, all on the gradients' device
 // (no host round trip, so a captured step can clip): the sum of squared gradient entries (f64
-// scalar on `device`, 0 without gradients), and the clip given the global sum, which returns
-// the norm (f64 scalar tensor).
+// scalar on `device`, 0 without gradients); the norm (f64 scalar tensor) and the factor to scale
+// the gradients by (one element in their dtype), given the global sum; and the clip itself,
+// which returns the norm. A training step hands the factor to the optimizer instead, whose
+// update scales each gradient as it reads it (no pass of its own).
 Tensor grad_sq_sum(const std::vector<Tensor>& params, Device device);
+struct ClipFactor {
+  Tensor norm, factor;
+};
+ClipFactor clip_factor_for(const std::vector<Tensor>& params, const Tensor& sq, double max_norm);
 Tensor clip_to_sq_sum(const std::vector<Tensor>& params, const Tensor& sq, double max_norm);
 
 class AdamW {
@@ -37,9 +43,10 @@ class AdamW {
     apply();
   }
   // step's two halves: the next update's constants, written to the device from the host (done
-  // before a captured step replays), and the update itself (the part a step captures).
+  // before a captured step replays), and the update itself (the part a step captures), each
+  // gradient multiplied by grad_scale (one element: clip_factor_for's factor) when given.
   void set_learning_rate(double lr);
-  void apply();
+  void apply(const Tensor& grad_scale = Tensor());
   bool decays(size_t i) const { return decay_[i]; }
   int64_t steps_taken() const { return step_; }
 

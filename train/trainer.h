@@ -106,7 +106,9 @@ class Trainer {
     double load = 0, enqueue = 0, wait = 0, stats = 0, log = 0;
   };
   HostPhases host_phases_;
-  Tensor global_grad_norm_and_clip();  // the norm before clipping, f64 on the device
+  // The norm before clipping (f64) and the factor the optimizer scales the gradients by, on the
+  // device.
+  ClipFactor global_grad_clip();
 
   modtrain::RunConfig cfg_;
   std::string run_dir_;

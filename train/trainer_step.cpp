@@ -65,7 +65,7 @@ constexpr int64_t kGraphWarmupSteps = 1;
 // The norm over the whole model: each of the plan's groups sums its squares over its
 // communicator (tp-sharded over tp, experts over ep, replicated ones counted once). Gradients
 // are already reduced over dp. All on the device.
-Tensor Trainer::global_grad_norm_and_clip() {
+ClipFactor Trainer::global_grad_clip() {
   Tensor sq;
   for (const parallel::NormGroup& g : plan_.norm_groups) {
     Tensor group_sq = grad_sq_sum(g.params, device_);
@@ -75,7 +75,7 @@ Tensor Trainer::global_grad_norm_and_clip() {
     else
       sq = group_sq;
   }
-  return clip_to_sq_sum(model_->parameters(), sq, cfg_.optimizer().grad_clip());
+  return clip_factor_for(model_->parameters(), sq, cfg_.optimizer().grad_clip());
 }
 
 // Under train.precision BF16 the layers compute in bf16 from the f32 master weights.
@@ -130,11 +130,12 @@ Trainer::StepOutputs Trainer::enqueue_step(int64_t step) {
     }
   }
   plan_.finish_grad_sync();
-  out.grad_norm = global_grad_norm_and_clip();
+  const ClipFactor clip = global_grad_clip();
+  out.grad_norm = clip.norm;
   if (plan_.zero1)
-    plan_.zero1->apply();
+    plan_.zero1->apply(clip.factor);
   else
-    optimizer_->apply();
+    optimizer_->apply(clip.factor);
   return out;
 }
 

@@ -28,6 +28,7 @@ class CudaBackend final : public Backend {
   void scale(const Tensor& x, double alpha, Tensor& out) override;
   void axpy(double alpha, const Tensor& x, Tensor& y) override;
   void sum_all(const Tensor& x, Tensor& out) override;
+  void sum_squares(const Tensor& x, Tensor& out) override;
   void sum_outer(int64_t outer, int64_t inner, const Tensor& x, Tensor& out) override;
   void sum_inner(int64_t outer, int64_t inner, const Tensor& x, Tensor& out) override;
   void embedding_forward(const Tensor& ids, const Tensor& table, Tensor& out) override;
@@ -79,7 +80,7 @@ class CudaBackend final : public Backend {
                                 Tensor& dlogits) override;
   void inverse_target_count(const Tensor& targets, int64_t ignore_index, Tensor& out) override;
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                    const AdamWArgs& args, const Tensor& consts) override;
+                    const AdamWArgs& args, const Tensor& consts, const Tensor& grad_scale) override;
   void clip_factor(const Tensor& sq, double max_norm, Tensor& norm, Tensor& factor) override;
   void begin_capture() override;
   std::unique_ptr<CapturedWork> end_capture() override;

@@ -33,7 +33,7 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
 }
 
 void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWArgs& args,
-                  const Tensor& consts) {
+                  const Tensor& consts, const Tensor& grad_scale) {
   check::floating(kOp, param, "param");
   like_param(param, grad, "grad");
   like_param(param, m, "m");
@@ -50,7 +50,12 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
     check::fail(kOp, "consts is " + describe(consts) + "; expected f64 [" +
                          std::to_string(kAdamWConstants) + "] (adamw_step_constants)");
   check::same_device(kOp, param, "param", consts, "consts");
-  backend_of(param).adamw_update(param, grad, m, v, args, consts);
+  if (grad_scale.defined()) {
+    if (grad_scale.numel() != 1)
+      check::fail(kOp, "grad_scale is " + describe(grad_scale) + "; expected one element");
+    check::same_dtype_device(kOp, grad, "grad", grad_scale, "grad_scale");
+  }
+  backend_of(param).adamw_update(param, grad, m, v, args, consts, grad_scale);
 }
 
 AdamWStepConstants::AdamWStepConstants(const AdamWArgs& hyper, Device device)

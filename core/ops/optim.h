@@ -13,8 +13,10 @@ std::array<double, kAdamWConstants> adamw_step_constants(const AdamWArgs& args);
 
 // consts: adamw_step_constants(args) as an f64 [kAdamWConstants] tensor on param's device,
 // written before the step (a captured step reads it at replay); args supplies beta1, beta2, eps.
+// grad_scale: one element in grad's dtype on its device that every gradient entry is multiplied
+// by first (the global-norm clip factor, computed on the device), or undefined for 1.
 void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWArgs& args,
-                  const Tensor& consts);
+                  const Tensor& consts, const Tensor& grad_scale = Tensor());
 // The same with the constants made from args on the spot (eager use: tests, benchmarks).
 void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWArgs& args);
 

@@ -119,6 +119,21 @@ TEST_CASE("sum and mean match a naive reference, also past the parallel threshol
   }
 }
 
+// The gradient norm's pass: the sum of squares, accumulated in double, in the input's dtype.
+TEST_CASE("sum_squares matches a naive double reference, also past the parallel threshold",
+          "[forward]") {
+  Rng rng(6);
+  for (const DType dtype : {DType::F32, DType::F64})
+    for (int64_t n : {0, 1, 7, 100003}) {
+      INFO(dtype_name(dtype) << ", " << n << " elements");
+      Tensor x = randn({n}, rng, dtype), out = Tensor::empty({1}, dtype);
+      double want = 0;
+      for (int64_t i = 0; i < n; ++i) want += x.at(i) * x.at(i);
+      backend(Device::CPU).sum_squares(x, out);
+      CHECK(out.at(0) == Approx(want).epsilon(dtype == DType::F32 ? 1e-6 : 1e-12));
+    }
+}
+
 TEST_CASE("basic ops reject bad shapes and dtypes with messages naming them", "[errors]") {
   Rng rng(1);
   Tensor a = randn({4, 5}, rng), b = randn({6, 3}, rng);

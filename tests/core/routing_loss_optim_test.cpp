@@ -294,6 +294,49 @@ TEST_CASE("adamw_update with AdamWStepConstants equals the host-argument update"
                     Contains("consts") && Contains("f64 [3]"));
 }
 
+// The global-norm clip inside the update: grad_scale multiplies each gradient entry as it is
+// read, giving the bits of a clipping pass over the gradient followed by the update; the scale
+// must be one element of the gradient's dtype and device.
+TEST_CASE("adamw_update with grad_scale equals the update on a clipped gradient, bitwise",
+          "[forward]") {
+  Rng rng(18);
+  for (const DType dtype : {DType::F32, DType::F64}) {
+    INFO(dtype_name(dtype));
+    AdamWArgs a;
+    a.lr = 1e-2;
+    a.weight_decay = 0.1;
+    Tensor p = randn({50000}, rng, dtype), m = Tensor::zeros({50000}, dtype),
+           v = Tensor::zeros({50000}, dtype);
+    Tensor q = p.clone(), mq = m.clone(), vq = v.clone();
+    for (int64_t step = 1; step <= 3; ++step) {
+      a.step = step;
+      const Tensor g = randn({50000}, rng, dtype);
+      const double f = 0.3 + 0.2 * static_cast<double>(step);
+      const Tensor factor = Tensor::full({}, f, dtype);
+      adamw_update(p, g, m, v, a, [&] {
+        const auto c = adamw_step_constants(a);
+        return Tensor::from_vector({c.begin(), c.end()}, {kAdamWConstants}, DType::F64);
+      }(), factor);
+      Tensor clipped = Tensor::empty(g.shape(), dtype);  // the clipping pass it replaces
+      backend(Device::CPU).binary(BinaryKind::Mul, Broadcast::Outer, 1, g.numel(), g, factor,
+                                  clipped);
+      adamw_update(q, clipped, mq, vq, a);
+    }
+    CHECK(p.to_vector() == q.to_vector());
+    CHECK(m.to_vector() == mq.to_vector());
+    CHECK(v.to_vector() == vq.to_vector());
+  }
+  Tensor p = randn({4}, rng), m = Tensor::zeros({4}), v = Tensor::zeros({4});
+  AdamWArgs a;
+  const auto c = adamw_step_constants(a);
+  const Tensor consts = Tensor::from_vector({c.begin(), c.end()}, {kAdamWConstants}, DType::F64);
+  CHECK_THROWS_WITH(adamw_update(p, randn({4}, rng), m, v, a, consts, Tensor::full({2}, 1.0)),
+                    Contains("grad_scale") && Contains("one element"));
+  CHECK_THROWS_WITH(
+      adamw_update(p, randn({4}, rng), m, v, a, consts, Tensor::full({1}, 1.0, DType::F64)),
+      Contains("grad_scale") && Contains("f64"));
+}
+
 TEST_CASE("index_slice: rows of a vocabulary slice and where the slice holds them", "[forward]") {
   Tensor local = Tensor::empty({6}, DType::I64), here = Tensor::empty({6});
   backend(Device::CPU).index_slice(Tensor::from_indices({9, 10, 14, 15, -100, 12}, {6}), 10, 5,

@@ -233,7 +233,7 @@ TEST_CASE("cuda: scale and axpy", "[cuda]") {
 }
 
 // Inputs have mean 0.3 so the sums do not cancel to noise; Tol::Long past 10^4 terms per sum.
-TEST_CASE("cuda: sum_all, sum_outer and sum_inner", "[cuda]") {
+TEST_CASE("cuda: sum_all, sum_squares, sum_outer and sum_inner", "[cuda]") {
   const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
   Rng rng(106);
   for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{100003}}) {
@@ -241,6 +241,11 @@ TEST_CASE("cuda: sum_all, sum_outer and sum_inner", "[cuda]") {
     check_parity(
         p, {in("x", normal({n}, rng, 1.0, 0.3)), out("out", {1})},
         [](Backend& be, std::vector<Tensor>& t) { be.sum_all(t[0], t[1]); },
+        n > 10000 ? Tol::Long : Tol::Normal);
+    INFO("sum_squares over " << n);
+    check_parity(
+        p, {in("x", normal({n}, rng, 1.0, 0.3)), out("out", {1})},
+        [](Backend& be, std::vector<Tensor>& t) { be.sum_squares(t[0], t[1]); },
         n > 10000 ? Tol::Long : Tol::Normal);
   }
   struct Size {
@@ -269,6 +274,8 @@ TEST_CASE("cuda: zero-sized calls", "[cuda]") {
   Rng rng(107);
   check_parity(p, {in("x", normal({0}, rng)), out("out", {1})},
                [](Backend& be, std::vector<Tensor>& t) { be.sum_all(t[0], t[1]); });
+  check_parity(p, {in("x", normal({0}, rng)), out("out", {1})},
+               [](Backend& be, std::vector<Tensor>& t) { be.sum_squares(t[0], t[1]); });
   check_parity(p, {in("x", normal({0, 5}, rng)), out("out", {5})},
                [](Backend& be, std::vector<Tensor>& t) { be.sum_outer(0, 5, t[0], t[1]); });
   check_parity(p, {in("x", normal({5, 0}, rng)), out("out", {5})},

@@ -285,7 +285,8 @@ TEST_CASE("cuda: BCE with logits, forward and backward", "[cuda]") {
 }
 
 // Five steps with a new gradient each: from fresh moments at step 1 (bias correction largest),
-// and from random moments at step 100. Some gradients are exactly zero.
+// and from random moments at step 100. Some gradients are exactly zero; the odd steps scale
+// theirs by a clip factor read from the device.
 TEST_CASE("cuda: adamw_update over several steps", "[cuda]") {
   const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
   Rng rng(208);
@@ -309,6 +310,7 @@ TEST_CASE("cuda: adamw_update over several steps", "[cuda]") {
       g.set(s, 0.0);
       list.push_back(in("grad" + std::to_string(s), g));
     }
+    list.push_back(in("grad_scale", Tensor::from_vector({0.37}, {1}, DType::F64)));
     check_parity(p, list, [&](Backend& b, std::vector<Tensor>& t) {
       for (int s = 0; s < kSteps; ++s) {
         AdamWArgs a = args;
@@ -316,7 +318,8 @@ TEST_CASE("cuda: adamw_update over several steps", "[cuda]") {
         const auto c = adamw_step_constants(a);
         const Tensor consts =
             Tensor::from_vector({c.begin(), c.end()}, {kAdamWConstants}, DType::F64).to(b.device());
-        b.adamw_update(t[0], t[3 + static_cast<size_t>(s)], t[1], t[2], a, consts);
+        b.adamw_update(t[0], t[3 + static_cast<size_t>(s)], t[1], t[2], a, consts,
+                       s % 2 ? t[3 + kSteps] : Tensor());
       }
     });
   }

@@ -170,6 +170,23 @@ TEST_CASE("a CUDA-graph step replays exactly as eager CPU steps (emulated device
   }
 }
 
+// The clip factor reaches the update through the optimizer (no pass of its own over the
+// gradients): a run that clips every step must leave the trajectory of one that never clips.
+// Adam's first step is scale-free, so the losses part from the third step on. Eager and ZeRO-1.
+TEST_CASE("optimizer.grad_clip changes the update, through AdamW and ZeRO-1", "[device]") {
+  for (const char* zero1 : {"parallel.zero1=false", "parallel.zero1=true"}) {
+    INFO(zero1);
+    const Run clipped = train_run("tiny_mod", false, "", {"optimizer.grad_clip=0.05", zero1});
+    const Run unclipped = train_run("tiny_mod", false, "", {"optimizer.grad_clip=0", zero1});
+    REQUIRE(clipped.losses.size() == kSteps);
+    CHECK(clipped.losses[0] == unclipped.losses[0]);
+    for (size_t s = 2; s < kSteps; ++s) {
+      INFO("step " << s + 1);
+      CHECK(clipped.losses[s] != unclipped.losses[s]);
+    }
+  }
+}
+
 TEST_CASE("train.cuda_graph resumes: the first step after a checkpoint runs eagerly, then "
           "replays", "[device]") {
   const std::vector<std::string> graphed = {"train.cuda_graph=true", "optimizer.warmup_steps=6"};

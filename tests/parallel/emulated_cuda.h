@@ -75,6 +75,9 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
   void sum_all(const Tensor& x, Tensor& out) override {
     run([=, this]() mutable { CpuBackend::sum_all(x, out); });
   }
+  void sum_squares(const Tensor& x, Tensor& out) override {
+    run([=, this]() mutable { CpuBackend::sum_squares(x, out); });
+  }
   void sum_outer(int64_t outer, int64_t inner, const Tensor& x, Tensor& out) override {
     run([=, this]() mutable { CpuBackend::sum_outer(outer, inner, x, out); });
   }
@@ -207,8 +210,10 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
     run([=, this]() mutable { CpuBackend::inverse_target_count(targets, ignore_index, out); });
   }
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWArgs& args,
-                    const Tensor& consts) override {
-    run([=, this]() mutable { CpuBackend::adamw_update(param, grad, m, v, args, consts); });
+                    const Tensor& consts, const Tensor& grad_scale) override {
+    run([=, this]() mutable {
+      CpuBackend::adamw_update(param, grad, m, v, args, consts, grad_scale);
+    });
   }
   void clip_factor(const Tensor& sq, double max_norm, Tensor& norm, Tensor& factor) override {
     run([=, this]() mutable { CpuBackend::clip_factor(sq, max_norm, norm, factor); });

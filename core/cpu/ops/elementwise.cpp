@@ -40,7 +40,12 @@ void binary_loop(Broadcast bcast, int64_t outer, int64_t inner, const T* a, cons
 
 void CpuBackend::binary(BinaryKind kind, Broadcast bcast, int64_t outer, int64_t inner,
                         const Tensor& a, const Tensor& b, Tensor& out) {
-  dispatch_float(out.dtype(), "binary", [&](auto z) {
+  // By kind and broadcast, so an op profile tells a residual add from a gate or a clip.
+  static const char* names[3][3] = {
+      {"binary add", "binary add, b per column", "binary add, b per row"},
+      {"binary sub", "binary sub, b per column", "binary sub, b per row"},
+      {"binary mul", "binary mul, b per column", "binary mul, b per row"}};
+  dispatch_float(out.dtype(), names[static_cast<int>(kind)][static_cast<int>(bcast)], [&](auto z) {
     using T = decltype(z);
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();

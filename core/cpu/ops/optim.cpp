@@ -9,8 +9,10 @@
 namespace mod::cpu {
 
 // param, grad, m, v: same shape. Decoupled weight decay (p *= 1 - lr*wd) precedes the Adam step.
+// Each gradient entry is multiplied by grad_scale first, as a separate clipping pass would.
 void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                              const AdamWArgs& args, const Tensor& consts) {
+                              const AdamWArgs& args, const Tensor& consts,
+                              const Tensor& grad_scale) {
   const double* c = consts.data<double>();
   dispatch_float(param.dtype(), "adamw_update", [&](auto z) {
     using T = decltype(z);
@@ -25,11 +27,13 @@ void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tens
     const T step_size = static_cast<T>(c[1]);
     const T rsqrt_bc2 = static_cast<T>(c[2]);
     const T eps = static_cast<T>(args.eps);
+    const T scale = grad_scale.defined() ? grad_scale.data<T>()[0] : T(1);
     const int64_t n = param.numel();
 #pragma omp parallel for simd schedule(static) if (n > kParallelElements)
     for (int64_t i = 0; i < n; ++i) {
-      const T mi = b1 * pm[i] + one_b1 * g[i];
-      const T vi = b2 * pv[i] + one_b2 * g[i] * g[i];
+      const T gi = g[i] * scale;  // exact when scale is 1
+      const T mi = b1 * pm[i] + one_b1 * gi;
+      const T vi = b2 * pv[i] + one_b2 * gi * gi;
       pm[i] = mi;
       pv[i] = vi;
       p[i] = decay * p[i] - step_size * mi / (std::sqrt(vi) * rsqrt_bc2 + eps);

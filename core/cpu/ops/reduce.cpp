@@ -21,6 +21,21 @@ void CpuBackend::sum_all(const Tensor& x, Tensor& out) {
   });
 }
 
+void CpuBackend::sum_squares(const Tensor& x, Tensor& out) {
+  dispatch_float(x.dtype(), "sum_squares", [&](auto z) {
+    using T = decltype(z);
+    const T* p = x.data<T>();
+    const int64_t n = x.numel();
+    double total = 0.0;
+#pragma omp parallel for simd reduction(+ : total) if (n > kParallelElements)
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = static_cast<double>(p[i]);
+      total += v * v;
+    }
+    out.data<T>()[0] = static_cast<T>(total);
+  });
+}
+
 void CpuBackend::sum_outer(int64_t outer, int64_t inner, const Tensor& x, Tensor& out) {
   dispatch_float(x.dtype(), "sum_outer", [&](auto z) {
     using T = decltype(z);

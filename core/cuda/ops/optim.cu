@@ -24,17 +24,19 @@ struct AdamWParams {
   const double* step;
 };
 
-// param, grad, m, v [n], in place:
+// param, grad, m, v [n], in place, with g = grad * *scale (1 when scale is null):
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p = (1 - lr wd) p - step_size m / (sqrt(v) rsqrt_bc2 + eps)
 template <typename T>
-__global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, AdamWParams<Acc<T>> c) {
+__global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, AdamWParams<Acc<T>> c,
+                             const T* scale) {
   using A = Acc<T>;
   const A decay = static_cast<A>(c.step[0]), step_size = static_cast<A>(c.step[1]),
           rsqrt_bc2 = static_cast<A>(c.step[2]);
+  const A s = scale ? load(scale) : A(1);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const A gi = load(g + i);
+    const A gi = load(g + i) * s;
     const A mi = c.b1 * load(m + i) + c.one_b1 * gi;
     const A vi = c.b2 * load(v + i) + c.one_b2 * gi * gi;
     m[i] = from_acc<T>(mi);
@@ -45,7 +47,8 @@ __global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, AdamWParam
 }  // namespace
 
 void CudaBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                               const AdamWArgs& args, const Tensor& consts) {
+                               const AdamWArgs& args, const Tensor& consts,
+                               const Tensor& grad_scale) {
   const int64_t n = param.numel();
   if (n == 0) return;
   dispatch_float(param.dtype(), "adamw_update", [&](auto z) {
@@ -59,7 +62,8 @@ void CudaBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Ten
     c.eps = static_cast<A>(args.eps);
     c.step = consts.data<double>();
     adamw_kernel<<<grid_for(n), kThreads, 0, compute_stream()>>>(
-        param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), n, c);
+        param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), n, c,
+        grad_scale.defined() ? grad_scale.data<T>() : nullptr);
     MOD_CUDA_CHECK_LAUNCH();
   });
 }

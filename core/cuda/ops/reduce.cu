@@ -7,6 +7,7 @@
 //              when there are too few rows to fill the GPU, a row is split over several blocks
 //              that write double partials to scratch, summed by a second warp-per-row pass.
 //   sum_all    sum_inner of one row: the same two passes (block partials, then one warp).
+//   sum_squares  sum_all with each entry squared (in double) as it is read.
 //   sum_outer  32x8 thread tiles: a warp reads 32 adjacent columns of one row (coalesced) and
 //              the 8 warps walk interleaved rows; few columns also split the rows over blocks
 //              (double partials to scratch, then a column pass), so small widths still fill it.
@@ -43,8 +44,16 @@ __device__ __forceinline__ void store_sum(Out* p, double v) {
     *p = static_cast<Out>(v);
 }
 
-// x [rows, inner] -> out [rows]: warp w of the grid sums rows w, w + warps, ...
-template <typename In, typename Out>
+// The term an entry adds: itself, or its square for sum_squares.
+template <bool Square, typename In>
+__device__ __forceinline__ double term(const In* p) {
+  const double v = static_cast<double>(load(p));
+  return Square ? v * v : v;
+}
+
+// x [rows, inner] -> out [rows]: warp w of the grid sums rows w, w + warps, ... (of squares when
+// Square).
+template <bool Square, typename In, typename Out>
 __global__ void row_sum_warp(const In* x, int64_t rows, int64_t inner, Out* out) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
@@ -52,7 +61,7 @@ __global__ void row_sum_warp(const In* x, int64_t rows, int64_t inner, Out* out)
        r += warps) {
     const In* row = x + r * inner;
     double acc = 0.0;
-    for (int64_t i = lane; i < inner; i += 32) acc += static_cast<double>(load(row + i));
+    for (int64_t i = lane; i < inner; i += 32) acc += term<Square>(row + i);
     acc = warp_sum(acc);
     if (lane == 0) store_sum(out + r, acc);
   }
@@ -60,7 +69,7 @@ __global__ void row_sum_warp(const In* x, int64_t rows, int64_t inner, Out* out)
 
 // x [rows, inner] -> out [rows, splits]: task = r * splits + s sums x[r, lo:hi), the s-th of
 // `splits` near-equal ranges of the row, with one block per task.
-template <typename In, typename Out>
+template <bool Square, typename In, typename Out>
 __global__ void row_sum_block(const In* x, int64_t rows, int64_t inner, int splits, Out* out) {
   __shared__ double scratch[32];
   const int64_t tasks = rows * splits;
@@ -69,8 +78,7 @@ __global__ void row_sum_block(const In* x, int64_t rows, int64_t inner, int spli
     const int64_t lo = inner * s / splits, hi = inner * (s + 1) / splits;
     const In* row = x + r * inner;
     double acc = 0.0;
-    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
-      acc += static_cast<double>(load(row + i));
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) acc += term<Square>(row + i);
     acc = block_sum(acc, scratch);  // begins with a barrier, so scratch reuse is safe
     if (threadIdx.x == 0) store_sum(out + task, acc);
   }
@@ -117,13 +125,15 @@ __global__ void col_sum_partials(const double* partial, int64_t inner, int split
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// x [outer, inner] -> out [outer]
-template <typename T>
+// x [outer, inner] -> out [outer] (sums of squares when Square); the partials of a split row
+// are plain sums.
+template <bool Square = false, typename T>
 void launch_sum_inner(int64_t outer, int64_t inner, const T* x, T* out) {
   if (outer == 0) return;
   cudaStream_t stream = compute_stream();
   if (inner <= kWarpRowMax) {  // also inner == 0: every row sums to 0
-    row_sum_warp<<<grid_for(outer, kWarpsPerBlock), kThreads, 0, stream>>>(x, outer, inner, out);
+    row_sum_warp<Square><<<grid_for(outer, kWarpsPerBlock), kThreads, 0, stream>>>(x, outer,
+                                                                                   inner, out);
     MOD_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -131,17 +141,18 @@ void launch_sum_inner(int64_t outer, int64_t inner, const T* x, T* out) {
   if (outer < kTargetBlocks)
     splits = std::min(ceil_div(kTargetBlocks, outer), ceil_div(inner, kMinSplitElements));
   if (splits == 1) {
-    row_sum_block<<<grid_for(outer, 1), kThreads, 0, stream>>>(x, outer, inner, 1, out);
+    row_sum_block<Square><<<grid_for(outer, 1), kThreads, 0, stream>>>(x, outer, inner, 1, out);
     MOD_CUDA_CHECK_LAUNCH();
     return;
   }
   // outer * splits < kTargetBlocks + outer < 2 * kTargetBlocks: one block per task.
   Tensor partial = Tensor::empty({outer * splits}, DType::F64, Device::CUDA);
   double* pp = partial.data<double>();
-  row_sum_block<<<static_cast<unsigned>(outer * splits), kThreads, 0, stream>>>(
+  row_sum_block<Square><<<static_cast<unsigned>(outer * splits), kThreads, 0, stream>>>(
       x, outer, inner, static_cast<int>(splits), pp);
   MOD_CUDA_CHECK_LAUNCH();
-  row_sum_warp<<<grid_for(outer, kWarpsPerBlock), kThreads, 0, stream>>>(pp, outer, splits, out);
+  row_sum_warp<false><<<grid_for(outer, kWarpsPerBlock), kThreads, 0, stream>>>(pp, outer, splits,
+                                                                                out);
   MOD_CUDA_CHECK_LAUNCH();
 }
 
@@ -179,6 +190,13 @@ void CudaBackend::sum_all(const Tensor& x, Tensor& out) {
   dispatch_float(x.dtype(), "sum_all", [&](auto z) {
     using T = decltype(z);
     launch_sum_inner(1, x.numel(), x.data<T>(), out.data<T>());
+  });
+}
+
+void CudaBackend::sum_squares(const Tensor& x, Tensor& out) {
+  dispatch_float(x.dtype(), "sum_squares", [&](auto z) {
+    using T = decltype(z);
+    launch_sum_inner<true>(1, x.numel(), x.data<T>(), out.data<T>());
   });
 }
 
