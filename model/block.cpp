@@ -77,18 +77,28 @@ Block::Block(const modtrain::ModelConfig& cfg, bool routed, Rng& rng, DType dtyp
                                                                  rng, cfg.init_std(), dtype));
 }
 
-Tensor Block::delta(const Tensor& x, const Tensor& pos, KvCache* cache, RoutingMode mode,
-                    ForwardResult* result) const {
-  Tensor a = attn_->forward(norm1_->forward(x), pos, cache);
-  Tensor h = norm2_->forward(add(x, a));
-  if (!moe_) return add(a, mlp_->forward(h));
-  if (mode == RoutingMode::Causal) return add(a, moe_->forward_causal(h));
+// The MLP's (or MoE's) output for the normed h.
+Tensor Block::mlp(const Tensor& h, RoutingMode mode, ForwardResult* result) const {
+  if (!moe_) return mlp_->forward(h);
+  if (mode == RoutingMode::Causal) return moe_->forward_causal(h);
   MoeOutput m = moe_->forward(h);
   if (result) {
     if (m.aux.defined()) result->add_aux_loss(m.aux);
     result->moe_stats.push_back(m.stats);
   }
-  return add(a, m.out);
+  return m.out;
+}
+
+Tensor Block::delta(const Tensor& x, const Tensor& pos, KvCache* cache, RoutingMode mode,
+                    ForwardResult* result) const {
+  Tensor a = attn_->forward(norm1_->forward(x), pos, cache);
+  return add(a, mlp(norm2_->forward(add(x, a)), mode, result));
+}
+
+Tensor Block::update(const Tensor& x, const Tensor& pos, KvCache* cache, RoutingMode mode,
+                     ForwardResult* result) const {
+  Tensor s = add(x, attn_->forward(norm1_->forward(x), pos, cache));
+  return add(s, mlp(norm2_->forward(s), mode, result));
 }
 
 TopCRouting route_top_c(const Block& blk, const Tensor& x, const Tensor& pos, int64_t capacity,
@@ -112,7 +122,7 @@ TopCRouting route_top_c(const Block& blk, const Tensor& x, const Tensor& pos, in
 Tensor dense_update(const Block& blk, const Tensor& x, const Tensor& pos, RoutingMode mode,
                     ForwardResult* result, Recompute recompute) {
   RegionBody update = [&blk, pos, mode](const std::vector<Tensor>& in, ForwardResult& local) {
-    return add(in[0], blk.delta(in[0], pos, nullptr, mode, &local));
+    return blk.update(in[0], pos, nullptr, mode, &local);
   };
   return run_region(recompute, update, {x}, result);
 }

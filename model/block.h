@@ -48,11 +48,17 @@ class Block : public nn::Module {
   // by mode and adds its auxiliary loss and statistics to *result (dropped when null).
   Tensor delta(const Tensor& x, const Tensor& pos, KvCache* cache = nullptr,
                RoutingMode mode = RoutingMode::TopC, ForwardResult* result = nullptr) const;
+  // x + f(x) for a block every token passes, as s + mlp(norm2(s)) with s = x + a: two residual
+  // adds where x + delta(x) takes three, and one gradient sum fewer in the backward.
+  Tensor update(const Tensor& x, const Tensor& pos, KvCache* cache = nullptr,
+                RoutingMode mode = RoutingMode::TopC, ForwardResult* result = nullptr) const;
   const Router* router() const { return router_.get(); }           // null when dense
   const Predictor* predictor() const { return predictor_.get(); }  // null unless PREDICTOR
   MoeMlp* moe() const { return moe_.get(); }                       // null with a dense MLP
 
  private:
+  Tensor mlp(const Tensor& h, RoutingMode mode, ForwardResult* result) const;
+
   std::shared_ptr<nn::RMSNorm> norm1_, norm2_;
   std::shared_ptr<Attention> attn_;
   std::shared_ptr<Mlp> mlp_;

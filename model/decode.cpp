@@ -26,7 +26,7 @@ Tensor Transformer::decode_step(int64_t token, int64_t pos, std::vector<KvCache>
   for (size_t b = 0; b < blocks_.size(); ++b) {
     const Block& blk = *blocks_[b];
     if (!routed_[b]) {
-      x = add(x, blk.delta(x, p, &caches[b], RoutingMode::Causal));
+      x = blk.update(x, p, &caches[b], RoutingMode::Causal);
       continue;
     }
     // Skipped (no cache entry, no compute) unless the decision logit is positive; with a

@@ -53,8 +53,10 @@ TEST_CASE("Block::delta against its weights: zero output projections give exactl
 }
 
 // delta = a + mlp(norm2(x + a)), a = wo . attention(rope(wq . n), rope(wk . n), wv . n),
-// n = norm1(x): written out here with the naive reference ops, not the model's code.
-TEST_CASE("Block::delta equals a block computed independently from its weights", "[mod]") {
+// n = norm1(x): written out here with the naive reference ops, not the model's code. update,
+// the dense path's x + delta with one add fewer, gives x + a + m.
+TEST_CASE("Block::delta and Block::update equal a block computed independently from its weights",
+          "[mod]") {
   auto cfg = test::tiny_model(false);
   Rng rng(52);
   Block block(cfg, /*routed=*/false, rng, DType::F64);
@@ -83,6 +85,12 @@ TEST_CASE("Block::delta equals a block computed independently from its weights",
   REQUIRE(got.size() == a.size());
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - (a[i] + m[i])));
+  CHECK(worst < 1e-12);
+  const auto updated = values(block.update(x, pos));
+  REQUIRE(updated.size() == a.size());
+  worst = 0;
+  for (size_t i = 0; i < updated.size(); ++i)
+    worst = std::max(worst, std::abs(updated[i] - (xv[i] + a[i] + m[i])));
   CHECK(worst < 1e-12);
 }
 
