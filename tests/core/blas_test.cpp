@@ -39,6 +39,17 @@ struct RestoreLibrary {
   SgemmLibrary was = mod::cpu::sgemm_library();
   ~RestoreLibrary() { mod::cpu::set_sgemm_library(was); }
 };
+
+// oneDNN as the f32 library for a scope (the original restored after), and whether its kernels
+// are the AVX2 ones, against which the routing to OpenBLAS was measured.
+struct WithOneDnn {
+  RestoreLibrary restore;
+  bool avx2 = false;
+  WithOneDnn() {
+    mod::cpu::set_sgemm_library(SgemmLibrary::OneDnn);
+    avx2 = mod::cpu::blas_describe().find("(avx2)") != std::string::npos;
+  }
+};
 }  // namespace
 
 TEST_CASE("the GEMM backend reports its libraries, oneDNN for f32 where built in", "[blas]") {
@@ -162,13 +173,12 @@ TEST_CASE("f32 GEMM gives the same bits on every call", "[blas]") {
 // AVX-512 CPUs the two libraries can round these sums alike, so results cannot tell them apart).
 TEST_CASE("with oneDNN current, the layouts and shapes where it is slow run in OpenBLAS", "[blas]") {
   if (built_libraries().size() < 2) return;  // no oneDNN: nothing to route
-  RestoreLibrary restore;
-  mod::cpu::set_sgemm_library(SgemmLibrary::OneDnn);
+  const WithOneDnn onednn;
   auto in_openblas = [&](bool ta, int64_t m, int64_t n, int64_t k) {
     return mod::cpu::sgemm_path(ta, false, m, n, k) == "OpenBLAS";
   };
   // The rules were measured against oneDNN's AVX2 sgemm; its AVX-512 one runs everything.
-  const bool avx2 = mod::cpu::blas_describe().find("(avx2)") != std::string::npos;
+  const bool avx2 = onednn.avx2;
   INFO(mod::cpu::blas_describe());
   // The weight gradient dY^T X.
   CHECK(in_openblas(true, 512, 96, 777) == avx2);
@@ -196,9 +206,8 @@ TEST_CASE("with oneDNN current, the layouts and shapes where it is slow run in O
 TEST_CASE("with oneDNN's AVX-512 kernels, A B^T with N <= 512 and K >= N runs on a transposed B",
           "[blas]") {
   if (built_libraries().size() < 2) return;  // no oneDNN
-  RestoreLibrary restore;
-  mod::cpu::set_sgemm_library(SgemmLibrary::OneDnn);
-  const bool avx2 = mod::cpu::blas_describe().find("(avx2)") != std::string::npos;
+  const WithOneDnn onednn;
+  const bool avx2 = onednn.avx2;
   INFO(mod::cpu::blas_describe());
   const std::string transposed = avx2 ? "oneDNN" : "oneDNN, B transposed first";
   using mod::cpu::sgemm_path;
@@ -220,9 +229,8 @@ TEST_CASE("with oneDNN's AVX-512 kernels, A B^T with N <= 512 and K >= N runs on
 TEST_CASE("with oneDNN's AVX-512 kernels, a narrow A^T B over 512 tokens a thread splits K",
           "[blas]") {
   if (built_libraries().size() < 2) return;  // no oneDNN
-  RestoreLibrary restore;
-  mod::cpu::set_sgemm_library(SgemmLibrary::OneDnn);
-  const bool avx2 = mod::cpu::blas_describe().find("(avx2)") != std::string::npos;
+  const WithOneDnn onednn;
+  const bool avx2 = onednn.avx2;
   INFO(mod::cpu::blas_describe());
   const std::string split = avx2 ? "OpenBLAS" : "oneDNN, K split between the threads";
   const std::string whole = avx2 ? "OpenBLAS" : "oneDNN";

@@ -9,31 +9,28 @@
 
 namespace mod::cpu {
 
-void CpuBackend::sum_all(const Tensor& x, Tensor& out) {
-  dispatch_float(x.dtype(), "sum_all", [&](auto z) {
+namespace {
+// out[0] = the sum of term(x_i) over x, accumulated in double.
+template <typename Term>
+void sum_terms(const char* kernel, const Tensor& x, Tensor& out, Term term) {
+  dispatch_float(x.dtype(), kernel, [&](auto z) {
     using T = decltype(z);
     const T* p = x.data<T>();
     const int64_t n = x.numel();
     double total = 0.0;
 #pragma omp parallel for simd reduction(+ : total) if (n > kParallelElements)
-    for (int64_t i = 0; i < n; ++i) total += static_cast<double>(p[i]);
+    for (int64_t i = 0; i < n; ++i) total += term(static_cast<double>(p[i]));
     out.data<T>()[0] = static_cast<T>(total);
   });
 }
+}  // namespace
+
+void CpuBackend::sum_all(const Tensor& x, Tensor& out) {
+  sum_terms("sum_all", x, out, [](double v) { return v; });
+}
 
 void CpuBackend::sum_squares(const Tensor& x, Tensor& out) {
-  dispatch_float(x.dtype(), "sum_squares", [&](auto z) {
-    using T = decltype(z);
-    const T* p = x.data<T>();
-    const int64_t n = x.numel();
-    double total = 0.0;
-#pragma omp parallel for simd reduction(+ : total) if (n > kParallelElements)
-    for (int64_t i = 0; i < n; ++i) {
-      const double v = static_cast<double>(p[i]);
-      total += v * v;
-    }
-    out.data<T>()[0] = static_cast<T>(total);
-  });
+  sum_terms("sum_squares", x, out, [](double v) { return v * v; });
 }
 
 void CpuBackend::sum_outer(int64_t outer, int64_t inner, const Tensor& x, Tensor& out) {
