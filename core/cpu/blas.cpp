@@ -309,7 +309,8 @@ namespace {
 enum class SgemmPath { OwnLoop, OneDnn, OneDnnBTransposed, OneDnnKSplit, OpenBlas };
 
 // One decision for blas_gemm and sgemm_path, so what the tests see is what runs.
-SgemmPath sgemm_route(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+SgemmPath sgemm_route([[maybe_unused]] bool ta, [[maybe_unused]] bool tb, int64_t m, int64_t n,
+                      [[maybe_unused]] int64_t k) {  // unused in a build without oneDNN
   if (m == 1 || n == 1) return SgemmPath::OwnLoop;
 #ifdef MOD_HAVE_ONEDNN
   if (current_library().load(std::memory_order_relaxed) == SgemmLibrary::OneDnn &&
