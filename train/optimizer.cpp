@@ -52,21 +52,17 @@ ClipFactor clip_factor_for(const std::vector<Tensor>& params, const Tensor& sq, 
   return c;
 }
 
-Tensor clip_to_sq_sum(const std::vector<Tensor>& params, const Tensor& sq, double max_norm) {
-  const ClipFactor c = clip_factor_for(params, sq, max_norm);
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  const Device device = params.empty() ? Device::CPU : params.front().device();
+  const ClipFactor c = clip_factor_for(params, grad_sq_sum(params, device), max_norm);
   // On the host a factor of 1 is seen for free and the pass skipped; a device always scales.
-  if (c.factor.device() == Device::CPU && c.factor.item() == 1.0) return c.norm;
-  Backend& be = backend_of(sq);
+  if (c.factor.device() == Device::CPU && c.factor.item() == 1.0) return c.norm.item();
+  Backend& be = backend(device);
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (g.defined()) be.binary(BinaryKind::Mul, Broadcast::Outer, 1, g.numel(), g, c.factor, g);
   }
-  return c.norm;
-}
-
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
-  const Device device = params.empty() ? Device::CPU : params.front().device();
-  return clip_to_sq_sum(params, grad_sq_sum(params, device), max_norm).item();
+  return c.norm.item();
 }
 
 bool takes_weight_decay(const std::string& name, const modtrain::OptimizerConfig& cfg) {

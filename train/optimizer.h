@@ -22,16 +22,15 @@ double learning_rate(const modtrain::OptimizerConfig& cfg, int64_t step, int64_t
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 // The pieces of clip_grad_norm, for a norm summed over ranks, all on the gradients' device
 // (no host round trip, so a captured step can clip): the sum of squared gradient entries (f64
-// scalar on `device`, 0 without gradients); the norm (f64 scalar tensor) and the factor to scale
-// the gradients by (one element in their dtype), given the global sum; and the clip itself,
-// which returns the norm. A training step hands the factor to the optimizer instead, whose
-// update scales each gradient as it reads it (no pass of its own).
+// scalar on `device`, 0 without gradients), and the norm (f64 scalar tensor) and the factor to
+// scale the gradients by (one element in their dtype), given the global sum. A training step
+// hands the factor to the optimizer, whose update scales each gradient as it reads it (no pass
+// of its own).
 Tensor grad_sq_sum(const std::vector<Tensor>& params, Device device);
 struct ClipFactor {
   Tensor norm, factor;
 };
 ClipFactor clip_factor_for(const std::vector<Tensor>& params, const Tensor& sq, double max_norm);
-Tensor clip_to_sq_sum(const std::vector<Tensor>& params, const Tensor& sq, double max_norm);
 
 class AdamW {
  public:
