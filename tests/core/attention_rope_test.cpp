@@ -119,6 +119,10 @@ TEST_CASE("attention forward and lse match naive masked softmax(QK^T/sqrt(d))V i
       {"gathered pos {1,4,5,9,12,...} [2,15,3,16]", 2, 3, 16, gathered, gathered},
       {"irregular gaps T=150 [2,150,2,24]", 2, 2, 24, sparse, sparse},
       {"S>T: q 40 at the end of k 150 [2,40,2,32]", 2, 2, 32, iota(40, 110), iota(150)},
+      // Query tiles of 64 and 48 rows: the 8x32 and 16x16 AVX-512 blockings, both skipping.
+      {"two blockings [2,112,2,48]", 2, 2, 48, iota(112), iota(112)},
+      // Blocks whose first key is their last query (the edge of the causal skip).
+      {"S>T: q 70 at 153 of k 223 [1,70,2,32]", 1, 2, 32, iota(70, 153), iota(223)},
       {"odd q pos between even k pos [1,70,3,8]x[1,140,3,8]", 1, 3, 8, iota(70, 1, 2),
        iota(140, 0, 2)},
   };
@@ -147,6 +151,10 @@ TEST_CASE("attention backward across tiles matches the naive gradients in f32", 
       {"self T=300 [1,300,2,32]", 1, 2, 32, iota(300), iota(300)},
       {"irregular gaps T=150 [2,150,2,16]", 2, 2, 16, sparse, sparse},
       {"S>T: q 70 at the end of k 200 [2,70,1,16]", 2, 1, 16, iota(70, 130), iota(200)},
+      // Key tiles of 64 and 48 columns, head dims a multiple of 32 and of 16 only.
+      {"two blockings, Dh 64 [1,112,2,64]", 1, 2, 64, iota(112), iota(112)},
+      {"two blockings, Dh 48 [2,112,2,48]", 2, 2, 48, iota(112), iota(112)},
+      {"S>T: q 70 at 153 of k 223 [1,70,2,32]", 1, 2, 32, iota(70, 153), iota(223)},
       {"keys past every query get zero grads [1,40,2,16]x[1,150,2,16]", 1, 2, 16, iota(40),
        iota(150)},
       {"odd q pos between even k pos [1,70,3,8]x[1,140,3,8]", 1, 3, 8, iota(70, 1, 2),
