@@ -113,7 +113,7 @@ struct Threads {
 // Every transpose, padded leading dimensions, alpha and beta != 0, shapes past each library's
 // blocking (and the one-row and one-column products that bypass both), against double sums.
 // With oneDNN's AVX-512 kernels, A B^T at 130x257x300, 520x40x70 and 96x300x1000 runs on a
-// transposed copy of B (the last one copied by both threads).
+// transposed copy of B (the last two copied by both threads).
 TEST_CASE("f32 GEMM in each library matches a double reference", "[blas]") {
   RestoreLibrary restore;
   for (const SgemmLibrary lib : built_libraries()) {
