@@ -112,6 +112,63 @@ Ceilings measure_ceilings() {
   return c;
 }
 
+// One GEMM of a training step, as blas_gemm sees it, and how often a step runs it.
+struct StepGemm {
+  bool ta, tb;
+  int64_t m, n, k;
+  int calls;
+};
+
+// A dense step's GEMMs over `tokens`: for every linear layer the forward x W^T, the input
+// gradient dY W and the weight gradient dY^T X (Q, K, V and O; the MLP's up and down; the output
+// layer).
+std::vector<StepGemm> step_gemms(int64_t d, int64_t ff, int64_t vocab, int64_t tokens,
+                                 int layers) {
+  std::vector<StepGemm> gemms;
+  const auto linear = [&](int64_t in, int64_t out, int calls) {
+    gemms.push_back({false, true, tokens, out, in, calls});
+    gemms.push_back({false, false, tokens, in, out, calls});
+    gemms.push_back({true, false, out, in, tokens, calls});
+  };
+  linear(d, d, 4 * layers);
+  linear(d, ff, layers);
+  linear(ff, d, layers);
+  linear(d, vocab, 1);
+  return gemms;
+}
+
+// The rate a step's GEMMs can reach here: each shape timed alone with caches warm and cold (in
+// a step most operands, saved activations and weights, were written long before), the mix
+// weighted by calls, against a 1024^3 SGEMM timed warm alongside.
+void bench_step_gemms(const char* model, const std::vector<StepGemm>& gemms) {
+  std::vector<float> a, b, out;
+  const auto time_one = [&](const StepGemm& g, bool cold) {
+    a.assign(g.m * g.k, 0.5f);
+    b.assign(g.k * g.n, 0.25f);
+    out.assign(g.m * g.n, 0.0f);
+    return best_seconds(
+        [&] {
+          cpu::blas_gemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), g.ta ? g.m : g.k, b.data(),
+                         g.tb ? g.k : g.n, 0.0f, out.data(), g.n);
+        },
+        0.3, cold ? std::function<void()>(evict_caches) : std::function<void()>());
+  };
+  const double sgemm = 2.0 * 1024 * 1024 * 1024 / time_one({false, false, 1024, 1024, 1024, 1}, false) / 1e9;
+  double flops = 0, warm = 0, cold = 0;
+  for (const StepGemm& g : gemms) {
+    const double f = 2.0 * g.m * g.n * g.k, tw = time_one(g, false), tc = time_one(g, true);
+    flops += g.calls * f;
+    warm += g.calls * tw;
+    cold += g.calls * tc;
+    std::printf("    %c%c %5ldx%5ldx%5ld x%-3d warm %6.1f  cold %6.1f GF/s\n", g.ta ? 'T' : 'N',
+                g.tb ? 'T' : 'N', static_cast<long>(g.m), static_cast<long>(g.n),
+                static_cast<long>(g.k), g.calls, f / tw / 1e9, f / tc / 1e9);
+  }
+  const std::string name = std::string("GEMMs of a ") + model + " step, warm";
+  report(name.c_str(), flops / warm / 1e9, "GF/s", sgemm, 0);
+  report("  caches cold", flops / cold / 1e9, "GF/s", sgemm, 0);
+}
+
 void bench_matmul(const Ceilings& c, Rng& rng) {
   std::printf("\nmatmul (GEMM-backed; target >= 90%% of raw BLAS on the same shapes)\n");
   {
@@ -150,6 +207,9 @@ void bench_matmul(const Ceilings& c, Rng& rng) {
          3 * flops / (raw_fwd + raw_bwd) / 1e9, 0.9);
   std::printf("  (raw BLAS here: %.1f GF/s fwd; ceiling measured above: %.1f GF/s)\n",
               flops / raw_fwd / 1e9, c.gemm_gflops);
+  std::printf("  a dense step's GEMMs against a 1024^3 SGEMM timed with them (docs/performance.md)\n");
+  bench_step_gemms("tiny", step_gemms(256, 1024, 256, 2048, 6));
+  bench_step_gemms("GPT-2-small-like", step_gemms(512, 2048, 8192, 2048, 8));
 }
 
 void bench_attention(const Ceilings& c, Rng& rng) {
