@@ -122,8 +122,7 @@ struct StepGemm {
 // A dense step's GEMMs over `tokens`: for every linear layer the forward x W^T, the input
 // gradient dY W and the weight gradient dY^T X (Q, K, V and O; the MLP's up and down; the output
 // layer).
-std::vector<StepGemm> step_gemms(int64_t d, int64_t ff, int64_t vocab, int64_t tokens,
-                                 int layers) {
+std::vector<StepGemm> step_gemms(int64_t d, int64_t ff, int64_t vocab, int64_t tokens, int layers) {
   std::vector<StepGemm> gemms;
   const auto linear = [&](int64_t in, int64_t out, int calls) {
     gemms.push_back({false, true, tokens, out, in, calls});
@@ -153,7 +152,8 @@ void bench_step_gemms(const char* model, const std::vector<StepGemm>& gemms) {
         },
         0.3, cold ? std::function<void()>(evict_caches) : std::function<void()>());
   };
-  const double sgemm = 2.0 * 1024 * 1024 * 1024 / time_one({false, false, 1024, 1024, 1024, 1}, false) / 1e9;
+  const double sgemm =
+      2.0 * 1024 * 1024 * 1024 / time_one({false, false, 1024, 1024, 1024, 1}, false) / 1e9;
   double flops = 0, warm = 0, cold = 0;
   for (const StepGemm& g : gemms) {
     const double f = 2.0 * g.m * g.n * g.k, tw = time_one(g, false), tc = time_one(g, true);
@@ -207,7 +207,8 @@ void bench_matmul(const Ceilings& c, Rng& rng) {
          3 * flops / (raw_fwd + raw_bwd) / 1e9, 0.9);
   std::printf("  (raw BLAS here: %.1f GF/s fwd; ceiling measured above: %.1f GF/s)\n",
               flops / raw_fwd / 1e9, c.gemm_gflops);
-  std::printf("  a dense step's GEMMs against a 1024^3 SGEMM timed with them (docs/performance.md)\n");
+  std::printf(
+      "  a dense step's GEMMs against a 1024^3 SGEMM timed with them (docs/performance.md)\n");
   bench_step_gemms("tiny", step_gemms(256, 1024, 256, 2048, 6));
   bench_step_gemms("GPT-2-small-like", step_gemms(512, 2048, 8192, 2048, 8));
 }

@@ -70,6 +70,11 @@ int64_t lower(const int64_t* p, int64_t n, int64_t x) {
 }
 
 #ifdef MOD_ATTENTION_AVX2
+// Rows and columns of C a micro-kernel holds in registers.
+struct Blocking {
+  int mr, nr;
+};
+
 // C [MR, NR] = alpha * sum_p A(i,p) B[p, 0:NR] (+ C); A(i,p) = a[i*a_rs + p*a_cs]. The MR x NR
 // accumulators stay in registers, each step p loads NR/W values of B (W floats a register) and
 // broadcasts MR of A.
@@ -80,27 +85,53 @@ int64_t lower(const int64_t* p, int64_t n, int64_t x) {
 // but not 32) keep 16 x 16.
 using Vec = __m512;
 constexpr int kW = 16;
-inline Vec vzero() { return _mm512_setzero_ps(); }
-inline Vec vset1(float x) { return _mm512_set1_ps(x); }
-inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
-inline void vstore(float* p, Vec v) { _mm512_storeu_ps(p, v); }
-inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
-inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
-struct Blocking { int mr, nr; };
+inline Vec vzero() {
+  return _mm512_setzero_ps();
+}
+inline Vec vset1(float x) {
+  return _mm512_set1_ps(x);
+}
+inline Vec vload(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline void vstore(float* p, Vec v) {
+  _mm512_storeu_ps(p, v);
+}
+inline Vec vfma(Vec a, Vec b, Vec c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+inline Vec vmul(Vec a, Vec b) {
+  return _mm512_mul_ps(a, b);
+}
+inline Vec vadd(Vec a, Vec b) {
+  return _mm512_add_ps(a, b);
+}
 constexpr Blocking kWide{8, 32}, kNarrow{16, 16};
 #else
 // AVX2: 6 x 16 (12 accumulators).
 using Vec = __m256;
 constexpr int kW = 8;
-inline Vec vzero() { return _mm256_setzero_ps(); }
-inline Vec vset1(float x) { return _mm256_set1_ps(x); }
-inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
-inline void vstore(float* p, Vec v) { _mm256_storeu_ps(p, v); }
-inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
-inline Vec vmul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
-inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
-struct Blocking { int mr, nr; };
+inline Vec vzero() {
+  return _mm256_setzero_ps();
+}
+inline Vec vset1(float x) {
+  return _mm256_set1_ps(x);
+}
+inline Vec vload(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+inline void vstore(float* p, Vec v) {
+  _mm256_storeu_ps(p, v);
+}
+inline Vec vfma(Vec a, Vec b, Vec c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
+inline Vec vmul(Vec a, Vec b) {
+  return _mm256_mul_ps(a, b);
+}
+inline Vec vadd(Vec a, Vec b) {
+  return _mm256_add_ps(a, b);
+}
 constexpr Blocking kWide{6, 16}, kNarrow{6, 16};
 #endif
 
@@ -127,8 +158,7 @@ void micro_kernel(int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const f
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       const float* ag = group[i / 4];
-      const Vec ai =
-          vset1(i % 4 == 0 ? ag[0] : i % 4 == 1 ? ag[r1] : i % 4 == 2 ? ag[r2] : ag[r3]);
+      const Vec ai = vset1(i % 4 == 0 ? ag[0] : i % 4 == 1 ? ag[r1] : i % 4 == 2 ? ag[r2] : ag[r3]);
 #pragma GCC unroll 2
       for (int j = 0; j < NV; ++j) acc[i][j] = vfma(ai, bp[j], acc[i][j]);
     }
@@ -162,8 +192,8 @@ void micro_block(int64_t mr, int64_t k, const float* a, int64_t a_rs, int64_t a_
 // fetch late (ops_bench-style forward, caches cold, the two alternated: 1.02-1.04x).
 template <int MR, int NR, typename Range, typename Skip>
 void blocked_gemm(bool ta, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                  const float* b, int64_t ldb, float alpha, bool accumulate, float* c,
-                  int64_t ldc, Range range, Skip skip) {
+                  const float* b, int64_t ldb, float alpha, bool accumulate, float* c, int64_t ldc,
+                  Range range, Skip skip) {
   const int64_t a_rs = ta ? 1 : lda, a_cs = ta ? lda : 1;
   const bool prefetch_rows = !ta && lda > k;
   for (int64_t i0 = 0; i0 < m; i0 += MR) {
@@ -204,8 +234,8 @@ void tile_gemm(bool ta, int64_t m, int64_t n, int64_t k, T alpha, const T* a, in
       return blocked_gemm<kWide.mr, kWide.nr>(ta, m, n, k, a, lda, b, ldb, alpha, accumulate, c,
                                               ldc, range, skip);
     if (n % kNarrow.nr == 0)
-      return blocked_gemm<kNarrow.mr, kNarrow.nr>(ta, m, n, k, a, lda, b, ldb, alpha, accumulate,
-                                                  c, ldc, range, skip);
+      return blocked_gemm<kNarrow.mr, kNarrow.nr>(ta, m, n, k, a, lda, b, ldb, alpha, accumulate, c,
+                                                  ldc, range, skip);
   }
 #endif
   blas_gemm(ta, false, m, n, k, alpha, a, lda, b, ldb, accumulate ? T(1) : T(0), c, ldc);
@@ -230,13 +260,16 @@ void transpose_tile(const T* src, int64_t ld, int64_t rows, int64_t dh, T* dst) 
 
 // Queries a softmax step handles at once: one AVX-512 register of f32.
 constexpr int64_t kLanes = 16;
-int64_t padded(int64_t rows) { return (rows + kLanes - 1) / kLanes * kLanes; }
+int64_t padded(int64_t rows) {
+  return (rows + kLanes - 1) / kLanes * kLanes;
+}
 
 // One chunk's softmax step on St [cols, kTile]: mx = max(m, the column maxima), St =
 // exp(St - mx) and sum = their column sums, for queries [0, rows) (lanes up to padded(rows)
 // compute on whatever the tile holds and are never read). kLanes queries at a time, so the
-// running max and sum stay in registers: over all queries at once they went through memory,
-// a store-to-load chain per key (ops_bench attention fwd, 3 runs of each build alternated: 1.03-1.04x at T 256).
+// running max and sum stay in registers: over all queries at once they went through memory, a
+// store-to-load chain per key (ops_bench attention fwd, 3 runs of each build alternated:
+// 1.03-1.04x at T 256).
 template <typename T>
 void chunk_softmax(T* st, int64_t cols, int64_t rows, const T* m, T* mx, T* sum) {
   for (int64_t r0 = 0; r0 < rows; r0 += kLanes) {
@@ -292,8 +325,9 @@ void forward_tile(const Dims& d, int64_t rows, const T* q, const T* k, const T* 
     const int64_t cols = std::min(kChunk, kend - s0);
     const int64_t* kpc = kp + s0;
     // St = scale K Q^T, skipping blocks whose first key is later than their last query.
-    tile_gemm(false, cols, rows, dh, scale, k + s0 * ld, ld, qt, kTile, false, st, kTile,
-              all_of(dh), [&](int64_t i0, int64_t, int64_t j0, int64_t nr) { return kpc[i0] > qp[j0 + nr - 1]; });
+    tile_gemm(
+        false, cols, rows, dh, scale, k + s0 * ld, ld, qt, kTile, false, st, kTile, all_of(dh),
+        [&](int64_t i0, int64_t, int64_t j0, int64_t nr) { return kpc[i0] > qp[j0 + nr - 1]; });
     for (int64_t c = upper(kpc, cols, qp[0]); c < cols; ++c) {  // keys later than some query
       T* sc = st + c * kTile;
       const int64_t p = kpc[c];
