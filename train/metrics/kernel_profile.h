@@ -32,7 +32,7 @@ struct KernelProfile {
   double busy_ms = 0;   // the union of every record's interval: time the device did something
   double span_ms = 0;   // first start to last end
   double wall_ms = 0;   // the host's time for the steps (set by the caller)
-  bool cpu_ops = false; // records are CPU ops on the main thread (cpu/op_trace.h), not kernels
+  bool cpu_ops = false; // records are CPU ops on the main thread (core/cpu/op_trace.h), not kernels
   double sgemm_flops = 0;  // a 1024^3 SGEMM's rate timed just after the window, where known
 };
 
