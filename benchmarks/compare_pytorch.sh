@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # compare_pytorch: modtrain's training-step throughput against the same models in PyTorch
-# (benchmarks/pytorch_reference.py), dense and MoD, same config, batch, random tokens and thread
+# (benchmarks/pytorch/pytorch_reference.py), dense and MoD, same config, batch, random tokens and thread
 # count, in one run, their steps interleaved. Target: modtrain >= 1.5x PyTorch's tokens/s for dense and for MoD.
 #
 # Usage: benchmarks/compare_pytorch.sh [--config FILE] [--set f=v ...]
@@ -37,7 +37,7 @@ fi
   { echo "compare_pytorch: $PYTHON cannot import torch" >&2; exit 1; }
 echo "PyTorch: $("$PYTHON" -c 'import torch; print(torch.__version__, torch.__file__)')"
 
-source benchmarks/pytorch_setup.sh  # ATEN_CPU_CAPABILITY, pytorch_env (the MKL shim on AMD)
+source benchmarks/pytorch/pytorch_setup.sh  # ATEN_CPU_CAPABILITY, pytorch_env (the MKL shim on AMD)
 
 # One process pair, steps interleaved (a PyTorch step, then ours, per model and round): a shared
 # 2-core VM drifts by 10-30% over tens of seconds, which would otherwise land on one side only.
@@ -46,7 +46,7 @@ against=$(printf '%q ' env -u LD_PRELOAD OMP_NUM_THREADS="$THREADS" "$BENCH" --w
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 echo "== PyTorch (pytorch_reference.py, $THREADS threads) against modtrain (train_bench --serve) =="
-"${pytorch_env[@]}" "$PYTHON" benchmarks/pytorch_reference.py --threads "$THREADS" --steps "$STEPS" \
+"${pytorch_env[@]}" "$PYTHON" benchmarks/pytorch/pytorch_reference.py --threads "$THREADS" --steps "$STEPS" \
   --trial-steps "$TRIAL_STEPS" --against "$against" "$@" | tee "$out"
 
 read -r our_dense our_mod < <(awk '/^RESULT train_tokens_per_s/ {print $4, $6}' "$out")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # compare_sampling: modtrain's KV-cache sampling (train_bench's second half) against PyTorch's
-# decoding of the same model (benchmarks/pytorch_decode.py), dense and MoD, batch 1, temperature
+# decoding of the same model (benchmarks/pytorch/pytorch_decode.py), dense and MoD, batch 1, temperature
 # 1, predictors calibrated to admit model.mod.capacity of the tokens on both sides. The two run
 # alternately, ROUNDS times each, so a drift of this VM's speed lands on both. Target: modtrain
 # ahead of PyTorch 2.x (issue 23).
@@ -9,7 +9,7 @@
 # Environment: BUILD_DIR (default build), THREADS (default 2), ROUNDS (default 3), REPS timed
 #   generations per model and round (default 8), PYTHON (default: compare_pytorch.sh's virtual
 #   environment, $BUILD_DIR/pytorch-venv; run compare_pytorch.sh once to make it), and those of
-#   benchmarks/pytorch_setup.sh (ATEN_CPU_CAPABILITY, MKL_AMD_SHIM).
+#   benchmarks/pytorch/pytorch_setup.sh (ATEN_CPU_CAPABILITY, MKL_AMD_SHIM).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +22,7 @@ BENCH="$BUILD_DIR/benchmarks/train_bench"
 [[ -x "$BENCH" ]] || { echo "compare_sampling: $BENCH missing (cmake --build $BUILD_DIR --target train_bench)" >&2; exit 1; }
 "$PYTHON" -c 'import torch' 2>/dev/null ||
   { echo "compare_sampling: $PYTHON cannot import torch (benchmarks/compare_pytorch.sh installs it)" >&2; exit 1; }
-source benchmarks/pytorch_setup.sh  # ATEN_CPU_CAPABILITY, pytorch_env (the MKL shim on AMD)
+source benchmarks/pytorch/pytorch_setup.sh  # ATEN_CPU_CAPABILITY, pytorch_env (the MKL shim on AMD)
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -31,7 +31,7 @@ for round in $(seq "$ROUNDS"); do
   OMP_NUM_THREADS=$THREADS "$BENCH" --steps 1 --warmup 0 --sample-reps "$REPS" "$@" |
     grep -E "tok/s \||admitted fraction|^RESULT sample" | tee -a "$log"
   echo "== round $round: PyTorch (pytorch_decode.py) =="
-  "${pytorch_env[@]}" "$PYTHON" benchmarks/pytorch_decode.py --threads "$THREADS" --reps "$REPS" "$@" 2>/dev/null |
+  "${pytorch_env[@]}" "$PYTHON" benchmarks/pytorch/pytorch_decode.py --threads "$THREADS" --reps "$REPS" "$@" 2>/dev/null |
     grep -vE "^W[0-9]" | tee -a "$log"
 done
 

@@ -243,7 +243,7 @@ int main(int argc, char** argv) {
       "tokens per generation (0: seq_len - 1)")(
       "serve",
       "after the checks and warm-up, step on request: read 'dense' or 'mod' lines on stdin, answer "
-      "each with the step's seconds (benchmarks/pytorch_reference.py --against interleaves its "
+      "each with the step's seconds (benchmarks/pytorch/pytorch_reference.py --against interleaves its "
       "steps with ours this way)");
   po::variables_map vm;
   try {

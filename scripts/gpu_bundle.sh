@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs what a lent GPU machine (docs/gpu.md "On a lent GPU machine") needs to run modtrain's GPU
+# Packs what a lent GPU machine (docs/gpu.md, "the bundle") needs to run modtrain's GPU
 # tests and benchmarks into gpu_bundle.tar.xz at the repository root (git-ignored; carried with
 # the device tool, whose limit is 64 MiB). That machine has CUDA, cuDNN and NCCL but none of
 # Debian's packages and no network, so the bundle holds:

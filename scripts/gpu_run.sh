@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine, from the repository root, with gpu_bundle.tar.xz carried beside it
-# (scripts/gpu_bundle.sh makes it; docs/gpu.md "On a lent GPU machine" has the whole recipe).
+# (scripts/gpu_bundle.sh makes it; docs/gpu.md "the bundle" has the whole recipe).
 # Each stage fits the device tool's 10-minute command limit; logs and summary.txt go to $OUT.
 #   scripts/gpu_run.sh tests   cuda_tests (every op against the CPU), gpu_training_tests
 #                              (50-step runs against the CPU, CUDA graphs, checkpoints), nccl_tests
@@ -115,7 +115,7 @@ bench() {
 pytorch_bench() {
   local limit=100
   [ -z "${PYTORCH_COMPILE:-}" ] || limit=220  # torch.compile takes about a minute a model
-  LIMIT=$limit run pytorch_gpu python3 benchmarks/pytorch_gpu.py \
+  LIMIT=$limit run pytorch_gpu python3 benchmarks/pytorch/pytorch_gpu.py \
     --config configs/recipes/gpt2_small_mod.textproto --set train.batch_size=64 --steps 10 \
     ${PYTORCH_COMPILE:+--compile}
   grep -E "^PyTorch|^  (dense|MoD)" "$logs/pytorch_gpu.log" | tee -a "$summary"
@@ -134,7 +134,7 @@ profile() {
   [ -z "${SKIP_PYTORCH:-}" ] || return 0
   local limit=120
   [ -z "${PYTORCH_COMPILE:-}" ] || limit=300
-  LIMIT=$limit run pytorch_profile python3 benchmarks/pytorch_gpu.py \
+  LIMIT=$limit run pytorch_profile python3 benchmarks/pytorch/pytorch_gpu.py \
     --config configs/recipes/gpt2_small_mod.textproto --set train.batch_size=64 --profile 3 \
     ${PYTORCH_COMPILE:+--compile}
   grep -A21 "^PyTorch profile" "$logs/pytorch_profile.log" | tee -a "$summary"

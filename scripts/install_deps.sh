@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libopenblas-openmp-dev libopenblas0-openmp   # f64 GEMM, f32 without oneDNN (OpenMP build)
   libdnnl-dev                                  # oneDNN: f32 GEMM (core/cpu/blas.h)
-  libblis-openmp-dev                           # another BLAS candidate, for benchmarks/blas_sgemm
+  libblis-openmp-dev                           # another BLAS candidate, for benchmarks/blas/blas_sgemm
   catch2                                       # Catch2 v2 test framework
   clang libclang-rt-14-dev                     # libFuzzer + sanitizers (scripts/fuzz.sh, MOD_FUZZ)
   libprotobuf-dev protobuf-compiler            # config schema and checkpoint metadata

@@ -4,7 +4,8 @@
 A path is cited in README.md, docs/, configs/ and in the comments of source files (a token with
 a '/' and a source or doc extension, e.g. core/op_catalogue.h); it must exist relative to the
 repository root or to the citing file. A code name in a doc's backticks (snake_case, or a CTest
-name such as unit:layers_include_graph) must occur in some code file. A run-config field is cited as `--set a.b=...` or in
+name such as unit:layers_include_graph) must occur in some code file; a relative Markdown link must reach a file and, with #anchor, one of
+its headings. A run-config field is cited as `--set a.b=...` or in
 backticks (`train.cuda_graph`, `model.mod.capacity: 0.25`); every part of the path must be a
 field of configs/modtrain.proto. Exit 1 and one line per dangling citation, naming file:line.
 
@@ -69,6 +70,35 @@ def field_exists(messages, dotted):
     return True
 
 
+LINK_RE = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def anchor(heading):
+    """GitHub's anchor of a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors_of(path, cache={}):
+    if path not in cache:
+        cache[path] = {anchor(m.group(1)) for m in
+                       re.finditer(r"^#+\s+(.*)$", path.read_text(errors="replace"), re.M)}
+    return cache[path]
+
+
+def link_problem(doc, target):
+    """Why a relative Markdown link from doc does not resolve, or None."""
+    if re.match(r"^[a-z]+:", target):
+        return None  # http:, https:, mailto:
+    file_part, _, fragment = target.partition("#")
+    linked = (doc.parent / file_part).resolve() if file_part else doc
+    if not linked.exists():
+        return f"links to {target}, which does not exist"
+    if fragment and linked.suffix == ".md" and fragment not in anchors_of(linked):
+        return f"links to {target}, but {linked.name} has no heading with that anchor"
+    return None
+
+
 def cited_text(path):
     """(line number, text) pairs where citations count: all of a doc, comments of code."""
     text = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -110,6 +140,10 @@ def main(root):
                 if not ((root / cited).exists() or (path.parent / cited).exists()):
                     problems.append(f"{name}:{number}: cites {cited}, which does not exist")
             if path.suffix == ".md":
+                for target in LINK_RE.findall(line):
+                    why = link_problem(path, target)
+                    if why:
+                        problems.append(f"{name}:{number}: {why}")
                 for ident in IDENT_RE.findall(line):
                     if ident not in code_words and not NOT_OUR_NAMES.match(ident):
                         problems.append(f"{name}:{number}: cites {ident}, which no code file has")

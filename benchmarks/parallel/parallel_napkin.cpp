@@ -1,5 +1,5 @@
 // The layouts and the napkin minimum of parallel_bench (see parallel_napkin.h).
-#include "benchmarks/parallel_napkin.h"
+#include "benchmarks/parallel/parallel_napkin.h"
 
 #include <cstdio>
 #include <sstream>

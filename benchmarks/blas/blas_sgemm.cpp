@@ -2,7 +2,7 @@
 // shapes, each library loaded at run time with dlopen so their identically
 // named cblas_sgemm symbols never clash.
 //
-// Build:  g++ -O2 -std=c++20 -fopenmp -I. benchmarks/blas_*.cpp -ldl -o /tmp/blas_sgemm
+// Build:  g++ -O2 -std=c++20 -fopenmp -I. benchmarks/blas/blas_*.cpp -ldl -o /tmp/blas_sgemm
 // Run:    /tmp/blas_sgemm [--threads=1,2] [--libraries=openblas,blis,onednn]
 //                         [--openblas-coretype=NAME] [--batch-seconds=0.1]
 //                         [--timings=5] [--max-case-seconds=12]
@@ -27,9 +27,9 @@
 #include <string_view>
 #include <vector>
 
-#include "benchmarks/blas_cpu.h"
-#include "benchmarks/blas_libraries.h"
-#include "benchmarks/blas_timing.h"
+#include "benchmarks/blas/blas_cpu.h"
+#include "benchmarks/blas/blas_libraries.h"
+#include "benchmarks/blas/blas_timing.h"
 
 using namespace mod::blas_bench;
 

@@ -15,7 +15,7 @@ AdamW's for-loop, foreach and fused implementations (fused where this version ha
 with its default and the requested thread counts tried first; then the best eager set-up under
 torch.compile (Inductor), where it exists and works on the CPU.
 
-Usage: /usr/bin/python3 benchmarks/pytorch_reference.py [--config FILE] [--threads 2] [--steps 10]
+Usage: /usr/bin/python3 benchmarks/pytorch/pytorch_reference.py [--config FILE] [--threads 2] [--steps 10]
 """
 import argparse
 import math

@@ -62,8 +62,8 @@
 #include <vector>
 
 #include "benchmarks/bench_common.h"
-#include "benchmarks/parallel_bench.h"
-#include "benchmarks/parallel_napkin.h"
+#include "benchmarks/parallel/parallel_bench.h"
+#include "benchmarks/parallel/parallel_napkin.h"
 #include "configs/config.h"
 #include "core/device_report.h"
 #include "launcher/cli.h"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """pytorch_decode: PyTorch's KV-cache decoding of modtrain's model (the twin in
-benchmarks/pytorch_reference.py), dense and MoD, batch 1, temperature 1: the peer of
+benchmarks/pytorch/pytorch_reference.py), dense and MoD, batch 1, temperature 1: the peer of
 train_bench's sampling half, for benchmarks/compare_sampling.sh.
 
 Decoding as modtrain's sampler does it: one token at a time; every block keeps a KV cache; a
@@ -14,7 +14,7 @@ static shape with a mask so that torch.compile traces a single graph (compiled);
 given. Prints one RESULT line: tokens/s of dense and MoD (total tokens over total time of the
 timed generations).
 
-Usage: python3 benchmarks/pytorch_decode.py [--config FILE] [--set f=v ...] [--threads 2]
+Usage: python3 benchmarks/pytorch/pytorch_decode.py [--config FILE] [--set f=v ...] [--threads 2]
 """
 import argparse
 import sys

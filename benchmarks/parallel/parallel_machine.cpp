@@ -13,7 +13,7 @@
 #include <string>
 #include <thread>
 
-#include "benchmarks/parallel_bench.h"
+#include "benchmarks/parallel/parallel_bench.h"
 #include "parallel/world.h"
 
 namespace mod::bench {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "benchmarks/parallel_napkin.h"
+#include "benchmarks/parallel/parallel_napkin.h"
 #include "configs/modtrain.pb.h"
 #include "core/tensor.h"
 #include "parallel/counting_communicator.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""pytorch_gpu: the PyTorch twin of modtrain's model (benchmarks/pytorch_reference.py) trained on
+"""pytorch_gpu: the PyTorch twin of modtrain's model (benchmarks/pytorch/pytorch_reference.py) trained on
 one GPU in bf16, for the figures docs/gpu.md and docs/memory.md set beside modtrain's: step time,
 tokens/s and peak allocated memory, dense and MoD, with and without torch.utils.checkpoint around
 every block (FULL recompute's counterpart; a routed block checkpoints its delta on the gathered
@@ -16,7 +16,7 @@ and compiled with --compile) and print their kernels by device time, the counter
 train.profile_steps table.
 
 Usage (on a GPU machine, from the repository root):
-  python3 benchmarks/pytorch_gpu.py --config configs/recipes/gpt2_small_mod.textproto \
+  python3 benchmarks/pytorch/pytorch_gpu.py --config configs/recipes/gpt2_small_mod.textproto \
       --set train.batch_size=64 --steps 10
 """
 import argparse

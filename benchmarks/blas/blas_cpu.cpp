@@ -1,5 +1,5 @@
 // Reading /proc/cpuinfo and timing the core clock (blas_cpu.h).
-#include "benchmarks/blas_cpu.h"
+#include "benchmarks/blas/blas_cpu.h"
 
 #include <omp.h>
 #include <unistd.h>

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "benchmarks/bench_common.h"
-#include "benchmarks/parallel_bench.h"
+#include "benchmarks/parallel/parallel_bench.h"
 #include "core/autograd.h"
 #include "core/random.h"
 #include "model/routing_schedule.h"

@@ -1,5 +1,5 @@
 // Loading the BLAS libraries with dlopen and calling them (blas_libraries.h).
-#include "benchmarks/blas_libraries.h"
+#include "benchmarks/blas/blas_libraries.h"
 
 #include <dlfcn.h>
 #include <omp.h>

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "benchmarks/parallel_bench.h"
+#include "benchmarks/parallel/parallel_bench.h"
 #include "model/routing_schedule.h"
 #include "model/transformer.h"
 #include "parallel/mesh.h"

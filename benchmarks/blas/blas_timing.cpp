@@ -1,5 +1,5 @@
 // Shapes, the correctness check and the timing of blas_sgemm (blas_timing.h).
-#include "benchmarks/blas_timing.h"
+#include "benchmarks/blas/blas_timing.h"
 
 #include <sys/resource.h>
 

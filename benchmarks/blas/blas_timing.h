@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "benchmarks/blas_libraries.h"
+#include "benchmarks/blas/blas_libraries.h"
 
 namespace mod::blas_bench {
 
