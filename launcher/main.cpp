@@ -25,6 +25,18 @@ constexpr const char* kUsage =
     "  grid    isoFLOP grids: plan, run here, submit to Slurm, collect losses and plots\n"
     "\n"
     "`modtrain <command> --help` lists the command's options.\n";
+
+// train's --rendezvous, read before the command parses its options: the world (MPI or the
+// rendezvous) is set up before any command runs.
+std::string bootstrap_option(int argc, char** argv) {
+  const std::string flag = "--rendezvous";
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == flag && i + 1 < argc) return argv[i + 1];
+    if (arg.rfind(flag + "=", 0) == 0) return arg.substr(flag.size() + 1);
+  }
+  return "auto";
+}
 }
 
 int main(int argc, char** argv) {
@@ -51,15 +63,21 @@ int main(int argc, char** argv) {
   // Slurm's USR1 lead can arrive during start-up, and the trainer checks after its first step.
   if (command == "train") mod::train::install_stop_handlers();
   if (command == "prep") mod::train::install_stop_handlers(/*with_sigint=*/true);
-  // Under mpirun or srun every rank runs this; a world of one otherwise.
-  mod::parallel::init_world(&argc, &argv);
+  // Under mpirun, srun or torchrun every rank runs this; a world of one otherwise.
+  try {
+    mod::parallel::init_world(&argc, &argv,
+                              command == "train" ? bootstrap_option(argc, argv) : "auto");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "modtrain %s: error: %s\n", command.c_str(), e.what());
+    return 2;
+  }
   int code = 1;
   try {
     code = run();
   } catch (const std::exception& e) {
     const std::string message = "modtrain " + command + ": error: " + e.what();
     // One failing rank must not leave the others waiting in a collective: end the whole job.
-    if (mod::parallel::world().size() > 1) mod::parallel::world().abort(message, 1);
+    if (mod::parallel::world_joined()) mod::parallel::world().abort(message, 1);
     std::fprintf(stderr, "%s\n", message.c_str());
     return 1;
   }

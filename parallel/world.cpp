@@ -8,7 +8,12 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
+#include <utility>
+
+#include "parallel/rendezvous_communicator.h"
+#include "parallel/rendezvous_env.h"
 
 #if MOD_HAVE_MPI
 #include "parallel/mpi_communicator.h"
@@ -26,6 +31,8 @@ struct WorldState {
   bool initialised = false;  // init_world ran
   bool finalised = false;    // finalize_world ran after it
   bool mpi_started = false;  // we called MPI_Init_thread, so we finalise
+  Bootstrap bootstrap;       // resolved by init_world
+  std::optional<RendezvousOptions> to_meet;  // tcp/file: met at the first world()
   std::terminate_handler previous_terminate = nullptr;
 };
 
@@ -72,7 +79,6 @@ LaunchInfo read_triple(const char* rank_var, const char* local_var, const char* 
   return info;
 }
 
-#if MOD_HAVE_MPI
 [[noreturn]] void abort_on_terminate() {
   std::string what = "terminate called without an active exception";
   if (std::exception_ptr e = std::current_exception()) {
@@ -87,7 +93,6 @@ LaunchInfo read_triple(const char* rank_var, const char* local_var, const char* 
   world().abort(what, 1);
   std::_Exit(1);  // not reached: abort() ends the process (GCC cannot see through the virtual)
 }
-#endif
 
 }  // namespace
 
@@ -102,6 +107,14 @@ LaunchInfo launch_info_from_env() {
     LaunchInfo info = read_triple("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                                   "OMPI_COMM_WORLD_SIZE", "Open MPI");
     info.local_size = local_size_from("OMPI_COMM_WORLD_LOCAL_SIZE");
+    return info;
+  }
+  // torchrun sets these for its workers; under srun, SLURM_PROCID is the agent's rank, not theirs.
+  if (std::getenv("RANK") != nullptr || std::getenv("WORLD_SIZE") != nullptr) {
+    if (std::getenv("RANK") == nullptr)
+      throw std::runtime_error("environment: WORLD_SIZE is set but RANK is not");
+    LaunchInfo info = read_triple("RANK", "LOCAL_RANK", "WORLD_SIZE", "torchrun");
+    info.local_size = local_size_from("LOCAL_WORLD_SIZE");
     return info;
   }
   // A batch script's own process has SLURM_PROCID=0 and the allocation's SLURM_NTASKS but no
@@ -140,13 +153,19 @@ const LaunchInfo& launch_info() {
   return cached_launch_info();
 }
 
-void init_world(int* argc, char*** argv) {
+void init_world(int* argc, char*** argv, const std::string& bootstrap) {
   WorldState& s = state();
   if (s.initialised) return;
   if (s.finalised) throw std::logic_error("init_world after finalize_world: MPI cannot restart");
   LaunchInfo& info = cached_launch_info();
   collective_timeout();  // a bad MOD_COLLECTIVE_TIMEOUT_S throws here, before MPI starts
-  const bool launched = info.size > 1 || info.source == "Open MPI" || info.source == "PMIx";
+  s.bootstrap = resolve_bootstrap(parse_bootstrap(bootstrap), info);
+  if (s.bootstrap.method == Bootstrap::Tcp || s.bootstrap.method == Bootstrap::File) {
+    s.to_meet = rendezvous_options_from_env(s.bootstrap, info);  // bad variables throw now
+    s.initialised = true;
+    return;
+  }
+  const bool launched = s.bootstrap.method == Bootstrap::Mpi;
 #if MOD_HAVE_MPI
   if (launched) {
     int already = 0;
@@ -183,10 +202,11 @@ void init_world(int* argc, char*** argv) {
 #else
   (void)argc;
   (void)argv;
-  if (launched && info.size > 1) {
+  if (launched && (info.size > 1 || info.source == "PMIx")) {
     std::fprintf(stderr,
                  "modtrain: rank %d: started as rank %d of %d by %s, but this build has no MPI; "
-                 "rebuild with -DMOD_USE_MPI=ON\n",
+                 "rebuild with -DMOD_USE_MPI=ON, or start the ranks without MPI (torchrun-style "
+                 "RANK/WORLD_SIZE or srun --mpi=none, --rendezvous tcp)\n",
                  info.rank, info.rank, info.size, info.source.c_str());
     std::fflush(stderr);
     std::exit(2);
@@ -198,8 +218,32 @@ void init_world(int* argc, char*** argv) {
 
 Communicator& world() {
   WorldState& s = state();
+  if (s.to_meet) {  // tcp or file: meet once; a failed meeting leaves a world of one
+    const RendezvousOptions options = *std::exchange(s.to_meet, std::nullopt);
+    s.world = make_local_communicator("world");
+    s.world = make_rendezvous_communicator(Rendezvous::meet(options), "world");
+    if (s.world->size() > 1) s.previous_terminate = std::set_terminate(abort_on_terminate);
+  }
   if (!s.world) s.world = make_local_communicator("world");
   return *s.world;
+}
+
+bool world_joined() {
+  const WorldState& s = state();
+  return s.world && s.world->size() > 1;
+}
+
+void require_mpi_world(const std::string& what) {
+  const WorldState& s = state();
+  const LaunchInfo& info = launch_info();
+  if (s.bootstrap.method != Bootstrap::Tcp && s.bootstrap.method != Bootstrap::File) return;
+  if (info.size <= 1) return;
+  throw std::invalid_argument(
+      what + " with " + std::to_string(info.size) + " processes needs MPI: CPU tensors between "
+      "ranks travel only over the MPI communicator, and these processes (started by " +
+      info.source + ", --rendezvous " + describe(s.bootstrap) +
+      ") have none. Start them with mpirun or srun --mpi=pmix, or train with train.device=CUDA "
+      "(the rendezvous then bootstraps NCCL)");
 }
 
 void finalize_world() {
@@ -216,6 +260,7 @@ void finalize_world() {
   if (s.mpi_started && !finalized) MPI_Finalize();
 #endif
   s.mpi_started = false;
+  s.to_meet.reset();
   s.finalised = s.initialised;
   s.initialised = false;
 }

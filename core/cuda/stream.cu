@@ -32,7 +32,8 @@ struct Context {
     int count = 0;
     MOD_CUDA_CHECK(cudaGetDeviceCount(&count));
     // The launcher's local rank picks the GPU (one process per device); MOD_CUDA_DEVICE wins.
-    const int local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("SLURM_LOCALID", 0));
+    const int local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK",
+                                   env_int("LOCAL_RANK", env_int("SLURM_LOCALID", 0)));
     device = env_int("MOD_CUDA_DEVICE", local_rank % count);
     if (device >= count)
       throw std::invalid_argument("MOD_CUDA_DEVICE=" + std::to_string(device) + ": only " +

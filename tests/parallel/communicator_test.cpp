@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/random.h"
+#include "tests/parallel/env_guard.h"
 #include "parallel/world.h"
 
 using namespace mod;
@@ -106,29 +107,7 @@ std::vector<int> all_ranks(const Communicator& comm) {
   return r;
 }
 
-// Restores a set of environment variables when it goes out of scope.
-class EnvGuard {
- public:
-  explicit EnvGuard(std::vector<std::string> names) : names_(std::move(names)) {
-    for (const auto& n : names_) {
-      const char* v = std::getenv(n.c_str());
-      saved_.push_back(v ? std::optional<std::string>(v) : std::nullopt);
-      unsetenv(n.c_str());
-    }
-  }
-  ~EnvGuard() {
-    for (size_t i = 0; i < names_.size(); ++i) {
-      if (saved_[i])
-        setenv(names_[i].c_str(), saved_[i]->c_str(), 1);
-      else
-        unsetenv(names_[i].c_str());
-    }
-  }
-
- private:
-  std::vector<std::string> names_;
-  std::vector<std::optional<std::string>> saved_;
-};
+using test::EnvGuard;
 
 }  // namespace
 
