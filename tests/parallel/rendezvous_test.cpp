@@ -320,3 +320,34 @@ TEST_CASE("the first host of a compressed Slurm node list") {
 }
 
 }  // namespace mod::parallel
+
+namespace mod::parallel {
+
+// Run as separate processes by scripts/launch_local_ranks.sh (tests/CMakeLists.txt): the world
+// of a torchrun-style launch, met through MOD_TEST_BOOTSTRAP ("tcp" or "file:DIR").
+TEST_CASE("processes started without MPI form one world", "[.processes]") {
+  const char* bootstrap = std::getenv("MOD_TEST_BOOTSTRAP");
+  init_world(nullptr, nullptr, bootstrap ? bootstrap : "auto");
+  Communicator& comm = world();
+  REQUIRE(world_joined());
+  const int n = comm.size();
+  CHECK(comm.rank() == launch_info().rank);
+  CHECK(n == launch_info().size);
+  CHECK_THROWS_WITH(require_mpi_world("train.device=CPU"),
+                    Contains("train.device=CPU with " + std::to_string(n) + " processes needs MPI"));
+  Tensor t = Tensor::from_vector({static_cast<double>(comm.rank() + 1)}, {1}, DType::F64);
+  comm.all_reduce(t);
+  CHECK(t.data<double>()[0] == n * (n + 1) / 2);
+  auto tp = comm.split(comm.rank() / 2, comm.rank(), "tp");
+  Tensor mine = Tensor::from_vector({static_cast<float>(comm.rank())}, {1});
+  Tensor pair = Tensor::empty({tp->size()}, DType::F32);
+  tp->all_gather(mine, pair);
+  CHECK(pair.data<float>()[0] == comm.rank() / 2 * 2);
+  Tensor id = Tensor::from_vector({comm.rank() == 0 ? 42.0 : 0.0}, {1}, DType::I32);
+  comm.broadcast(id, 0);  // as NCCL's unique id travels
+  CHECK(id.data<int32_t>()[0] == 42);
+  comm.barrier();
+  finalize_world();
+}
+
+}  // namespace mod::parallel
