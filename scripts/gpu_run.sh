@@ -8,6 +8,9 @@
 #                              MFU, eager and as a CUDA graph; then sampling tokens/s, dense vs MoD
 #   scripts/gpu_run.sh profile where a step's device time goes: modtrain's kernel table
 #                              (train.profile_steps) for both models, then PyTorch's (torch.profiler)
+#   scripts/gpu_run.sh multirank  several ranks on the one GPU without MPI (the bundle has none):
+#                              nccl_tests at 2 and 4 ranks, then tiny_mod dp2 and tp2 against one
+#                              rank, losses to 1e-5; each rank its own NCCL_HOSTID, over loopback
 #   scripts/gpu_run.sh all     tests and bench in one call (device time is scarce; a start costs
 #                              minutes)
 #   scripts/gpu_run.sh pytorch bench's PyTorch runs alone
@@ -23,7 +26,7 @@
 # $OUT/logs.tar.gz, rewritten after every command (a call cut off still returns what ran).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?usage: scripts/gpu_run.sh tests|bench|profile|all|eager|pytorch|modtrain ARGS...|bin NAME ARGS...}
+stage=${1:?usage: scripts/gpu_run.sh tests|bench|profile|multirank|all|eager|pytorch|modtrain ARGS...|bin NAME ARGS...}
 out=${OUT:-$PWD/out}
 mkdir -p "$out"
 summary="$out/summary.txt"
@@ -71,6 +74,25 @@ tests() {
   LIMIT=120 run cuda_tests "$bundle/bin/cuda_tests"
   LIMIT=300 run gpu_training_tests "$bundle/bin/gpu_training_tests"
   LIMIT=30 run nccl_tests "$bundle/bin/nccl_tests"
+}
+
+# Ranks meet through the TCP rendezvous (scripts/launch_local_ranks.sh); with a NCCL_HOSTID
+# each, NCCL takes them for separate nodes and joins them over sockets on lo, sharing the GPU.
+multirank() {
+  local n ranks=(scripts/launch_local_ranks.sh 2 --nccl-hostids --)
+  for n in 2 4; do
+    LIMIT=120 run "nccl_tests_np$n" scripts/launch_local_ranks.sh "$n" --nccl-hostids -- \
+      "$bundle/bin/nccl_tests"
+  done
+  local tiny=(train --config configs/recipes/tiny_mod.textproto --data "$bundle/data/kjv"
+    --set train.device=CUDA --set train.steps=20 --set train.log_every=1 --set train.eval_every=0)
+  LIMIT=120 run multirank_tiny_1gpu "$modtrain" "${tiny[@]}" --run-dir "/tmp/runs/${tag}mr_1gpu"
+  LIMIT=150 run multirank_tiny_dp2 "${ranks[@]}" "$modtrain" "${tiny[@]}" \
+    --run-dir "/tmp/runs/${tag}mr_dp2" --set parallel.dp=2 --set parallel.tp=1
+  LIMIT=150 run multirank_tiny_tp2 "${ranks[@]}" "$modtrain" "${tiny[@]}" \
+    --run-dir "/tmp/runs/${tag}mr_tp2" --set parallel.dp=1 --set parallel.tp=2
+  python3 scripts/gpu_run_helpers.py same_losses "/tmp/runs/${tag}mr_1gpu" \
+    "/tmp/runs/${tag}mr_dp2" "/tmp/runs/${tag}mr_tp2" 2>&1 | tee -a "$summary"
 }
 
 # train_run NAME MODEL GRAPH RECOMPUTE STEPS [--set ...]: one GPT-2-small run, 64 x 1024 tokens
@@ -145,13 +167,14 @@ case $stage in
   tests) tests ;;
   bench) bench ;;
   profile) profile ;;
+  multirank) multirank ;;
   all) tests; bench ;;
   eager) eager ;;
   pytorch) pytorch_bench ;;
   modtrain) shift; "$modtrain" "$@" ;;  # one ad-hoc command with the bundle's libraries
   bin) shift; name=$1; shift; "$bundle/bin/$name" "$@" ;;
   *)
-    echo "gpu_run: unknown stage '$stage' (tests, bench, profile, all, eager, pytorch, modtrain ARGS... or bin NAME ARGS...)" >&2
+    echo "gpu_run: unknown stage '$stage' (tests, bench, profile, multirank, all, eager, pytorch, modtrain ARGS... or bin NAME ARGS...)" >&2
     exit 2
     ;;
 esac

@@ -4,6 +4,9 @@
   gpu_run_helpers.py libdirs          the lib folders of Python's nvidia packages, ':'-joined
   gpu_run_helpers.py median NAME LOG  median tokens/s and MFU of a `modtrain train` log's step
                                       lines after the second (the warm-up and the capture)
+  gpu_run_helpers.py same_losses REF RUN...  each run directory's metrics.csv losses against
+                                      REF's, step by step, to the parity suite's relative 1e-5
+                                      (tests/parallel/parity_harness.h); exit 1 on a difference
 """
 import glob
 import os
@@ -33,10 +36,31 @@ def median(name, log):
     print(f"  {name}: median of {len(rows)} steps: {tok:.0f} tok/s, MFU {mfu:.1f}%")
 
 
+def losses(run_dir):
+    with open(os.path.join(run_dir, "metrics.csv")) as f:
+        rows = [line.split(",") for line in f.read().splitlines()[1:] if line]
+    return [(int(r[0]), float(r[1])) for r in rows]  # step, loss: the file's first columns
+
+
+def same_losses(ref_dir, run_dirs, tolerance=1e-5):
+    ref = losses(ref_dir)
+    ok = bool(ref)
+    for run in run_dirs:
+        got = losses(run)
+        worst = max((abs(g - r) / abs(r) for (_, g), (_, r) in zip(got, ref)), default=float("inf"))
+        same = len(got) == len(ref) and worst <= tolerance
+        ok &= same
+        print(f"  {os.path.basename(run)}: {len(got)} steps, largest relative difference "
+              f"{worst:.2e} against {os.path.basename(ref_dir)}: {'ok' if same else 'DIFFERS'}")
+    return ok
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["libdirs"]:
         libdirs()
     elif sys.argv[1:2] == ["median"] and len(sys.argv) == 4:
         median(sys.argv[2], sys.argv[3])
+    elif sys.argv[1:2] == ["same_losses"] and len(sys.argv) >= 4:
+        sys.exit(0 if same_losses(sys.argv[2], sys.argv[3:]) else 1)
     else:
         sys.exit(__doc__)

@@ -54,8 +54,11 @@ void exit_77_if_all_skipped() {
 bool have_gpus() {
   ++g_cases;
   Communicator& w = world();
+  // With a NCCL_HOSTID of its own each rank is a node to NCCL, and ranks may share a GPU
+  // (scripts/launch_local_ranks.sh --nccl-hostids): one GPU is enough then.
+  const int local_rank = std::getenv("NCCL_HOSTID") ? 0 : launch_info().local_rank;
   Tensor need_found = Tensor::from_indices(
-      {launch_info().local_rank + 1, -static_cast<int64_t>(cuda::device_count())}, {2});
+      {local_rank + 1, -static_cast<int64_t>(cuda::device_count())}, {2});
   w.all_reduce(need_found, ReduceOp::Max);
   const int64_t need = need_found.data<int64_t>()[0];
   const int64_t found = -need_found.data<int64_t>()[1];
