@@ -15,6 +15,7 @@
 #include "core/backend.h"
 #include "core/device_report.h"
 #include "core/device_trace.h"
+#include "core/util/atomic_file.h"
 #include "model/memory_plan.h"
 #include "model/routing_trace.h"
 #include "parallel/device_communicator.h"
@@ -60,7 +61,7 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   check_routing_ = check && std::string(check) == "1";
   if (writer_) {
     fs::create_directories(run_dir_);
-    std::ofstream(run_dir_ + "/config.textproto") << config::to_text(cfg_);
+    util::replace_file(run_dir_ + "/config.textproto", config::to_text(cfg_));
   }
 }
 

@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "configs/config.h"
-#include "train/data/durable_file.h"
+#include "core/util/atomic_file.h"
 
 namespace mod::data {
 
@@ -120,7 +120,7 @@ pb::Manifest read_manifest(const std::string& path) {
 void write_manifest(const std::string& path, const pb::Manifest& m) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(m, &text);
-  write_file_atomic(path, text);
+  util::replace_file(path, text);
 }
 
 pb::Manifest index_token_files(const std::vector<std::string>& train,

@@ -15,8 +15,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/util/atomic_file.h"
 #include "train/data/dataset.h"
-#include "train/data/durable_file.h"
 #include "train/data/encode_pipeline.h"
 #include "train/data/prep_state.h"
 #include "train/data/text_source.h"
@@ -335,11 +335,9 @@ PrepTokenizer prep_tokenizer(const PrepOptions& o, const std::vector<InputInfo>&
     t.tok = std::make_unique<BpeTokenizer>(BpeTokenizer::train(sample, o.vocab_size));
   }
   if (json_tok) {
-    write_file_atomic(path, read_whole_file(o.tokenizer));
+    util::replace_file(path, util::read_file(o.tokenizer));
   } else if (!saved) {
-    t.tok->save(path + ".tmp");
-    fsync_path(path + ".tmp", false);
-    if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) fail(path, "cannot rename");
+    util::replace_file_with(path, [&](const std::string& temp) { t.tok->save(temp); });
   }
   if (json_tok) {
     t.eot = t.tok->special_token(o.eot.empty() ? "<|endoftext|>" : o.eot);
@@ -387,8 +385,8 @@ PrepResult prep(const PrepOptions& o) {
   for (int i = 0; i < 2; ++i) streams[i].restore(resuming ? &st.split[i] : nullptr);
   const auto record_state = [&] {
     for (int i = 0; i < 2; ++i) st.split[i] = streams[i].record();
-    fsync_path(o.out, true);  // shard renames before the state that counts them
-    write_file_atomic(state_path, prep_state_text(st));
+    util::fsync_dir(o.out);  // shard renames before the state that counts them
+    util::replace_file(state_path, prep_state_text(st));
   };
   if (!resuming) record_state();
 
@@ -467,10 +465,10 @@ PrepResult prep(const PrepOptions& o) {
   *m.mutable_prep() = record;
   m.mutable_prep()->set_documents(st.documents);
   m.mutable_prep()->set_text_bytes(st.text_bytes);
-  fsync_path(o.out, true);
+  util::fsync_dir(o.out);
   write_manifest(manifest_path, m);
   fs::remove(state_path);
-  fsync_path(o.out, true);
+  util::fsync_dir(o.out);
   fill_result();
   return result;
 }
@@ -500,7 +498,7 @@ std::string index_prep(const IndexOptions& o) {
   if (!o.tokenizer.empty()) {
     const auto tok = Tokenizer::load(o.tokenizer);
     const std::string name = o.tokenizer.ends_with(".json") ? "tokenizer.json" : "tokenizer.txt";
-    write_file_atomic((fs::path(o.out) / name).string(), read_whole_file(o.tokenizer));
+    util::replace_file((fs::path(o.out) / name).string(), util::read_file(o.tokenizer));
     m.set_tokenizer(name);
     if (const auto e = tok->special_token("<|endoftext|>")) m.set_eot_token(*e);
   }

@@ -5,7 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "train/data/durable_file.h"
+#include "core/util/file_io.h"
 
 namespace mod::data {
 
@@ -35,7 +35,7 @@ std::string prep_state_text(const PrepState& s) {
 }
 
 PrepState read_prep_state(const std::string& path) {
-  std::istringstream in(read_whole_file(path));
+  std::istringstream in(util::read_file(path));
   PrepState s;
   std::string line;
   int line_no = 0;
