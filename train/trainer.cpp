@@ -57,6 +57,8 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   row_end_ = row_begin_ + rows;
   loader_ = std::make_unique<data::WindowLoader>(data_.train, cfg_.model().seq_len(),
                                                  cfg_.train().batch_size(), cfg_.train().seed());
+  if (cfg_.train().eval_every() > 0)  // found now, not at the first evaluation after training steps
+    check_evaluable(data_.val, cfg_.model().seq_len(), cfg_.train().batch_size());
   const char* check = std::getenv("MOD_CHECK_TP_ROUTING");
   check_routing_ = check && std::string(check) == "1";
   if (writer_) {

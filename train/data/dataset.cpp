@@ -48,7 +48,7 @@ ShardSet open_split(const std::string& dir, const std::string& manifest_path, co
                               " tokens, the file holds " + std::to_string(f.tokens()));
     files.push_back(std::move(f));
   }
-  return ShardSet(std::move(files));
+  return ShardSet(std::move(files), "dataset " + dir + " (" + split + " split)");
 }
 
 // A directory written by an older prep: tokenizer.txt, train.bin, val.bin (modtrain shards).
@@ -71,7 +71,8 @@ pb::Manifest legacy_manifest(const std::string& dir) {
 
 // --- ShardSet ---
 
-ShardSet::ShardSet(std::vector<TokenFile> files) : files_(std::move(files)) {
+ShardSet::ShardSet(std::vector<TokenFile> files, std::string origin)
+    : files_(std::move(files)), origin_(std::move(origin)) {
   for (const TokenFile& f : files_) tokens_ += f.tokens();
 }
 
