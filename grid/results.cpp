@@ -69,12 +69,13 @@ void write_results_csv(const std::string& path, const std::vector<PointResult>& 
   char buf[512];
   for (const auto& r : results) {
     const GridPoint& p = *r.point;
-    std::snprintf(buf, sizeof buf, "%s,%s,%s,%s,%d,%lld,%lld,%.6g,%.6g,%lld,%lld,%.6g,", p.name.c_str(),
-                  p.budget_label.c_str(), p.shape.c_str(), p.variant.c_str(), p.routed ? 1 : 0,
-                  static_cast<long long>(p.flops.parameters),
-                  static_cast<long long>(p.flops.non_embedding_parameters), p.flops.forward_per_token,
-                  p.flops.training_per_token, static_cast<long long>(p.steps),
-                  static_cast<long long>(p.tokens()), p.flops_spent);
+    std::snprintf(buf, sizeof buf, "%s,%s,%s,%s,%d,%lld,%lld,%.6g,%.6g,%lld,%lld,%.6g,",
+                  p.name.c_str(), p.budget_label.c_str(), p.shape.c_str(), p.variant.c_str(),
+                  p.routed ? 1 : 0, static_cast<long long>(p.flops.parameters),
+                  static_cast<long long>(p.flops.non_embedding_parameters),
+                  p.flops.forward_per_token, p.flops.training_per_token,
+                  static_cast<long long>(p.steps), static_cast<long long>(p.tokens()),
+                  p.flops_spent);
     f << buf;
     for (const auto& loss : {r.val_loss, r.causal_val_loss}) {
       if (loss) {

@@ -36,7 +36,9 @@ std::string shown(const std::string& v) {
   return out + "...' (" + std::to_string(v.size()) + " characters)";
 }
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 // Skips the digits at s[i...]; whether there was at least one.
 bool skip_digits(const std::string& s, size_t& i) {
@@ -63,7 +65,8 @@ bool valid_slurm_time(const std::string& s) {
 bool valid_grid_label(const std::string& label) {
   return !label.empty() && label.size() <= kMaxGridLabelChars &&
          std::all_of(label.begin(), label.end(), [](char c) {
-           return is_digit(c) || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '.' || c == '-';
+           return is_digit(c) || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '.' ||
+                  c == '-';
          });
 }
 
@@ -185,7 +188,8 @@ void validate_grid(const modtrain::GridSpec& spec, const std::string& origin) {
 
   const auto& s = spec.slurm();
   if (!valid_slurm_time(s.time_limit()))
-    bad("slurm.time_limit", shown(s.time_limit()) + " is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)");
+    bad("slurm.time_limit",
+        shown(s.time_limit()) + " is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)");
   if (s.nodes() < 1) bad("slurm.nodes", std::to_string(s.nodes()) + " must be >= 1");
   if (s.ntasks() < s.nodes())
     bad("slurm.ntasks", std::to_string(s.ntasks()) + " must be >= slurm.nodes " + std::to_string(s.nodes()));

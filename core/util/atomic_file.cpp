@@ -6,7 +6,9 @@
 namespace mod::util {
 
 namespace {
-std::string temp_path(const std::string& path) { return path + ".tmp"; }
+std::string temp_path(const std::string& path) {
+  return path + ".tmp";
+}
 
 void publish(const std::string& temp, const std::string& path) {
   rename_path(temp, path);

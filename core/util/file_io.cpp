@@ -18,7 +18,9 @@ FileSyscalls g_calls;
 
 FileSyscalls::FileSyscalls() : write(::write), fsync(::fsync), rename(::rename) {}
 
-void set_file_syscalls_for_tests(const FileSyscalls& calls) { g_calls = calls; }
+void set_file_syscalls_for_tests(const FileSyscalls& calls) {
+  g_calls = calls;
+}
 
 void file_fail(const std::string& what, int err) {
   throw FileError(what + ": " + std::strerror(err));
@@ -71,8 +73,12 @@ void fsync_opened(const std::string& path, bool dir) {
 }
 }  // namespace
 
-void fsync_file(const std::string& path) { fsync_opened(path, false); }
-void fsync_dir(const std::string& dir) { fsync_opened(dir, true); }
+void fsync_file(const std::string& path) {
+  fsync_opened(path, false);
+}
+void fsync_dir(const std::string& dir) {
+  fsync_opened(dir, true);
+}
 
 std::string parent_dir(const std::string& path) {
   const auto slash = path.find_last_of('/');

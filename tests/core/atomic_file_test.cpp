@@ -18,7 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 fs::path temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("modtrain_atomic_" + std::to_string(::getpid())) / name;
+  const fs::path d =
+      fs::temp_directory_path() / ("modtrain_atomic_" + std::to_string(::getpid())) / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -94,7 +95,8 @@ TEST_CASE("an injected write, fsync or rename failure names the file and the cal
   const Case cases[] = {
       {"write", failing_write(), "cannot write " + path + ".tmp: No space left on device"},
       {"fsync", failing_file_fsync(), "cannot fsync " + path + ".tmp: Input/output error"},
-      {"rename", failing_rename(), "cannot rename " + path + ".tmp to " + path + ": Invalid cross-device link"},
+      {"rename", failing_rename(),
+       "cannot rename " + path + ".tmp to " + path + ": Invalid cross-device link"},
   };
   for (const Case& c : cases) {
     INFO(c.name);

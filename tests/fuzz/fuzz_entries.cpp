@@ -175,7 +175,8 @@ int fuzz_one_prep_state(const uint8_t* data, size_t size) {
   }
   const data::PrepState s = data::parse_prep_state(text, "fuzz.prep.state");
   const std::string printed = data::prep_state_text(s);
-  if (data::prep_state_text(data::parse_prep_state(printed, "fuzz.prep.state (printed)")) != printed)
+  if (data::prep_state_text(data::parse_prep_state(printed, "fuzz.prep.state (printed)")) !=
+      printed)
     std::abort();  // a state must survive its own round trip
   const MemFile input(data + 1, size - 1);
   data::InputInfo in;

@@ -1,5 +1,5 @@
-// libFuzzer target for the text_source reader (MOD_FUZZ build; scripts/fuzz.sh runs it). The entry lives
-// in fuzz_entries.cpp so the ordinary test suite replays the same code on the corpus.
+// libFuzzer target for the text_source reader (MOD_FUZZ build; scripts/fuzz.sh runs it). The entry
+// lives in fuzz_entries.cpp so the ordinary test suite replays the same code on the corpus.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>

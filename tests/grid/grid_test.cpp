@@ -191,10 +191,12 @@ TEST_CASE("invalid grid specs fail with the file and the field", "[grid][errors]
 }
 
 // A label or time limit of a million characters once overflowed the stack inside std::regex.
-TEST_CASE("a million-character label, grid name or time limit is refused, quoted short", "[grid][errors]") {
+TEST_CASE("a million-character label, grid name or time limit is refused, quoted short",
+          "[grid][errors]") {
   const std::string huge(1000000, 'a');
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"shapes { name: \"" + huge + "\" d_model: 32 n_layers: 1 n_heads: 2 d_ff: 8 }", "shapes[2].name"},
+      {"shapes { name: \"" + huge + "\" d_model: 32 n_layers: 1 n_heads: 2 d_ff: 8 }",
+       "shapes[2].name"},
       {"variants { name: \"" + huge + "\" }", "variants[2].name"},
       {"name: \"" + huge + "\"", "name"},
       {"slurm { time_limit: \"" + std::string(1000000, '1') + "\" }", "slurm.time_limit"},

@@ -36,7 +36,8 @@ WindowLoader::WindowLoader(ShardSet shards, int64_t seq_len, int64_t global_batc
         "loader: " + shards_.origin() + ": " + std::to_string(shards_.tokens()) + " tokens in " +
         std::to_string(shards_.files().size()) + " shard(s) give " + std::to_string(windows) +
         " windows of " + std::to_string(seq_len + 1) + " tokens, fewer than one global batch of " +
-        std::to_string(global_batch) + " (give more data, or a smaller train.batch_size or "
+        std::to_string(global_batch) +
+        " (give more data, or a smaller train.batch_size or "
         "model.seq_len)");
   batches_per_epoch_ = static_cast<int64_t>(windows / static_cast<uint64_t>(global_batch));
 }

@@ -126,8 +126,9 @@ class ShardStream {
       const TokenFile f = TokenFile::open(path, pb::MODTRAIN, vocab_);
       if (f.tokens() != d.tokens || f.full_crc() != d.crc)
         fail(path, std::to_string(f.tokens()) + " tokens, CRC-32C " + std::to_string(f.full_crc()) +
-                       "; " + kPrepStateName + " recorded " + std::to_string(d.tokens) + " tokens, " +
-                       std::to_string(d.crc) + ": changed since it was written" + start_over);
+                       "; " + kPrepStateName + " recorded " + std::to_string(d.tokens) +
+                       " tokens, " + std::to_string(d.crc) + ": changed since it was written" +
+                       start_over);
     }
   }
 
@@ -190,7 +191,9 @@ class ShardStream {
   const std::vector<ShardRecord>& done() const { return done_; }
 
  private:
-  std::string current_path() const { return (fs::path(out_) / prep_shard_name(split_, index_)).string(); }
+  std::string current_path() const {
+    return (fs::path(out_) / prep_shard_name(split_, index_)).string();
+  }
   void finish_shard() {
     const uint64_t n = writer_->tokens();
     const uint32_t crc = writer_->finish();
@@ -468,7 +471,9 @@ PrepResult prep(const PrepOptions& o) {
     throw std::invalid_argument(
         o.out + ": " + inputs_named(inputs) + " hold " + std::to_string(st.documents) +
         " documents: too few to split into training and validation documents (" +
-        (o.val_documents > 0 ? "lower --val-documents" : "give more text or a smaller --text-chunk-kb") + ")");
+        (o.val_documents > 0 ? "lower --val-documents"
+                             : "give more text or a smaller --text-chunk-kb") +
+        ")");
   pb::Manifest m;
   m.set_version(1);
   m.set_vocab_size(vocab);

@@ -79,7 +79,8 @@ PrepState parse_prep_state(const std::string& text, const std::string& where) {
   const std::string_view seal = std::string_view(text).substr(seal_at);
   uint32_t sealed = 0;
   if (text.empty() || text.back() != '\n' || seal.substr(0, kSealPrefix.size()) != kSealPrefix ||
-      !parse_number(seal.substr(kSealPrefix.size(), seal.size() - kSealPrefix.size() - 1), sealed, 16))
+      !parse_number(seal.substr(kSealPrefix.size(), seal.size() - kSealPrefix.size() - 1), sealed,
+                    16))
     fail(where, text.rfind("modtrain-prep-state 1\n", 0) == 0
                     ? "written by an older modtrain (format 1, unsealed); it cannot be resumed"
                     : "not a sealed prep state (no crc32c line last: truncated or not one)");
@@ -98,7 +99,8 @@ PrepState parse_prep_state(const std::string& text, const std::string& where) {
     auto bad = [&](const std::string& why) { fail(here, why); };
     if (ended) bad("a line after 'end'");
     if (line_no == 1) {
-      if (line != kStateMagic) bad("not a prep state (expected '" + std::string(kStateMagic) + "')");
+      if (line != kStateMagic)
+        bad("not a prep state (expected '" + std::string(kStateMagic) + "')");
       continue;
     }
     if (line.substr(0, 7) == "option\t") {
@@ -111,7 +113,8 @@ PrepState parse_prep_state(const std::string& text, const std::string& where) {
     // The counts in fields first, first + 1, ... to the line's end.
     auto counts = [&](size_t first, std::initializer_list<uint64_t*> out) {
       if (f.size() != first + out.size())
-        bad("'" + std::string(f[0]) + "' takes " + std::to_string(first - 1 + out.size()) + " fields");
+        bad("'" + std::string(f[0]) + "' takes " + std::to_string(first - 1 + out.size()) +
+            " fields");
       size_t k = first;
       for (uint64_t* o : out)
         if (!parse_number(f[k++], *o)) bad("'" + std::string(f[k - 1]) + "' is not a count");
@@ -161,8 +164,8 @@ void check_prep_state(const PrepState& s, const std::vector<InputInfo>& inputs,
     const PrepState::Split& p = s.split[i];
     const std::string split = kSplitNames[i];
     if (p.done.size() != p.index)
-      bad(split + ": " + std::to_string(p.done.size()) + " finished shards listed, but the split "
-          "is at shard " + std::to_string(p.index));
+      bad(split + ": " + std::to_string(p.done.size()) +
+          " finished shards listed, but the split is at shard " + std::to_string(p.index));
     uint64_t tokens = p.partial;
     for (uint64_t k = 0; k < p.done.size(); ++k) {
       const ShardRecord& r = p.done[k];
@@ -170,14 +173,18 @@ void check_prep_state(const PrepState& s, const std::vector<InputInfo>& inputs,
         bad(split + " shard " + std::to_string(k) + " is named '" + r.name.substr(0, 80) +
             "', expected " + prep_shard_name(i, k) + " (a file prep writes in its directory)");
       if (r.tokens != shard_tokens)
-        bad(r.name + ": " + std::to_string(r.tokens) + " tokens recorded; a finished shard holds "
-            "--shard-tokens " + std::to_string(shard_tokens));
+        bad(r.name + ": " + std::to_string(r.tokens) +
+            " tokens recorded; a finished shard holds "
+            "--shard-tokens " +
+            std::to_string(shard_tokens));
       if (tokens > UINT64_MAX - r.tokens) bad(split + ": its token counts overflow");
       tokens += r.tokens;
     }
     if (p.partial >= shard_tokens)
-      bad(split + ": a partial shard of " + std::to_string(p.partial) + " tokens, at least "
-          "--shard-tokens " + std::to_string(shard_tokens));
+      bad(split + ": a partial shard of " + std::to_string(p.partial) +
+          " tokens, at least "
+          "--shard-tokens " +
+          std::to_string(shard_tokens));
     if (p.tokens != tokens)
       bad(split + ": " + std::to_string(p.tokens) + " tokens recorded, its shards hold " +
           std::to_string(tokens));

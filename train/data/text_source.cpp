@@ -56,7 +56,8 @@ InputInfo inspect_input(const std::string& name) {
 uint32_t input_tail_crc(const InputInfo& in, uint64_t offset) {
   if (!in.seekable()) return 0;
   if (offset > static_cast<uint64_t>(in.size))
-    fail(in.name, "offset " + std::to_string(offset) + " is past its " + std::to_string(in.size) + " bytes");
+    fail(in.name,
+         "offset " + std::to_string(offset) + " is past its " + std::to_string(in.size) + " bytes");
   char tail[64];
   const size_t n = static_cast<size_t>(std::min<uint64_t>(sizeof tail, offset));
   const int fd = ::open(in.name.c_str(), O_RDONLY | O_CLOEXEC);
@@ -69,7 +70,8 @@ uint32_t input_tail_crc(const InputInfo& in, uint64_t offset) {
     throw;
   }
   ::close(fd);
-  if (!whole) fail(in.name, "shorter than " + std::to_string(offset) + " bytes (changed while read?)");
+  if (!whole)
+    fail(in.name, "shorter than " + std::to_string(offset) + " bytes (changed while read?)");
   return crc32c(tail, n);
 }
 

@@ -367,7 +367,8 @@ TEST_CASE("prep's errors name the option, or the file and line", "[data]") {
   o.inputs = {write_file(dir / "damaged.txt.gz", gz), write_file(dir / "more.txt", "more text\n")};
   CHECK_THROWS_WITH(prep(fresh(o)), Contains("damaged.txt.gz: not gzip data"));
   o.inputs = {write_file(dir / "one.jsonl", "{\"text\": \"a\"}\n")};
-  CHECK_THROWS_WITH(prep(fresh(o)), Contains("the input " + o.inputs[0] + " hold 1 documents: too few"));
+  CHECK_THROWS_WITH(prep(fresh(o)),
+                    Contains("the input " + o.inputs[0] + " hold 1 documents: too few"));
 }
 
 // The oracle of prep.h's invariant: stopped after any batch (the first to the last) and
@@ -376,7 +377,8 @@ TEST_CASE("a prep stopped after any batch resumes to the bytes of an uninterrupt
   const fs::path dir = temp_dir("every_stop");
   std::mt19937 rng(17);
   std::string jsonl;
-  for (int i = 0; i < 40; ++i) jsonl += "{\"text\": " + json_escape(random_text(rng, 50 + rng() % 250)) + "}\n";
+  for (int i = 0; i < 40; ++i)
+    jsonl += "{\"text\": " + json_escape(random_text(rng, 50 + rng() % 250)) + "}\n";
   write_file(dir / "g.jsonl", jsonl);
   REQUIRE(std::system(("gzip -nf " + (dir / "g.jsonl").string()).c_str()) == 0);
   PrepOptions o;
@@ -415,7 +417,8 @@ TEST_CASE("a stopped prep's state, shards and inputs are checked before it resum
   const fs::path dir = temp_dir("tamper");
   std::mt19937 rng(5);
   std::string jsonl;
-  for (int i = 0; i < 120; ++i) jsonl += "{\"text\": " + json_escape(random_text(rng, 100 + rng() % 200)) + "}\n";
+  for (int i = 0; i < 120; ++i)
+    jsonl += "{\"text\": " + json_escape(random_text(rng, 100 + rng() % 200)) + "}\n";
   PrepOptions o;
   const std::string input = write_file(dir / "c.jsonl", jsonl);
   o.inputs = {input};
@@ -456,19 +459,22 @@ TEST_CASE("a stopped prep's state, shards and inputs are checked before it resum
   const std::string at = state_path + ": ";
   refused("an input index past the end", resealed([](PrepState& s) { s.next.input = 1; }),
           at + "position: input 1 is past the 1 inputs");
-  refused("an offset moved back", resealed([](PrepState& s) { s.next.offset -= 100; }),
-          "before offset " + std::to_string(st.next.offset - 100) + " differ from those read before");
+  refused(
+      "an offset moved back", resealed([](PrepState& s) { s.next.offset -= 100; }),
+      "before offset " + std::to_string(st.next.offset - 100) + " differ from those read before");
   refused("an offset past the input", resealed([](PrepState& s) { s.next.offset += 1000000; }),
           at + "position: offset");
   refused("a changed shard CRC", resealed([](PrepState& s) { s.split[0].done[1].crc ^= 1; }),
           o.out + "/train_000001.bin: 400 tokens, CRC-32C");
-  refused("a changed shard token count", resealed([](PrepState& s) { s.split[0].done[0].tokens = 399; }),
+  refused("a changed shard token count",
+          resealed([](PrepState& s) { s.split[0].done[0].tokens = 399; }),
           at + "train_000000.bin: 399 tokens recorded");
   refused("a changed split token count", resealed([](PrepState& s) { s.split[0].tokens += 1; }),
           at + "train: " + std::to_string(st.split[0].tokens + 1) + " tokens recorded");
   refused("a removed shard line", resealed([](PrepState& s) { s.split[0].done.pop_back(); }),
           at + "train: " + std::to_string(st.split[0].done.size() - 1) + " finished shards listed");
-  refused("a shard outside the directory", resealed([](PrepState& s) { s.split[0].done[0].name = "/etc/passwd"; }),
+  refused("a shard outside the directory",
+          resealed([](PrepState& s) { s.split[0].done[0].name = "/etc/passwd"; }),
           at + "train shard 0 is named '/etc/passwd', expected train_000000.bin");
   refused("a val shard named as a train shard", resealed([](PrepState& s) {
             if (s.split[1].done.empty()) {
@@ -485,7 +491,8 @@ TEST_CASE("a stopped prep's state, shards and inputs are checked before it resum
   edited[edited.find("position ") + 9] ^= 1;
   refused("an edit, not resealed", edited, at + "checksum mismatch");
   refused("a truncated state", sealed.substr(0, sealed.size() / 2), at + "not a sealed prep state");
-  refused("a state of the unsealed format 1", "modtrain-prep-state 1\nend\n", at + "written by an older modtrain");
+  refused("a state of the unsealed format 1", "modtrain-prep-state 1\nend\n",
+          at + "written by an older modtrain");
   write_file(state_path, sealed);
 
   // A finished shard changed on disk (same size), and the input changed before the position.
