@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "configs/config.h"
+#include "core/util/atomic_file.h"
 #include "core/util/find_on_path.h"
 #include "grid/expand.h"
 #include "grid/local_runner.h"
@@ -108,9 +109,7 @@ void write_points(const Grid& g) {
     std::stringstream ss;
     ss << old.rdbuf();
     if (old && ss.str() == text) continue;
-    const std::string tmp = path + ".tmp";
-    std::ofstream(tmp) << text;
-    fs::rename(tmp, path);
+    util::replace_file(path, text);
   }
 }
 
@@ -192,10 +191,9 @@ int plan(const PlanOptions& o) {
   std::vector<std::string> too_big;  // points whose predicted peak exceeds --device-memory-gb
   double total_flops = 0, total_seconds = 0;
   bool all_known = true;
-  std::ofstream csv;
+  std::ostringstream csv;
   fs::create_directories(g.out);
   const std::string csv_path = g.out + "/plan.csv";
-  csv.open(csv_path + ".tmp");
   csv << "point,array_index,budget,shape,variant,routed,parameters,non_embedding_parameters,"
          "forward_flops_per_token,training_flops_per_token,tokens_per_step,steps,tokens,flops,"
          "budget_used,est_seconds,predicted_peak_bytes,status,reason\n";
@@ -232,8 +230,7 @@ int plan(const PlanOptions& o) {
                 100 * p.flops_spent / p.budget, est >= 0 ? duration(est).c_str() : "-",
                 peak / 1e9, fits ? "" : " !");
   }
-  csv.close();
-  fs::rename(csv_path + ".tmp", csv_path);
+  util::replace_file(csv_path, csv.str());
   std::printf("\n");
   if (!too_big.empty()) {
     std::printf("warning: %zu points' predicted peak exceeds %.4g GB per device (marked !): ",
@@ -384,11 +381,9 @@ int submit(const SubmitOptions& o) {
   paths.spec = g.spec_path;
   const std::string script = sbatch_script(g.spec, runnable, paths);
   const std::string job_sh = g.out + "/" + kJobProtocolFile;  // sourced by grid.sbatch
-  std::ofstream(job_sh + ".tmp") << job_protocol_script();
-  fs::rename(job_sh + ".tmp", job_sh);
+  util::replace_file(job_sh, job_protocol_script());
   const std::string path = g.out + "/grid.sbatch";
-  std::ofstream(path + ".tmp") << script;
-  fs::rename(path + ".tmp", path);
+  util::replace_file(path, script);
   fs::permissions(path, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
   std::printf(
       "wrote %s: array %s (%zu points, %d finished already; finished tasks exit at once)\n",

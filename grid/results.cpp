@@ -4,8 +4,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 
+#include "core/util/atomic_file.h"
 #include "train/inference.h"
 
 namespace mod::grid {
@@ -60,36 +62,32 @@ std::vector<PointResult> collect_results(const std::vector<GridPoint>& points,
 }
 
 void write_results_csv(const std::string& path, const std::vector<PointResult>& results) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    if (!f) throw std::runtime_error("grid collect: cannot write " + tmp);
-    f << "point,budget,shape,variant,routed,parameters,non_embedding_parameters,"
-         "forward_flops_per_token,training_flops_per_token,steps,tokens,flops,final_val_loss,"
-         "final_val_loss_causal,status,train_seconds,note\n";
-    char buf[512];
-    for (const auto& r : results) {
-      const GridPoint& p = *r.point;
-      std::snprintf(buf, sizeof buf, "%s,%s,%s,%s,%d,%lld,%lld,%.6g,%.6g,%lld,%lld,%.6g,", p.name.c_str(),
-                    p.budget_label.c_str(), p.shape.c_str(), p.variant.c_str(), p.routed ? 1 : 0,
-                    static_cast<long long>(p.flops.parameters),
-                    static_cast<long long>(p.flops.non_embedding_parameters), p.flops.forward_per_token,
-                    p.flops.training_per_token, static_cast<long long>(p.steps),
-                    static_cast<long long>(p.tokens()), p.flops_spent);
-      f << buf;
-      for (const auto& loss : {r.val_loss, r.causal_val_loss}) {
-        if (loss) {
-          std::snprintf(buf, sizeof buf, "%.6f", *loss);
-          f << buf;
-        }
-        f << ",";
+  std::ostringstream f;
+  f << "point,budget,shape,variant,routed,parameters,non_embedding_parameters,"
+       "forward_flops_per_token,training_flops_per_token,steps,tokens,flops,final_val_loss,"
+       "final_val_loss_causal,status,train_seconds,note\n";
+  char buf[512];
+  for (const auto& r : results) {
+    const GridPoint& p = *r.point;
+    std::snprintf(buf, sizeof buf, "%s,%s,%s,%s,%d,%lld,%lld,%.6g,%.6g,%lld,%lld,%.6g,",
+                  p.name.c_str(), p.budget_label.c_str(), p.shape.c_str(), p.variant.c_str(),
+                  p.routed ? 1 : 0, static_cast<long long>(p.flops.parameters),
+                  static_cast<long long>(p.flops.non_embedding_parameters),
+                  p.flops.forward_per_token, p.flops.training_per_token,
+                  static_cast<long long>(p.steps), static_cast<long long>(p.tokens()),
+                  p.flops_spent);
+    f << buf;
+    for (const auto& loss : {r.val_loss, r.causal_val_loss}) {
+      if (loss) {
+        std::snprintf(buf, sizeof buf, "%.6f", *loss);
+        f << buf;
       }
-      std::snprintf(buf, sizeof buf, "%s,%.1f,", csv_field(r.status).c_str(), r.state.train_seconds);
-      f << buf << csv_field(r.note) << "\n";
+      f << ",";
     }
-    if (!f.flush()) throw std::runtime_error("grid collect: cannot write " + tmp);
+    std::snprintf(buf, sizeof buf, "%s,%.1f,", csv_field(r.status).c_str(), r.state.train_seconds);
+    f << buf << csv_field(r.note) << "\n";
   }
-  std::filesystem::rename(tmp, path);
+  util::replace_file(path, f.str());
 }
 
 }  // namespace mod::grid

@@ -1,8 +1,8 @@
 // GridSpec loading and validation (see grid.h).
 #include "grid/spec.h"
 
+#include <algorithm>
 #include <cmath>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -28,11 +28,46 @@ std::string rehome(const std::string& error, const std::string& strip, const std
   return e;
 }
 
+// A value quoted in an error, cut to 40 characters: a hostile spec may hold megabytes.
+std::string shown(const std::string& v) {
+  std::string out = "'";
+  out.append(v, 0, 40);
+  if (v.size() <= 40) return out + "'";
+  return out + "...' (" + std::to_string(v.size()) + " characters)";
+}
+
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+// Skips the digits at s[i...]; whether there was at least one.
+bool skip_digits(const std::string& s, size_t& i) {
+  const size_t from = i;
+  while (i < s.size() && is_digit(s[i])) ++i;
+  return i > from;
+}
+
+// Slurm's --time forms MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS: [D-]N[:N[:N]], checked by
+// hand (std::regex recurses per character and overflows the stack on long input).
+bool valid_slurm_time(const std::string& s) {
+  if (s.empty() || s.size() > 32) return false;
+  size_t i = 0;
+  if (const size_t dash = s.find('-'); dash != std::string::npos)
+    if (!skip_digits(s, i) || i++ != dash) return false;
+  if (!skip_digits(s, i)) return false;
+  for (int parts = 0; parts < 2 && i < s.size() && s[i] == ':'; ++parts)
+    if (!skip_digits(s, ++i)) return false;
+  return i == s.size();
+}
+
 }  // namespace
 
 bool valid_grid_label(const std::string& label) {
-  static const std::regex ok("[A-Za-z0-9.-]+");
-  return std::regex_match(label, ok);
+  return !label.empty() && label.size() <= kMaxGridLabelChars &&
+         std::all_of(label.begin(), label.end(), [](char c) {
+           return is_digit(c) || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '.' ||
+                  c == '-';
+         });
 }
 
 modtrain::GridSpec parse_grid_text(const std::string& text, const std::string& origin) {
@@ -48,12 +83,15 @@ void validate_grid(const modtrain::GridSpec& spec, const std::string& origin) {
   auto bad = [&](const std::string& field, const std::string& what) { fail(field + ": " + what); };
   auto label = [&](const std::string& field, const std::string& v) {
     if (!valid_grid_label(v))
-      bad(field, "'" + v + "' must be letters, digits, '.' or '-' (no '_': it separates the "
-                 "parts of a point name), e.g. \"s2\"");
+      bad(field, shown(v) + " must be 1 to " + std::to_string(kMaxGridLabelChars) +
+                     " letters, digits, '.' or '-' (no '_': it separates the parts of a point "
+                     "name), e.g. \"s2\"");
   };
   if (!spec.has_name()) bad("name", "missing; e.g. name: \"cpu_small\"");
-  if (spec.name().empty() || spec.name().find_first_of(" \t\n/'\"") != std::string::npos)
-    bad("name", "'" + spec.name() + "' must be non-empty without spaces, quotes or '/'");
+  if (spec.name().empty() || spec.name().size() > kMaxGridLabelChars ||
+      spec.name().find_first_of(" \t\n/'\"") != std::string::npos)
+    bad("name", shown(spec.name()) + " must be 1 to " + std::to_string(kMaxGridLabelChars) +
+                    " characters without spaces, quotes or '/' (it names the output directory)");
 
   if (spec.budgets_size() == 0) bad("budgets", "none given; e.g. budgets: [1e13, 3e13]");
   for (int i = 0; i < spec.budgets_size(); ++i)
@@ -149,9 +187,9 @@ void validate_grid(const modtrain::GridSpec& spec, const std::string& origin) {
     bad("warmup_fraction", num(spec.warmup_fraction()) + " must be in [0, 1)");
 
   const auto& s = spec.slurm();
-  static const std::regex time_re("([0-9]+-)?[0-9]+(:[0-9]+){0,2}");
-  if (!std::regex_match(s.time_limit(), time_re))
-    bad("slurm.time_limit", "'" + s.time_limit() + "' is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)");
+  if (!valid_slurm_time(s.time_limit()))
+    bad("slurm.time_limit",
+        shown(s.time_limit()) + " is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)");
   if (s.nodes() < 1) bad("slurm.nodes", std::to_string(s.nodes()) + " must be >= 1");
   if (s.ntasks() < s.nodes())
     bad("slurm.ntasks", std::to_string(s.ntasks()) + " must be >= slurm.nodes " + std::to_string(s.nodes()));

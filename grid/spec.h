@@ -5,6 +5,7 @@
 // which reports such points as skipped with the reason (grid/expand.h).
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "configs/grid.pb.h"
@@ -20,8 +21,11 @@ void validate_grid(const modtrain::GridSpec& spec, const std::string& origin);
 // parse + validate a spec file.
 modtrain::GridSpec load_grid(const std::string& path);
 
-// Whether a shape or variant label may be part of a point name: [A-Za-z0-9.-]+ ('_' separates
-// the parts of a point name, so the name splits back into budget, shape and variant).
+// The longest shape, variant or grid name: point names and directories are built from them.
+inline constexpr size_t kMaxGridLabelChars = 64;
+
+// Whether a shape or variant label may be part of a point name: 1 to kMaxGridLabelChars of
+// [A-Za-z0-9.-] ('_' separates the parts of a point name, so it splits back into its parts).
 bool valid_grid_label(const std::string& label);
 
 }  // namespace mod::grid

@@ -21,7 +21,8 @@ launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(config grid_spec tokenizer hf_tokenizer token_shard
-  checkpoint_meta checkpoint_shard safetensors metrics_csv tb_events dataset_manifest)
+  checkpoint_meta checkpoint_shard safetensors metrics_csv tb_events dataset_manifest prep_state
+  text_source)
 mkdir -p "$build"
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DMOD_FUZZ=ON -DMOD_USE_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" >"$build/configure.log" 2>&1 ||
@@ -32,7 +33,8 @@ ninja -C "$build" -j"${BUILD_JOBS:-2}" $(printf 'fuzz_%s ' "${targets[@]}") >"$b
 max_len() {  # per format: big enough for the seeds, small enough to stay fast
   case $1 in
     token_shard|checkpoint_shard|safetensors|tb_events) echo 65536 ;;
-    hf_tokenizer) echo 32768 ;;
+    hf_tokenizer|text_source) echo 32768 ;;
+    grid_spec) echo 1100000 ;;  # a label of a million characters once overflowed std::regex
     *) echo 8192 ;;
   esac
 }

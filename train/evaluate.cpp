@@ -17,15 +17,22 @@ data::Dataset load_dataset(const std::string& dir, int64_t model_vocab) {
   return d;
 }
 
+void check_evaluable(const data::ShardSet& tokens, int64_t seq_len, int64_t batch) {
+  if (tokens.windows(seq_len) < static_cast<uint64_t>(batch))
+    throw std::invalid_argument(
+        "evaluate: " + tokens.origin() + ": " + std::to_string(tokens.tokens()) +
+        " validation tokens in " + std::to_string(tokens.files().size()) + " shard(s) give " +
+        std::to_string(tokens.windows(seq_len)) + " windows of " + std::to_string(seq_len + 1) +
+        " tokens, fewer than one batch of " + std::to_string(batch) +
+        " (give more validation data, a smaller train.batch_size, or train.eval_every 0)");
+}
+
 EvalResult evaluate(const model::Transformer& model, const data::ShardSet& tokens,
                     int64_t seq_len, int64_t batch, int64_t max_batches, model::RoutingMode mode,
                     parallel::Communicator* dp) {
   NoGradGuard no_grad;
+  check_evaluable(tokens, seq_len, batch);
   const auto batches = data::sequential_batches(tokens, seq_len, batch, max_batches);
-  if (batches.empty())
-    throw std::invalid_argument("evaluate: " + std::to_string(tokens.tokens()) +
-                                " validation tokens cannot fill one batch of " +
-                                std::to_string(batch) + " x " + std::to_string(seq_len));
   const size_t stride = dp ? dp->size() : 1, first = dp ? dp->rank() : 0;
   Tensor sums = Tensor::zeros({2}, DType::F64);  // loss sum, tokens
   const Device device = model.parameters().front().device();

@@ -14,6 +14,10 @@ namespace mod::train {
 // Opens the dataset in dir (data::Dataset::open); its vocabulary must match model.vocab_size.
 data::Dataset load_dataset(const std::string& dir, int64_t model_vocab);
 
+// Throws, naming the shard set, when it cannot fill one evaluation batch of batch x seq_len
+// tokens (a run with validation checks this before its first step).
+void check_evaluable(const data::ShardSet& tokens, int64_t seq_len, int64_t batch);
+
 struct EvalResult {
   double loss = 0;  // mean over the evaluated batches
   int64_t tokens = 0;

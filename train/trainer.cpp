@@ -15,6 +15,7 @@
 #include "core/backend.h"
 #include "core/device_report.h"
 #include "core/device_trace.h"
+#include "core/util/atomic_file.h"
 #include "model/memory_plan.h"
 #include "model/routing_trace.h"
 #include "parallel/device_communicator.h"
@@ -56,11 +57,13 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   row_end_ = row_begin_ + rows;
   loader_ = std::make_unique<data::WindowLoader>(data_.train, cfg_.model().seq_len(),
                                                  cfg_.train().batch_size(), cfg_.train().seed());
+  if (cfg_.train().eval_every() > 0)  // found now, not at the first evaluation after training steps
+    check_evaluable(data_.val, cfg_.model().seq_len(), cfg_.train().batch_size());
   const char* check = std::getenv("MOD_CHECK_TP_ROUTING");
   check_routing_ = check && std::string(check) == "1";
   if (writer_) {
     fs::create_directories(run_dir_);
-    std::ofstream(run_dir_ + "/config.textproto") << config::to_text(cfg_);
+    util::replace_file(run_dir_ + "/config.textproto", config::to_text(cfg_));
   }
 }
 

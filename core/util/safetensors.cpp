@@ -2,6 +2,7 @@
 // safetensors_header.cpp before any tensor is allocated.
 #include "core/util/safetensors.h"
 
+#include "core/util/atomic_file.h"
 #include "core/util/safetensors_header.h"
 
 #include <cstring>
@@ -69,21 +70,15 @@ void save_safetensors(const std::string& path,
   json << "}";
   std::string header = json.str();
   header.append((8 - header.size() % 8) % 8, ' ');  // align the data to 8 bytes
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error("safetensors: cannot open " + tmp + " for writing");
-    const uint64_t n = header.size();
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    for (const auto& [name, t] : tensors) {
-      const Tensor host = t.to(Device::CPU);  // the tensor itself when already there
-      out.write(static_cast<const char*>(host.raw_data()), static_cast<std::streamsize>(host.nbytes()));
-    }
-    out.flush();
-    if (!out) throw std::runtime_error("safetensors: writing " + tmp + " failed (disk full?)");
+  util::AtomicFile out(path);
+  const uint64_t n = header.size();
+  out.write(&n, 8);
+  out.write(header);
+  for (const auto& [name, t] : tensors) {
+    const Tensor host = t.to(Device::CPU);  // the tensor itself when already there
+    out.write(host.raw_data(), host.nbytes());
   }
-  std::filesystem::rename(tmp, path);
+  out.commit();
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {

@@ -5,7 +5,9 @@
 #   order, fill the two splits; training on it runs, and sample decodes with the dataset's
 #   tokenizer (skipped, saying so, without the library);
 # - llm.c shards (written here) are indexed where they lie and trained on;
-# - resuming after a training shard changed is refused, naming the shard.
+# - resuming after a training shard changed is refused, naming the shard;
+# - a training split too small for one batch, or a validation split too small for one evaluation,
+#   is refused before the first step, naming the dataset and the split.
 # Usage: dataset_cli_test.sh MODTRAIN SOURCE_DIR
 set -euo pipefail
 modtrain=$1
@@ -126,4 +128,25 @@ if "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" --run-di
 fi
 grep -q "fw_train_000002.bin changed since the checkpoint" "$work/resume.log" \
   || fail "resume error does not name the changed shard: $(cat "$work/resume.log")"
+
+# --- too little data: refused at start (not at the first evaluation), naming dataset and split ---
+python3 - "$work" <<'PY'
+import struct, sys
+with open(sys.argv[1] + "/fw_small.bin", "wb") as f:  # 33 tokens: one window of 65 does not fit
+    f.write(struct.pack("<256i", 20240520, 1, 33, *([0] * 253)))
+    f.write(struct.pack("<33H", *range(33)))
+PY
+for split in val train; do
+  if [ $split = val ]; then shards=(--train-shards "$work/fw_train_000001.bin" --val-shards "$work/fw_small.bin")
+  else shards=(--train-shards "$work/fw_small.bin" --val-shards "$work/fw_val_000000.bin"); fi
+  "$modtrain" prep --out "$work/small_$split" --format llmc "${shards[@]}" > /dev/null
+  if "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" --run-dir "$work/small_${split}_run" \
+      --data "$work/small_$split" "${tiny[@]}" --set model.vocab_size=50257 --set train.steps=4 \
+      --set train.eval_every=4 > "$work/small_$split.log" 2>&1; then
+    fail "training on a $split split of 33 tokens succeeded"
+  fi
+  grep -q "dataset $work/small_$split ($split split): 33 " "$work/small_$split.log" \
+    || fail "the error does not name the dataset and the $split split: $(cat "$work/small_$split.log")"
+  ! grep -q "^step " "$work/small_$split.log" || fail "$split: training steps ran before the error"
+done
 echo "dataset_cli_test: all checks passed"

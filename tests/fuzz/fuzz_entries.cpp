@@ -17,6 +17,8 @@
 #include "train/checkpoint/metadata.h"
 #include "train/data/dataset.h"
 #include "train/data/hf_tokenizer.h"
+#include "train/data/prep_state.h"
+#include "train/data/text_source.h"
 #include "train/data/token_file.h"
 #include "train/data/tokenizer.h"
 #include "train/metrics/metrics_writer.h"
@@ -159,6 +161,65 @@ int fuzz_one_tb_events(const uint8_t* data, size_t size) {
   return 0;
 }
 
+// Byte 0 odd: the rest is resealed first (a correct crc32c line appended), so the fuzzer reaches
+// the line parser and check_prep_state behind the seal; even: the rest as it is. The state is
+// checked against one seekable input (the rest's bytes) and --shard-tokens 400, and a state
+// that passes must print and parse back to itself.
+int fuzz_one_prep_state(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  std::string text = text_of(data + 1, size - 1);
+  if (data[0] & 1) {
+    char seal[32];
+    std::snprintf(seal, sizeof seal, "crc32c %08x\n", crc32c(text.data(), text.size()));
+    text += seal;
+  }
+  const data::PrepState s = data::parse_prep_state(text, "fuzz.prep.state");
+  const std::string printed = data::prep_state_text(s);
+  if (data::prep_state_text(data::parse_prep_state(printed, "fuzz.prep.state (printed)")) !=
+      printed)
+    std::abort();  // a state must survive its own round trip
+  const MemFile input(data + 1, size - 1);
+  data::InputInfo in;
+  in.name = input.path();
+  in.size = static_cast<int64_t>(size - 1);
+  data::check_prep_state(s, {in}, 400, "fuzz.prep.state");
+  return 0;
+}
+
+// Byte 0: the input's kind (plain text, JSON Lines, either gzip'd); byte 1: the chunk size of
+// plain text (1 to 256 bytes) and a document to resume after. Every document is read; a plain
+// file's documents give the file back; resuming after any document yields the same rest.
+int fuzz_one_text_source(const uint8_t* data, size_t size) {
+  if (size < 2) return 0;
+  const MemFile file(data + 2, size - 2);
+  data::InputInfo in;
+  in.name = file.path();
+  in.kind = data[0] & 1 ? data::InputKind::Jsonl : data::InputKind::PlainText;
+  in.gzip = data[0] & 2;
+  in.size = static_cast<int64_t>(size - 2);
+  const size_t chunk = 1 + data[1];
+  std::vector<data::Document> docs;
+  data::TextSource src({in}, "text", chunk);
+  for (data::Document d; src.next(d);) {
+    docs.push_back(d);
+    if (docs.size() > size + 1) std::abort();  // every document consumes input
+  }
+  if (in.kind == data::InputKind::PlainText && !in.gzip) {
+    std::string all;
+    for (const auto& d : docs) all += d.text;
+    if (all != text_of(data + 2, size - 2)) std::abort();
+  }
+  if (docs.empty()) return 0;
+  const size_t k = data[1] % docs.size();
+  data::TextSource rest({in}, "text", chunk);
+  rest.seek(docs[k].next);
+  data::Document d;
+  for (size_t i = k + 1; i < docs.size(); ++i)
+    if (!rest.next(d) || d.text != docs[i].text) std::abort();
+  if (rest.next(d)) std::abort();
+  return 0;
+}
+
 bool names_input(const std::string& what) {
   return what.find("fuzz") != std::string::npos || what.find("/proc/self/fd/") != std::string::npos;
 }
@@ -176,6 +237,8 @@ const std::vector<Target>& targets() {
       {"metrics_csv", fuzz_one_metrics_csv},
       {"tb_events", fuzz_one_tb_events},
       {"dataset_manifest", fuzz_one_dataset_manifest},
+      {"prep_state", fuzz_one_prep_state},
+      {"text_source", fuzz_one_text_source},
   };
   return all;
 }

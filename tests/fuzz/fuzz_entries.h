@@ -23,6 +23,8 @@ int fuzz_one_safetensors(const uint8_t* data, size_t size);       // .safetensor
 int fuzz_one_metrics_csv(const uint8_t* data, size_t size);       // metrics.csv on resume
 int fuzz_one_tb_events(const uint8_t* data, size_t size);         // TensorBoard event file
 int fuzz_one_dataset_manifest(const uint8_t* data, size_t size);  // dataset.textproto
+int fuzz_one_prep_state(const uint8_t* data, size_t size);        // byte 0 (reseal?) + prep.state
+int fuzz_one_text_source(const uint8_t* data, size_t size);       // 2 bytes (kind, chunk) + input
 
 // Whether an error message names the input: the entries call it fuzz...; readers that take a
 // path see /proc/self/fd/N. An error that names neither is a finding like a crash.

@@ -59,3 +59,28 @@ bad[14] ^= 0x20
 put("tb_events", "corrupt_middle_record", b"\0" + rec + bytes(bad) + rec)
 put("metrics_csv", "negative_step", b"\0step,loss\n-5,1.0\n")
 put("metrics_csv", "step_overflow", b"\0step,loss\n99999999999999999999,1.0\n")
+
+# Issue 43: labels and a time limit of 100,000 characters (std::regex overflowed its stack from
+# about 30,000); a grid name that long names no directory.
+tiny_grid = open("tests/grid/tiny_grid.textproto").read()
+put("grid_spec", "long_shape_name", tiny_grid.replace('name: "s1"', 'name: "' + "a" * 100000 + '"'))
+put("grid_spec", "long_variant_name", tiny_grid.replace('name: "dense"', 'name: "' + "d" * 100000 + '"'))
+put("grid_spec", "long_time_limit", tiny_grid.replace('time_limit: "00:10:00"', 'time_limit: "' + "1" * 100000 + '"'))
+put("grid_spec", "long_grid_name", tiny_grid.replace('name: "tiny"', 'name: "' + "g" * 100000 + '"'))
+# prep.state edits that once resumed with exit 0 to a wrong dataset; resealed (byte 0 = 1) as a
+# hand edit would be, so the checks behind the seal refuse them.
+def state(**kw):
+    return b"\1" + seeds.prep_state(seal=False, **kw).encode()
+put("prep_state", "input_past_end", state(position="7 0 0 0 00000000"))
+put("prep_state", "offset_moved", state(position="0 200 5 5 00000000", documents="5 0 100",
+                                        splits=(("0 0 0 5", []), ("0 0 0 0", []))))
+put("prep_state", "shard_etc_passwd", state(splits=(("1 0 400 1", ["/etc/passwd 400 0"]), ("0 0 0 0", []))))
+put("prep_state", "shard_line_removed", state(splits=(("2 0 800 2", ["train_000000.bin 400 0"]), ("0 0 0 0", []))))
+put("prep_state", "shard_tokens_changed", state(splits=(("1 0 399 1", ["train_000000.bin 399 0"]), ("0 0 0 0", []))))
+put("prep_state", "negative_count", state(documents="-1 0 0"))
+put("prep_state", "edited_not_resealed", b"\0" + seeds.prep_state().replace("position 0", "position 1").encode())
+# A .gz input whose magic byte is damaged: zlib would pass the compressed bytes through as text.
+import gzip
+damaged = bytearray(gzip.compress(b"a document long enough to be worth compressing\n" * 8, mtime=0))
+damaged[1] ^= 0x01
+put("text_source", "gzip_damaged_magic", bytes([2, 40]) + bytes(damaged))

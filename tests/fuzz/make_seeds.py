@@ -172,3 +172,35 @@ def meta(step, opt_steps, sealed=True):
     return body + (field(11, 0, crc32c(body)) if sealed else b"")
 put("checkpoint_meta", "step10.pb", meta(10, 10))
 put("checkpoint_meta", "unsealed_old.pb", meta(10, 10, sealed=False))
+
+# prep.state as train/data/prep_state.cpp writes it: the lines, then a crc32c line sealing them.
+# Byte 0 of a prep_state input: odd = reseal the rest first (fuzz_one_prep_state).
+def prep_state(position="0 0 0 0 00000000", documents="0 0 0", splits=(("0 0 0 0", []), ("0 0 0 0", [])),
+               seal=True):
+    body = ("modtrain-prep-state 2\noption\tinput 0\tcorpus.jsonl (5000 bytes)\noption\t--shard-tokens\t400\n"
+            "position " + position + "\ndocuments " + documents + "\n")
+    for i, (split, shards) in enumerate(splits):
+        body += "split %d %s\n" % (i, split)
+        body += "".join("shard %d %s\n" % (i, s) for s in shards)
+    body += "end\n"
+    return body + ("crc32c %08x\n" % crc32c(body.encode()) if seal else "")
+put("prep_state", "fresh.state", b"\0" + prep_state().encode())
+put("prep_state", "two_shards.state", b"\0" + prep_state(
+    "0 120 4 4 1c2d3e4f", "4 1 900", (("2 17 817 3", ["train_000000.bin 400 3735928559", "train_000001.bin 400 1"]),
+                                      ("1 3 403 1", ["val_000000.bin 400 7"]))).encode())
+put("prep_state", "resealed_body.state", b"\1" + prep_state(seal=False).encode())
+
+# Inputs of prep: byte 0 the kind (bit 0 JSON Lines, bit 1 gzip), byte 1 the chunk size - 1.
+import gzip
+text = "In the beginning God created the heaven and the earth.\nAnd the earth was without form.\n" * 4
+jsonl = "".join(json.dumps({"text": line, "id": i}) + "\n" for i, line in enumerate(text.splitlines()))
+put("text_source", "plain.txt", bytes([0, 40]) + text.encode())
+put("text_source", "lines.jsonl", bytes([1, 3]) + jsonl.encode() + b"\n  \n")
+put("text_source", "plain.txt.gz", bytes([2, 63]) + gzip.compress(text.encode(), mtime=0))
+put("text_source", "lines.jsonl.gz", bytes([3, 0]) + gzip.compress(jsonl.encode(), mtime=0))
+
+# A grid spec with long labels (a million-character one once overflowed std::regex's stack).
+with open("tests/grid/tiny_grid.textproto") as f:
+    tiny_grid = f.read()
+put("grid_spec", "long_labels.textproto", tiny_grid.replace('name: "s1"', 'name: "' + "s" * 64 + '"')
+    .replace('name: "dense"', 'name: "' + "d" * 20000 + '"'))

@@ -190,6 +190,45 @@ TEST_CASE("invalid grid specs fail with the file and the field", "[grid][errors]
   CHECK_THROWS_WITH(grid::load_grid("/nonexistent/grid.textproto"), Contains("/nonexistent/grid.textproto"));
 }
 
+// A label or time limit of a million characters once overflowed the stack inside std::regex.
+TEST_CASE("a million-character label, grid name or time limit is refused, quoted short",
+          "[grid][errors]") {
+  const std::string huge(1000000, 'a');
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"shapes { name: \"" + huge + "\" d_model: 32 n_layers: 1 n_heads: 2 d_ff: 8 }",
+       "shapes[2].name"},
+      {"variants { name: \"" + huge + "\" }", "variants[2].name"},
+      {"name: \"" + huge + "\"", "name"},
+      {"slurm { time_limit: \"" + std::string(1000000, '1') + "\" }", "slurm.time_limit"},
+      {"slurm { time_limit: \"1:" + std::string(1000000, ':') + "\" }", "slurm.time_limit"},
+  };
+  for (const auto& [extra, field] : cases) {
+    INFO(field);
+    try {
+      tiny_with(extra);
+      FAIL("no error");
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      CHECK_THAT(what, Contains("grid spec tiny_grid+: " + field + ": '"));
+      CHECK_THAT(what, Contains("(1000000 characters)") || Contains("(1000002 characters)"));
+      CHECK(what.size() < 400);
+    }
+  }
+  // The longest label still passes; the Slurm time forms pass, their near misses do not.
+  CHECK(grid::valid_grid_label(std::string(grid::kMaxGridLabelChars, 'x')));
+  CHECK_FALSE(grid::valid_grid_label(std::string(grid::kMaxGridLabelChars + 1, 'x')));
+  CHECK_FALSE(grid::valid_grid_label(""));
+  for (const char* ok : {"30", "30:00", "04:00:00", "2-00", "2-04:00", "2-04:00:00"}) {
+    INFO(ok);
+    CHECK_NOTHROW(tiny_with(std::string("slurm { time_limit: \"") + ok + "\" }"));
+  }
+  for (const char* bad : {"", "-1", "2-", "1:2:3:4", "4:", ":4", "1-2-3", "2-04:00:00 "}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(tiny_with(std::string("slurm { time_limit: \"") + bad + "\" }"),
+                      Contains("slurm.time_limit"));
+  }
+}
+
 TEST_CASE("every grid in configs/grids loads and expands", "[grid]") {
   int n = 0;
   for (const auto& entry : std::filesystem::directory_iterator(kGrids)) {

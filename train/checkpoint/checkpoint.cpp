@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "core/util/file_io.h"
 #include "train/checkpoint/checkpoint.pb.h"
-#include "train/checkpoint/file_io.h"
 #include "train/checkpoint/metadata.h"
 
 namespace mod::ckpt {
@@ -48,7 +48,7 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 std::optional<std::string> find_latest(const std::string& run_dir) {
   const std::string latest = checkpoints_dir(run_dir) + "/latest";
   if (!fs::exists(latest)) return std::nullopt;
-  std::string name = io::read_file(latest);
+  std::string name = util::read_file(latest);
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   if (!parse_step_dir_name(name))
     throw std::runtime_error("checkpoint " + latest + ": '" + name +
@@ -59,7 +59,7 @@ std::optional<std::string> find_latest(const std::string& run_dir) {
     throw std::runtime_error("checkpoint " + latest + " names " + dir + ", which has no " +
                              kMetadataFile);
   modtrain::ckpt::CheckpointMeta meta;
-  if (!meta.ParseFromString(io::read_file(meta_path)))
+  if (!meta.ParseFromString(util::read_file(meta_path)))
     throw std::runtime_error("checkpoint " + meta_path + ": cannot parse (named by " + latest +
                              ")");
   return dir;

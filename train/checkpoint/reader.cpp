@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "core/util/file_io.h"
 #include "train/checkpoint/box.h"
 #include "train/checkpoint/checkpoint.pb.h"
-#include "train/checkpoint/file_io.h"
 #include "train/checkpoint/metadata.h"
 #include "train/checkpoint/shard_file.h"
 
@@ -79,7 +79,7 @@ CheckpointReader::CheckpointReader(const std::string& dir)
     throw std::runtime_error("checkpoint " + metadata_path_ +
                              ": missing (not a checkpoint directory, or an unfinished one)");
   modtrain::ckpt::CheckpointMeta meta =
-      open_meta(io::read_file(metadata_path_), "checkpoint " + metadata_path_);
+      open_meta(util::read_file(metadata_path_), "checkpoint " + metadata_path_);
   state_ = state_from_meta(meta);
   for (auto& t : *meta.mutable_tensors()) {
     const std::string name = t.name();

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "core/util/file_io.h"
 #include "train/checkpoint/checkpoint.h"
-#include "train/checkpoint/file_io.h"
 
 namespace mod::ckpt {
 
@@ -37,7 +37,7 @@ std::vector<std::string> apply_retention(const std::string& run_dir, int keep_la
     const std::string dir = checkpoints_dir(run_dir) + "/" + step_dir_name(step);
     std::error_code ec;
     std::filesystem::remove_all(dir + ".tmp", ec);  // a leftover of the same name
-    io::rename_path(dir, dir + ".tmp");
+    util::rename_path(dir, dir + ".tmp");
     std::filesystem::remove_all(dir + ".tmp", ec);
     if (ec) throw std::runtime_error("checkpoint: cannot remove " + dir + ".tmp: " + ec.message());
     deleted.push_back(dir);

@@ -11,7 +11,7 @@
 #include <stdexcept>
 
 #include "core/util/crc32c.h"
-#include "train/checkpoint/file_io.h"
+#include "core/util/file_io.h"
 #include "train/checkpoint/metadata.h"
 
 namespace mod::ckpt {
@@ -51,7 +51,7 @@ modtrain::ckpt::RankPieces write_shard_file(const std::string& path, int rank,
   h.version = kFormatVersion;
   h.rank = static_cast<uint32_t>(rank);
   h.pieces = entries.size();
-  io::OutFile out(path);
+  util::OutFile out(path);
   out.write(&h, sizeof h);
   modtrain::ckpt::RankPieces pieces;
   for (const TensorEntry& e : entries) {
@@ -90,13 +90,13 @@ Tensor read_piece(const std::string& dir, const std::string& tensor_name, DType 
     throw std::runtime_error(where + "cannot stat: " + std::strerror(errno));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   Header h{};
-  if (size < sizeof h || !io::read_at(fd, &h, sizeof h, 0, path))
+  if (size < sizeof h || !util::read_at(fd, &h, sizeof h, 0, path))
     throw std::runtime_error(where + "not a modtrain shard file (no MODSHARD header)");
   check_shard_header(reinterpret_cast<const unsigned char*>(&h), size, where);
   check_piece_range(piece, dtype, size, where);  // before the tensor is allocated
   const uint64_t begin = piece.byte_offset();
   Tensor t = Tensor::empty(Shape(piece.local_shape().begin(), piece.local_shape().end()), dtype);
-  if (!io::read_at(fd, t.raw_data(), t.nbytes(), begin, path))
+  if (!util::read_at(fd, t.raw_data(), t.nbytes(), begin, path))
     throw std::runtime_error(where + "unexpected end of file (truncated)");
   const uint32_t computed = crc32c(t.raw_data(), t.nbytes());
   if (computed != piece.crc32c())

@@ -8,7 +8,8 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "train/checkpoint/file_io.h"
+#include "core/util/atomic_file.h"
+#include "core/util/file_io.h"
 #include "train/checkpoint/metadata.h"
 #include "train/checkpoint/retention.h"
 #include "train/checkpoint/shard_file.h"
@@ -108,6 +109,12 @@ std::string join_errors(const std::vector<std::string>& errors) {
   return out;
 }
 
+// A file error names the call and the path; the checkpoint's say they are a checkpoint's.
+std::string save_error(const std::exception& e) {
+  const bool file = dynamic_cast<const util::FileError*>(&e) != nullptr;
+  return (file ? "checkpoint: " : "") + std::string(e.what());
+}
+
 void remove_quietly(const std::string& path) {
   std::error_code ec;
   fs::remove_all(path, ec);
@@ -130,7 +137,7 @@ void prepare_directory(const std::string& ckpt_dir, const std::string& tmp_dir) 
       throw std::runtime_error("checkpoint: cannot remove " + e.path().string() + ": " +
                                ec.message());
   }
-  io::make_dir(tmp_dir);
+  util::make_dir(tmp_dir);
 }
 
 }  // namespace
@@ -178,7 +185,7 @@ void Checkpointer::save(const std::vector<TensorEntry>& entries, const TrainStat
     try {
       prepare_directory(ckpt_dir, p->tmp_dir);
     } catch (const std::exception& e) {
-      error = e.what();
+      error = save_error(e);
     }
   }
   const std::string errors = join_errors(all_gather_strings(comm_, error));
@@ -199,7 +206,7 @@ void Checkpointer::save(const std::vector<TensorEntry>& entries, const TrainStat
       if (!job->entries.empty()) job->result = write_shard_file(path, rank, job->entries);
     } catch (const std::exception& e) {
       job->result.Clear();
-      job->result.set_error(e.what());
+      job->result.set_error(save_error(e));
     }
     job->entries.clear();  // the clones are no longer needed
     fault_point("after_shard");
@@ -237,28 +244,28 @@ void Checkpointer::commit() {
 
       pb::CheckpointMeta meta = make_meta(p->state, merge_pieces(ranks));
       validate_index(meta, "checkpoint " + p->tmp_dir);
-      io::write_file(p->tmp_dir + "/" + kMetadataFile, seal_meta(meta));
-      io::fsync_dir(p->tmp_dir);
+      util::write_file(p->tmp_dir + "/" + kMetadataFile, seal_meta(meta));
+      util::fsync_dir(p->tmp_dir);
       fault_point("after_metadata");
 
       if (fs::exists(p->final_dir)) {
         // Replace a complete step_N only now that the new one is complete.
-        if (!io::exchange_paths(p->tmp_dir, p->final_dir)) {
+        if (!util::exchange_paths(p->tmp_dir, p->final_dir)) {
           const std::string old = p->final_dir + ".old.tmp";
-          io::rename_path(p->final_dir, old);
-          io::rename_path(p->tmp_dir, p->final_dir);
+          util::rename_path(p->final_dir, old);
+          util::rename_path(p->tmp_dir, p->final_dir);
           remove_quietly(old);
         }
-        io::fsync_dir(ckpt_dir);
+        util::fsync_dir(ckpt_dir);
         remove_quietly(p->tmp_dir);  // the previous step_N, swapped out
       } else {
-        io::rename_path(p->tmp_dir, p->final_dir);
-        io::fsync_dir(ckpt_dir);
+        util::rename_path(p->tmp_dir, p->final_dir);
+        util::fsync_dir(ckpt_dir);
       }
       fault_point("after_rename");
-      io::replace_file(ckpt_dir + "/latest", step_dir_name(p->state.step) + "\n");
+      util::replace_file(ckpt_dir + "/latest", step_dir_name(p->state.step) + "\n");
     } catch (const std::exception& e) {
-      status = e.what();
+      status = save_error(e);
       remove_quietly(p->tmp_dir);
     }
     if (status.empty()) {

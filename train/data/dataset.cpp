@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "configs/config.h"
-#include "train/data/durable_file.h"
+#include "core/util/atomic_file.h"
 
 namespace mod::data {
 
@@ -48,7 +48,7 @@ ShardSet open_split(const std::string& dir, const std::string& manifest_path, co
                               " tokens, the file holds " + std::to_string(f.tokens()));
     files.push_back(std::move(f));
   }
-  return ShardSet(std::move(files));
+  return ShardSet(std::move(files), "dataset " + dir + " (" + split + " split)");
 }
 
 // A directory written by an older prep: tokenizer.txt, train.bin, val.bin (modtrain shards).
@@ -71,7 +71,8 @@ pb::Manifest legacy_manifest(const std::string& dir) {
 
 // --- ShardSet ---
 
-ShardSet::ShardSet(std::vector<TokenFile> files) : files_(std::move(files)) {
+ShardSet::ShardSet(std::vector<TokenFile> files, std::string origin)
+    : files_(std::move(files)), origin_(std::move(origin)) {
   for (const TokenFile& f : files_) tokens_ += f.tokens();
 }
 
@@ -120,7 +121,7 @@ pb::Manifest read_manifest(const std::string& path) {
 void write_manifest(const std::string& path, const pb::Manifest& m) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(m, &text);
-  write_file_atomic(path, text);
+  util::replace_file(path, text);
 }
 
 pb::Manifest index_token_files(const std::vector<std::string>& train,

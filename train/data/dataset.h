@@ -23,9 +23,11 @@ inline constexpr const char* kManifestName = "dataset.textproto";
 class ShardSet {
  public:
   ShardSet() = default;
-  explicit ShardSet(std::vector<TokenFile> files);
+  // origin names the set in errors, e.g. "dataset data/kjv (train split)".
+  explicit ShardSet(std::vector<TokenFile> files, std::string origin = "shard set");
 
   const std::vector<TokenFile>& files() const { return files_; }
+  const std::string& origin() const { return origin_; }
   uint64_t tokens() const { return tokens_; }
   uint64_t windows(int64_t seq_len) const;
   // Window w: inputs to in[0, S), targets to target[0, S).
@@ -36,6 +38,7 @@ class ShardSet {
  private:
   std::vector<TokenFile> files_;
   uint64_t tokens_ = 0;
+  std::string origin_ = "shard set";
 };
 
 // What identifies a shard for resume: a checkpoint stores its training shards' fingerprints and

@@ -33,10 +33,12 @@ WindowLoader::WindowLoader(ShardSet shards, int64_t seq_len, int64_t global_batc
   const uint64_t windows = shards_.windows(seq_len);
   if (windows < static_cast<uint64_t>(global_batch))
     throw std::invalid_argument(
-        "loader: " + std::to_string(shards_.tokens()) + " tokens in " +
+        "loader: " + shards_.origin() + ": " + std::to_string(shards_.tokens()) + " tokens in " +
         std::to_string(shards_.files().size()) + " shard(s) give " + std::to_string(windows) +
         " windows of " + std::to_string(seq_len + 1) + " tokens, fewer than one global batch of " +
-        std::to_string(global_batch));
+        std::to_string(global_batch) +
+        " (give more data, or a smaller train.batch_size or "
+        "model.seq_len)");
   batches_per_epoch_ = static_cast<int64_t>(windows / static_cast<uint64_t>(global_batch));
 }
 

@@ -15,8 +15,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/util/atomic_file.h"
 #include "train/data/dataset.h"
-#include "train/data/durable_file.h"
 #include "train/data/encode_pipeline.h"
 #include "train/data/prep_state.h"
 #include "train/data/text_source.h"
@@ -49,17 +49,11 @@ std::string fmt_double(double v) {
   return b;
 }
 
-std::string shard_name(const std::string& split, uint64_t index) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%s_%06" PRIu64 ".bin", split.c_str(), index);
-  return b;
-}
-
-void remove_split_files(const std::string& out, const std::string& split, uint64_t from_index) {
+void remove_split_files(const std::string& out, int split, uint64_t from_index) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(out, ec)) {
     const std::string n = e.path().filename().string();
-    const std::string prefix = split + "_";
+    const std::string prefix = std::string(kSplitNames[split]) + "_";
     if (n.rfind(prefix, 0) != 0) continue;
     const size_t dot = n.find(".bin");
     if (dot == std::string::npos) continue;
@@ -119,11 +113,28 @@ std::string bpe_sample(const std::vector<InputInfo>& inputs, const PrepOptions& 
 // One output split: a sequence of shards of shard_tokens tokens, <split>_000000.bin, ...
 class ShardStream {
  public:
-  ShardStream(std::string out, std::string split, uint64_t shard_tokens, uint32_t vocab)
-      : out_(std::move(out)), split_(std::move(split)), shard_tokens_(shard_tokens), vocab_(vocab) {}
+  ShardStream(std::string out, int split, uint64_t shard_tokens, uint32_t vocab)
+      : out_(std::move(out)), split_(split), shard_tokens_(shard_tokens), vocab_(vocab) {}
 
-  // Continues a recorded split (its partial shard cut back to the recorded length), or starts
-  // afresh (r null); either way removes the split's shards past the current one.
+  // A recorded split's finished shards, re-read whole before anything is changed: each must
+  // hold the header, token count and CRC-32C the state recorded.
+  void check_finished(const PrepState::Split& r) const {
+    const std::string start_over = " (delete " + out_ + " to start over)";
+    for (const ShardRecord& d : r.done) {
+      const std::string path = (fs::path(out_) / d.name).string();
+      if (!fs::exists(path)) fail(path, "missing: the stopped prep cannot resume" + start_over);
+      const TokenFile f = TokenFile::open(path, pb::MODTRAIN, vocab_);
+      if (f.tokens() != d.tokens || f.full_crc() != d.crc)
+        fail(path, std::to_string(f.tokens()) + " tokens, CRC-32C " + std::to_string(f.full_crc()) +
+                       "; " + kPrepStateName + " recorded " + std::to_string(d.tokens) +
+                       " tokens, " + std::to_string(d.crc) + ": changed since it was written" +
+                       start_over);
+    }
+  }
+
+  // Continues a recorded split (checked by check_prep_state and check_finished; its partial
+  // shard cut back to the recorded length), or starts afresh (r null); either way removes the
+  // split's shards past the current one.
   void restore(const PrepState::Split* r) {
     if (!r) {
       remove_split_files(out_, split_, 0);
@@ -133,10 +144,6 @@ class ShardStream {
     done_ = r->done;
     tokens_ = r->tokens;
     documents_ = r->documents;
-    for (const auto& d : done_)
-      if (!fs::exists(fs::path(out_) / d.name))
-        fail((fs::path(out_) / d.name).string(),
-             "missing: the stopped prep cannot resume (delete " + out_ + " to start over)");
     remove_split_files(out_, split_, index_ + 1);
     const std::string path = current_path();
     if (r->partial > 0) {
@@ -184,16 +191,19 @@ class ShardStream {
   const std::vector<ShardRecord>& done() const { return done_; }
 
  private:
-  std::string current_path() const { return (fs::path(out_) / shard_name(split_, index_)).string(); }
+  std::string current_path() const {
+    return (fs::path(out_) / prep_shard_name(split_, index_)).string();
+  }
   void finish_shard() {
     const uint64_t n = writer_->tokens();
     const uint32_t crc = writer_->finish();
-    done_.push_back({shard_name(split_, index_), n, crc});
+    done_.push_back({prep_shard_name(split_, index_), n, crc});
     writer_.reset();
     ++index_;
   }
 
-  std::string out_, split_;
+  std::string out_;
+  int split_;
   uint64_t shard_tokens_;
   uint32_t vocab_;
   uint64_t index_ = 0;  // the shard being written
@@ -251,6 +261,14 @@ class Progress {
   uint64_t start_bytes_ = 0, cur_bytes_ = 0;
   bool have_start_ = false, printed_ = false;
 };
+
+// "the inputs a.txt, b.jsonl" (the first three named), for errors about all of them.
+std::string inputs_named(const std::vector<InputInfo>& inputs) {
+  std::string s = inputs.size() == 1 ? "the input " : "the inputs ";
+  for (size_t i = 0; i < inputs.size() && i < 3; ++i) s += (i ? ", " : "") + inputs[i].name;
+  if (inputs.size() > 3) s += " and " + std::to_string(inputs.size() - 3) + " more";
+  return s;
+}
 
 // The options and inputs that shape the output (a resume must see the same).
 Fingerprint fingerprint_of(const PrepOptions& o, const std::vector<InputInfo>& inputs, bool json_tok) {
@@ -335,11 +353,9 @@ PrepTokenizer prep_tokenizer(const PrepOptions& o, const std::vector<InputInfo>&
     t.tok = std::make_unique<BpeTokenizer>(BpeTokenizer::train(sample, o.vocab_size));
   }
   if (json_tok) {
-    write_file_atomic(path, read_whole_file(o.tokenizer));
+    util::replace_file(path, util::read_file(o.tokenizer));
   } else if (!saved) {
-    t.tok->save(path + ".tmp");
-    fsync_path(path + ".tmp", false);
-    if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) fail(path, "cannot rename");
+    util::replace_file_with(path, [&](const std::string& temp) { t.tok->save(temp); });
   }
   if (json_tok) {
     t.eot = t.tok->special_token(o.eot.empty() ? "<|endoftext|>" : o.eot);
@@ -378,17 +394,21 @@ PrepResult prep(const PrepOptions& o) {
     if (has_stdin)
       throw std::invalid_argument(o.out + " holds a stopped prep that read stdin (-), which cannot "
                                   "be replayed to resume it; use a new --out or delete it");
+    check_prep_state(st, inputs, o.shard_tokens, state_path);
   }
   st.fingerprint = fp;
   fs::create_directories(o.out);
   const PrepTokenizer t = prep_tokenizer(o, inputs, json_tok, resuming);
   const uint32_t vocab = t.tok->vocab_size();
-  ShardStream streams[2] = {{o.out, "train", o.shard_tokens, vocab}, {o.out, "val", o.shard_tokens, vocab}};
+  ShardStream streams[2] = {{o.out, 0, o.shard_tokens, vocab}, {o.out, 1, o.shard_tokens, vocab}};
+  if (resuming)
+    for (int i = 0; i < 2; ++i) streams[i].check_finished(st.split[i]);
   for (int i = 0; i < 2; ++i) streams[i].restore(resuming ? &st.split[i] : nullptr);
   const auto record_state = [&] {
     for (int i = 0; i < 2; ++i) st.split[i] = streams[i].record();
-    fsync_path(o.out, true);  // shard renames before the state that counts them
-    write_file_atomic(state_path, prep_state_text(st));
+    st.next_tail_crc = input_tail_crc(inputs[st.next.input], st.next.offset);
+    util::fsync_dir(o.out);  // shard renames before the state that counts them
+    util::replace_file(state_path, prep_state_text(st));
   };
   if (!resuming) record_state();
 
@@ -449,8 +469,11 @@ PrepResult prep(const PrepOptions& o) {
   for (auto& s : streams) s.finish();
   if (streams[1].documents() == 0 || streams[0].documents() == 0)
     throw std::invalid_argument(
-        std::to_string(st.documents) + " documents: too few to split into training and validation "
-        "documents (" + (o.val_documents > 0 ? "lower --val-documents" : "give more text or a smaller --text-chunk-kb") + ")");
+        o.out + ": " + inputs_named(inputs) + " hold " + std::to_string(st.documents) +
+        " documents: too few to split into training and validation documents (" +
+        (o.val_documents > 0 ? "lower --val-documents"
+                             : "give more text or a smaller --text-chunk-kb") +
+        ")");
   pb::Manifest m;
   m.set_version(1);
   m.set_vocab_size(vocab);
@@ -467,10 +490,10 @@ PrepResult prep(const PrepOptions& o) {
   *m.mutable_prep() = record;
   m.mutable_prep()->set_documents(st.documents);
   m.mutable_prep()->set_text_bytes(st.text_bytes);
-  fsync_path(o.out, true);
+  util::fsync_dir(o.out);
   write_manifest(manifest_path, m);
   fs::remove(state_path);
-  fsync_path(o.out, true);
+  util::fsync_dir(o.out);
   fill_result();
   return result;
 }
@@ -500,7 +523,7 @@ std::string index_prep(const IndexOptions& o) {
   if (!o.tokenizer.empty()) {
     const auto tok = Tokenizer::load(o.tokenizer);
     const std::string name = o.tokenizer.ends_with(".json") ? "tokenizer.json" : "tokenizer.txt";
-    write_file_atomic((fs::path(o.out) / name).string(), read_whole_file(o.tokenizer));
+    util::replace_file((fs::path(o.out) / name).string(), util::read_file(o.tokenizer));
     m.set_tokenizer(name);
     if (const auto e = tok->special_token("<|endoftext|>")) m.set_eot_token(*e);
   }

@@ -14,6 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "core/util/crc32c.h"
+#include "core/util/file_io.h"
+
 namespace mod::data {
 
 namespace {
@@ -50,6 +53,28 @@ InputInfo inspect_input(const std::string& name) {
   return in;
 }
 
+uint32_t input_tail_crc(const InputInfo& in, uint64_t offset) {
+  if (!in.seekable()) return 0;
+  if (offset > static_cast<uint64_t>(in.size))
+    fail(in.name,
+         "offset " + std::to_string(offset) + " is past its " + std::to_string(in.size) + " bytes");
+  char tail[64];
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(sizeof tail, offset));
+  const int fd = ::open(in.name.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(in.name, std::string("cannot open: ") + std::strerror(errno));
+  bool whole = false;
+  try {
+    whole = util::read_at(fd, tail, n, offset - n, in.name);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  if (!whole)
+    fail(in.name, "shorter than " + std::to_string(offset) + " bytes (changed while read?)");
+  return crc32c(tail, n);
+}
+
 // A buffered byte stream over a file, gzip file, stdin or the `bible` pipe.
 struct TextSource::Reader {
   InputInfo info;
@@ -72,6 +97,12 @@ struct TextSource::Reader {
       gz = ::gzopen(info.name.c_str(), "rb");
       if (!gz) fail(info.name, std::string("cannot open: ") + std::strerror(errno));
       ::gzbuffer(gz, 1 << 17);
+      // zlib reads a file without the gzip magic as plain bytes; a .gz input must be gzip.
+      if (::gzdirect(gz)) {
+        ::gzclose(gz);  // a throwing constructor runs no destructor
+        gz = nullptr;
+        fail(info.name, "not gzip data (no gzip header; a .gz input must be gzip-compressed)");
+      }
     } else {
       fd = ::open(info.name.c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) fail(info.name, std::string("cannot open: ") + std::strerror(errno));

@@ -31,6 +31,11 @@ struct InputInfo {
 // Classifies name and stats it; throws "NAME: cannot open: ..." for a missing file.
 InputInfo inspect_input(const std::string& name);
 
+// CRC-32C of the up to 64 bytes of a seekable input just before offset (0 for another input):
+// recorded with a resume point and compared on resume, so a moved position, or an input changed
+// in place to the same size, is refused. Errors name the input.
+uint32_t input_tail_crc(const InputInfo& in, uint64_t offset);
+
 // Where the next document starts: within input `input`, at byte `offset` of a seekable input
 // (plain or JSONL file), else after `document` documents of it (replayed by skipping).
 struct Position {

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/util/atomic_file.h"
 #include "core/util/crc32c.h"
 #include "train/metrics/tb_event.pb.h"
 
@@ -21,18 +22,6 @@ namespace mod::metrics {
 namespace {
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// Writes bytes to path.tmp and renames it over path, so a crash leaves the old or the new file.
-void replace_file(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) throw std::runtime_error("metrics: cannot write " + tmp);
-  }
-  std::filesystem::rename(tmp, path);
 }
 }  // namespace
 
@@ -106,7 +95,7 @@ void TensorBoardWriter::truncate_after(const std::string& dir, int64_t last_kept
     std::ifstream in(path, std::ios::binary);
     const std::string all((std::istreambuf_iterator<char>(in)), {});
     const std::string kept = kept_records(all, last_kept, path);
-    if (kept.size() != all.size()) replace_file(path, kept);
+    if (kept.size() != all.size()) util::replace_file(path, kept);
   }
 }
 
@@ -181,7 +170,7 @@ void CsvWriter::truncate_after(const std::string& path, int64_t last_kept) {
   const std::string all((std::istreambuf_iterator<char>(in)), {});
   in.close();
   const std::string kept = kept_rows(all, last_kept, path);
-  if (kept.size() != all.size()) replace_file(path, kept);
+  if (kept.size() != all.size()) util::replace_file(path, kept);
 }
 
 std::string CsvWriter::kept_rows(const std::string& all, int64_t last_kept, const std::string& path) {

@@ -11,12 +11,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
 #include <sstream>
 
 #include "train/data/dataset.h"
+#include "train/data/prep_state.h"
 #include "train/data/text_source.h"
 #include "train/data/token_file.h"
 #include "train/data/tokenizer.h"
@@ -356,8 +358,161 @@ TEST_CASE("prep's errors name the option, or the file and line", "[data]") {
   CHECK_THROWS_WITH(prep(fresh(o)), Contains("field.jsonl:2: no string field \"text\""));
   o.inputs = {write_file(dir / "corrupt.jsonl.gz", std::string("\x1f\x8b\x08\x00garbage, not deflate", 24))};
   CHECK_THROWS_WITH(prep(fresh(o)), Contains("corrupt.jsonl.gz") && Contains("gzip"));
+  // One damaged magic byte: zlib would pass the compressed bytes through as text.
+  const fs::path damaged = dir / "damaged.txt";
+  write_file(damaged, "a document that is long enough to compress\n");
+  REQUIRE(std::system(("gzip -nf " + damaged.string()).c_str()) == 0);
+  std::string gz = read_bytes(dir / "damaged.txt.gz");
+  gz[1] = '\x8c';
+  o.inputs = {write_file(dir / "damaged.txt.gz", gz), write_file(dir / "more.txt", "more text\n")};
+  CHECK_THROWS_WITH(prep(fresh(o)), Contains("damaged.txt.gz: not gzip data"));
   o.inputs = {write_file(dir / "one.jsonl", "{\"text\": \"a\"}\n")};
-  CHECK_THROWS_WITH(prep(fresh(o)), Contains("too few"));
+  CHECK_THROWS_WITH(prep(fresh(o)),
+                    Contains("the input " + o.inputs[0] + " hold 1 documents: too few"));
+}
+
+// The oracle of prep.h's invariant: stopped after any batch (the first to the last) and
+// resumed, prep writes the bytes of an uninterrupted run, over seekable and replayed inputs.
+TEST_CASE("a prep stopped after any batch resumes to the bytes of an uninterrupted one", "[data]") {
+  const fs::path dir = temp_dir("every_stop");
+  std::mt19937 rng(17);
+  std::string jsonl;
+  for (int i = 0; i < 40; ++i)
+    jsonl += "{\"text\": " + json_escape(random_text(rng, 50 + rng() % 250)) + "}\n";
+  write_file(dir / "g.jsonl", jsonl);
+  REQUIRE(std::system(("gzip -nf " + (dir / "g.jsonl").string()).c_str()) == 0);
+  PrepOptions o;
+  o.inputs = {write_file(dir / "a.txt", random_text(rng, 6000)), (dir / "g.jsonl.gz").string(),
+              write_file(dir / "b.jsonl", jsonl)};
+  o.text_chunk_kb = 1;
+  o.val_fraction = 0.2;
+  o.shard_tokens = 900;
+  o.batch_bytes = 700;
+  o.threads = 2;
+  o.progress = false;
+  o.out = (dir / "whole").string();
+  REQUIRE_FALSE(prep(o).stopped);
+  const auto whole = dir_bytes(o.out);
+  int stops = 0;
+  for (size_t k = 1;; ++k) {
+    INFO("stopped after batch " << k);
+    o.out = (dir / ("stop" + std::to_string(k))).string();
+    o.stop_after_batches = k;
+    if (!prep(o).stopped) break;
+    ++stops;
+    o.stop_after_batches = 0;
+    const PrepResult r = prep(o);
+    CHECK(r.resumed);
+    CHECK(dir_bytes(o.out) == whole);
+    fs::remove_all(o.out);
+    REQUIRE(k < 200);
+  }
+  CHECK(stops >= 15);
+}
+
+// Nothing in prep.state is trusted as written: a hand-edited (even resealed) or damaged state,
+// a changed finished shard or a changed input is refused before the directory changes, naming
+// the file and what does not fit. Each edit here once resumed with exit 0 to a wrong dataset.
+TEST_CASE("a stopped prep's state, shards and inputs are checked before it resumes", "[data]") {
+  const fs::path dir = temp_dir("tamper");
+  std::mt19937 rng(5);
+  std::string jsonl;
+  for (int i = 0; i < 120; ++i)
+    jsonl += "{\"text\": " + json_escape(random_text(rng, 100 + rng() % 200)) + "}\n";
+  PrepOptions o;
+  const std::string input = write_file(dir / "c.jsonl", jsonl);
+  o.inputs = {input};
+  o.shard_tokens = 400;
+  o.batch_bytes = 400;
+  o.threads = 1;
+  o.val_fraction = 0.1;
+  o.progress = false;
+  o.out = (dir / "whole").string();
+  prep(o);
+  const auto whole = dir_bytes(o.out);
+  o.out = (dir / "stopped").string();
+  o.stop_after_batches = 12;
+  REQUIRE(prep(o).stopped);
+  o.stop_after_batches = 0;
+  const std::string state_path = o.out + "/prep.state";
+  const std::string sealed = read_bytes(state_path);
+  const PrepState st = parse_prep_state(sealed, state_path);
+  REQUIRE(st.split[0].done.size() >= 2);
+  REQUIRE(st.next.offset > 100);
+  auto before = dir_bytes(o.out);
+  before.erase("prep.state");
+
+  const auto refused = [&](const std::string& what, const std::string& state_text,
+                           const std::string& expected) {
+    INFO(what);
+    write_file(state_path, state_text);
+    CHECK_THROWS_WITH(prep(o), Contains(expected));
+    auto now = dir_bytes(o.out);
+    now.erase("prep.state");
+    CHECK(now == before);
+  };
+  const auto resealed = [&](const std::function<void(PrepState&)>& edit) {
+    PrepState s = st;
+    edit(s);
+    return prep_state_text(s);
+  };
+  const std::string at = state_path + ": ";
+  refused("an input index past the end", resealed([](PrepState& s) { s.next.input = 1; }),
+          at + "position: input 1 is past the 1 inputs");
+  refused(
+      "an offset moved back", resealed([](PrepState& s) { s.next.offset -= 100; }),
+      "before offset " + std::to_string(st.next.offset - 100) + " differ from those read before");
+  refused("an offset past the input", resealed([](PrepState& s) { s.next.offset += 1000000; }),
+          at + "position: offset");
+  refused("a changed shard CRC", resealed([](PrepState& s) { s.split[0].done[1].crc ^= 1; }),
+          o.out + "/train_000001.bin: 400 tokens, CRC-32C");
+  refused("a changed shard token count",
+          resealed([](PrepState& s) { s.split[0].done[0].tokens = 399; }),
+          at + "train_000000.bin: 399 tokens recorded");
+  refused("a changed split token count", resealed([](PrepState& s) { s.split[0].tokens += 1; }),
+          at + "train: " + std::to_string(st.split[0].tokens + 1) + " tokens recorded");
+  refused("a removed shard line", resealed([](PrepState& s) { s.split[0].done.pop_back(); }),
+          at + "train: " + std::to_string(st.split[0].done.size() - 1) + " finished shards listed");
+  refused("a shard outside the directory",
+          resealed([](PrepState& s) { s.split[0].done[0].name = "/etc/passwd"; }),
+          at + "train shard 0 is named '/etc/passwd', expected train_000000.bin");
+  refused("a val shard named as a train shard", resealed([](PrepState& s) {
+            if (s.split[1].done.empty()) {
+              s.split[1].done.push_back({"", 400, 0});
+              s.split[1].index += 1;
+              s.split[1].tokens += 400;
+            }
+            s.split[1].done[0].name = "train_000000.bin";
+          }),
+          at + "val shard 0 is named 'train_000000.bin', expected val_000000.bin");
+  refused("documents that do not add up", resealed([](PrepState& s) { s.documents += 1; }),
+          at + "documents " + std::to_string(st.documents + 1));
+  std::string edited = sealed;
+  edited[edited.find("position ") + 9] ^= 1;
+  refused("an edit, not resealed", edited, at + "checksum mismatch");
+  refused("a truncated state", sealed.substr(0, sealed.size() / 2), at + "not a sealed prep state");
+  refused("a state of the unsealed format 1", "modtrain-prep-state 1\nend\n",
+          at + "written by an older modtrain");
+  write_file(state_path, sealed);
+
+  // A finished shard changed on disk (same size), and the input changed before the position.
+  const std::string shard = o.out + "/train_000000.bin", shard_bytes = read_bytes(shard);
+  std::string flipped = shard_bytes;
+  flipped[flipped.size() - 2] ^= 1;  // a token's low byte: still inside the vocabulary
+  write_file(shard, flipped);
+  before["train_000000.bin"] = flipped;
+  refused("a changed shard", sealed, o.out + "/train_000000.bin: 400 tokens, CRC-32C");
+  write_file(shard, shard_bytes);
+  before["train_000000.bin"] = shard_bytes;
+  std::string changed_input = jsonl;
+  changed_input[st.next.offset - 3] = changed_input[st.next.offset - 3] == 'a' ? 'b' : 'a';
+  write_file(input, changed_input);
+  refused("an input changed in place", sealed, "the bytes of " + input + " before offset");
+  write_file(input, jsonl);
+
+  write_file(state_path, sealed);  // intact: it resumes to the uninterrupted bytes
+  CHECK(prep(o).resumed);
+  CHECK(dir_bytes(o.out) == whole);
 }
 
 TEST_CASE("prep indexes nanoGPT token files in place", "[data]") {

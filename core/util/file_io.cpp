@@ -1,25 +1,34 @@
 // Durable POSIX file operations with errors that name the path (see file_io.h).
-#include "train/checkpoint/file_io.h"
+#include "core/util/file_io.h"
 
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <stdexcept>
-#include <vector>
 
-namespace mod::ckpt::io {
+namespace mod::util {
 
-void fail(const std::string& what, int err) {
-  throw std::runtime_error("checkpoint: " + what + ": " + std::strerror(err));
+namespace {
+FileSyscalls g_calls;
+}  // namespace
+
+FileSyscalls::FileSyscalls() : write(::write), fsync(::fsync), rename(::rename) {}
+
+void set_file_syscalls_for_tests(const FileSyscalls& calls) {
+  g_calls = calls;
+}
+
+void file_fail(const std::string& what, int err) {
+  throw FileError(what + ": " + std::strerror(err));
 }
 
 OutFile::OutFile(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail("cannot create " + path, errno);
+  if (fd_ < 0) file_fail("cannot create " + path, errno);
 }
 
 OutFile::~OutFile() {
@@ -29,10 +38,10 @@ OutFile::~OutFile() {
 void OutFile::write(const void* data, size_t n) {
   const auto* p = static_cast<const char*>(data);
   while (n > 0) {
-    const ssize_t w = ::write(fd_, p, n);
+    const ssize_t w = g_calls.write(fd_, p, n);
     if (w < 0) {
       if (errno == EINTR) continue;
-      fail("cannot write " + path_, errno);
+      file_fail("cannot write " + path_, errno);
     }
     p += w;
     n -= static_cast<size_t>(w);
@@ -46,34 +55,51 @@ void OutFile::pad_to(uint64_t offset) {
 }
 
 void OutFile::close() {
-  if (::fsync(fd_) != 0) fail("cannot fsync " + path_, errno);
+  if (g_calls.fsync(fd_) != 0) file_fail("cannot fsync " + path_, errno);
   const int fd = fd_;
   fd_ = -1;
-  if (::close(fd) != 0) fail("cannot close " + path_, errno);
+  if (::close(fd) != 0) file_fail("cannot close " + path_, errno);
 }
 
-void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open directory " + dir, errno);
-  const int rc = ::fsync(fd);
+namespace {
+void fsync_opened(const std::string& path, bool dir) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
+  const std::string kind = dir ? "directory " : "";
+  if (fd < 0) file_fail("cannot open " + kind + path, errno);
+  const int rc = g_calls.fsync(fd);
   const int err = errno;
   ::close(fd);
-  if (rc != 0) fail("cannot fsync directory " + dir, err);
+  if (rc != 0) file_fail("cannot fsync " + kind + path, err);
+}
+}  // namespace
+
+void fsync_file(const std::string& path) {
+  fsync_opened(path, false);
+}
+void fsync_dir(const std::string& dir) {
+  fsync_opened(dir, true);
+}
+
+std::string parent_dir(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
 }
 
 void make_dir(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-    fail("cannot create directory " + dir, errno);
+    file_fail("cannot create directory " + dir, errno);
 }
 
 void rename_path(const std::string& from, const std::string& to) {
-  if (::rename(from.c_str(), to.c_str()) != 0) fail("cannot rename " + from + " to " + to, errno);
+  if (g_calls.rename(from.c_str(), to.c_str()) != 0)
+    file_fail("cannot rename " + from + " to " + to, errno);
 }
 
 bool exchange_paths(const std::string& a, const std::string& b) {
   if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
   if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) return false;
-  fail("cannot exchange " + a + " with " + b, errno);
+  file_fail("cannot exchange " + a + " with " + b, errno);
 }
 
 void write_file(const std::string& path, const std::string& bytes) {
@@ -82,22 +108,9 @@ void write_file(const std::string& path, const std::string& bytes) {
   f.close();
 }
 
-void replace_file(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  try {
-    write_file(tmp, bytes);
-    rename_path(tmp, path);
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  const auto slash = path.find_last_of('/');
-  fsync_dir(slash == std::string::npos ? "." : path.substr(0, slash));
-}
-
 std::string read_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open " + path, errno);
+  if (fd < 0) file_fail("cannot open " + path, errno);
   std::string out;
   char buf[1 << 16];
   for (;;) {
@@ -106,7 +119,7 @@ std::string read_file(const std::string& path) {
       if (errno == EINTR) continue;
       const int err = errno;
       ::close(fd);
-      fail("cannot read " + path, err);
+      file_fail("cannot read " + path, err);
     }
     if (r == 0) break;
     out.append(buf, static_cast<size_t>(r));
@@ -121,7 +134,7 @@ bool read_at(int fd, void* data, size_t n, uint64_t offset, const std::string& p
     const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
     if (r < 0) {
       if (errno == EINTR) continue;
-      fail("cannot read " + path, errno);
+      file_fail("cannot read " + path, errno);
     }
     if (r == 0) return false;
     p += r;
@@ -131,4 +144,4 @@ bool read_at(int fd, void* data, size_t n, uint64_t offset, const std::string& p
   return true;
 }
 
-}  // namespace mod::ckpt::io
+}  // namespace mod::util
