@@ -164,7 +164,11 @@ class Regex {
     MatchScratch scratch;
     const std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(
         pcre2_match_data_create(1, nullptr), pcre2_match_data_free);
-    find_iter(trial_text(), md.get(), scratch, [](size_t, size_t) {});
+    try {
+      find_iter(trial_text(), md.get(), scratch, [](size_t, size_t) {});
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(std::string(e.what()) + " (a trial match at load, on a sample text)");
+    }
   }
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
