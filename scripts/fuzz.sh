@@ -30,11 +30,11 @@ CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DMOD_FUZZ=ON -DMOD_USE_CUD
 ninja -C "$build" -j"${BUILD_JOBS:-2}" $(printf 'fuzz_%s ' "${targets[@]}") >"$build/build.log" 2>&1 ||
   { tail -50 "$build/build.log"; exit 2; }
 
-max_len() {  # per format: big enough for the seeds, small enough to stay fast
+max_len() {  # per format: big enough for the seeds, long runs and deep nesting; fast enough
   case $1 in
-    token_shard|checkpoint_shard|safetensors|tb_events) echo 65536 ;;
-    hf_tokenizer|text_source) echo 32768 ;;
+    tokenizer|hf_tokenizer) echo 262144 ;;  # their entries encode the input: long runs matter
     grid_spec) echo 1100000 ;;  # a label of a million characters once overflowed std::regex
+    token_shard|checkpoint_shard|safetensors|tb_events|config|dataset_manifest|text_source) echo 65536 ;;
     *) echo 8192 ;;
   esac
 }

@@ -13,15 +13,17 @@
 namespace mod::train {
 
 namespace {
-// The tokenizer a model was trained with (or `path`), checked against its vocabulary.
+// The tokenizer a model was trained with (or `path`), checked against the seals of the dataset
+// and the weights, and against the model's vocabulary.
 std::unique_ptr<data::Tokenizer> tokenizer_for(const LoadedModel& loaded, const std::string& path) {
-  const std::string tok_path = path.empty() ? data::tokenizer_path(loaded.config.data().dir()) : path;
-  auto tok = data::Tokenizer::load(tok_path);
-  if (tok->vocab_size() != static_cast<uint32_t>(loaded.config.model().vocab_size()))
-    throw std::invalid_argument("--tokenizer " + tok_path + ": vocabulary " +
-                                std::to_string(tok->vocab_size()) + " but the model has " +
+  data::SealedTokenizer t = path.empty() ? data::load_dataset_tokenizer(loaded.config.data().dir())
+                                         : data::load_sealed_tokenizer(path);
+  data::check_tokenizer_seal(t.path, t.crc32c, loaded.source, loaded.tokenizer_crc32c);
+  if (t.tokenizer->vocab_size() != static_cast<uint32_t>(loaded.config.model().vocab_size()))
+    throw std::invalid_argument("--tokenizer " + t.path + ": vocabulary " +
+                                std::to_string(t.tokenizer->vocab_size()) + " but the model has " +
                                 std::to_string(loaded.config.model().vocab_size()));
-  return tok;
+  return std::move(t.tokenizer);
 }
 
 std::vector<int64_t> encode(const data::Tokenizer& tok, const std::string& text) {
@@ -40,6 +42,9 @@ WeightsEval evaluate_weights(const std::string& weights, const std::string& data
   r.step = loaded.step;
   r.data_dir = data_dir.empty() ? cfg.data().dir() : data_dir;
   const auto data = load_dataset(r.data_dir, cfg.model().vocab_size());
+  if (data.manifest.has_tokenizer_crc32c())  // Dataset::open checked the file against it
+    data::check_tokenizer_seal(data.tokenizer_path(), data.manifest.tokenizer_crc32c(),
+                               loaded.source, loaded.tokenizer_crc32c);
   if (batches == 0) batches = cfg.train().eval_batches();
   if (batch_size == 0) batch_size = cfg.train().batch_size();
   const auto top_c = evaluate(*loaded.model, data.val, cfg.model().seq_len(), batch_size, batches,

@@ -288,7 +288,9 @@ void Trainer::evaluate_validation(int64_t step, StepMetrics& m) const {
 void Trainer::write_weights() {
   if (checkpointer_) checkpointer_->wait();
   const auto full = full_parameters();  // collective: every rank gathers
-  if (writer_) save_weights(run_dir_ + "/model.safetensors", full, cfg_, cfg_.train().steps());
+  if (writer_)
+    save_weights(run_dir_ + "/model.safetensors", full, cfg_, cfg_.train().steps(),
+                 tokenizer_seal());
   if (!quiet_) std::printf("wrote %s/model.safetensors\n", run_dir_.c_str());
 }
 

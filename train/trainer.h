@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,8 @@ class Trainer {
   std::unique_ptr<data::WindowLoader> loader_;
   // The training shards' fingerprints, read once, on the first checkpoint or resume.
   const std::vector<data::ShardFingerprint>& data_fingerprint();
+  // The dataset's tokenizer seal, recorded in checkpoints and weights (none: not sealed).
+  std::optional<uint32_t> tokenizer_seal() const;
   std::vector<data::ShardFingerprint> data_fingerprint_;
   int64_t row_begin_ = 0, row_end_ = 0;  // this dp rank's rows of each global batch
   bool check_routing_ = false;           // MOD_CHECK_TP_ROUTING=1

@@ -55,6 +55,11 @@ std::vector<ckpt::TensorEntry> Trainer::checkpoint_entries() {
   return out;
 }
 
+std::optional<uint32_t> Trainer::tokenizer_seal() const {
+  if (!data_.manifest.has_tokenizer_crc32c()) return std::nullopt;
+  return data_.manifest.tokenizer_crc32c();
+}
+
 const std::vector<data::ShardFingerprint>& Trainer::data_fingerprint() {
   if (data_fingerprint_.empty()) data_fingerprint_ = data_.train_fingerprint();
   return data_fingerprint_;
@@ -70,6 +75,7 @@ void Trainer::save_checkpoint(int64_t steps_done, double elapsed) {
   st.loader_seed = ls.seed;
   st.batches_drawn = ls.batches_drawn;
   st.data_shards = data_fingerprint();
+  st.tokenizer_crc32c = tokenizer_seal();
   const auto words = Rng(cfg_.train().seed()).state();  // init stream; training draws no randomness
   st.rng_state.assign(words.begin(), words.end());
   st.mesh = {mesh_->dims().dp, mesh_->dims().tp, plan_.zero1 != nullptr, mesh_->world().size()};
@@ -153,6 +159,9 @@ void Trainer::resume(const std::string& spec) {
     optimizer_->set_steps_taken(st.optimizer_steps);
   if (!st.data_shards.empty())
     data::check_same_shards(st.data_shards, data_fingerprint(), "resume: checkpoint " + *dir);
+  if (tokenizer_seal())  // Dataset::open checked the file against the manifest's seal
+    data::check_tokenizer_seal(data_.tokenizer_path(), *tokenizer_seal(),
+                               "resume: checkpoint " + *dir, st.tokenizer_crc32c);
   loader_->restore({st.loader_seed, st.batches_drawn});
   start_step_ = st.step;
   elapsed_before_ = st.elapsed_seconds;

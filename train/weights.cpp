@@ -11,21 +11,30 @@
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/metadata.h"
 #include "train/checkpoint/reader.h"
+#include "train/data/tokenizer_seal.h"
 
 namespace mod::train {
 
+std::map<std::string, std::string> weights_metadata(const modtrain::RunConfig& cfg, int64_t step,
+                                                    std::optional<uint32_t> tokenizer_crc32c) {
+  std::map<std::string, std::string> m = {{"format", "modtrain-weights-1"},
+                                          {"config", config::to_text(cfg)},
+                                          {"step", std::to_string(step)}};
+  if (tokenizer_crc32c) m["tokenizer_crc32c"] = data::seal_text(*tokenizer_crc32c);
+  return m;
+}
+
 void save_weights(const std::string& path, const model::Transformer& model,
-                  const modtrain::RunConfig& cfg, int64_t step) {
-  save_weights(path, model.named_parameters(), cfg, step);
+                  const modtrain::RunConfig& cfg, int64_t step,
+                  std::optional<uint32_t> tokenizer_crc32c) {
+  save_weights(path, model.named_parameters(), cfg, step, tokenizer_crc32c);
 }
 
 void save_weights(const std::string& path,
                   const std::vector<std::pair<std::string, Tensor>>& params,
-                  const modtrain::RunConfig& cfg, int64_t step) {
-  save_safetensors(path, params,
-                   {{"format", "modtrain-weights-1"},
-                    {"config", config::to_text(cfg)},
-                    {"step", std::to_string(step)}});
+                  const modtrain::RunConfig& cfg, int64_t step,
+                  std::optional<uint32_t> tokenizer_crc32c) {
+  save_safetensors(path, params, weights_metadata(cfg, step, tokenizer_crc32c));
 }
 
 namespace {
@@ -71,6 +80,10 @@ LoadedModel load_weights(const std::string& path) {
   if (used == 0 || used != step.size() || out.step < 0)
     throw std::runtime_error("weights " + path + ": metadata step '" + step +
                              "' is not a step number");
+  out.source = "weights " + path;
+  if (file.metadata.count("tokenizer_crc32c"))
+    out.tokenizer_crc32c = data::parse_seal_text(file.metadata["tokenizer_crc32c"],
+                                                 "weights " + path + ": metadata tokenizer_crc32c");
   out.model = std::make_unique<model::Transformer>(out.config.model(), out.config.train().seed());
   copy_into(*out.model, file, path);
   return out;
@@ -102,6 +115,8 @@ LoadedModel load_checkpoint_model(const ckpt::CheckpointReader& reader) {
   LoadedModel out;
   out.config = reader.state().config;
   out.step = reader.state().step;
+  out.source = "checkpoint " + reader.metadata_path();
+  out.tokenizer_crc32c = reader.state().tokenizer_crc32c;
   out.model = std::make_unique<model::Transformer>(out.config.model(), out.config.train().seed());
   for (auto& [name, param] : out.model->named_parameters()) {
     const std::string key = "model/" + name;

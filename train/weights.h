@@ -1,9 +1,13 @@
 // The weights file that train writes and eval/sample read (until checkpoints carry more):
 // model.safetensors with every parameter by name and metadata {format: modtrain-weights-1,
-// config: the RunConfig in text format, step: N}. Loading checks every name and shape.
+// config: the RunConfig in text format, step: N, and tokenizer_crc32c: the dataset tokenizer's
+// seal (train/data/tokenizer_seal.h) when it has one}. Loading checks every name and shape.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,17 +17,25 @@
 
 namespace mod::train {
 
+// The metadata save_weights writes (and a checkpoint export writes the same).
+std::map<std::string, std::string> weights_metadata(const modtrain::RunConfig& cfg, int64_t step,
+                                                    std::optional<uint32_t> tokenizer_crc32c);
+
 void save_weights(const std::string& path, const model::Transformer& model,
-                  const modtrain::RunConfig& cfg, int64_t step);
+                  const modtrain::RunConfig& cfg, int64_t step,
+                  std::optional<uint32_t> tokenizer_crc32c = std::nullopt);
 // The same file from named full tensors (a tensor-parallel model's gathered parameters).
 void save_weights(const std::string& path,
                   const std::vector<std::pair<std::string, Tensor>>& params,
-                  const modtrain::RunConfig& cfg, int64_t step);
+                  const modtrain::RunConfig& cfg, int64_t step,
+                  std::optional<uint32_t> tokenizer_crc32c = std::nullopt);
 
 struct LoadedModel {
   modtrain::RunConfig config;
   std::unique_ptr<model::Transformer> model;
   int64_t step = 0;
+  std::string source;  // "weights <file>" or "checkpoint <metadata.pb>", for errors
+  std::optional<uint32_t> tokenizer_crc32c;  // the seal of the tokenizer it was trained with
 };
 LoadedModel load_weights(const std::string& path);
 

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/util/json_nesting.h"
+
 namespace mod {
 
 namespace {
@@ -16,26 +18,6 @@ namespace pt = boost::property_tree;
 // A real header nests 3 deep ({name: {shape: [..]}}); the parser recurses once per level, so
 // "[[[[..." a megabyte deep would overflow the stack.
 constexpr int kMaxDepth = 16;
-
-void check_depth(const std::string& json, const std::string& path) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < json.size(); ++i) {
-    const char c = json[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxDepth)
-        throw std::runtime_error("safetensors " + path + ": JSON header nests deeper than " +
-                                 std::to_string(kMaxDepth) + " levels");
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-}
 
 DType from_st_dtype(const std::string& s, const std::string& where) {
   if (s == "F32") return DType::F32;
@@ -73,7 +55,7 @@ SafetensorsIndex parse_safetensors_header(const std::string& header_json, uint64
     throw std::runtime_error("safetensors " + path + ": header of " +
                              std::to_string(header_json.size()) + " bytes does not fit the file");
   const uint64_t data_bytes = file_bytes - out.data_start;
-  check_depth(header_json, path);
+  check_json_nesting(header_json, kMaxDepth, "safetensors " + path + ": JSON header");
   pt::ptree root;
   try {
     std::istringstream hs(header_json);

@@ -30,6 +30,20 @@ put("tokenizer", "negative_merge", head + "vocab_size 257\nmerges 1\n-1 104\n")
 put("tokenizer", "not_a_number", head + "vocab_size x\nmerges 0\n")
 put("hf_tokenizer", "id_4e9", json.dumps({"model": {"type": "BPE", "vocab": {"a": 4000000000}, "merges": []}}))
 put("hf_tokenizer", "deep_nesting", "[" * 100000)
+# Issue 43. The 50,000-deep Sequence is built in tests/train/data/tokenizer_limits_test.cpp.
+bpe_model = {"type": "BPE", "vocab": {"a": 0}, "merges": []}
+put("hf_tokenizer", "sequence_nested_3000", '{"model": %s, "pre_tokenizer": %s{"type": "ByteLevel"}%s}' % (
+    json.dumps(bpe_model), '{"type": "Sequence", "pretokenizers": [' * 3000, "]}" * 3000))
+put("hf_tokenizer", "empty_sequence",  # crashed at the first encode
+    json.dumps({"model": bpe_model, "pre_tokenizer": {"type": "Sequence", "pretokenizers": []}}))
+put("hf_tokenizer", "sequence_100_steps", json.dumps({"model": bpe_model, "pre_tokenizer": {
+    "type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"String": "x"}, "behavior": "Isolated"}] * 100
+    + [{"type": "ByteLevel"}]}}))
+put("hf_tokenizer", "regex_match_limit", json.dumps({"model": bpe_model, "runs": "x" * 40, "pre_tokenizer": {
+    "type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "(x|x)*(?=z)"}, "behavior": "Isolated"},
+                                          {"type": "ByteLevel"}]}}))
+put("tokenizer", "doubling_merges_40", head + "vocab_size 296\nmerges 40\n97 97\n"
+    + "".join("%d %d\n" % (255 + k, 255 + k) for k in range(1, 40)))
 put("config", "log_every_zero", "train { log_every: 0 }\n")
 put("config", "nan_lr", "optimizer { lr: nan }\n")
 put("config", "inf_capacity", "model { mod { capacity: inf } }\n")

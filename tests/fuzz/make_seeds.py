@@ -104,6 +104,25 @@ hf = {"version": "1.0", "truncation": None, "padding": None,
                 "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
                 "ignore_merges": False, "vocab": vocab, "merges": [["\u0120", "t"], "h e", ["\u0120t", "he"]]}}
 put("hf_tokenizer", "gpt2_small.json", json.dumps(hf))
+# Nesting depth: the ByteLevel step inside Sequences 8 deep (the reader allows 32).
+nested = dict(hf)
+for _ in range(8):
+    nested["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [nested["pre_tokenizer"]]}
+put("hf_tokenizer", "nested_sequence.json", json.dumps(nested))
+# Llama-3 style: a Split regex, then ByteLevel without its own; long runs in an unread field,
+# which the entry encodes as text with the rest of the input.
+llama = dict(hf)
+llama["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+                                  "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+     "behavior": "Isolated", "invert": False},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+llama["model"] = dict(hf["model"], ignore_merges=True)
+llama["runs"] = "a" * 6000 + " " * 3000 + "7" * 3000 + "\n" * 1000 + "!?" * 1000
+put("hf_tokenizer", "llama3_long_runs.json", json.dumps(llama))
+# Long runs for the modtrain BPE: 12 self-doubling merges make a 4096-byte token, the bound.
+put("tokenizer", "doubling.tokenizer", "modtrain-tokenizer 1\nkind bpe\nvocab_size 268\nmerges 12\n97 97\n"
+    + "".join("%d %d\n" % (255 + k, 255 + k) for k in range(1, 12)))
 
 toks = [1, 2, 3, 255, 0, 17, 42, 7]
 # token_shard: byte 0 = format (0 modtrain, 1 llm.c, 2 nanoGPT) + 3 x vocab choice (1: 256).

@@ -54,6 +54,7 @@ struct TrainState {
   double elapsed_seconds = 0;     // wall time trained so far, over every resume
   int64_t last_metrics_step = 0;  // last step written to metrics.csv / TensorBoard
   int64_t optimizer_steps = 0;    // AdamW::steps_taken()
+  std::optional<uint32_t> tokenizer_crc32c;  // the dataset's tokenizer seal, if it has one
 };
 
 // --- layout ---

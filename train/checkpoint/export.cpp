@@ -9,6 +9,7 @@
 #include "core/util/safetensors.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/reader.h"
+#include "train/weights.h"
 
 namespace mod::ckpt {
 
@@ -27,9 +28,8 @@ ExportSummary export_safetensors(const std::string& from, const std::string& out
     throw std::runtime_error("checkpoint " + reader.metadata_path() +
                              ": no model/* tensors to export");
   save_safetensors(out_path, tensors,
-                   {{"format", "modtrain-weights-1"},
-                    {"config", config::to_text(reader.state().config)},
-                    {"step", std::to_string(reader.state().step)}});
+                   train::weights_metadata(reader.state().config, reader.state().step,
+                                           reader.state().tokenizer_crc32c));
   return summary;
 }
 

@@ -1,6 +1,6 @@
 // Checkpoint -> safetensors: every "model/<param>" tensor, whole (however it was sharded), named
-// <param> like the model's parameters, with the metadata train::save_weights writes {format:
-// modtrain-weights-1, config: the RunConfig in text format, step: N}, so `modtrain eval` and
+// <param> like the model's parameters, with the metadata train::save_weights writes
+// (train::weights_metadata: format, config, step, the tokenizer's seal), so `modtrain eval` and
 // `modtrain sample` (train::load_weights) and the Python safetensors package read the file.
 #pragma once
 

@@ -71,6 +71,7 @@ pb::CheckpointMeta make_meta(const TrainState& s, std::vector<pb::TensorInfo> te
   m.mutable_progress()->set_elapsed_seconds(s.elapsed_seconds);
   m.mutable_progress()->set_last_metrics_step(s.last_metrics_step);
   m.set_optimizer_steps(s.optimizer_steps);
+  if (s.tokenizer_crc32c) m.set_tokenizer_crc32c(*s.tokenizer_crc32c);
   for (auto& t : tensors) *m.add_tensors() = std::move(t);
   return m;
 }
@@ -89,6 +90,7 @@ TrainState state_from_meta(const pb::CheckpointMeta& m) {
   s.elapsed_seconds = m.progress().elapsed_seconds();
   s.last_metrics_step = m.progress().last_metrics_step();
   s.optimizer_steps = m.optimizer_steps();
+  if (m.has_tokenizer_crc32c()) s.tokenizer_crc32c = m.tokenizer_crc32c();
   return s;
 }
 

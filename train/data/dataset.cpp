@@ -113,6 +113,8 @@ pb::Manifest read_manifest(const std::string& path) {
   if (m.has_eot_token() && m.eot_token() >= m.vocab_size())
     fail(path, "eot_token " + std::to_string(m.eot_token()) + " is outside the vocabulary of " +
                    std::to_string(m.vocab_size()));
+  if (m.has_tokenizer_crc32c() && m.tokenizer().empty())
+    fail(path, "tokenizer_crc32c is set but tokenizer names no file");
   check_split(path, "train", m.train());
   check_split(path, "val", m.val());
   return m;
@@ -158,6 +160,11 @@ Dataset Dataset::open(const std::string& dir) {
   }
   d.train = open_split(dir, manifest_path, "train", d.manifest.train(), d.manifest.vocab_size());
   d.val = open_split(dir, manifest_path, "val", d.manifest.val(), d.manifest.vocab_size());
+  if (d.manifest.has_tokenizer_crc32c()) {
+    const std::string tok = d.tokenizer_path();
+    check_tokenizer_seal(tok, tokenizer_file_crc(tok), "dataset " + manifest_path,
+                         d.manifest.tokenizer_crc32c());
+  }
   return d;
 }
 
@@ -167,6 +174,17 @@ std::string tokenizer_path(const std::string& dir) {
   const pb::Manifest m = read_manifest(manifest_path);
   if (m.tokenizer().empty()) fail(manifest_path, "names no tokenizer (give one with --tokenizer)");
   return resolve(dir, m.tokenizer());
+}
+
+SealedTokenizer load_dataset_tokenizer(const std::string& dir) {
+  SealedTokenizer t = load_sealed_tokenizer(tokenizer_path(dir));
+  const std::string manifest_path = resolve(dir, kManifestName);
+  if (fs::exists(manifest_path)) {
+    const pb::Manifest m = read_manifest(manifest_path);
+    if (m.has_tokenizer_crc32c())
+      check_tokenizer_seal(t.path, t.crc32c, "dataset " + manifest_path, m.tokenizer_crc32c());
+  }
+  return t;
 }
 
 std::vector<ShardFingerprint> Dataset::train_fingerprint() const {

@@ -15,6 +15,7 @@
 
 #include "train/data/dataset.pb.h"
 #include "train/data/token_file.h"
+#include "train/data/tokenizer_seal.h"
 
 namespace mod::data {
 
@@ -60,7 +61,8 @@ struct Dataset {
   ShardSet train, val;
 
   // Opens dir's manifest (or an older prep's train.bin/val.bin), maps every shard and checks
-  // its header, token count and format against the manifest. Errors name the file and field.
+  // its header, token count and format against the manifest, and the tokenizer file against
+  // the manifest's seal when it has one. Errors name the file and field.
   static Dataset open(const std::string& dir);
   uint32_t vocab_size() const { return manifest.vocab_size(); }
   // The tokenizer file (absolute or relative to the working directory); empty when none.
@@ -72,6 +74,8 @@ struct Dataset {
 // The tokenizer file of the dataset in dir (read from its manifest only; an older prep's
 // tokenizer.txt when there is none); an error when the dataset names no tokenizer.
 std::string tokenizer_path(const std::string& dir);
+// That tokenizer, loaded and checked against the manifest's seal when it has one.
+SealedTokenizer load_dataset_tokenizer(const std::string& dir);
 
 // Reads and checks a manifest (fields named in errors).
 modtrain::data::Manifest read_manifest(const std::string& path);

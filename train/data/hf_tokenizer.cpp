@@ -5,6 +5,7 @@
 // looking up bytes is the same as looking up the mapped characters, without building them.
 #include "train/data/hf_tokenizer.h"
 
+#include "core/util/json_nesting.h"
 #include "train/data/unicode.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -108,41 +109,88 @@ std::string onig_compatible(const std::string& p, const Json& j, const std::stri
   return out;
 }
 
-// A compiled PCRE2 pattern; matching is read-only, so one instance serves every thread.
+// PCRE2's limits on one match: Oniguruma's default retry limit (the library's engine), and a
+// JIT stack that patterns with nested repeats need on 64 KiB pieces (PCRE2's default is 32 KiB).
+constexpr uint32_t kMatchLimit = 10'000'000;
+constexpr size_t kJitStackBytes = 4 << 20;
+
+// A sample for the trial match at load: words, digits, punctuation, whitespace runs, non-ASCII
+// and a long run, so a pattern that cannot run (a JIT or limit error) is refused at load.
+std::string trial_text() {
+  std::string t =
+      "Hello, world! It's 1234 \xc3\xa9t\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 --- \n\n\t  x\r\n";
+  for (int i = 0; i < 64; ++i) t += "word 42, ";
+  return t + std::string(4096, 'a') + std::string(1024, ' ');
+}
+
+// The per-thread part of matching: the JIT stack and the match context that carries it and the
+// limits; one serves every regex of a thread (a match returns before its callback runs).
+struct MatchScratch {
+  pcre2_match_context* context = pcre2_match_context_create(nullptr);
+  pcre2_jit_stack* jit_stack = pcre2_jit_stack_create(32 << 10, kJitStackBytes, nullptr);
+  MatchScratch() {
+    if (!context || !jit_stack) {
+      pcre2_jit_stack_free(jit_stack);
+      pcre2_match_context_free(context);
+      throw std::bad_alloc();
+    }
+    pcre2_set_match_limit(context, kMatchLimit);
+    pcre2_jit_stack_assign(context, nullptr, jit_stack);
+  }
+  ~MatchScratch() {
+    pcre2_jit_stack_free(jit_stack);
+    pcre2_match_context_free(context);
+  }
+  MatchScratch(const MatchScratch&) = delete;
+  MatchScratch& operator=(const MatchScratch&) = delete;
+};
+
+// A compiled PCRE2 pattern; matching is read-only, so one instance serves every thread. Errors
+// name the file and the field the pattern came from.
 class Regex {
  public:
-  Regex(const std::string& pattern, const Json& j, const std::string& path) {
+  Regex(const std::string& pattern, const Json& j, const std::string& path)
+      : where_(j.name + ": " + path) {
     const std::string p = onig_compatible(pattern, j, path);
     int err = 0;
     PCRE2_SIZE off = 0;
     // MULTILINE: in Oniguruma's Ruby syntax ^ and $ always match at line boundaries.
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(),
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &err, &off, nullptr);
-    if (!code_) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(err, msg, sizeof msg);
+    code_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(),
+                              PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &err, &off, nullptr));
+    if (!code_)
       j.fail(path + ": pattern does not compile at offset " + std::to_string(off) + ": " +
-             reinterpret_cast<const char*>(msg));
+             error_text(err));
+    jit_ = pcre2_jit_compile(code_.get(), PCRE2_JIT_COMPLETE) == 0;
+    MatchScratch scratch;
+    const std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(
+        pcre2_match_data_create(1, nullptr), pcre2_match_data_free);
+    try {
+      find_iter(trial_text(), md.get(), scratch, [](size_t, size_t) {});
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(std::string(e.what()) + " (a trial match at load, on a sample text)");
     }
-    jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
   }
-  ~Regex() { pcre2_code_free(code_); }
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
 
   // Calls f(start, end) for each match, in order, as the onig crate's find_iter does: an empty
   // match right where the previous match ended is skipped by stepping one character.
   template <class F>
-  void find_iter(std::string_view s, pcre2_match_data* md, F&& f) const {
+  void find_iter(std::string_view s, pcre2_match_data* md, MatchScratch& scratch, F&& f) const {
     size_t last_end = 0;
     size_t last_match_end = SIZE_MAX;
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
     while (last_end <= s.size()) {
-      const int rc = jit_ ? pcre2_jit_match(code_, subject, s.size(), last_end, 0, md, nullptr)
-                          : pcre2_match(code_, subject, s.size(), last_end, PCRE2_NO_UTF_CHECK,
-                                        md, nullptr);
+      const int rc =
+          jit_ ? pcre2_jit_match(code_.get(), subject, s.size(), last_end, 0, md, scratch.context)
+               : pcre2_match(code_.get(), subject, s.size(), last_end, PCRE2_NO_UTF_CHECK, md,
+                             scratch.context);
       if (rc == PCRE2_ERROR_NOMATCH) return;
-      if (rc < 0) throw std::runtime_error("hf tokenizer: PCRE2 match error " + std::to_string(rc));
+      if (rc < 0)
+        throw std::runtime_error(where_ + ": the regex failed on a piece of " +
+                                 std::to_string(s.size()) + " bytes at byte " +
+                                 std::to_string(last_end) + ": PCRE2 error " + std::to_string(rc) +
+                                 " (" + error_text(rc) + ")");
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       const size_t st = ov[0], en = ov[1];
       if (st == en && last_match_end == en) {
@@ -157,7 +205,14 @@ class Regex {
   }
 
  private:
-  pcre2_code* code_ = nullptr;
+  static std::string error_text(int code) {
+    PCRE2_UCHAR msg[256];
+    if (pcre2_get_error_message(code, msg, sizeof msg) < 0) return "unknown error";
+    return reinterpret_cast<const char*>(msg);
+  }
+
+  std::string where_;  // "<file>: <field>"
+  std::unique_ptr<pcre2_code, void (*)(pcre2_code*)> code_{nullptr, pcre2_code_free};
   bool jit_ = false;
 };
 
@@ -202,6 +257,7 @@ struct ThreadState {
   std::unordered_map<std::string_view, std::vector<uint32_t>> cache;  // bytes -> ids
   std::deque<std::string> keys;                                       // owns the cache's keys
   std::vector<pcre2_match_data*> match_data;
+  MatchScratch scratch;
   ~ThreadState() {
     for (auto* md : match_data) pcre2_match_data_free(md);
   }
@@ -310,7 +366,9 @@ void HfTokenizer::Impl::pretokenize(size_t step, std::string_view piece, ThreadS
   };
   switch (ps.kind) {
     case PreStep::kSplitRegex:
-      split(piece, [&](auto&& f) { ps.regex->find_iter(piece, ts.match_data[ps.regex_slot], f); });
+      split(piece, [&](auto&& f) {
+        ps.regex->find_iter(piece, ts.match_data[ps.regex_slot], ts.scratch, f);
+      });
       break;
     case PreStep::kSplitString:
       split(piece, [&](auto&& f) {
@@ -329,7 +387,9 @@ void HfTokenizer::Impl::pretokenize(size_t step, std::string_view piece, ThreadS
         s = prefixed;
       }
       if (ps.use_regex)
-        split(s, [&](auto&& f) { ps.regex->find_iter(s, ts.match_data[ps.regex_slot], f); });
+        split(s, [&](auto&& f) {
+          ps.regex->find_iter(s, ts.match_data[ps.regex_slot], ts.scratch, f);
+        });
       else
         model(s, ts, out);
       break;
@@ -412,14 +472,27 @@ std::vector<uint32_t> HfTokenizer::Impl::merge_word(std::string_view word) const
 // ---- loading ----
 
 namespace {
+// The tokenizers library (serde_json) refuses JSON nested deeper than 128. Sequences nest 2 JSON
+// levels each, so 32 is far beyond any real file; the steps run as a recursion at encode, and a
+// real file has 1 to 3 of them.
+constexpr int kMaxJsonDepth = 128;
+constexpr int kMaxSequenceDepth = 32;
+constexpr size_t kMaxPreSteps = 64;
+
 void add_pre_tokenizer(const json& pt, const std::string& path, const Json& j,
-                       std::vector<PreStep>& steps) {
+                       std::vector<PreStep>& steps, int depth) {
+  if (depth > kMaxSequenceDepth)
+    j.fail(path + ": Sequence nested deeper than " + std::to_string(kMaxSequenceDepth) + " levels");
   const std::string type = j.str(pt, "type", path);
   if (type == "Sequence") {
     const json& arr = j.field(pt, "pretokenizers", path);
     if (!arr.is_array()) j.fail(path + ".pretokenizers must be an array");
-    for (size_t i = 0; i < arr.size(); ++i)
-      add_pre_tokenizer(arr[i], path + ".pretokenizers[" + std::to_string(i) + "]", j, steps);
+    for (size_t i = 0; i < arr.size(); ++i) {
+      const std::string step = path + ".pretokenizers[" + std::to_string(i) + "]";
+      if (steps.size() >= kMaxPreSteps)
+        j.fail(step + ": more than " + std::to_string(kMaxPreSteps) + " pre-tokenizer steps");
+      add_pre_tokenizer(arr[i], step, j, steps, depth + 1);
+    }
   } else if (type == "ByteLevel") {
     PreStep s;
     s.kind = PreStep::kByteLevel;
@@ -465,6 +538,7 @@ HfTokenizer::HfTokenizer(std::string json_text, const std::string& name)
   Impl& m = *impl_;
   m.name = name;
   const Json j{m.name};
+  check_json_nesting(json_text_, kMaxJsonDepth, m.name + ": JSON");
   json root;
   try {
     root = json::parse(json_text_);
@@ -496,7 +570,11 @@ HfTokenizer::HfTokenizer(std::string json_text, const std::string& name)
   const json& pt = j.field(root, "pre_tokenizer", "");
   if (pt.is_null())
     j.fail("pre_tokenizer null is not supported (supported: ByteLevel, Split, Sequence)");
-  add_pre_tokenizer(pt, "pre_tokenizer", j, m.steps);
+  add_pre_tokenizer(pt, "pre_tokenizer", j, m.steps, 0);
+  if (m.steps.empty())
+    j.fail(
+        "pre_tokenizer: no steps (a ByteLevel step must come last, once: the byte-level BPE "
+        "family)");
   for (size_t i = 0; i < m.steps.size(); ++i) {
     const bool last = i + 1 == m.steps.size();
     if ((m.steps[i].kind == PreStep::kByteLevel) != last)
@@ -637,11 +715,7 @@ HfTokenizer::HfTokenizer(std::string json_text, const std::string& name)
 HfTokenizer::~HfTokenizer() = default;
 
 std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return std::make_unique<HfTokenizer>(ss.str(), path);
+  return std::make_unique<HfTokenizer>(read_tokenizer_file(path), path);
 }
 
 std::vector<uint32_t> HfTokenizer::encode(std::string_view text) const {

@@ -25,7 +25,9 @@
 // only for valid UTF-8.
 //
 // Regexes run on PCRE2 (UTF | UCP, JIT when available); `\s`/`\S` are rewritten to the Unicode
-// White_Space set the library's Oniguruma uses (PCRE2's \s also takes U+180E).
+// White_Space set the library's Oniguruma uses (PCRE2's \s also takes U+180E). Each is tried on a
+// sample text at load, under PCRE2's match limit and a 4 MiB JIT stack; a failure there or at
+// encode is an error naming the file and the regex field.
 //
 // decode(ids) returns bytes: model tokens through the inverse byte-level map, added tokens as
 // their content (skip_special_tokens=False). Unlike the library it does not replace bytes that

@@ -16,12 +16,14 @@
 #include <thread>
 
 #include "core/util/atomic_file.h"
+#include "core/util/crc32c.h"
 #include "train/data/dataset.h"
 #include "train/data/encode_pipeline.h"
 #include "train/data/prep_state.h"
 #include "train/data/text_source.h"
 #include "train/data/token_file.h"
 #include "train/data/tokenizer.h"
+#include "train/data/tokenizer_seal.h"
 #include "train/stop_signal.h"
 
 namespace mod::data {
@@ -276,7 +278,12 @@ Fingerprint fingerprint_of(const PrepOptions& o, const std::vector<InputInfo>& i
   for (size_t i = 0; i < inputs.size(); ++i)
     fp.emplace_back("input " + std::to_string(i),
                     inputs[i].name + (inputs[i].size >= 0 ? " (" + std::to_string(inputs[i].size) + " bytes)" : ""));
-  fp.emplace_back("--tokenizer", o.tokenizer + (json_tok ? " (" + std::to_string(fs::file_size(o.tokenizer)) + " bytes)" : ""));
+  // Read through the tokenizer reader: a FIFO or device is refused here, by name.
+  fp.emplace_back(
+      "--tokenizer",
+      o.tokenizer +
+          (json_tok ? " (" + std::to_string(read_tokenizer_file(o.tokenizer).size()) + " bytes)"
+                    : ""));
   if (o.tokenizer == "bpe") {
     fp.emplace_back("--vocab-size", std::to_string(o.vocab_size));
     fp.emplace_back("--bpe-sample-mb", std::to_string(o.bpe_sample_mb));
@@ -331,20 +338,38 @@ PrepResult already_prepared(const PrepOptions& o, const std::string& manifest_pa
 struct PrepTokenizer {
   std::unique_ptr<Tokenizer> tok;
   std::string file;  // its name in the output directory
+  uint32_t crc32c = 0;  // of the file as written there: the manifest's seal
   std::optional<uint32_t> eot;
 };
+// A tokenizer.json's end-of-text token: --eot, else <|endoftext|> if it has one.
+PrepTokenizer with_eot(PrepTokenizer t, const PrepOptions& o) {
+  t.eot = t.tok->special_token(o.eot.empty() ? "<|endoftext|>" : o.eot);
+  if (!t.eot && !o.eot.empty())
+    throw std::invalid_argument("--eot " + o.eot + ": not a special token of " + o.tokenizer);
+  return t;
+}
+
 PrepTokenizer prep_tokenizer(const PrepOptions& o, const std::vector<InputInfo>& inputs,
                              bool json_tok, bool resuming) {
   PrepTokenizer t;
   t.file = json_tok ? "tokenizer.json" : "tokenizer.txt";
   const std::string path = (fs::path(o.out) / t.file).string();
   const bool saved = resuming && fs::exists(path);
+  if (json_tok) {  // read once: the bytes parsed are the bytes copied and sealed
+    const std::string bytes = read_tokenizer_file(o.tokenizer);
+    t.tok = Tokenizer::parse(bytes, o.tokenizer);
+    util::replace_file(path, bytes);
+    t.crc32c = crc32c(bytes.data(), bytes.size());
+    return with_eot(std::move(t), o);
+  }
+  if (saved) {
+    SealedTokenizer s = load_sealed_tokenizer(path);
+    t.tok = std::move(s.tokenizer);
+    t.crc32c = s.crc32c;
+    return t;
+  }
   if (o.tokenizer == "byte") {
     t.tok = std::make_unique<ByteTokenizer>();
-  } else if (json_tok) {
-    t.tok = Tokenizer::load(o.tokenizer);
-  } else if (saved) {
-    t.tok = Tokenizer::load(path);
   } else {
     if (o.progress)
       std::fprintf(stderr, "prep: training BPE (vocab %u) on up to %" PRIu64 " MiB of training text\n",
@@ -352,16 +377,8 @@ PrepTokenizer prep_tokenizer(const PrepOptions& o, const std::vector<InputInfo>&
     const std::string sample = bpe_sample(inputs, o, o.text_chunk_kb * 1024, o.bpe_sample_mb << 20);
     t.tok = std::make_unique<BpeTokenizer>(BpeTokenizer::train(sample, o.vocab_size));
   }
-  if (json_tok) {
-    util::replace_file(path, util::read_file(o.tokenizer));
-  } else if (!saved) {
-    util::replace_file_with(path, [&](const std::string& temp) { t.tok->save(temp); });
-  }
-  if (json_tok) {
-    t.eot = t.tok->special_token(o.eot.empty() ? "<|endoftext|>" : o.eot);
-    if (!t.eot && !o.eot.empty())
-      throw std::invalid_argument("--eot " + o.eot + ": not a special token of " + o.tokenizer);
-  }
+  util::replace_file_with(path, [&](const std::string& temp) { t.tok->save(temp); });
+  t.crc32c = tokenizer_file_crc(path);
   return t;
 }
 }  // namespace
@@ -478,6 +495,7 @@ PrepResult prep(const PrepOptions& o) {
   m.set_version(1);
   m.set_vocab_size(vocab);
   m.set_tokenizer(t.file);
+  m.set_tokenizer_crc32c(t.crc32c);
   if (t.eot) m.set_eot_token(*t.eot);
   for (int i = 0; i < 2; ++i)
     for (const auto& d : streams[i].done()) {
@@ -521,10 +539,12 @@ std::string index_prep(const IndexOptions& o) {
   pb::Manifest m = index_token_files(absolute(o.train_shards), absolute(o.val_shards), format, vocab);
   fs::create_directories(o.out);
   if (!o.tokenizer.empty()) {
-    const auto tok = Tokenizer::load(o.tokenizer);
+    const std::string bytes = read_tokenizer_file(o.tokenizer);  // parsed, copied and sealed once
+    const auto tok = Tokenizer::parse(bytes, o.tokenizer);
     const std::string name = o.tokenizer.ends_with(".json") ? "tokenizer.json" : "tokenizer.txt";
-    util::replace_file((fs::path(o.out) / name).string(), util::read_file(o.tokenizer));
+    util::replace_file((fs::path(o.out) / name).string(), bytes);
     m.set_tokenizer(name);
+    m.set_tokenizer_crc32c(crc32c(bytes.data(), bytes.size()));
     if (const auto e = tok->special_token("<|endoftext|>")) m.set_eot_token(*e);
   }
   const std::string path = (fs::path(o.out) / kManifestName).string();

@@ -2,15 +2,21 @@
 // max-heap of (count, pair), so each merge touches only the words that contain its pair.
 #include "train/data/tokenizer.h"
 
-#include "train/data/hf_tokenizer.h"
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <queue>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_set>
+
+#include "train/data/hf_tokenizer.h"
 
 namespace mod::data {
 
@@ -24,6 +30,30 @@ CharClass classify(unsigned char c) {
   if (std::isdigit(c)) return CharClass::Digit;
   return CharClass::Other;
 }
+
+// Byte lengths of BPE tokens as merges make them, kept within kMaxTokenBytes and kMaxVocabBytes.
+class TokenLengths {
+ public:
+  // Why merging tokens l and r breaks a bound, or "" when it does not.
+  std::string breaks_bound(uint32_t l, uint32_t r) const {
+    const uint64_t n = uint64_t{len_[l]} + len_[r];
+    if (n > kMaxTokenBytes)
+      return "makes a token of " + std::to_string(n) + " bytes (at most " +
+             std::to_string(kMaxTokenBytes) + ")";
+    if (total_ + n > kMaxVocabBytes)
+      return "makes the tokens' bytes exceed " + std::to_string(kMaxVocabBytes >> 20) +
+             " MiB in all";
+    return "";
+  }
+  void add(uint32_t l, uint32_t r) {
+    len_.push_back(len_[l] + len_[r]);
+    total_ += len_.back();
+  }
+
+ private:
+  std::vector<uint32_t> len_ = std::vector<uint32_t>(256, 1);
+  uint64_t total_ = 256;
+};
 
 void write_file(const std::string& path, const std::string& body) {
   std::ofstream out(path, std::ios::trunc);
@@ -79,14 +109,24 @@ void ByteTokenizer::save(const std::string& path) const {
 
 BpeTokenizer::BpeTokenizer(std::vector<std::pair<uint32_t, uint32_t>> merges)
     : merges_(std::move(merges)) {
-  bytes_.resize(256 + merges_.size());
-  for (uint32_t b = 0; b < 256; ++b) bytes_[b] = std::string(1, static_cast<char>(b));
+  TokenLengths lengths;  // checked before bytes_ grows: a doubling chain asks for 2^merges bytes
   for (size_t i = 0; i < merges_.size(); ++i) {
     const auto [l, r] = merges_[i];
     const uint32_t id = 256 + static_cast<uint32_t>(i);
     if (l >= id || r >= id)
       throw std::invalid_argument("bpe: merge " + std::to_string(i) + " (" + std::to_string(l) +
                                   ", " + std::to_string(r) + ") refers to a later token");
+    const std::string broken = lengths.breaks_bound(l, r);
+    if (!broken.empty())
+      throw std::invalid_argument("bpe: merge " + std::to_string(i) + " (" + std::to_string(l) +
+                                  ", " + std::to_string(r) + ") " + broken);
+    lengths.add(l, r);
+  }
+  bytes_.resize(256 + merges_.size());
+  for (uint32_t b = 0; b < 256; ++b) bytes_[b] = std::string(1, static_cast<char>(b));
+  for (size_t i = 0; i < merges_.size(); ++i) {
+    const auto [l, r] = merges_[i];
+    const uint32_t id = 256 + static_cast<uint32_t>(i);
     bytes_[id] = bytes_[l] + bytes_[r];
     rank_[pair_key(l, r)] = static_cast<uint32_t>(i);
   }
@@ -126,6 +166,7 @@ BpeTokenizer BpeTokenizer::train(std::string_view text, uint32_t vocab_size) {
   for (const auto& [k, c] : pair_counts) heap.push({c, k});
 
   std::vector<std::pair<uint32_t, uint32_t>> merges;
+  TokenLengths lengths;
   while (256 + merges.size() < vocab_size && !heap.empty()) {
     const auto [count, key] = heap.top();
     heap.pop();
@@ -133,6 +174,8 @@ BpeTokenizer BpeTokenizer::train(std::string_view text, uint32_t vocab_size) {
     if (it == pair_counts.end() || it->second != count) continue;  // stale entry
     if (count < 2) break;                                           // nothing worth merging
     const uint32_t left = static_cast<uint32_t>(key >> 32), right = static_cast<uint32_t>(key);
+    if (!lengths.breaks_bound(left, right).empty()) continue;  // never learned: too long to load
+    lengths.add(left, right);
     const uint32_t id = 256 + static_cast<uint32_t>(merges.size());
     merges.emplace_back(left, right);
     std::vector<uint32_t> touched(where[key].begin(), where[key].end());
@@ -226,15 +269,50 @@ void BpeTokenizer::save(const std::string& path) const {
   write_file(path, os.str());
 }
 
+std::string read_tokenizer_file(const std::string& path) {
+  const auto fail = [&](const std::string& what) {
+    return std::runtime_error("tokenizer " + path + ": " + what);
+  };
+  // O_NONBLOCK: opening a FIFO must not wait for a writer before it is refused.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw fail(std::string("cannot open: ") + std::strerror(errno));
+  std::string bytes;
+  struct stat st {};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (regular && static_cast<uint64_t>(st.st_size) <= kMaxTokenizerFileBytes) {
+    bytes.resize(static_cast<size_t>(st.st_size));
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    bytes.resize(done);
+  }
+  ::close(fd);
+  const std::string bound = std::to_string(kMaxTokenizerFileBytes >> 20) + " MiB";
+  if (!regular)
+    throw fail("not a regular file (a tokenizer is read whole, from a file of at most " + bound +
+               ")");
+  if (static_cast<uint64_t>(st.st_size) > kMaxTokenizerFileBytes)
+    throw fail(std::to_string(st.st_size) + " bytes, more than the " + bound +
+               " a tokenizer file may have");
+  if (bytes.size() != static_cast<size_t>(st.st_size))
+    throw fail("read error or file changed while read");
+  return bytes;
+}
+
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("tokenizer " + path + ": cannot open");
+  return parse(read_tokenizer_file(path), path);
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::parse(std::string bytes, const std::string& path) {
   const bool json_name = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
-  if (json_name || (in >> std::ws).peek() == '{') return HfTokenizer::from_file(path);
-  in.seekg(0);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_text(ss.str(), path);
+  const size_t first = bytes.find_first_not_of(" \t\n\v\f\r");
+  if (json_name || (first != std::string::npos && bytes[first] == '{'))
+    return std::make_unique<HfTokenizer>(std::move(bytes), path);
+  return parse_text(bytes, path);
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::parse_text(const std::string& text, const std::string& path) {
@@ -287,11 +365,16 @@ std::unique_ptr<Tokenizer> Tokenizer::parse_text(const std::string& text, const 
     throw fail("merges " + std::to_string(n) + " but the file has room for fewer lines");
   std::vector<std::pair<uint32_t, uint32_t>> merges;
   merges.reserve(n);
+  TokenLengths lengths;
   for (uint64_t i = 0; i < n; ++i) {
     const auto w = next_line("left right");
     const uint64_t limit = 256 + i - 1;  // a merge refers to earlier tokens only
-    merges.emplace_back(static_cast<uint32_t>(number(w[0], limit, "merge left")),
-                        static_cast<uint32_t>(number(w[1], limit, "merge right")));
+    const auto l = static_cast<uint32_t>(number(w[0], limit, "merge left"));
+    const auto r = static_cast<uint32_t>(number(w[1], limit, "merge right"));
+    const std::string broken = lengths.breaks_bound(l, r);
+    if (!broken.empty()) throw fail("merge " + w[0] + " " + w[1] + " " + broken);
+    lengths.add(l, r);
+    merges.emplace_back(l, r);
   }
   ++line_no;
   if (pos < text.size()) throw fail("unexpected text after the last line");

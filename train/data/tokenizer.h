@@ -15,6 +15,18 @@
 
 namespace mod::data {
 
+// Tokenizer files are read whole, so only a regular file of at most this size is read: a device
+// such as /dev/zero would be read until memory ran out. Real files are a few MB (Gemma's 33 MB).
+inline constexpr uint64_t kMaxTokenizerFileBytes = uint64_t{64} << 20;
+// A BPE token's bytes, and all tokens' bytes together: a merge may double a token, so 40 merges
+// of a file could ask for 2^40 bytes; a trained BPE's longest tokens have tens of bytes.
+inline constexpr uint64_t kMaxTokenBytes = 4096;
+inline constexpr uint64_t kMaxVocabBytes = uint64_t{64} << 20;
+
+// The bytes of a tokenizer file: a regular file of at most kMaxTokenizerFileBytes, else an
+// error naming the file and the bound.
+std::string read_tokenizer_file(const std::string& path);
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -29,9 +41,12 @@ class Tokenizer {
     return std::nullopt;
   }
 
-  // Reads a tokenizer file, checking every line; errors name the file and the line. A JSON file
-  // (name ending in .json, or first non-space byte '{') loads as an HfTokenizer.
+  // Reads a tokenizer file (read_tokenizer_file), checking every line; errors name the file and
+  // the line. A JSON file (name ending in .json, or first non-space byte '{') loads as an
+  // HfTokenizer.
   static std::unique_ptr<Tokenizer> load(const std::string& path);
+  // The same from the file's bytes (path names it in errors and picks the kind).
+  static std::unique_ptr<Tokenizer> parse(std::string bytes, const std::string& path);
   // The modtrain text format from memory (path names it in errors): every line is exactly its
   // expected tokens ("kind bpe", "left right"), numbers are plain decimals, nothing follows.
   static std::unique_ptr<Tokenizer> parse_text(const std::string& text, const std::string& path);
@@ -49,8 +64,11 @@ class ByteTokenizer final : public Tokenizer {
 class BpeTokenizer final : public Tokenizer {
  public:
   // Learns vocab_size - 256 merges from text. Merges never cross pre-token boundaries (a word
-  // with its leading space, a run of digits, of punctuation, or of whitespace).
+  // with its leading space, a run of digits, of punctuation, or of whitespace), nor make a
+  // token longer than kMaxTokenBytes.
   static BpeTokenizer train(std::string_view text, uint32_t vocab_size);
+  // Throws std::invalid_argument on a merge of later tokens or beyond kMaxTokenBytes or
+  // kMaxVocabBytes.
   explicit BpeTokenizer(std::vector<std::pair<uint32_t, uint32_t>> merges);
 
   std::string kind() const override { return "bpe"; }

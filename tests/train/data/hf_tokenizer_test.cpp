@@ -198,3 +198,46 @@ TEST_CASE("hf tokenizer gives the same ids from several threads at once", "[data
   for (auto& th : threads) th.join();
   CHECK(mismatches == std::vector<int>(4, 0));
 }
+
+namespace {
+// A Sequence of `split` then GPT-2's ByteLevel.
+std::string split_then_byte_level(const std::string& regex) {
+  return R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": ")" +
+         json_escape(regex) + R"("}, "behavior": "Isolated", "invert": false}, )" + kGpt2Pre + "]}";
+}
+}  // namespace
+
+TEST_CASE("hf tokenizer refuses pre-tokenizer Sequences that encode could not run", "[data]") {
+  // An empty Sequence crashed prep and sample at the first encode (no step to run).
+  CHECK_THROWS_WITH(make(tokenizer_json(R"({"type": "Sequence", "pretokenizers": []})")),
+                    Contains("tokenizer.json: pre_tokenizer: no steps"));
+  // Nested 40 deep (80 JSON levels, under the JSON bound): encode would recurse per level.
+  std::string nested = kGpt2Pre;
+  for (int i = 0; i < 40; ++i)
+    nested = R"({"type": "Sequence", "pretokenizers": [)" + nested + "]}";
+  CHECK_THROWS_WITH(make(tokenizer_json(nested)),
+                    Contains("Sequence nested deeper than 32 levels"));
+  // 100 steps side by side: encode recursed once per step.
+  std::string many = R"({"type": "Sequence", "pretokenizers": [)";
+  for (int i = 0; i < 100; ++i)
+    many += R"({"type": "Split", "pattern": {"String": "x"}, "behavior": "Isolated"}, )";
+  many += std::string(kGpt2Pre) + "]}";
+  CHECK_THROWS_WITH(make(tokenizer_json(many)),
+                    Contains("pre_tokenizer.pretokenizers[64]: more than 64 pre-tokenizer steps"));
+}
+
+TEST_CASE("hf tokenizer regex errors name the file and the regex field", "[data]") {
+  // 2^n backtracking: PCRE2's match limit (error -47) on the trial text's run of 'a's, at load.
+  CHECK_THROWS_WITH(make(tokenizer_json(split_then_byte_level("(\\p{L}|a)*\\d"))),
+                    Contains("tokenizer.json: pre_tokenizer.pretokenizers[0].pattern.Regex: ") &&
+                        Contains("PCRE2 error -47"));
+  // The trial text has no long run of 'x': this one loads, and fails at encode, by name.
+  const HfTokenizer tok = make(tokenizer_json(split_then_byte_level("(x|x)*(?=z)")));
+  CHECK_THROWS_WITH(tok.encode(std::string(40, 'x')),
+                    Contains("tokenizer.json: pre_tokenizer.pretokenizers[0].pattern.Regex: ") &&
+                        Contains("a piece of 40 bytes") && Contains("match limit"));
+  // A capture repeated per character needed more than PCRE2's default 32 KiB JIT stack (-46).
+  const HfTokenizer any = make(tokenizer_json(split_then_byte_level("(.)*")));
+  const std::string long_line(60000, 'q');
+  CHECK(any.decode(any.encode(long_line)) == long_line);
+}
