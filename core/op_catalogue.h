@@ -46,9 +46,9 @@ enum class Op : uint16_t {
   // Expert-parallel all-to-all pair (parallel/expert_parallel.h).
   ExpertDispatch,
   ExpertCombine,
-  // A checkpoint region and the node of each of its outputs (core/checkpoint.h).
-  Checkpoint,
-  CheckpointOutput,
+  // A recompute region and the node of each of its outputs (core/recompute.h).
+  Recompute,
+  RecomputeOutput,
   Count
 };
 
@@ -95,8 +95,8 @@ inline constexpr std::array<OpInfo, static_cast<size_t>(Op::Count)> kOpInfo = {{
     {"vocab_parallel_cross_entropy", true, true},
     {"expert_dispatch", true, true},
     {"expert_combine", true, true},
-    {"checkpoint", true},
-    {"checkpoint_output", true},
+    {"recompute", true},
+    {"recompute_output", true},
 }};
 static_assert(kOpInfo.size() == static_cast<size_t>(Op::Count), "kOpInfo must list every Op");
 

@@ -82,7 +82,7 @@ TopCRouting route_top_c(const Block& block, const Tensor& x, const Tensor& pos, 
                         modtrain::RouterConfig::Gate gate, ForwardResult* result = nullptr,
                         Recompute recompute = modtrain::TrainConfig::NONE);
 
-// A dense block's update x + f(x) [B,T,D]; under train.recompute one checkpoint region.
+// A dense block's update x + f(x) [B,T,D]; under train.recompute one recompute region.
 Tensor dense_update(const Block& block, const Tensor& x, const Tensor& pos, RoutingMode mode,
                     ForwardResult* result, Recompute recompute = modtrain::TrainConfig::NONE);
 

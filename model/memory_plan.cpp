@@ -208,7 +208,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     const double delta = delta_kept(cfg, x, nb, bm.tokens, moe[b], bs);
     const double copies = block_weight_copies(x, moe[b]);
     bm.backward_temp = delta_backward_temp(x, nb, moe[b], slots);
-    // A recomputed block is one checkpoint region (model/block.cpp): dense, x + f(x) from x;
+    // A recomputed block is one recompute region (model/block.cpp): dense, x + f(x) from x;
     // routed, g(r) * f on the gathered rows from those rows, their positions and g. Its
     // backward makes again what NONE would have kept, less what the region kept.
     double region_kept = nb * x.d * x.a, reused = region_kept;
