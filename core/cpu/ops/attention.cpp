@@ -271,7 +271,7 @@ void chunk_softmax(T* st, int64_t cols, int64_t rows, const T* m, T* mx, T* sum)
     }
 #pragma omp simd
     for (int64_t r = 0; r < kLanes; ++r) x0[r] = x1[r] > x0[r] ? x1[r] : x0[r];
-    for (c = 0; c < cols; ++c) {  // every query sees key 0, so no row is all -inf
+    for (c = 0; c < cols; ++c) {  // a query that sees no key gets NaN here; replaced at the end
       T* sc = st + c * kTile + r0;
 #pragma omp simd
       for (int64_t r = 0; r < kLanes; ++r) {
@@ -328,9 +328,14 @@ void forward_tile(const Dims& d, int64_t rows, const T* q, const T* k, const T* 
               [&](int64_t i0, int64_t mr) { return Span(0, upper(kpc, cols, qp[i0 + mr - 1])); });
   }
   for (int64_t r = 0; r < rows; ++r) {
+    T* orow = out + r * ld;
+    if (d.S == 0 || kp[0] > qp[r]) {  // sees no key: the empty sum (core/backend.h)
+      std::fill(orow, orow + dh, T(0));
+      lse[r] = neg_inf;
+      continue;
+    }
     const T inv = T(1) / l[r];
     const T* ar = acc + r * dh;
-    T* orow = out + r * ld;
 #pragma omp simd
     for (int64_t e = 0; e < dh; ++e) orow[e] = ar[e] * inv;
     lse[r] = m[r] / kScoreUnit<T> + std::log(l[r]);
