@@ -60,9 +60,9 @@ Tensor apply_gate(modtrain::RouterConfig::Gate gate, const Tensor& r) {
 
 Block::Block(const modtrain::ModelConfig& cfg, bool routed, Rng& rng, DType dtype, bool moe) {
   const int64_t d = cfg.d_model();
-  norm1_ = register_module("norm1", std::make_shared<nn::RMSNorm>(d, cfg.norm_eps(), dtype));
+  norm1_ = register_module("norm1", make_norm(cfg, dtype));
   attn_ = register_module("attn", std::make_shared<Attention>(cfg, rng, dtype));
-  norm2_ = register_module("norm2", std::make_shared<nn::RMSNorm>(d, cfg.norm_eps(), dtype));
+  norm2_ = register_module("norm2", make_norm(cfg, dtype));
   if (moe)
     moe_ = register_module("mlp", std::make_shared<MoeMlp>(cfg, rng, dtype));
   else

@@ -59,7 +59,7 @@ class Block : public nn::Module {
  private:
   Tensor mlp(const Tensor& h, RoutingMode mode, ForwardResult* result) const;
 
-  std::shared_ptr<nn::RMSNorm> norm1_, norm2_;
+  std::shared_ptr<nn::Norm> norm1_, norm2_;
   std::shared_ptr<Attention> attn_;
   std::shared_ptr<Mlp> mlp_;
   std::shared_ptr<MoeMlp> moe_;

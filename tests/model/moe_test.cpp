@@ -636,8 +636,10 @@ TEST_CASE(
   explicit_cfg.mutable_moe()->add_moe_blocks(1);
   CHECK(count_flops(int_bias_cfg).parameters ==
         dense_params + 2 * (2 * (2 * 16 * 32) + 4 * 16 + 4));
-  for (const auto& c :
-       {ec_cfg, int_cfg, int_bias_cfg, test::tiny_moe(true), swiglu_cfg, explicit_cfg}) {
+  auto layer_norm_cfg = int_cfg;
+  layer_norm_cfg.set_norm(modtrain::ModelConfig::LAYER);
+  for (const auto& c : {ec_cfg, int_cfg, int_bias_cfg, test::tiny_moe(true), swiglu_cfg,
+                        explicit_cfg, layer_norm_cfg}) {
     INFO(c.ShortDebugString());
     CHECK(count_flops(c).parameters == Transformer(c, 1).num_parameters());
   }
