@@ -4,9 +4,9 @@
 // gradient-check harness then fails until a case for the op exists.
 #pragma once
 
-#include <iterator>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 
 namespace mod {
 

@@ -59,9 +59,8 @@ int eval(int argc, char** argv) {
   const auto r = train::evaluate_weights(vm["checkpoint"].as<std::string>(), data,
                                          vm["batches"].as<int64_t>(), vm["batch-size"].as<int64_t>());
   if (vm["json"].as<bool>()) {
-    nlohmann::json j = {{"name", r.name},          {"step", r.step},
-                        {"data_dir", r.data_dir},  {"tokens", r.tokens},
-                        {"routed", r.routed},      {"top_c_loss", r.top_c_loss},
+    nlohmann::json j = {{"name", r.name},        {"step", r.step},     {"data_dir", r.data_dir},
+                        {"tokens", r.tokens},    {"routed", r.routed}, {"top_c_loss", r.top_c_loss},
                         {"causal_loss", nullptr}};
     if (r.causal_loss) j["causal_loss"] = *r.causal_loss;
     if (!r.no_causal_loss.empty()) j["no_causal_loss"] = r.no_causal_loss;

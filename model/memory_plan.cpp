@@ -170,7 +170,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   MemoryPlan plan;
 
   // Parameters, in master precision. Embedding (and an untied head) split over the vocabulary.
-  double expert_elems = 0, dense_elems = x.v * x.d * (cfg.tie_embeddings() ? 1 : 2) + x.norm_vecs * x.d;
+  double expert_elems = 0,
+         dense_elems = x.v * x.d * (cfg.tie_embeddings() ? 1 : 2) + x.norm_vecs * x.d;
   std::vector<double> block_grads;
   for (int b = 0; b < cfg.n_layers(); ++b) {
     const double e = block_param_elems(cfg, x, routed[b], moe[b]);

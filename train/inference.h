@@ -19,7 +19,7 @@ struct WeightsEval {
   int64_t step = 0;  // the weights' training step
   std::string data_dir;
   int64_t tokens = 0;  // tokens evaluated
-  bool routed = false;  // MoD or MoE blocks; false: a dense model
+  bool routed = false;                // MoD or MoE blocks; false: a dense model
   double top_c_loss = 0;              // routing as trained; a dense model's only loss
   std::optional<double> causal_loss;  // for routed models (MoD, MoE) only
   std::string no_causal_loss;         // why a routed model has none (causal.method NONE)

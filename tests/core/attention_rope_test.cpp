@@ -258,8 +258,7 @@ TEST_CASE("attention: a query that sees no key gets out 0, lse -inf and no gradi
       const int64_t T = c.qp.size(), S = c.kp.size();
       Tensor q = randn({c.B, T, c.H, c.D}, rng), k = randn({c.B, S, c.H, c.D}, rng),
              v = randn({c.B, S, c.H, c.D}, rng), dout = randn({c.B, T, c.H, c.D}, rng);
-      const Reference want =
-          naive_attention(q, k, v, repeat(c.B, c.qp), repeat(c.B, c.kp), dout);
+      const Reference want = naive_attention(q, k, v, repeat(c.B, c.qp), repeat(c.B, c.kp), dout);
       const Tensor qp = pos_rows(c.B, c.qp), kp = pos_rows(c.B, c.kp, DType::I32);
       Tensor out = Tensor::empty(q.shape()), lse = Tensor::empty({c.B, c.H, T});
       cpu.attention_forward(q, k, v, qp, kp, out, lse);

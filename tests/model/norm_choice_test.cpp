@@ -26,7 +26,8 @@ std::set<std::string> expected_names(int n_layers, bool bias) {
   std::set<std::string> names;
   std::vector<std::string> norms = {"final_norm"};
   for (int b = 0; b < n_layers; ++b)
-    for (const char* n : {"norm1", "norm2"}) norms.push_back("blocks." + std::to_string(b) + "." + n);
+    for (const char* n : {"norm1", "norm2"})
+      norms.push_back("blocks." + std::to_string(b) + "." + n);
   for (const std::string& n : norms) {
     names.insert(n + ".weight");
     if (bias) names.insert(n + ".bias");

@@ -7,8 +7,7 @@
 using namespace mod;
 using Catch::Matchers::Contains;
 
-TEST_CASE("eval labels a dense model's loss dense and a routed model's by its routings",
-          "[eval]") {
+TEST_CASE("eval labels a dense model's loss dense and a routed model's by its routings", "[eval]") {
   train::WeightsEval r;
   r.name = "tiny";
   r.step = 30;
