@@ -292,7 +292,7 @@ std::vector<double> naive_rope(const Tensor& x, const std::vector<int64_t>& pos,
 }
 }  // namespace
 
-TEST_CASE("rope matches a naive rotation by explicit positions; inverse undoes it", "[forward]") {
+TEST_CASE("rope matches a naive rotation by explicit positions, inverse undoes it", "[forward]") {
   Rng rng(14);
   SECTION("small [2,7,3,10], unsorted positions up to 10^9, i64") {
     // 2*10^6 and 10^9 exceed the vectorised sincos range and take libm's.

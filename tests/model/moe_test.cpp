@@ -582,7 +582,7 @@ TEST_CASE(
 // --- FLOPs and parameters ---
 
 TEST_CASE(
-    "MoE FLOPs: the router plus the active experts; parameters: E expert MLPs plus the "
+    "MoE FLOPs: the router plus the active experts, parameters: E expert MLPs plus the "
     "router",
     "[moe][flops]") {
   const auto dense_cfg = test::tiny_model(false);  // D 16, ff 32, S 12, GELU
