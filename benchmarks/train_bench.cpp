@@ -129,7 +129,7 @@ std::vector<double> calibrate_predictors(model::Transformer& m, double fraction,
     x = next;
   }
   if (cfg.tie_embeddings()) {
-    const Tensor h = rmsnorm(x, m.parameter("final_norm.weight"), cfg.norm_eps());
+    const Tensor h = std::dynamic_pointer_cast<nn::Norm>(m.find_module("final_norm"))->forward(x);
     const auto ours = matmul(h, m.parameter("embed.weight"), false, true).to_vector();
     const auto model = m.forward(tokens, Tensor(), model::RoutingMode::Causal).logits.to_vector();
     double err = 0;

@@ -30,7 +30,7 @@ bool grad_enabled();
 // casts' backward brings gradients back to the parameters' own dtype (f32 masters). Losses are
 // computed in f32 by the model. Per thread, like NoGradGuard.
 // A state captured earlier with autocast_dtype() can be restored with it (none: f32 as stored),
-// as a checkpoint region's recomputation does.
+// as a recompute region's recomputation does.
 class AutocastGuard {
  public:
   explicit AutocastGuard(std::optional<DType> dtype);
@@ -56,7 +56,7 @@ class NoGradGuard {
   bool previous_;
 };
 
-// Inside this scope ops record nodes again (a checkpoint region's recomputation in backward).
+// Inside this scope ops record nodes again (a recompute region's recomputation in backward).
 class EnableGradGuard {
  public:
   EnableGradGuard();
@@ -77,7 +77,7 @@ struct Edge {
   std::shared_ptr<Node> node;        // the input's producer, or
   std::shared_ptr<TensorImpl> leaf;  // the input itself when it is a leaf requiring grad
   Shape shape;                       // the input's shape, to check what backward returns
-  // Checkpoint regions (core/checkpoint.h) only: the edge orders `node` after this node and
+  // Recompute regions (core/recompute.h) only: the edge orders `node` after this node and
   // carries no gradient; or the node's own backward accumulates into `leaf` and the engine only
   // counts the edge for on_leaf_ready.
   bool order_only = false;
@@ -105,11 +105,11 @@ const Tensor* accumulating_leaf_grad(const Tensor& leaf, const Tensor& grad_out)
 
 // Attaches a node for `op` to `output` (call only when any_requires_grad(inputs)).
 void record(Tensor& output, Op op, const std::vector<Tensor>& inputs, BackwardFn backward);
-// The node record() attaches, unattached (checkpoint regions attach it to several outputs).
+// The node record() attaches, unattached (recompute regions attach it to several outputs).
 std::shared_ptr<Node> make_node(Op op, const std::vector<Tensor>& inputs, BackwardFn backward);
 
 // While one is installed, any_requires_grad() reports to it every leaf requiring grad that an op
-// is given, grad mode on or off: a checkpoint region learns which parameters it uses from a
+// is given, grad mode on or off: a recompute region learns which parameters it uses from a
 // forward that records nothing. Per thread; installing returns the previous one.
 using LeafSeen = std::function<void(const Tensor& leaf)>;
 LeafSeen* set_leaf_observer(LeafSeen* observer);

@@ -195,7 +195,9 @@ class Backend {
   // q [B,T,H,Dh], k,v [B,S,H,Dh], q_pos [B,T], k_pos [B,S] (each row strictly increasing).
   // Query i attends to key j iff k_pos[j] <= q_pos[i]; scale 1/sqrt(Dh).
   // out [B,T,H,Dh]; lse [B,H,T] (log-sum-exp of scaled scores) cached for backward, in q's
-  // dtype, except f32 for bf16 q.
+  // dtype, except f32 for bf16 q. A query that sees no key (S = 0 or k_pos[0] > q_pos[i]) gets
+  // the empty sum: out 0 and lse -inf; backward gives it dq 0 and takes nothing from it into
+  // dk, dv (the gradient of a constant).
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& q_pos, const Tensor& k_pos, Tensor& out,
                                  Tensor& lse) = 0;

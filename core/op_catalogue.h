@@ -1,11 +1,12 @@
 // The op catalogue: every op modtrain has, its name and whether it has a backward rule.
-// Adding an op means adding an enum entry and a row in kOpInfo (the static_assert fails until
-// both agree); the gradient-check harness then fails until a case for the op exists.
+// Adding an op means adding an enum entry and a row in kOpInfo: the table's size is deduced from
+// its rows, so the static_asserts fail until both agree and row i describes Op i; the
+// gradient-check harness then fails until a case for the op exists.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 
 namespace mod {
 
@@ -46,13 +47,14 @@ enum class Op : uint16_t {
   // Expert-parallel all-to-all pair (parallel/expert_parallel.h).
   ExpertDispatch,
   ExpertCombine,
-  // A checkpoint region and the node of each of its outputs (core/checkpoint.h).
-  Checkpoint,
-  CheckpointOutput,
+  // A recompute region and the node of each of its outputs (core/recompute.h).
+  Recompute,
+  RecomputeOutput,
   Count
 };
 
 struct OpInfo {
+  Op op;  // the op this row describes: row i must be Op i
   const char* name;
   bool differentiable;  // false: forward only (selection, optimizer update)
   // true: talks to a communicator; its gradient cases live in tests/parallel (run at world size
@@ -60,45 +62,54 @@ struct OpInfo {
   bool collective = false;
 };
 
-inline constexpr std::array<OpInfo, static_cast<size_t>(Op::Count)> kOpInfo = {{
-    {"reshape", true},
-    {"matmul", true},
-    {"add", true},
-    {"sub", true},
-    {"mul", true},
-    {"scale", true},
-    {"bias_add", true},
-    {"sum", true},
-    {"mean", true},
-    {"embedding", true},
-    {"rmsnorm", true},
-    {"layernorm", true},
-    {"gelu", true},
-    {"silu", true},
-    {"swiglu", true},
-    {"sigmoid", true},
-    {"softmax", true},
-    {"cross_entropy", true},
-    {"rope", true},
-    {"attention", true},
-    {"gather_rows", true},
-    {"scatter_add_rows", true},
-    {"topk", false},
-    {"bce_with_logits", true},
-    {"logsumexp", true},
-    {"cast", true},
-    {"adamw", false},
-    {"copy_to_tp", true, true},
-    {"reduce_from_tp", true, true},
-    {"gather_from_tp", true, true},
-    {"scatter_to_tp", true, true},
-    {"vocab_parallel_cross_entropy", true, true},
-    {"expert_dispatch", true, true},
-    {"expert_combine", true, true},
-    {"checkpoint", true},
-    {"checkpoint_output", true},
-}};
-static_assert(kOpInfo.size() == static_cast<size_t>(Op::Count), "kOpInfo must list every Op");
+inline constexpr OpInfo kOpInfo[] = {
+    {Op::Reshape, "reshape", true},
+    {Op::MatMul, "matmul", true},
+    {Op::Add, "add", true},
+    {Op::Sub, "sub", true},
+    {Op::Mul, "mul", true},
+    {Op::Scale, "scale", true},
+    {Op::BiasAdd, "bias_add", true},
+    {Op::Sum, "sum", true},
+    {Op::Mean, "mean", true},
+    {Op::Embedding, "embedding", true},
+    {Op::RMSNorm, "rmsnorm", true},
+    {Op::LayerNorm, "layernorm", true},
+    {Op::GELU, "gelu", true},
+    {Op::SiLU, "silu", true},
+    {Op::SwiGLU, "swiglu", true},
+    {Op::Sigmoid, "sigmoid", true},
+    {Op::Softmax, "softmax", true},
+    {Op::CrossEntropy, "cross_entropy", true},
+    {Op::Rope, "rope", true},
+    {Op::Attention, "attention", true},
+    {Op::GatherRows, "gather_rows", true},
+    {Op::ScatterAddRows, "scatter_add_rows", true},
+    {Op::TopK, "topk", false},
+    {Op::BCEWithLogits, "bce_with_logits", true},
+    {Op::LogSumExp, "logsumexp", true},
+    {Op::Cast, "cast", true},
+    {Op::AdamW, "adamw", false},
+    {Op::CopyToTp, "copy_to_tp", true, true},
+    {Op::ReduceFromTp, "reduce_from_tp", true, true},
+    {Op::GatherFromTp, "gather_from_tp", true, true},
+    {Op::ScatterToTp, "scatter_to_tp", true, true},
+    {Op::VocabParallelCrossEntropy, "vocab_parallel_cross_entropy", true, true},
+    {Op::ExpertDispatch, "expert_dispatch", true, true},
+    {Op::ExpertCombine, "expert_combine", true, true},
+    {Op::Recompute, "recompute", true},
+    {Op::RecomputeOutput, "recompute_output", true},
+};
+static_assert(std::size(kOpInfo) == static_cast<size_t>(Op::Count),
+              "kOpInfo must have one row per Op");
+
+// Row i describes Op i, so op_name(op) and friends index the table by the op.
+constexpr bool op_rows_in_enum_order() {
+  for (size_t i = 0; i < std::size(kOpInfo); ++i)
+    if (kOpInfo[i].op != static_cast<Op>(i)) return false;
+  return true;
+}
+static_assert(op_rows_in_enum_order(), "kOpInfo's rows must follow enum Op's order");
 
 inline const char* op_name(Op op) { return kOpInfo[static_cast<size_t>(op)].name; }
 inline bool op_differentiable(Op op) { return kOpInfo[static_cast<size_t>(op)].differentiable; }

@@ -62,22 +62,15 @@ int eval(int argc, char** argv) {
   const auto r = train::evaluate_weights(vm["checkpoint"].as<std::string>(), data,
                                          vm["batches"].as<int64_t>(), vm["batch-size"].as<int64_t>());
   if (vm["json"].as<bool>()) {
-    nlohmann::json j = {{"name", r.name},          {"step", r.step},
-                        {"data_dir", r.data_dir},  {"tokens", r.tokens},
-                        {"top_c_loss", r.top_c_loss}, {"causal_loss", nullptr}};
+    nlohmann::json j = {{"name", r.name},        {"step", r.step},     {"data_dir", r.data_dir},
+                        {"tokens", r.tokens},    {"routed", r.routed}, {"top_c_loss", r.top_c_loss},
+                        {"causal_loss", nullptr}};
     if (r.causal_loss) j["causal_loss"] = *r.causal_loss;
     if (!r.no_causal_loss.empty()) j["no_causal_loss"] = r.no_causal_loss;
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  // Six significant digits, trailing zeros kept (%#): a routing bug can move the loss by 4e-4
-  // relative.
-  std::printf("%s (step %lld) on the validation split of %s, %lld tokens\n", r.name.c_str(),
-              static_cast<long long>(r.step), r.data_dir.c_str(), static_cast<long long>(r.tokens));
-  std::printf("  validation loss, top-C routing (training):  %#.6g\n", r.top_c_loss);
-  if (r.causal_loss)
-    std::printf("  validation loss, causal routing (sampling): %#.6g\n", *r.causal_loss);
-  if (!r.no_causal_loss.empty()) std::printf("  no causal loss: %s\n", r.no_causal_loss.c_str());
+  std::fputs(train::eval_table(r).c_str(), stdout);
   return 0;
 }
 

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "core/all_ops.h"
-#include "core/checkpoint.h"
+#include "core/recompute.h"
 
 namespace mod::model {
 
@@ -19,7 +19,7 @@ Tensor gather_positions(const Tensor& pos, const Tensor& idx) {
 }
 
 // body(inputs, local) -> a block's output, its MoE auxiliary loss and statistics going into
-// local. Under recomputation it runs as a checkpoint region whose outputs are that output and
+// local. Under recomputation it runs as a recompute region whose outputs are that output and
 // the auxiliary loss (so the loss still reaches the MoE router); the statistics of the forward
 // are added to *result once, never those of the recomputation.
 using RegionBody = std::function<Tensor(const std::vector<Tensor>& inputs, ForwardResult& local)>;
@@ -37,9 +37,9 @@ Tensor run_region(Recompute recompute, RegionBody body, const std::vector<Tensor
     return std::vector<Tensor>{out, local.aux_loss};
   };
   const std::vector<Tensor> out =
-      checkpoint(fn, inputs,
-                 recompute == modtrain::TrainConfig::FULL ? RegionKeeps::InputsOnly
-                                                          : RegionKeeps::CostlyOpOutputs);
+      recompute_region(fn, inputs,
+                       recompute == modtrain::TrainConfig::FULL ? RegionKeeps::InputsOnly
+                                                                : RegionKeeps::CostlyOpOutputs);
   if (result) {
     if (out[1].defined()) result->add_aux_loss(out[1]);
     for (MoeStats& s : *stats) result->moe_stats.push_back(std::move(s));
@@ -60,9 +60,9 @@ Tensor apply_gate(modtrain::RouterConfig::Gate gate, const Tensor& r) {
 
 Block::Block(const modtrain::ModelConfig& cfg, bool routed, Rng& rng, DType dtype, bool moe) {
   const int64_t d = cfg.d_model();
-  norm1_ = register_module("norm1", std::make_shared<nn::RMSNorm>(d, cfg.norm_eps(), dtype));
+  norm1_ = register_module("norm1", make_norm(cfg, dtype));
   attn_ = register_module("attn", std::make_shared<Attention>(cfg, rng, dtype));
-  norm2_ = register_module("norm2", std::make_shared<nn::RMSNorm>(d, cfg.norm_eps(), dtype));
+  norm2_ = register_module("norm2", make_norm(cfg, dtype));
   if (moe)
     moe_ = register_module("mlp", std::make_shared<MoeMlp>(cfg, rng, dtype));
   else

@@ -59,7 +59,7 @@ class Block : public nn::Module {
  private:
   Tensor mlp(const Tensor& h, RoutingMode mode, ForwardResult* result) const;
 
-  std::shared_ptr<nn::RMSNorm> norm1_, norm2_;
+  std::shared_ptr<nn::Norm> norm1_, norm2_;
   std::shared_ptr<Attention> attn_;
   std::shared_ptr<Mlp> mlp_;
   std::shared_ptr<MoeMlp> moe_;
@@ -82,7 +82,7 @@ TopCRouting route_top_c(const Block& block, const Tensor& x, const Tensor& pos, 
                         modtrain::RouterConfig::Gate gate, ForwardResult* result = nullptr,
                         Recompute recompute = modtrain::TrainConfig::NONE);
 
-// A dense block's update x + f(x) [B,T,D]; under train.recompute one checkpoint region.
+// A dense block's update x + f(x) [B,T,D]; under train.recompute one recompute region.
 Tensor dense_update(const Block& block, const Tensor& x, const Tensor& pos, RoutingMode mode,
                     ForwardResult* result, Recompute recompute = modtrain::TrainConfig::NONE);
 

@@ -55,7 +55,9 @@ FlopCount count_flops(const modtrain::ModelConfig& cfg) {
   out.training_per_token = 3.0 * out.forward_per_token;
 
   const int64_t di = cfg.d_model(), ffi = cfg.d_ff(), vi = cfg.vocab_size();
-  int64_t per_block = 4 * di * di + (swiglu ? 3 : 2) * di * ffi + 2 * di;  // + 2 norm gains
+  // Each norm has a gain, and a bias under LAYER.
+  const int64_t norm = (cfg.norm() == modtrain::ModelConfig::LAYER ? 2 : 1) * di;
+  int64_t per_block = 4 * di * di + (swiglu ? 3 : 2) * di * ffi + 2 * norm;
   int64_t extra = 0;
   const auto& me = cfg.moe();
   const int64_t fe = me.d_expert() > 0 ? me.d_expert() : ffi;
@@ -70,7 +72,7 @@ FlopCount count_flops(const modtrain::ModelConfig& cfg) {
       extra += di * causal.predictor_hidden() + causal.predictor_hidden() +
                causal.predictor_hidden() + 1;
   }
-  out.non_embedding_parameters = per_block * cfg.n_layers() + extra + di;  // + final norm
+  out.non_embedding_parameters = per_block * cfg.n_layers() + extra + norm;  // + final norm
   out.parameters = out.non_embedding_parameters + vi * di * (cfg.tie_embeddings() ? 1 : 2);
   return out;
 }

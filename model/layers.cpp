@@ -10,6 +10,12 @@
 
 namespace mod::model {
 
+std::shared_ptr<nn::Norm> make_norm(const modtrain::ModelConfig& cfg, DType dtype) {
+  if (cfg.norm() == modtrain::ModelConfig::LAYER)
+    return std::make_shared<nn::LayerNorm>(cfg.d_model(), cfg.norm_eps(), dtype);
+  return std::make_shared<nn::RMSNorm>(cfg.d_model(), cfg.norm_eps(), dtype);
+}
+
 Attention::Attention(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype)
     : head_dim_(cfg.d_model() / cfg.n_heads()), rope_theta_(cfg.rope_theta()) {
   const int64_t d = cfg.d_model();

@@ -1,5 +1,5 @@
-// The layers a transformer block is made of: causal self-attention with RoPE (and its KV cache
-// for sampling), the MLP, the MoD router and the causal-routing predictor.
+// The layers a transformer block is made of: its norms (model.norm), causal self-attention with
+// RoPE (and its KV cache for sampling), the MLP, the MoD router and the causal-routing predictor.
 // Shape legend: B batch, T tokens, D width, H heads, Dh head dim.
 #pragma once
 
@@ -18,6 +18,10 @@ struct KvCache {
   std::vector<int64_t> pos;  // original position of each cached token
   int64_t size() const { return static_cast<int64_t>(pos.size()); }
 };
+
+// A norm over d_model of the kind model.norm names (RMS or LAYER), eps model.norm_eps: every
+// norm of the model is made here, so the choice reaches them all.
+std::shared_ptr<nn::Norm> make_norm(const modtrain::ModelConfig& cfg, DType dtype);
 
 class Attention : public nn::Module {
  public:

@@ -17,11 +17,12 @@ using modtrain::CausalRoutingConfig;
 using modtrain::ModelConfig;
 
 constexpr double kMaster = 4;  // f32 master weights, gradients and AdamW moments
-constexpr double kStats = 4;   // f32 statistics: rmsnorm rstd, attention lse, losses
+constexpr double kStats = 4;   // f32 statistics: a norm's rstd (and mean), attention lse, losses
 
 // The shapes one rank sees: heads, MLP hidden units and vocabulary split over tp.
 struct Dims {
   double d, w, f, h, v, fe, e_all, experts_local, a;  // a: compute dtype bytes
+  double norm_vecs, norm_stats;  // per norm: [D] parameters (gain, bias), [rows] statistics
   bool swiglu, bf16;
   int tp;
 };
@@ -41,6 +42,8 @@ Dims dims_of(const ModelConfig& cfg, const MemoryOptions& opt) {
   x.bf16 = opt.bf16;
   x.a = opt.bf16 ? 2 : 4;
   x.swiglu = cfg.mlp() == ModelConfig::SWIGLU;
+  const bool layer_norm = cfg.norm() == ModelConfig::LAYER;  // a bias; the mean besides rstd
+  x.norm_vecs = x.norm_stats = layer_norm ? 2 : 1;
   return x;
 }
 
@@ -49,7 +52,7 @@ double mlp_mats(const Dims& x) { return x.swiglu ? 3 : 2; }
 // Parameter elements of block b on one rank (the layer constructors' shapes, model/layers.cpp,
 // model/moe.cpp; tp splits attention and the dense MLP, ep the experts).
 double block_param_elems(const ModelConfig& cfg, const Dims& x, bool routed, bool moe) {
-  double n = 2 * x.d + 4 * x.d * x.w;  // norm1, norm2; wq, wk, wv, wo
+  double n = 2 * x.norm_vecs * x.d + 4 * x.d * x.w;  // norm1, norm2; wq, wk, wv, wo
   if (moe)
     n += x.experts_local * mlp_mats(x) * x.fe * x.d + x.e_all * x.d +
          (cfg.moe().router_bias() ? x.e_all : 0);
@@ -75,16 +78,17 @@ double largest_block_weight(const Dims& x, bool moe) {
 double block_weight_copies(const Dims& x, bool moe) {
   if (!x.bf16) return 0;
   const double mlp = moe ? x.experts_local * mlp_mats(x) * x.fe * x.d : mlp_mats(x) * x.d * x.f;
-  return x.a * (2 * x.d + 4 * x.d * x.w + mlp);
+  return x.a * (2 * x.norm_vecs * x.d + 4 * x.d * x.w + mlp);
 }
 
 // What the block's delta f saves for backward on n tokens (n = rows of all sequences):
-// rmsnorm keeps its input and rstd (x, h1); the q/k/v/o matmuls their input (n1); rope nothing
-// but positions, so attention's q, k, v and output are the four [n, D/tp] tensors; the MLP
-// matmuls their inputs (n2; the activation's input and output); attention's lse.
+// a norm keeps its input and rstd, and LayerNorm its mean (x, h1); the q/k/v/o matmuls their
+// input (n1); rope nothing but positions, so attention's q, k, v and output are the four
+// [n, D/tp] tensors; the MLP matmuls their inputs (n2; the activation's input and output);
+// attention's lse.
 double delta_kept(const ModelConfig& cfg, const Dims& x, double n, int64_t tokens_per_seq,
                   bool moe, double sequences) {
-  double kept = n * x.a * (4 * x.d + 4 * x.w) + n * kStats * (2 + x.h);
+  double kept = n * x.a * (4 * x.d + 4 * x.w) + n * kStats * (2 * x.norm_stats + x.h);
   if (!moe) return kept + n * x.a * mlp_mats(x) * x.f;
   // MoE: router softmax output and the z-loss's logsumexp input [n, E']; every slot's gathered
   // row (expert input), hidden activations and output, and its gate (model/moe.cpp).
@@ -166,7 +170,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   MemoryPlan plan;
 
   // Parameters, in master precision. Embedding (and an untied head) split over the vocabulary.
-  double expert_elems = 0, dense_elems = x.v * x.d * (cfg.tie_embeddings() ? 1 : 2) + x.d;
+  double expert_elems = 0,
+         dense_elems = x.v * x.d * (cfg.tie_embeddings() ? 1 : 2) + x.norm_vecs * x.d;
   std::vector<double> block_grads;
   for (int b = 0; b < cfg.n_layers(); ++b) {
     const double e = block_param_elems(cfg, x, routed[b], moe[b]);
@@ -208,7 +213,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     const double delta = delta_kept(cfg, x, nb, bm.tokens, moe[b], bs);
     const double copies = block_weight_copies(x, moe[b]);
     bm.backward_temp = delta_backward_temp(x, nb, moe[b], slots);
-    // A recomputed block is one checkpoint region (model/block.cpp): dense, x + f(x) from x;
+    // A recomputed block is one recompute region (model/block.cpp): dense, x + f(x) from x;
     // routed, g(r) * f on the gathered rows from those rows, their positions and g. Its
     // backward makes again what NONE would have kept, less what the region kept.
     double region_kept = nb * x.d * x.a, reused = region_kept;
@@ -243,12 +248,12 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     plan.blocks.push_back(bm);
   }
 
-  // Head: final rmsnorm keeps its input and output (the LM head matmul's input); logits in the
+  // Head: the final norm keeps its input and output (the LM head matmul's input); logits in the
   // compute dtype (ForwardResult holds them) and, under bf16, the f32 copy cross-entropy saves;
   // the head weight's compute copy (bf16); targets and lse.
   const double head_copy = x.bf16 ? x.v * x.d * x.a : 0;
   plan.weight_copies += head_copy;
-  plan.head_kept = n * x.d * x.a * 2 + n * kStats + n * x.v * x.a +
+  plan.head_kept = n * x.d * x.a * 2 + n * kStats * x.norm_stats + n * x.v * x.a +
                    (x.bf16 ? n * x.v * kMaster : 0) + n * (8 + kStats) + head_copy;
   // Head backward, in the engine's order: cross-entropy makes dlogits in f32; under bf16 its
   // node then lets go of the f32 logits it saved (as large as dlogits) before the cast's
@@ -275,7 +280,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   kept -= causal_total;  // the causal-routing losses' backward, first
   visit(base + kept + plan.head_backward_temp, "backward of the LM head and loss");
   kept -= plan.head_kept;
-  grads += x.d * kMaster + x.v * x.d * kMaster;  // final norm; the head (tied: embedding) weight
+  grads += x.norm_vecs * x.d * kMaster + x.v * x.d * kMaster;  // final norm; the head weight
   const double gx = n * x.d * x.a;
   plan.largest_temporary = plan.head_backward_temp;
   for (int b = cfg.n_layers() - 1; b >= 0; --b) {

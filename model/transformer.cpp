@@ -43,7 +43,7 @@ Transformer::Transformer(const modtrain::ModelConfig& cfg, uint64_t seed, DType 
   auto list = register_module("blocks", std::make_shared<nn::ModuleList>());
   for (int b = 0; b < cfg.n_layers(); ++b)
     blocks_.push_back(list->add(std::make_shared<Block>(cfg, routed_[b], rng, dtype, moe_[b])));
-  final_norm_ = register_module("final_norm", std::make_shared<nn::RMSNorm>(cfg.d_model(), cfg.norm_eps(), dtype));
+  final_norm_ = register_module("final_norm", make_norm(cfg, dtype));
   if (!cfg.tie_embeddings())
     lm_head_ = register_module("lm_head", std::make_shared<nn::Linear>(cfg.d_model(), cfg.vocab_size(),
                                                                        false, rng, cfg.init_std(), dtype));

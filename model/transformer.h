@@ -59,7 +59,7 @@ class Transformer : public nn::Module {
   std::vector<Recompute> recompute_;  // per block
   std::shared_ptr<nn::Embedding> embed_;
   std::vector<std::shared_ptr<Block>> blocks_;
-  std::shared_ptr<nn::RMSNorm> final_norm_;
+  std::shared_ptr<nn::Norm> final_norm_;
   std::shared_ptr<nn::Linear> lm_head_;  // null when tied
   LmLoss lm_loss_;                       // null: cross_entropy
   mutable std::deque<Tensor> positions_;  // positions() made so far (references stay valid)

@@ -2,6 +2,7 @@
 #include "train/inference.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <stdexcept>
 
@@ -51,15 +52,36 @@ WeightsEval evaluate_weights(const std::string& weights, const std::string& data
                               model::RoutingMode::TopC);
   r.tokens = top_c.tokens;
   r.top_c_loss = top_c.loss;
-  const bool routed = cfg.model().mod().enabled() || cfg.model().moe().enabled();
+  r.routed = cfg.model().mod().enabled() || cfg.model().moe().enabled();
   if (cfg.model().mod().enabled() &&
       cfg.model().mod().causal().method() == modtrain::CausalRoutingConfig::NONE)
     r.no_causal_loss = "model.mod.causal.method is NONE: the model has no causal routing";
-  else if (routed)  // MoD and MoE both route non-causally in training
+  else if (r.routed)  // MoD and MoE both route non-causally in training
     r.causal_loss = evaluate(*loaded.model, data.val, cfg.model().seq_len(), batch_size, batches,
                              model::RoutingMode::Causal)
                         .loss;
   return r;
+}
+
+std::string eval_table(const WeightsEval& r) {
+  // Six significant digits, trailing zeros kept (%#): a routing bug can move the loss by 4e-4
+  // relative.
+  char line[256];
+  std::string out;
+  std::snprintf(line, sizeof line, "%s (step %lld) on the validation split of %s, %lld tokens\n",
+                r.name.c_str(), static_cast<long long>(r.step), r.data_dir.c_str(),
+                static_cast<long long>(r.tokens));
+  out += line;
+  std::snprintf(line, sizeof line, "  validation loss, %s  %#.6g\n",
+                r.routed ? "top-C routing (training):" : "dense (no routed blocks):", r.top_c_loss);
+  out += line;
+  if (r.causal_loss) {
+    std::snprintf(line, sizeof line, "  validation loss, causal routing (sampling): %#.6g\n",
+                  *r.causal_loss);
+    out += line;
+  }
+  if (!r.no_causal_loss.empty()) out += "  no causal loss: " + r.no_causal_loss + "\n";
+  return out;
 }
 
 Sample sample_text(const SampleOptions& o) {

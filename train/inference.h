@@ -19,7 +19,8 @@ struct WeightsEval {
   int64_t step = 0;  // the weights' training step
   std::string data_dir;
   int64_t tokens = 0;  // tokens evaluated
-  double top_c_loss = 0;
+  bool routed = false;                // MoD or MoE blocks; false: a dense model
+  double top_c_loss = 0;              // routing as trained; a dense model's only loss
   std::optional<double> causal_loss;  // for routed models (MoD, MoE) only
   std::string no_causal_loss;         // why a routed model has none (causal.method NONE)
 };
@@ -28,6 +29,9 @@ struct WeightsEval {
 // load_model (train/weights.h) takes.
 WeightsEval evaluate_weights(const std::string& weights, const std::string& data_dir,
                              int64_t batches, int64_t batch_size);
+// `modtrain eval`'s table: a title line, then each loss labelled by the routing it ran with
+// ("dense (no routed blocks)" for a dense model's only one), six significant digits.
+std::string eval_table(const WeightsEval& r);
 
 struct SampleOptions {
   std::string weights;  // as for evaluate_weights

@@ -87,8 +87,8 @@ int to_int(int64_t v, const char* what) {
 
 // One-row (m = 1) and one-column (n = 1) products, as in decoding one token, run here: the
 // BLAS packs the whole other matrix on every GEMM call, and its threaded GEMV pays a thread
-// wake-up per call (measured: 13x slower than one thread on 256 x 256). These loops are
-// memory-bound dot products and row updates, threaded only when the matrix is large.
+// wake-up per call, more than a small product costs (docs/performance.md, "Sampling"). These
+// loops are memory-bound dot products and row updates, threaded only when the matrix is large.
 constexpr int64_t kParallelMatrix = int64_t{1} << 18;
 
 // c[j] = beta c[j] + alpha sum_k x[k inc] w(k, j), where w(k, j) = w[j*ldw + k] when w_rows_are_j
@@ -157,7 +157,7 @@ template <typename T, typename Gemm>
 void openblas_gemm(Gemm gemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
                    const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   // OpenBLAS applies beta = 0 in a pass of its own before the product, with scalar stores on
-  // some kernels (measured on Zen 3: 6-7% of a training step, about 5 GB/s); zeroing here at
+  // some kernels (a few percent of a training step: docs/performance.md); zeroing here at
   // memset speed and accumulating with beta = 1 gives the same result.
   if (beta == T(0)) {
     zero_rows(m, n, c, ldc);
@@ -209,8 +209,8 @@ std::string onednn_isa() {
   return isa;
 }
 
-// Whether oneDNN runs its AVX2 kernels, against which the routing below was measured; its
-// AVX-512 sgemm was 1.09-1.27x OpenBLAS on every shape measured and runs everything.
+// Whether oneDNN runs its AVX2 kernels, which the routing below keeps from some shapes; its
+// AVX-512 sgemm beat OpenBLAS on every shape tried (docs/blas.md) and runs everything.
 bool onednn_runs_avx2() {
   static const bool avx2 = [] {
     const std::string isa = onednn_isa();
@@ -222,12 +222,11 @@ bool onednn_runs_avx2() {
 // oneDNN 2.6's AVX2 sgemm is slower than OpenBLAS on Zen 3 at 2 threads for these products, which
 // go to OpenBLAS (docs/blas.md, "The weight-gradient layout", "The input gradient of a routed
 // block"):
-// - A^T B, the weight gradient dY^T X: half rate once a side of C reaches 512 (1024x256x2048 at
-//   77 GFLOP/s, OpenBLAS 117-145), 11-21% slower at 256x256 (256x256x2048: 124 vs 140);
+// - A^T B, the weight gradient dY^T X: half rate once a side of C reaches 512, slower at
+//   256x256 too;
 // - A B, the input gradient dY W, with few rows (M <= 512: the tokens a routed block admits) and
-//   both other sides >= 512: 76-107 against OpenBLAS's 128-161 (256x1024x1024, 512x512x512);
-//   with M <= 256, once N >= 1024 whatever K: 82-94 against 109-168 (256x1024x256, the tiny
-//   model's routed MLP).
+//   both other sides >= 512; with M <= 256, once N >= 1024 whatever K (the tiny model's routed
+//   MLP).
 bool onednn_is_slow(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
   if (!onednn_runs_avx2()) return false;
   if (ta && !tb) return true;
@@ -235,16 +234,15 @@ bool onednn_is_slow(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
 }
 
 // Its AVX-512 sgemm runs A B^T (a linear layer's x W^T) with few output columns, N <= 512, and
-// K >= N at 60-80% of its A B rate on Zen 5 (2048x512x2048: 350 against 456 GFLOP/s; the routed
-// 256x256x1024: 242 against 398), so those products run as A B on a transposed copy of B (512 x
-// 2048 floats: about 0.2 ms); with N >= 768, or K < N, the copy does not pay (docs/blas.md, "The
-// forward product of a narrow linear layer").
+// K >= N well below its A B rate, so those products run as A B on a transposed copy of B; with
+// N >= 768, or K < N, the copy does not pay (docs/blas.md, "The forward product of a narrow
+// linear layer").
 bool onednn_wants_b_transposed(bool ta, bool tb, int64_t n, int64_t k) {
   return !onednn_runs_avx2() && !ta && tb && n <= 512 && k >= n;
 }
 
-// B^T is copied by both threads from 32K floats: a 512 x 512 weight, copied by one, took 87 us
-// with cold caches and 47 by two; 256 x 256, 23 and 13.
+// B^T is copied by both threads from 32K floats: from a 256 x 256 weight up, two copy it faster
+// than one (docs/performance.md).
 constexpr int64_t kParallelTranspose = int64_t{1} << 15;
 
 // C = alpha A B^T + beta C as A (B^T) with B^T copied out: B [n, k] (ldb) -> [k, n].
@@ -258,14 +256,12 @@ void onednn_sgemm_b_transposed(int64_t m, int64_t n, int64_t k, float alpha, con
 }
 
 // The weight gradient dY^T X (A^T B) of a narrow C (N < M) over many tokens. oneDNN's A^T B
-// kernel runs it at about 80% of the same product with the sides swapped (one thread,
-// 1024x256x2048: 178 against 219 GFLOP/s), and it splits C between its threads, so each packs the
-// whole of one operand. Each thread instead computes C^T = B^T A over its slice of K,
-// single-threaded, and the partials are summed and transposed into C: 1.18-1.20x on 1024x256x2048,
-// 1.02-1.04x a training step. Not for a C under 256K floats (256x256 ran slower) nor over 4M (the
-// partials' memory); the bits depend on the thread count, as oneDNN's own split's do
-// (docs/blas.md, "The weight gradient of a narrow layer"). Returns the slices, 1 for oneDNN's own
-// split.
+// kernel runs it slower than the same product with the sides swapped, and it splits C between
+// its threads, so each packs the whole of one operand. Each thread instead computes C^T = B^T A
+// over its slice of K, single-threaded, and the partials are summed and transposed into C. Not
+// for a C under 256K floats (slower there) nor over 4M (the partials' memory); the bits depend on
+// the thread count, as oneDNN's own split's do (docs/blas.md, "The weight gradient of a narrow
+// layer", has the timings). Returns the slices, 1 for oneDNN's own split.
 int onednn_k_slices(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
   if (onednn_runs_avx2() || !ta || tb || n >= m || omp_in_parallel()) return 1;
   const int threads = omp_get_max_threads();
@@ -354,8 +350,10 @@ std::string sgemm_path(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
     case SgemmPath::OneDnn: return "oneDNN";
     case SgemmPath::OneDnnBTransposed: return "oneDNN, B transposed first";
     case SgemmPath::OneDnnKSplit: return "oneDNN, K split between the threads";
-    default: return "OpenBLAS";
+    case SgemmPath::OpenBlas: return "OpenBLAS";
   }
+  // No default above: a new path is a -Wswitch warning here, not a test told "OpenBLAS".
+  throw std::logic_error("sgemm_path: unknown SgemmPath");
 }
 
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,

@@ -1,11 +1,11 @@
-// GEMM for the CPU backend. f32 products run in oneDNN where the build has it (its SGEMM is
-// 1.04-1.36x OpenBLAS's on this project's shapes on AVX-512 CPUs and ties on AVX2 ones, and it
-// applies beta = 0 without a pass of its own; docs/blas.md), else in OpenBLAS; f64 products
-// always run in OpenBLAS. oneDNN 2.6 halves its rate on A^T B (the weight gradient) once a side
-// of C reaches 512, so those go to OpenBLAS too; its AVX-512 kernels run x W^T with a narrow
-// output slowly, so those run on a transposed copy of W, and a narrow layer's weight gradient
-// over many tokens as C^T split along K between the threads. MOD_SGEMM=openblas|onednn picks the f32 library on
-// purpose.
+// GEMM for the CPU backend. f32 products run in oneDNN where the build has it (its SGEMM beats
+// OpenBLAS's on this project's shapes on AVX-512 CPUs and ties on AVX2 ones, and it applies
+// beta = 0 without a pass of its own; docs/blas.md), else in OpenBLAS; f64 products always run
+// in OpenBLAS. oneDNN 2.6 halves its rate on A^T B (the weight gradient) once a side of C
+// reaches 512, so those go to OpenBLAS too; its AVX-512 kernels run x W^T with a narrow output
+// slowly, so those run on a transposed copy of W, and a narrow layer's weight gradient over many
+// tokens as C^T split along K between the threads. MOD_SGEMM=openblas|onednn picks the f32
+// library on purpose.
 //
 // OpenBLAS is loaded with dlopen on first use so that modtrain, not the environment, picks its
 // kernel: OPENBLAS_CORETYPE (which some images set to Haswell, halving the speed on AVX-512

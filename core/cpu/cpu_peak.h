@@ -23,7 +23,7 @@ struct CpuPeak {
 
 // The core clock timed on a chain of dependent one-cycle integer adds (best of a few tries:
 // other load only ever slows a try). A virtual machine's /proc/cpuinfo shows the TSC rate, not
-// the boost clock GEMMs run at (2.45 reported, 3.1 timed on the Zen 3 hosts). 0 off x86-64.
+// the boost clock GEMMs run at (docs/performance.md, "What MFU means here"). 0 off x86-64.
 double measure_clock_ghz();
 
 // Detected once. `local_ranks` processes on this host that do not have CPUs of their own share

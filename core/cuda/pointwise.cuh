@@ -1,10 +1,9 @@
 // Flat pointwise kernels with wide memory access: out[i] = op(a[i]) or op(a[i], b[i]), each
 // thread moving a Pack of V consecutive elements (16 bytes of the widest element type: 8 bf16,
-// 4 f32) through single vector loads and stores. Scalar bf16 loads left an H200 at about a
-// third of its bandwidth (GELU over 64 x 1024 x 3072 took 596 us, 805 MB over 4.3 TB/s is
-// 187 us). Where a pointer is not aligned to its pack (a view at an odd offset) the kernel
-// moves one element at a time. op takes and returns Acc values; out may alias an input (each
-// thread reads its whole pack before writing it).
+// 4 f32) through single vector loads and stores: scalar bf16 loads leave most of the memory
+// bandwidth unused (docs/gpu.md). Where a pointer is not aligned to its pack (a view at an odd
+// offset) the kernel moves one element at a time. op takes and returns Acc values; out may alias
+// an input (each thread reads its whole pack before writing it).
 #pragma once
 
 #include <algorithm>

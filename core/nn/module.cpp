@@ -134,4 +134,13 @@ Tensor RMSNorm::forward(const Tensor& x) const {
   return rmsnorm(autocast(x), autocast(weight_), eps_);
 }
 
+LayerNorm::LayerNorm(int64_t dim, double eps, DType dtype) : eps_(eps) {
+  weight_ = register_parameter("weight", Tensor::full({dim}, 1.0, dtype));
+  bias_ = register_parameter("bias", Tensor::zeros({dim}, dtype));
+}
+
+Tensor LayerNorm::forward(const Tensor& x) const {
+  return layernorm(autocast(x), autocast(weight_), autocast(bias_), eps_);
+}
+
 }  // namespace mod::nn

@@ -102,14 +102,32 @@ class Embedding : public Module {
   TensorHook attend_input_;
 };
 
-// RMSNorm over the last dim with a learned gain initialised to 1.
-class RMSNorm : public Module {
+// A normalisation over the last dim, x [..., D] -> [..., D]: what a model holds where its
+// config picks the kind (model.norm).
+class Norm : public Module {
+ public:
+  virtual Tensor forward(const Tensor& x) const = 0;
+};
+
+// RMSNorm with a learned gain initialised to 1 (parameter "weight").
+class RMSNorm : public Norm {
  public:
   explicit RMSNorm(int64_t dim, double eps = 1e-5, DType dtype = DType::F32);
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x) const override;
 
  private:
   Tensor weight_;
+  double eps_;
+};
+
+// LayerNorm with a learned gain initialised to 1 and a bias to 0 ("weight", "bias"), as GPT-2.
+class LayerNorm : public Norm {
+ public:
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, DType dtype = DType::F32);
+  Tensor forward(const Tensor& x) const override;
+
+ private:
+  Tensor weight_, bias_;
   double eps_;
 };
 

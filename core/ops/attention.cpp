@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "core/autograd.h"
-#include "core/checkpoint.h"
 #include "core/backend.h"
 #include "core/ops/check.h"
+#include "core/recompute.h"
 
 namespace mod {
 

@@ -3,7 +3,8 @@
 // causal order, and a query block may attend to a longer key cache (decoding).
 //   q [B,T,H,Dh], k,v [B,S,H,Dh], q_pos [B,T], k_pos [B,S] (i32/i64, strictly increasing per
 //   row) -> out [B,T,H,Dh] = softmax(q k^T / sqrt(Dh) + mask) v, mask: k_pos[j] <= q_pos[i].
-// A query with no visible key is an error.
+// A query with no visible key is an error where the positions are on the CPU (checked here);
+// kernels given one on a device return the backend's empty sum (core/backend.h).
 #pragma once
 
 #include "core/tensor.h"

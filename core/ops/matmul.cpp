@@ -3,9 +3,9 @@
 #include "core/ops/matmul.h"
 
 #include "core/autograd.h"
-#include "core/checkpoint.h"
 #include "core/backend.h"
 #include "core/ops/check.h"
+#include "core/recompute.h"
 
 namespace mod {
 

@@ -2,6 +2,7 @@
 // rewrites parameter storage and records nothing.
 #include "core/ops/optim.h"
 
+#include <array>
 #include <cmath>
 
 #include "core/ops/check.h"
@@ -20,8 +21,13 @@ void like_param(const Tensor& param, const Tensor& t, const char* name) {
 
 std::array<double, kAdamWConstants> adamw_step_constants(const AdamWArgs& args) {
   const double step = static_cast<double>(args.step);
-  return {1.0 - args.lr * args.weight_decay, args.lr / (1.0 - std::pow(args.beta1, step)),
-          1.0 / std::sqrt(1.0 - std::pow(args.beta2, step))};
+  // Sized by its values, not by kAdamWConstants: a missing one would otherwise be a silent 0.
+  const std::array constants{1.0 - args.lr * args.weight_decay,
+                             args.lr / (1.0 - std::pow(args.beta1, step)),
+                             1.0 / std::sqrt(1.0 - std::pow(args.beta2, step))};
+  static_assert(std::tuple_size_v<decltype(constants)> == kAdamWConstants,
+                "adamw_step_constants must give every constant the kernels read");
+  return constants;
 }
 
 void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWArgs& args) {

@@ -62,6 +62,10 @@ Reference naive_attention(const Tensor& q, const Tensor& k, const Tensor& v,
           p[s] = dot * scale;
           mx = std::max(mx, p[s]);
         }
+        if (mx == -INFINITY) {  // sees no key: out 0, lse -inf, no gradient (the empty sum)
+          r.lse[(b * H + h) * T + t] = -INFINITY;
+          continue;
+        }
         double sum = 0;
         for (int64_t s = 0; s < S; ++s) sum += p[s] = std::exp(p[s] - mx);
         r.lse[(b * H + h) * T + t] = mx + std::log(sum);
@@ -92,7 +96,8 @@ void check_close(const Tensor& got, const std::vector<double>& want, double tol)
   REQUIRE(got.numel() == static_cast<int64_t>(want.size()));
   int64_t bad = 0;
   for (int64_t i = 0; i < got.numel() && bad < 5; ++i) {
-    if (std::abs(got.at(i) - want[i]) <= tol * (1 + std::abs(want[i]))) continue;
+    if (got.at(i) == want[i] || std::abs(got.at(i) - want[i]) <= tol * (1 + std::abs(want[i])))
+      continue;
     ++bad;
     INFO("element " << i);
     CHECK(got.at(i) == Approx(want[i]).margin(tol).epsilon(tol));
@@ -234,6 +239,41 @@ TEST_CASE(
               1e-6);
 }
 
+// The backend contract for a query that sees no key (core/backend.h): the op rejects such CPU
+// positions, so the kernels are called directly. Tiles of 64 queries where some, all or none see
+// a key; the queries that see one must be untouched by their blind neighbours.
+TEST_CASE("attention: a query that sees no key gets out 0, lse -inf and no gradient",
+          "[forward][backward]") {
+  const std::vector<AttnCase> cases = {
+      {"queries 0..2 of 70 before the first key", 1, 2, 16, iota(70), iota(70, 3)},
+      {"queries 0..65 of 70 before the first key (a whole tile blind)", 1, 2, 16, iota(70),
+       iota(70, 66)},
+      {"every query before the first key", 1, 2, 8, iota(20), iota(30, 100)},
+      {"no key at all (S = 0)", 2, 2, 8, iota(9), {}},
+  };
+  Rng rng(16);
+  Backend& cpu = backend(Device::CPU);
+  for (const auto& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      const int64_t T = c.qp.size(), S = c.kp.size();
+      Tensor q = randn({c.B, T, c.H, c.D}, rng), k = randn({c.B, S, c.H, c.D}, rng),
+             v = randn({c.B, S, c.H, c.D}, rng), dout = randn({c.B, T, c.H, c.D}, rng);
+      const Reference want = naive_attention(q, k, v, repeat(c.B, c.qp), repeat(c.B, c.kp), dout);
+      const Tensor qp = pos_rows(c.B, c.qp), kp = pos_rows(c.B, c.kp, DType::I32);
+      Tensor out = Tensor::empty(q.shape()), lse = Tensor::empty({c.B, c.H, T});
+      cpu.attention_forward(q, k, v, qp, kp, out, lse);
+      check_close(out, want.out, 2e-5);
+      check_close(lse, want.lse, 2e-5);
+      Tensor dq = Tensor::empty(q.shape()), dk = Tensor::empty(k.shape()),
+             dv = Tensor::empty(v.shape());
+      cpu.attention_backward(q, k, v, qp, kp, out, lse, dout, dq, dk, dv);
+      check_close(dq, want.dq, 1e-4);
+      check_close(dk, want.dk, 1e-4);
+      check_close(dv, want.dv, 1e-4);
+    }
+  }
+}
+
 namespace {
 std::vector<double> naive_rope(const Tensor& x, const std::vector<int64_t>& pos, double theta,
                                double sign = 1.0) {
@@ -252,7 +292,7 @@ std::vector<double> naive_rope(const Tensor& x, const std::vector<int64_t>& pos,
 }
 }  // namespace
 
-TEST_CASE("rope matches a naive rotation by explicit positions; inverse undoes it", "[forward]") {
+TEST_CASE("rope matches a naive rotation by explicit positions, inverse undoes it", "[forward]") {
   Rng rng(14);
   SECTION("small [2,7,3,10], unsorted positions up to 10^9, i64") {
     // 2*10^6 and 10^9 exceed the vectorised sincos range and take libm's.

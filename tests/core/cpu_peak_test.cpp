@@ -42,7 +42,7 @@ TEST_CASE("no SGEMM beats the stated CPU peak", "[cpu_peak]") {
   CHECK(sgemm <= cpu::cpu_peak().flops());
 }
 
-TEST_CASE("MOD_CPU_PEAK_GFLOPS overrides the stated peak; a bad value names the variable",
+TEST_CASE("MOD_CPU_PEAK_GFLOPS overrides the stated peak, a bad value names the variable",
           "[cpu_peak]") {
   setenv("MOD_CPU_PEAK_GFLOPS", "123.5", 1);
   const cpu::CpuPeak p = cpu::cpu_peak();

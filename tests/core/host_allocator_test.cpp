@@ -9,7 +9,7 @@
 
 using namespace mod;
 
-TEST_CASE("large freed blocks are reused for the same size; all blocks are aligned", "[tensor]") {
+TEST_CASE("large freed blocks are reused for the same size, all blocks are aligned", "[tensor]") {
   const size_t big = 3 * 1024 * 1024 + 17;
   void* a = cpu::host_allocate(big);
   CHECK(reinterpret_cast<uintptr_t>(a) % 64 == 0);
@@ -39,7 +39,7 @@ TEST_CASE("tensors of a repeated shape reuse their storage", "[tensor]") {
   CHECK(again.raw_data() == first);
 }
 
-TEST_CASE("in-use bytes count live blocks, not cached ones; the peak resets to what is in use",
+TEST_CASE("in-use bytes count live blocks, not cached ones, the peak resets to what is in use",
           "[tensor]") {
   const size_t big = 2 * 1024 * 1024;  // cached when freed
   const size_t base = cpu::host_in_use_bytes();

@@ -1,12 +1,12 @@
 // CUDA against CPU, part 3: rope, attention (forward and backward) and the MoD routing kernels
-// (gather_rows, scatter_add_rows, topk_rows, routing_summary). Attention runs for Dh 16, 64 and 128 over causal
-// positions 0..T-1, MoD-routed positions (T = C tokens, increasing with gaps), routed queries
-// against every key, and decoding (T = 1 against S cached keys). Where q_pos and k_pos hold the
-// same positions and T == S, it runs twice: with one tensor for both and with k_pos a separate
-// copy. In bf16, lse is tried both as bf16 (what core/ops/attention.cpp allocates) and as f32
-// (the kernels take either); cuDNN runs only for one position tensor with an f32 lse (and, for
-// the backward before cuDNN 9.16, T % 128 == 0), the modtrain kernel everywhere else. Every
-// path must match the CPU.
+// (gather_rows, scatter_add_rows, topk_rows, routing_summary). Attention runs for Dh 16, 64 and 128
+// over causal positions 0..T-1, MoD-routed positions (T = C tokens, increasing with gaps), routed
+// queries against every key, decoding (T = 1 against S cached keys), and queries that see no key.
+// Where q_pos and k_pos hold the same positions and T == S, it runs twice: with one tensor for both
+// and with k_pos a separate copy. In bf16, lse is tried both as bf16 (what
+// core/ops/attention.cpp allocates) and as f32 (the kernels take either); cuDNN runs only for
+// one position tensor with an f32 lse (and, for the backward before cuDNN 9.16, T % 128 == 0),
+// the modtrain kernel everywhere else. Every path must match the CPU.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
@@ -67,6 +67,13 @@ std::vector<AttentionCase> attention_cases(Rng& rng) {
   cases.push_back({"decoding, T = 1 against S = 333 cached keys", 2, {{332}, {400}},
                    {cache, cache}, DType::I64});
   cases.push_back({"one token, T = S = 1", 1, {{0}}, {{0}}, DType::I32});
+  // Queries before the first key get the empty sum (core/backend.h): 40 and 70 of 100 here,
+  // so some query tiles are blind throughout and some in part.
+  cases.push_back({"queries before the first key (out 0, lse -inf)",
+                   2,
+                   {iota(100), iota(100)},
+                   {iota(100, 40), iota(100, 70)},
+                   DType::I64});
   return cases;
 }
 

@@ -103,8 +103,10 @@ TEST_CASE("predicted peak memory of a GPT-2-small shape matches the measured pea
 TEST_CASE("planned parameters equal the built model's, whatever its blocks", "[memory]") {
   for (bool mod : {false, true}) {
     modtrain::ModelConfig variants[] = {test::tiny_model(mod), test::tiny_moe(mod),
-                                        test::tiny_moe(mod, /*noop_expert=*/true)};
+                                        test::tiny_moe(mod, /*noop_expert=*/true),
+                                        test::tiny_model(mod)};
     variants[0].set_tie_embeddings(false);
+    variants[3].set_norm(modtrain::ModelConfig::LAYER);  // a bias in every norm
     variants[0].mutable_mod()->mutable_causal()->set_method(
         modtrain::CausalRoutingConfig::PREDICTOR);
     variants[0].mutable_mod()->mutable_router()->set_bias(true);

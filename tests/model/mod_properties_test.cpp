@@ -77,7 +77,7 @@ TEST_CASE("exactly C tokens are routed per sequence, ascending, ties to the lowe
   CHECK(t.idx.to_vector() == std::vector<double>{0, 1, 2, 3, 0, 1, 2, 3});
 }
 
-TEST_CASE("routed tokens attend and rotate at their original positions; others pass unchanged",
+TEST_CASE("routed tokens attend and rotate at their original positions, others pass unchanged",
           "[mod]") {
   auto cfg = test::tiny_model(true);
   Rng rng(6);

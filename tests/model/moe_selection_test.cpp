@@ -210,7 +210,7 @@ TEST_CASE("expert choice with a no-op expert: its tokens leave the pool before t
   }
 }
 
-TEST_CASE("token choice: first choices in position order, then second choices; overflow dropped",
+TEST_CASE("token choice: first choices in position order, then second choices, overflow dropped",
           "[moe]") {
   SECTION("top 1: the third token that wants a full expert is dropped") {
     // T = 4, E = 2, K = round(1 * 4 / 2) = 2. Tokens 0, 1, 2 want expert 0; token 3 expert 1.

@@ -582,7 +582,7 @@ TEST_CASE(
 // --- FLOPs and parameters ---
 
 TEST_CASE(
-    "MoE FLOPs: the router plus the active experts; parameters: E expert MLPs plus the "
+    "MoE FLOPs: the router plus the active experts, parameters: E expert MLPs plus the "
     "router",
     "[moe][flops]") {
   const auto dense_cfg = test::tiny_model(false);  // D 16, ff 32, S 12, GELU
@@ -636,8 +636,10 @@ TEST_CASE(
   explicit_cfg.mutable_moe()->add_moe_blocks(1);
   CHECK(count_flops(int_bias_cfg).parameters ==
         dense_params + 2 * (2 * (2 * 16 * 32) + 4 * 16 + 4));
-  for (const auto& c :
-       {ec_cfg, int_cfg, int_bias_cfg, test::tiny_moe(true), swiglu_cfg, explicit_cfg}) {
+  auto layer_norm_cfg = int_cfg;
+  layer_norm_cfg.set_norm(modtrain::ModelConfig::LAYER);
+  for (const auto& c : {ec_cfg, int_cfg, int_bias_cfg, test::tiny_moe(true), swiglu_cfg,
+                        explicit_cfg, layer_norm_cfg}) {
     INFO(c.ShortDebugString());
     CHECK(count_flops(c).parameters == Transformer(c, 1).num_parameters());
   }

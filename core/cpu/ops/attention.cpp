@@ -79,10 +79,9 @@ struct Blocking {
 // accumulators stay in registers, each step p loads NR/W values of B (W floats a register) and
 // broadcasts MR of A.
 #ifdef __AVX512F__
-// AVX-512: 8 x 32 (16 accumulators; 8 broadcasts and 2 loads a 16 FMAs). The 16 x 16 kernel it
-// replaced spends a broadcast on every FMA and ran at 85% of the FMA peak with its operands in
-// L1, against 99% for this one (one Zen 5 core, k = 64). Narrow products (n a multiple of 16
-// but not 32) keep 16 x 16.
+// AVX-512: 8 x 32 (16 accumulators; 8 broadcasts and 2 loads a 16 FMAs). A 16 x 16 kernel
+// spends a broadcast on every FMA and stays further from the FMA peak (docs/performance.md);
+// narrow products (n a multiple of 16 but not 32) keep it.
 #define MOD_SIMD(op) _mm512_##op
 using Vec = __m512;
 constexpr int kW = 16;
@@ -127,8 +126,7 @@ void micro_kernel(int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const f
 #pragma GCC unroll 2
     for (int j = 0; j < NV; ++j) acc[i][j] = vzero();
   // Rows in groups of 4 from one pointer each (row 4g + j at group[g] + j a_rs): 4 pointers and
-  // 3 offsets fit in registers, where GCC's 16 row addresses spilled (ops_bench attention
-  // fwd+bwd 188-209 -> 199-221 GFLOP/s).
+  // 3 offsets fit in registers, where GCC's 16 row addresses spilled.
   const float* group[(MR + 3) / 4];
 #pragma GCC unroll 4
   for (int g = 0; g < (MR + 3) / 4; ++g) group[g] = a + 4 * g * a_rs;
@@ -171,7 +169,7 @@ void micro_block(int64_t mr, int64_t k, const float* a, int64_t a_rs, int64_t a_
 // The f32 tile product (see tile_gemm) in MR x NR blocks; n is a multiple of NR. When A's rows
 // are strided (not packed: the forward reads K in place, its rows H*Dh apart), each block
 // prefetches the next block's rows, which the hardware prefetchers, seeing many short streams,
-// fetch late (ops_bench-style forward, caches cold, the two alternated: 1.02-1.04x).
+// fetch late.
 template <int MR, int NR, typename Range, typename Skip>
 void blocked_gemm(bool ta, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                   const float* b, int64_t ldb, float alpha, bool accumulate, float* c, int64_t ldc,
@@ -250,8 +248,7 @@ int64_t padded(int64_t rows) {
 // exp(St - mx) and sum = their column sums, for queries [0, rows) (lanes up to padded(rows)
 // compute on whatever the tile holds and are never read). kLanes queries at a time, so the
 // running max and sum stay in registers: over all queries at once they went through memory, a
-// store-to-load chain per key (ops_bench attention fwd, 3 runs of each build alternated:
-// 1.03-1.04x at T 256).
+// store-to-load chain per key.
 template <typename T>
 void chunk_softmax(T* st, int64_t cols, int64_t rows, const T* m, T* mx, T* sum) {
   for (int64_t r0 = 0; r0 < rows; r0 += kLanes) {
@@ -274,7 +271,7 @@ void chunk_softmax(T* st, int64_t cols, int64_t rows, const T* m, T* mx, T* sum)
     }
 #pragma omp simd
     for (int64_t r = 0; r < kLanes; ++r) x0[r] = x1[r] > x0[r] ? x1[r] : x0[r];
-    for (c = 0; c < cols; ++c) {  // every query sees key 0, so no row is all -inf
+    for (c = 0; c < cols; ++c) {  // a query that sees no key gets NaN here; replaced at the end
       T* sc = st + c * kTile + r0;
 #pragma omp simd
       for (int64_t r = 0; r < kLanes; ++r) {
@@ -331,9 +328,14 @@ void forward_tile(const Dims& d, int64_t rows, const T* q, const T* k, const T* 
               [&](int64_t i0, int64_t mr) { return Span(0, upper(kpc, cols, qp[i0 + mr - 1])); });
   }
   for (int64_t r = 0; r < rows; ++r) {
+    T* orow = out + r * ld;
+    if (d.S == 0 || kp[0] > qp[r]) {  // sees no key: the empty sum (core/backend.h)
+      std::fill(orow, orow + dh, T(0));
+      lse[r] = neg_inf;
+      continue;
+    }
     const T inv = T(1) / l[r];
     const T* ar = acc + r * dh;
-    T* orow = out + r * ld;
 #pragma omp simd
     for (int64_t e = 0; e < dh; ++e) orow[e] = ar[e] * inv;
     lse[r] = m[r] / kScoreUnit<T> + std::log(l[r]);

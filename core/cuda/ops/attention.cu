@@ -32,7 +32,6 @@ constexpr int kWarps = 4;  // per block, every attention kernel
 constexpr int kBlockThreads = kWarps * 32;
 constexpr int kTile = 32;  // keys (forward, dq) or queries (dk, dv) per tile: one per lane
 constexpr int kMaxHeadDim = 256;
-constexpr int64_t kCpuQueryTile = 64;  // queries per CPU forward task (kTile there)
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr size_t kDefaultSharedBytes = 48 * 1024;  // more needs cudaFuncSetAttribute
 
@@ -261,27 +260,21 @@ __global__ void __launch_bounds__(kBlockThreads)
     accumulate_lane_rows(acc, pr, lane_any, v_s, dh, dh, lane);
   }
 
-  // A query that sees no key (an error the op rejects for CPU positions) gets the CPU kernel's
-  // values: out NaN; lse -inf when no query of its 64-row CPU tile sees a key, else NaN.
+  // A query that sees no key gets the empty sum: out 0, lse -inf (core/backend.h).
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     if (!q_ok[r]) continue;
     const int64_t t = t0 + warp * kRows + r;
     const bool seen = m[r] != A(-INFINITY);
-    const A inv = seen ? A(1) / l[r] : A(NAN);
+    const A inv = seen ? A(1) / l[r] : A(0);
     T* o_row = p.out + q_off + t * stride;
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
       const int d = lane + 32 * c;
-      if (d < dh) o_row[d] = from_acc<T>(acc[r][c] * inv);
+      if (d < dh) o_row[d] = from_acc<T>(seen ? acc[r][c] * inv : A(0));
     }
     if (lane == 0) {
-      A lse = m[r] + acc_log(l[r]);
-      if (!seen) {
-        const int64_t cpu_last = min64(g.T, (t / kCpuQueryTile + 1) * kCpuQueryTile) - 1;
-        const bool cpu_tile_sees = g.S > 0 && g.k_pos[kp0] <= g.q_pos[qp0 + cpu_last];
-        lse = cpu_tile_sees ? A(NAN) : A(-INFINITY);
-      }
+      const A lse = seen ? m[r] + acc_log(l[r]) : A(-INFINITY);
       p.lse[stat0 + t] = from_acc<L>(static_cast<Acc<L>>(lse));
     }
   }

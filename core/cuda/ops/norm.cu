@@ -49,8 +49,8 @@ struct NormForwardParams {
 };
 
 // V columns a thread at a time: 16-byte packs where D and the pointers allow (norm_forward
-// checks), else 1. Scalar bf16 loads took 143 us a call for 64 x 1024 rows of 768 on an H200
-// (200 MB moved: 47 us at its bandwidth).
+// checks), else 1: scalar bf16 loads leave most of the memory bandwidth unused (docs/gpu.md,
+// "Measurements behind the CUDA kernels").
 template <int V, typename T, typename S>
 __global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_forward_rows(NormForwardParams<T, S> p) {
   using A = Acc<T>;

@@ -21,7 +21,8 @@ namespace mod::cuda {
 
 namespace {
 
-// About 8 resident 256-thread blocks on each SM of an H100 (132 SMs): enough to saturate HBM.
+// Several resident 256-thread blocks on every SM of a large GPU (8 on 128 SMs): enough to
+// saturate HBM.
 constexpr int64_t kTargetBlocks = 1024;
 // A block's share of a split row: 32 or more elements per thread of a 256-thread block.
 constexpr int64_t kMinSplitElements = 8192;

@@ -8,16 +8,10 @@
 // kPacks) column packs of the group, 16 bytes wide where Dh/2 and the pointers allow, so the
 // loads are in flight while the block computes the group's angles into shared memory (one
 // double sincos per (token, i)); then it rotates and stores. Consecutive threads take
-// consecutive packs, so a warp reads and writes contiguous memory.
-// On an H200 at 64 x 1024 tokens of 12 x 64 bf16 (200 MB moved: 47 us at 4.3 TB/s) this takes
-// 71 us a call. Earlier versions there and on an H100:
-// - one block a token with the sincos in front: 220 us;
-// - a global [N, Dh/2] angle table (26 us) read by one thread per (token, head, 8 columns):
-//   143 us on the H200, 167-180 on the H100, L2-bound because each head's thread re-read the
-//   token's table row (Nsight Compute: L2 94%, DRAM 37%, warps stalled on a full load queue);
-// - one thread per (token, 8 columns) computing its angles and looping over the heads: 223 us
-//   (a warp's loads hop 1.5 KB from token to token, and each head is a separate pass);
-// - this kernel with 64-bit index arithmetic: 101 us (the divisions cost that much).
+// consecutive packs, so a warp reads and writes contiguous memory. A global angle table read
+// per head is L2-bound, and a thread per token looping over the heads makes each head a pass of
+// its own; index arithmetic is 32-bit, 64-bit divisions being costly (docs/gpu.md,
+// "Measurements behind the CUDA kernels", times the versions tried).
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -35,8 +29,7 @@ namespace {
 constexpr int64_t kHostFrequencies = 256;
 constexpr int64_t kAngleBytes = 32 * 1024;  // shared memory for a group's angles, at most
 // Column packs a thread holds in registers, and the blocks an SM keeps (64 registers a thread):
-// on an H200 at 64 x 1024 tokens of 12 x 64 bf16, 71 us a call; 1 pack 77-81 us, 2 packs
-// unbounded (80 registers, 3 blocks) 82 us, 3 packs 81 us, 4 packs (108 registers) 140 us.
+// the fastest of the settings timed (docs/gpu.md).
 constexpr int kPacks = 2;
 constexpr int kMinBlocks = 4;
 // theta^(-2i/Dh) from the host for i < kHostFrequencies, by value (2 KB of kernel parameters,

@@ -1,7 +1,7 @@
-// Checkpoint regions: gradients equal the unchecked graph's bit for bit (f64 and f32, both ways
+// Recompute regions: gradients equal the unchecked graph's bit for bit (f64 and f32, both ways
 // of keeping), several outputs, a parameter used inside and outside a region, on_leaf_ready once
 // per leaf after its last contribution, the forward's autocast state in the recomputation.
-#include "core/checkpoint.h"
+#include "core/recompute.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -17,10 +17,10 @@ namespace {
 
 enum class Mode { Plain, InputsOnly, CostlyOutputs };
 
-// Runs fn directly (Plain) or as a checkpoint region keeping what the mode says.
+// Runs fn directly (Plain) or as a recompute region keeping what the mode says.
 std::vector<Tensor> region(Mode mode, const RegionFn& fn, const std::vector<Tensor>& inputs) {
   if (mode == Mode::Plain) return fn(inputs);
-  return checkpoint(
+  return recompute_region(
       fn, inputs,
       mode == Mode::InputsOnly ? RegionKeeps::InputsOnly : RegionKeeps::CostlyOpOutputs);
 }
@@ -62,7 +62,7 @@ std::map<std::string, std::vector<double>> run(Mode mode, DType dtype,
 
 }  // namespace
 
-TEST_CASE("checkpointed gradients equal the plain graph's bitwise", "[autograd][checkpoint]") {
+TEST_CASE("recomputed gradients equal the plain graph's bitwise", "[autograd][recompute]") {
   for (DType dtype : {DType::F64, DType::F32}) {
     const auto plain = run(Mode::Plain, dtype);
     for (Mode mode : {Mode::InputsOnly, Mode::CostlyOutputs}) {
@@ -77,7 +77,7 @@ TEST_CASE("checkpointed gradients equal the plain graph's bitwise", "[autograd][
 }
 
 TEST_CASE("a region with several outputs runs its backward once, after all arrived",
-          "[autograd][checkpoint]") {
+          "[autograd][recompute]") {
   auto grads = [](Mode mode) {
     Rng rng(3);
     Tensor x = randn({4, 5}, rng, DType::F64).set_requires_grad(true);
@@ -101,7 +101,7 @@ TEST_CASE("a region with several outputs runs its backward once, after all arriv
 }
 
 TEST_CASE("a parameter used inside and outside a region gets both contributions",
-          "[autograd][checkpoint]") {
+          "[autograd][recompute]") {
   auto grads = [](Mode mode) {
     Rng rng(5);
     Tensor x = randn({3, 4}, rng, DType::F32).set_requires_grad(true);
@@ -120,7 +120,7 @@ TEST_CASE("a parameter used inside and outside a region gets both contributions"
 }
 
 TEST_CASE("on_leaf_ready fires once per leaf, after the region's contribution",
-          "[autograd][checkpoint]") {
+          "[autograd][recompute]") {
   for (Mode mode : {Mode::Plain, Mode::InputsOnly, Mode::CostlyOutputs}) {
     INFO("mode " << static_cast<int>(mode));
     std::map<TensorImpl*, int> fired;
@@ -139,7 +139,7 @@ TEST_CASE("on_leaf_ready fires once per leaf, after the region's contribution",
   }
 }
 
-TEST_CASE("the recomputation runs under the forward's autocast state", "[autograd][checkpoint]") {
+TEST_CASE("the recomputation runs under the forward's autocast state", "[autograd][recompute]") {
   auto grads = [](Mode mode) {
     Rng rng(11);
     Tensor x = randn({3, 4}, rng, DType::F64).set_requires_grad(true);
@@ -160,20 +160,20 @@ TEST_CASE("the recomputation runs under the forward's autocast state", "[autogra
   CHECK(grads(Mode::CostlyOutputs) == plain);
 }
 
-TEST_CASE("outside grad mode a region is its function", "[autograd][checkpoint]") {
+TEST_CASE("outside grad mode a region is its function", "[autograd][recompute]") {
   Rng rng(2);
   Tensor x = randn({2, 3}, rng, DType::F64).set_requires_grad(true);
   NoGradGuard no_grad;
-  const Tensor y = checkpoint(
+  const Tensor y = recompute_region(
       [](const std::vector<Tensor>& in) { return std::vector<Tensor>{gelu(in[0])}; }, {x})[0];
   CHECK_FALSE(y.requires_grad());
   CHECK(y.to_vector() == gelu(x).to_vector());
 }
 
-TEST_CASE("a second backward through a region is an error", "[autograd][checkpoint]") {
+TEST_CASE("a second backward through a region is an error", "[autograd][recompute]") {
   Rng rng(2);
   Tensor x = randn({2, 3}, rng, DType::F64).set_requires_grad(true);
-  const Tensor y = checkpoint(
+  const Tensor y = recompute_region(
       [](const std::vector<Tensor>& in) { return std::vector<Tensor>{sum(gelu(in[0]))}; }, {x})[0];
   y.backward();
   CHECK_THROWS_WITH(y.backward(), Catch::Matchers::Contains("a second time"));

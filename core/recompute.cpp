@@ -1,7 +1,7 @@
-// Checkpoint regions (see checkpoint.h): the forward under NoGradGuard, one node per region whose
+// Recompute regions (see recompute.h): the forward under NoGradGuard, one node per region whose
 // backward reruns fn and runs the inner backward, and the costly-output store of selective
 // recomputation.
-#include "core/checkpoint.h"
+#include "core/recompute.h"
 
 #include <memory>
 #include <optional>
@@ -82,13 +82,13 @@ std::vector<Tensor> recompute_backward(Region& r, const NeedsGrad& needs) {
     RegionScope scope(nullptr, r.keeps == RegionKeeps::CostlyOpOutputs ? &r.kept : nullptr);
     outputs = r.fn(rerun);
     if (r.kept.next != r.kept.entries.size())
-      throw std::logic_error("checkpoint: the recomputation made " + std::to_string(r.kept.next) +
-                             " costly op outputs where the forward made " +
-                             std::to_string(r.kept.entries.size()) +
-                             " (the region's function is not deterministic)");
+      throw std::logic_error(
+          "recompute_region: the recomputation made " + std::to_string(r.kept.next) +
+          " costly op outputs where the forward made " + std::to_string(r.kept.entries.size()) +
+          " (the region's function is not deterministic)");
   }
   if (outputs.size() != r.output_grads.size())
-    throw std::logic_error("checkpoint: the recomputation returned " +
+    throw std::logic_error("recompute_region: the recomputation returned " +
                            std::to_string(outputs.size()) + " outputs, the forward " +
                            std::to_string(r.output_grads.size()));
   std::vector<Tensor> roots, seeds;
@@ -117,8 +117,8 @@ std::vector<Tensor> recompute_backward(Region& r, const NeedsGrad& needs) {
 }
 }  // namespace
 
-std::vector<Tensor> checkpoint(const RegionFn& fn, const std::vector<Tensor>& inputs,
-                               RegionKeeps keeps) {
+std::vector<Tensor> recompute_region(const RegionFn& fn, const std::vector<Tensor>& inputs,
+                                     RegionKeeps keeps) {
   if (!grad_enabled() || g_in_region) return fn(inputs);
   auto region = std::make_shared<Region>();
   region->fn = fn;
@@ -146,7 +146,7 @@ std::vector<Tensor> checkpoint(const RegionFn& fn, const std::vector<Tensor>& in
   region->n_params = params.size();
   region->output_grads.resize(outputs.size());
   std::shared_ptr<Node> node =
-      make_node(Op::Checkpoint, inputs, [region](const Tensor&, const NeedsGrad& needs) {
+      make_node(Op::Recompute, inputs, [region](const Tensor&, const NeedsGrad& needs) {
         return recompute_backward(*region, needs);
       });
   for (auto& p : params) {
@@ -161,7 +161,7 @@ std::vector<Tensor> checkpoint(const RegionFn& fn, const std::vector<Tensor>& in
     if (!outputs[k].defined() || !is_floating(outputs[k].dtype())) continue;
     outputs[k] = detach(outputs[k]);
     auto out_node = std::make_shared<Node>();
-    out_node->op = Op::CheckpointOutput;
+    out_node->op = Op::RecomputeOutput;
     Edge e;
     e.node = node;
     e.order_only = true;
@@ -182,7 +182,7 @@ bool replay_costly_outputs(Op op, std::initializer_list<Tensor*> outputs) {
   if (!kept) return false;
   if (kept->next >= kept->entries.size() || kept->entries[kept->next].first != op ||
       kept->entries[kept->next].second.size() != outputs.size())
-    throw std::logic_error(std::string("checkpoint: the recomputation ran ") + op_name(op) +
+    throw std::logic_error(std::string("recompute_region: the recomputation ran ") + op_name(op) +
                            " where the forward ran " +
                            (kept->next < kept->entries.size()
                                 ? op_name(kept->entries[kept->next].first)

@@ -1,10 +1,10 @@
-// Activation checkpointing: a region of the graph whose intermediate tensors are not kept for
+// Activation recomputation: a region of the graph whose intermediate tensors are not kept for
 // backward but recomputed there (docs/recompute.md).
 //
-// checkpoint(fn, inputs) runs fn under NoGradGuard and records one node for the whole region.
-// Its backward reruns fn with grad on (same autocast state as the forward) on detached copies of
-// the inputs, runs one inner backward seeded with every output's gradient, and hands the inputs'
-// gradients on. Invariants:
+// recompute_region(fn, inputs) runs fn under NoGradGuard and records one node for the whole
+// region. Its backward reruns fn with grad on (same autocast state as the forward) on detached
+// copies of the inputs, runs one inner backward seeded with every output's gradient, and hands
+// the inputs' gradients on. Invariants:
 // - fn must compute the same thing twice: no randomness, no state it changes; what it reports
 //   besides its outputs (statistics) must go to a place read once, after the forward.
 // - Parameters fn uses are found in the forward (any_requires_grad sees them) and get their
@@ -12,7 +12,8 @@
 //   contribution to each, so on_leaf_ready fires once, after the region's.
 // - The region's backward runs once, after all its outputs' gradients arrived; an output that
 //   gets none seeds nothing.
-// - Regions do not nest: inside a region's forward or recomputation checkpoint() just calls fn.
+// - Regions do not nest: inside a region's forward or recomputation recompute_region() just
+//   calls fn.
 #pragma once
 
 #include <functional>
@@ -27,15 +28,16 @@ namespace mod {
 // What a region keeps besides its inputs. Inputs only: backward reruns all of fn. Costly op
 // outputs: the outputs of GEMMs and attention made in the forward are kept and handed back to
 // those ops when fn reruns, so the recomputation runs only the cheap ops between them (norms,
-// RoPE, activations, adds, gathers) and drops their outputs (PyTorch's selective checkpointing).
+// RoPE, activations, adds, gathers) and drops their outputs (PyTorch's selective activation
+// checkpointing).
 enum class RegionKeeps { InputsOnly, CostlyOpOutputs };
 
 using RegionFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs)>;
 
 // outputs = fn(inputs), differentiable with respect to inputs requiring grad and to parameters
 // fn uses. Outside grad mode (or nested in a region) it is fn(inputs).
-std::vector<Tensor> checkpoint(const RegionFn& fn, const std::vector<Tensor>& inputs,
-                               RegionKeeps keeps = RegionKeeps::InputsOnly);
+std::vector<Tensor> recompute_region(const RegionFn& fn, const std::vector<Tensor>& inputs,
+                                     RegionKeeps keeps = RegionKeeps::InputsOnly);
 
 // For ops whose outputs RegionKeeps::CostlyOpOutputs keeps (matmul, attention): in a keeping
 // forward, keep_costly_outputs stores them; in the recomputation, replay_costly_outputs fills
