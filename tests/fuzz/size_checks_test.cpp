@@ -179,3 +179,14 @@ TEST_CASE("model sizes of 2^31 are refused from every config source", "[inputs]"
              Contains("shapes[0].n_layers") && Contains("at most 1024"));
   for (const auto& p : grid::expand(spec)) CHECK_THAT(p.skip_reason, Contains("model.n_layers"));
 }
+
+TEST_CASE("the safetensors fuzz seeds include whole models that pass every header check",
+          "[inputs]") {
+  // So the fuzzer starts past the checks, where a mutation can reach the weights_step agreement.
+  for (const char* seed : {"tiny_model.safetensors", "long_runs.safetensors"}) {
+    INFO(seed);
+    const std::string path = std::string(MOD_SOURCE_DIR) + "/tests/fuzz/corpus/safetensors/" + seed;
+    CHECK(train::check_weights_header(read_safetensors_index(path), path).step == 3);
+    CHECK(train::weights_step(path) == 3);
+  }
+}
