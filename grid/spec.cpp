@@ -114,7 +114,8 @@ void validate_grid(const modtrain::GridSpec& spec, const std::string& origin) {
     try {
       config::validate(sized);
     } catch (const std::invalid_argument& e) {
-      fail(rehome(e.what(), "model.", f + "."));
+      const std::string why = rehome(e.what(), "model.", f + ".");
+      fail(why.rfind(f, 0) == 0 ? why : f + ": " + why);  // the parameter bound names "model"
     }
     for (int j = 0; j < s.overrides_size(); ++j) {
       modtrain::RunConfig probe = base;

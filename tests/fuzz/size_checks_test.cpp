@@ -178,6 +178,11 @@ TEST_CASE("model sizes of 2^31 are refused from every config source", "[inputs]"
   CHECK_THAT(error_of([&] { grid::validate_grid(spec, "g.textproto"); }),
              Contains("shapes[0].n_layers") && Contains("at most 1024"));
   for (const auto& p : grid::expand(spec)) CHECK_THAT(p.skip_reason, Contains("model.n_layers"));
+  const std::string wide =
+      "name: \"g\" budgets: [1e12] variants { name: \"d\" }\n"
+      "shapes { name: \"s\" d_model: 65536 n_layers: 1024 n_heads: 2 d_ff: 262144 }\n";
+  CHECK_THAT(error_of([&] { grid::validate_grid(grid::parse_grid_text(wide, "g"), "g"); }),
+             Contains("shapes[0]: model: up to") && Contains("parameters exceed"));
 }
 
 TEST_CASE("the safetensors fuzz seeds include whole models that pass every header check",
