@@ -78,12 +78,13 @@ std::string describe(const modtrain::ModelConfig& m) {
   std::string out;
   char buf[160];
   const auto routed = model::routed_blocks(m), moe = model::moe_blocks(m);
+  const auto capacities = model::block_capacities(m);
   const int n_routed = static_cast<int>(std::count(routed.begin(), routed.end(), true));
   const int n_moe = static_cast<int>(std::count(moe.begin(), moe.end(), true));
   if (n_routed > 0) {
     int64_t c = 0;
     for (int b = 0; b < m.n_layers(); ++b)
-      if (routed[b]) c = model::block_capacity(m, b);
+      if (routed[b]) c = capacities[b];
     std::snprintf(buf, sizeof buf, "MoD %d/%d blocks at C %lld", n_routed, m.n_layers(),
                   static_cast<long long>(c));
     out += buf;
@@ -92,7 +93,7 @@ std::string describe(const modtrain::ModelConfig& m) {
     std::vector<int64_t> seen;  // distinct K over the MoE blocks, in block order
     std::string ks;
     for (int b = 0; b < m.n_layers(); ++b) {
-      const int64_t k = moe[b] ? model::expert_slots(m.moe(), model::block_capacity(m, b)) : -1;
+      const int64_t k = moe[b] ? model::expert_slots(m.moe(), capacities[b]) : -1;
       if (k < 0 || std::find(seen.begin(), seen.end(), k) != seen.end()) continue;
       seen.push_back(k);
       if (!ks.empty()) ks += '/';

@@ -1,10 +1,12 @@
 // RunConfig loading, overrides by reflection, and validation.
 #include "configs/config.h"
 
+#include "configs/float_ranges.h"
+#include "configs/model_size.h"
+
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
-#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -46,10 +48,6 @@ void validate_moe(const modtrain::ModelConfig& m) {
     bad_field("model.moe.top_k", std::to_string(e.top_k()) + " must be 1 or 2 (and <= n_experts)");
   if (e.noop_expert() && e.routing() != modtrain::MoEConfig::EXPERT_CHOICE)
     bad_field("model.moe.noop_expert", "integrated MoDE needs routing EXPERT_CHOICE (one expert-choice router)");
-  if (e.noop_capacity() < 0 || e.noop_capacity() > 1)
-    bad_field("model.moe.noop_capacity", std::to_string(e.noop_capacity()) + " must be in [0, 1]");
-  if (e.balance_weight() < 0) bad_field("model.moe.balance_weight", "must be >= 0");
-  if (e.z_weight() < 0) bad_field("model.moe.z_weight", "must be >= 0");
   if (e.schedule() == modtrain::MoDConfig::EVERY_KTH && e.every_k() < 1)
     bad_field("model.moe.every_k", std::to_string(e.every_k()) + " must be >= 1");
   for (int i = 0; i < e.moe_blocks_size(); ++i)
@@ -202,40 +200,7 @@ void apply_override(modtrain::RunConfig& cfg, const std::string& assignment) {
   }
 }
 
-namespace {
-
-// Every float field anywhere in msg must be finite: NaN passes every `<` check, so the range
-// checks below would let it through (and an inf learning rate trains on garbage).
-void require_finite(const pb::Message& msg, const std::string& path) {
-  const pb::Descriptor* d = msg.GetDescriptor();
-  const pb::Reflection* r = msg.GetReflection();
-  for (int i = 0; i < d->field_count(); ++i) {
-    const pb::FieldDescriptor* f = d->field(i);
-    const std::string here = path.empty() ? f->name() : path + "." + f->name();
-    const bool is_double = f->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE;
-    const bool is_float = f->cpp_type() == pb::FieldDescriptor::CPPTYPE_FLOAT;
-    const bool is_msg = f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE;
-    if (f->is_repeated()) {
-      for (int k = 0; k < r->FieldSize(msg, f); ++k) {
-        const std::string at = here + "[" + std::to_string(k) + "]";
-        if (is_msg) require_finite(r->GetRepeatedMessage(msg, f, k), at);
-        const double v = is_double ? r->GetRepeatedDouble(msg, f, k)
-                                   : is_float ? r->GetRepeatedFloat(msg, f, k) : 0.0;
-        if (!std::isfinite(v)) bad_field(at, std::to_string(v) + " must be a finite number");
-      }
-    } else if (is_msg) {
-      if (r->HasField(msg, f)) require_finite(r->GetMessage(msg, f), here);
-    } else if (is_double || is_float) {
-      const double v = is_double ? r->GetDouble(msg, f) : r->GetFloat(msg, f);
-      if (!std::isfinite(v)) bad_field(here, std::to_string(v) + " must be a finite number");
-    }
-  }
-}
-
-}  // namespace
-
 void validate(const modtrain::RunConfig& cfg) {
-  require_finite(cfg, "");
   const auto& m = cfg.model();
   auto positive = [](const std::string& field, int64_t v) {
     if (v <= 0) bad_field(field, std::to_string(v) + " must be positive");
@@ -253,19 +218,7 @@ void validate(const modtrain::RunConfig& cfg) {
     bad_field("model.n_heads", "head dim d_model / n_heads = " +
                                    std::to_string(m.d_model() / m.n_heads()) +
                                    " must be even for rotary embeddings");
-  if (m.init_std() <= 0) bad_field("model.init_std", "must be positive");
-  if (m.rope_theta() <= 0) bad_field("model.rope_theta", "must be positive (a divisor)");
-  if (m.norm_eps() <= 0) bad_field("model.norm_eps", "must be positive (it keeps 1/rms finite)");
-  if (m.mod().causal().aux_weight() < 0) bad_field("model.mod.causal.aux_weight", "must be >= 0");
-  if (m.mod().causal().predictor_weight() < 0)
-    bad_field("model.mod.causal.predictor_weight", "must be >= 0");
   const auto& mod = m.mod();
-  if (mod.capacity() <= 0 || mod.capacity() > 1)
-    bad_field("model.mod.capacity", std::to_string(mod.capacity()) + " must be in (0, 1]");
-  for (int i = 0; i < mod.block_capacity_size(); ++i)
-    if (mod.block_capacity(i) <= 0 || mod.block_capacity(i) > 1)
-      bad_field("model.mod.block_capacity[" + std::to_string(i) + "]",
-                std::to_string(mod.block_capacity(i)) + " must be in (0, 1]");
   if (mod.schedule() == modtrain::MoDConfig::EVERY_KTH && mod.every_k() < 1)
     bad_field("model.mod.every_k", std::to_string(mod.every_k()) + " must be >= 1");
   for (int i = 0; i < mod.routed_blocks_size(); ++i)
@@ -276,16 +229,11 @@ void validate(const modtrain::RunConfig& cfg) {
   if (mod.causal().predictor_hidden() <= 0)
     bad_field("model.mod.causal.predictor_hidden", "must be positive");
   validate_moe(m);
+  check_model_size(m);  // before anything is sized from the config
   const auto& o = cfg.optimizer();
-  if (o.lr() <= 0) bad_field("optimizer.lr", std::to_string(o.lr()) + " must be positive");
   if (o.min_lr() < 0 || o.min_lr() > o.lr())
     bad_field("optimizer.min_lr", std::to_string(o.min_lr()) + " must be in [0, optimizer.lr]");
-  if (o.beta1() < 0 || o.beta1() >= 1) bad_field("optimizer.beta1", "must be in [0, 1)");
-  if (o.beta2() < 0 || o.beta2() >= 1) bad_field("optimizer.beta2", "must be in [0, 1)");
   if (o.warmup_steps() < 0) bad_field("optimizer.warmup_steps", "must be >= 0");
-  if (o.grad_clip() < 0) bad_field("optimizer.grad_clip", "must be >= 0 (0 disables)");
-  if (o.eps() <= 0) bad_field("optimizer.eps", "must be positive (AdamW divides by sqrt(v) + eps)");
-  if (o.weight_decay() < 0) bad_field("optimizer.weight_decay", "must be >= 0");
   const auto& t = cfg.train();
   positive("train.steps", t.steps());
   positive("train.batch_size", t.batch_size());
@@ -323,22 +271,23 @@ void validate(const modtrain::RunConfig& cfg) {
   positive("parallel.dp", p.dp());
   positive("parallel.tp", p.tp());
   positive("parallel.ep", p.ep());
-  if (!(p.bucket_mb() > 0))
-    bad_field("parallel.bucket_mb", std::to_string(p.bucket_mb()) + " must be positive");
   if (t.batch_size() % p.dp() != 0)
     bad_field("train.batch_size", std::to_string(t.batch_size()) +
                                       " must be divisible by parallel.dp " + std::to_string(p.dp()));
   const auto& c = cfg.checkpoint();
   if (c.every_steps() < 0)
     bad_field("checkpoint.every_steps", std::to_string(c.every_steps()) + " must be >= 0 (0: off)");
-  if (!(c.every_minutes() >= 0) || !std::isfinite(c.every_minutes()))
-    bad_field("checkpoint.every_minutes",
-              std::to_string(c.every_minutes()) + " must be a finite number >= 0 (0: off)");
   if (c.keep_last() < 0)
     bad_field("checkpoint.keep_last",
               std::to_string(c.keep_last()) + " must be >= 0 (0 keeps all)");
   if (c.keep_every() < 0)
     bad_field("checkpoint.keep_every", std::to_string(c.keep_every()) + " must be >= 0 (0: none)");
+  check_float_ranges(cfg);  // every float field, NaN and infinities included
+  // Decay scales every weight by 1 - lr * weight_decay per step: above 1 it flips their signs.
+  if (o.lr() * o.weight_decay() > 1)
+    bad_field("optimizer.weight_decay",
+              std::to_string(o.weight_decay()) + " times optimizer.lr " + std::to_string(o.lr()) +
+                  " must be at most 1 (AdamW scales each weight by 1 - lr * weight_decay)");
 }
 
 void validate_from(const modtrain::RunConfig& cfg, const std::string& origin) {

@@ -143,6 +143,18 @@ void validate_grid(const modtrain::GridSpec& spec, const std::string& origin) {
     if ((s.d_model() / s.n_heads()) % 2 != 0)
       bad(f + ".n_heads", "head dim d_model / n_heads = " + std::to_string(s.d_model() / s.n_heads()) +
                               " must be even for rotary embeddings");
+    // The bound on model sizes (configs/model_size.h), before anything sizes from the shape.
+    modtrain::RunConfig sized = base;
+    sized.mutable_model()->set_d_model(s.d_model());
+    sized.mutable_model()->set_n_layers(s.n_layers());
+    sized.mutable_model()->set_n_heads(s.n_heads());
+    sized.mutable_model()->set_d_ff(s.d_ff());
+    try {
+      config::validate(sized);
+    } catch (const std::invalid_argument& e) {
+      const std::string why = rehome(e.what(), "model.", f + ".");
+      fail(why.rfind(f, 0) == 0 ? why : f + ": " + why);  // the parameter bound names "model"
+    }
     for (int j = 0; j < s.overrides_size(); ++j) {
       modtrain::RunConfig probe = base;
       try {

@@ -29,12 +29,13 @@ FlopCount count_flops(const modtrain::ModelConfig& cfg) {
   const double mlp = (swiglu ? 3.0 : 2.0) * 2.0 * d * ff;  // per token through the block
   const double proj = 4.0 * 2.0 * d * d;                   // q, k, v, o
   const auto routed = routed_blocks(cfg), moe = moe_blocks(cfg);
+  const auto capacities = block_capacities(cfg);
   const auto& causal = cfg.mod().causal();
   const double h = causal.predictor_hidden();
 
   FlopCount out;
   for (int b = 0; b < cfg.n_layers(); ++b) {
-    const int64_t ci = block_capacity(cfg, b);
+    const int64_t ci = capacities[b];
     const double c = static_cast<double>(ci);
     // Causal attention: query i of the c tokens sees i + 1 keys; QK^T and PV are 2*d each.
     const double attn = 2.0 * 2.0 * d * (c + 1.0) / 2.0;

@@ -131,11 +131,13 @@ double selective_shared(const Dims& x, double n, bool moe) {
   return n * x.a * (x.d + 2 * x.w + (moe ? 0 : (mlp_mats(x) - 1) * x.f)) + n * kStats * x.h;
 }
 
-bool is_recomputed(const MemoryOptions& opt, int b) {
-  if (opt.recompute == modtrain::TrainConfig::NONE) return false;
-  if (opt.recompute_blocks.empty()) return true;
-  return std::find(opt.recompute_blocks.begin(), opt.recompute_blocks.end(), b) !=
-         opt.recompute_blocks.end();
+// Per block, in one pass over the list (a lookup per block would be quadratic).
+std::vector<bool> recomputed_blocks(const MemoryOptions& opt, int n_layers) {
+  std::vector<bool> out(n_layers, opt.recompute != modtrain::TrainConfig::NONE &&
+                                      opt.recompute_blocks.empty());
+  if (opt.recompute != modtrain::TrainConfig::NONE)
+    for (int b : opt.recompute_blocks) out[b] = true;
+  return out;
 }
 }  // namespace
 
@@ -164,6 +166,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
                                   " is not a block in [0, " + std::to_string(cfg.n_layers()) + ")");
   const Dims x = dims_of(cfg, opt);
   const auto routed = routed_blocks(cfg), moe = moe_blocks(cfg);
+  const auto capacities = block_capacities(cfg);
+  const auto recomputed = recomputed_blocks(opt, cfg.n_layers());
   const double bs = static_cast<double>(opt.batch_per_rank), t = cfg.seq_len(), n = bs * t;
   const auto& causal = cfg.mod().causal();
   const bool predictor = cfg.mod().enabled() && causal.method() == CausalRoutingConfig::PREDICTOR;
@@ -204,8 +208,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     bm.block = b;
     bm.routed = routed[b];
     bm.moe = moe[b];
-    bm.recomputed = is_recomputed(opt, b);
-    bm.tokens = routed[b] ? block_capacity(cfg, b) : cfg.seq_len();
+    bm.recomputed = recomputed[b];
+    bm.tokens = capacities[b];
     const double nb = bs * static_cast<double>(bm.tokens);
     const double slots = moe[b] ? bs * cfg.moe().n_experts() *
                                       static_cast<double>(expert_slots(cfg.moe(), bm.tokens)) / x.tp

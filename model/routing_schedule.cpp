@@ -41,21 +41,27 @@ std::vector<bool> moe_blocks(const modtrain::ModelConfig& cfg) {
   return scheduled_blocks(cfg.n_layers(), m.schedule(), m.every_k(), m.moe_blocks());
 }
 
-double capacity_fraction(const modtrain::ModelConfig& cfg, int block) {
+std::vector<double> capacity_fractions(const modtrain::ModelConfig& cfg) {
   const auto routed = routed_blocks(cfg);
-  if (!routed[block]) return 1.0;
-  int ordinal = 0;  // this block's index among routed blocks, for block_capacity
-  for (int i = 0; i < block; ++i) ordinal += routed[i];
   const auto& m = cfg.mod();
-  return ordinal < m.block_capacity_size() ? m.block_capacity(ordinal) : m.capacity();
+  std::vector<double> out(routed.size(), 1.0);
+  int ordinal = 0;  // the block's index among routed blocks, for block_capacity
+  for (size_t b = 0; b < routed.size(); ++b)
+    if (routed[b]) {
+      out[b] = ordinal < m.block_capacity_size() ? m.block_capacity(ordinal) : m.capacity();
+      ++ordinal;
+    }
+  return out;
 }
 
 int64_t capacity_tokens(double fraction, int64_t seq_len) {
   return std::max<int64_t>(1, std::llround(fraction * static_cast<double>(seq_len)));
 }
 
-int64_t block_capacity(const modtrain::ModelConfig& cfg, int block) {
-  return capacity_tokens(capacity_fraction(cfg, block), cfg.seq_len());
+std::vector<int64_t> block_capacities(const modtrain::ModelConfig& cfg) {
+  std::vector<int64_t> out;
+  for (double f : capacity_fractions(cfg)) out.push_back(capacity_tokens(f, cfg.seq_len()));
+  return out;
 }
 
 }  // namespace mod::model

@@ -16,12 +16,13 @@ namespace mod::model {
 std::vector<bool> routed_blocks(const modtrain::ModelConfig& cfg);
 // Which blocks have an MoE MLP (all false when model.moe is off).
 std::vector<bool> moe_blocks(const modtrain::ModelConfig& cfg);
-// A block's capacity fraction: 1 when dense; mod.block_capacity[i] for the i-th routed block
-// when given, mod.capacity otherwise.
-double capacity_fraction(const modtrain::ModelConfig& cfg, int block);
+// Every block's capacity fraction, in one pass: 1 when dense; mod.block_capacity[i] for the
+// i-th routed block when given, mod.capacity otherwise. Whole vectors, never one block at a
+// time: a per-block call would rescan the schedule and make n_layers blocks quadratic.
+std::vector<double> capacity_fractions(const modtrain::ModelConfig& cfg);
 // C = max(1, round(fraction * seq_len)).
 int64_t capacity_tokens(double fraction, int64_t seq_len);
-// capacity_tokens(capacity_fraction(cfg, block), cfg.seq_len()).
-int64_t block_capacity(const modtrain::ModelConfig& cfg, int block);
+// Every block's capacity_tokens(fraction, cfg.seq_len()): seq_len for a dense block.
+std::vector<int64_t> block_capacities(const modtrain::ModelConfig& cfg);
 
 }  // namespace mod::model

@@ -51,7 +51,7 @@ RoutingTrace trace_routing(const Transformer& model, const std::vector<int64_t>&
       agree += b.top_c.back() == b.causal.back();
     }
     b.agreement = static_cast<double>(agree) / static_cast<double>(n);
-    if (trace.blocks.empty()) trace.capacity = capacity_tokens(capacity_fraction(cfg, t.block), n);
+    if (trace.blocks.empty()) trace.capacity = capacity_tokens(capacity_fractions(cfg)[t.block], n);
     trace.blocks.push_back(std::move(b));
   }
   return trace;

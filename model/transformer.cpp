@@ -36,6 +36,7 @@ Tensor membership(const Tensor& idx, int64_t t, DType dtype) {
 
 Transformer::Transformer(const modtrain::ModelConfig& cfg, uint64_t seed, DType dtype)
     : cfg_(cfg), routed_(routed_blocks(cfg)), moe_(moe_blocks(cfg)),
+      capacity_fractions_(capacity_fractions(cfg)),
       recompute_(cfg.n_layers(), modtrain::TrainConfig::NONE) {
   Rng rng(seed);
   embed_ = register_module(
@@ -60,7 +61,7 @@ void Transformer::set_recompute(Recompute mode, const std::vector<int>& blocks) 
 }
 
 int64_t Transformer::capacity(size_t block, int64_t seq_len) const {
-  return capacity_tokens(capacity_fraction(cfg_, static_cast<int>(block)), seq_len);
+  return capacity_tokens(capacity_fractions_[block], seq_len);
 }
 
 void Transformer::require_causal_decision(const char* what) const {

@@ -56,6 +56,7 @@ class Transformer : public nn::Module {
   modtrain::ModelConfig cfg_;
   std::vector<bool> routed_;  // per block
   std::vector<bool> moe_;     // per block: an MoE MLP
+  std::vector<double> capacity_fractions_;  // per block: 1 when dense
   std::vector<Recompute> recompute_;  // per block
   std::shared_ptr<nn::Embedding> embed_;
   std::vector<std::shared_ptr<Block>> blocks_;

@@ -2,12 +2,11 @@
 #include "train/weights.h"
 
 #include <filesystem>
-#include <fstream>
-#include <regex>
 #include <stdexcept>
 
 #include "configs/config.h"
 #include "core/util/safetensors.h"
+#include "model/parameter_shapes.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/metadata.h"
 #include "train/checkpoint/reader.h"
@@ -62,56 +61,39 @@ void assign_parameters(model::Transformer& model, const std::string& path) {
 }
 
 LoadedModel load_weights(const std::string& path) {
-  SafetensorsFile file = load_safetensors(path);
-  if (file.metadata["format"] != "modtrain-weights-1")
-    throw std::runtime_error("weights " + path +
-                             ": not a modtrain weights file (metadata format '" +
-                             file.metadata["format"] + "')");
+  // The header first (format, step, config, every tensor's shape): nothing is allocated for a
+  // file that does not hold the model its config describes.
+  const SafetensorsIndex index = read_safetensors_index(path);
+  const WeightsHeader header = check_weights_header(index, path);
   LoadedModel out;
-  // The embedded config goes through the same checks as a config file: it sizes the model.
-  out.config = config::parse_checked(file.metadata["config"], path + " (metadata config)");
-  const std::string& step = file.metadata["step"];
-  size_t used = 0;
-  try {
-    out.step = std::stoll(step, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != step.size() || out.step < 0)
-    throw std::runtime_error("weights " + path + ": metadata step '" + step +
-                             "' is not a step number");
+  out.config = header.config;
+  out.step = header.step;
   out.source = "weights " + path;
-  if (file.metadata.count("tokenizer_crc32c"))
-    out.tokenizer_crc32c = data::parse_seal_text(file.metadata["tokenizer_crc32c"],
+  if (index.metadata.count("tokenizer_crc32c"))
+    out.tokenizer_crc32c = data::parse_seal_text(index.metadata.at("tokenizer_crc32c"),
                                                  "weights " + path + ": metadata tokenizer_crc32c");
   out.model = std::make_unique<model::Transformer>(out.config.model(), out.config.train().seed());
-  copy_into(*out.model, file, path);
+  copy_into(*out.model, load_safetensors(path), path);
   return out;
 }
 
-int64_t weights_step(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return -1;
-  unsigned char len_bytes[8];
-  if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) return -1;
-  uint64_t len = 0;
-  for (int i = 7; i >= 0; --i) len = len << 8 | len_bytes[i];  // little-endian
-  std::error_code ec;
-  const uint64_t file_bytes = std::filesystem::file_size(path, ec);
-  if (ec || len == 0 || file_bytes < 8 || len > file_bytes - 8) return -1;  // before allocating
-  std::string header(len, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(len))) return -1;
-  // Metadata values are JSON strings: "format":"modtrain-weights-1", "step":"N".
-  static const std::regex format_re("\"format\"\\s*:\\s*\"modtrain-weights-1\"");
-  static const std::regex step_re("\"step\"\\s*:\\s*\"([0-9]+)\"");
-  std::smatch m;
-  if (!std::regex_search(header, format_re) || !std::regex_search(header, m, step_re)) return -1;
-  if (m[1].length() > 18) return -1;  // beyond int64
-  return std::stoll(m[1].str());
+namespace {
+// The index (checked with its embedded config when the reader opened it) must hold every
+// parameter with its shape before the model is built.
+void check_checkpoint_shapes(const ckpt::CheckpointReader& reader) {
+  for (const auto& [name, shape] : model::parameter_shapes(reader.state().config.model())) {
+    const std::string key = "model/" + name;
+    if (!reader.has(key))
+      throw std::runtime_error("checkpoint " + reader.metadata_path() + ": missing tensor " + key);
+    if (reader.global_shape(key) != shape)
+      throw std::runtime_error("checkpoint " + reader.metadata_path() + ": tensor " + key +
+                               " has shape " + shape_str(reader.global_shape(key)) +
+                               ", the model expects " + shape_str(shape));
+  }
 }
 
-namespace {
 LoadedModel load_checkpoint_model(const ckpt::CheckpointReader& reader) {
+  check_checkpoint_shapes(reader);
   LoadedModel out;
   out.config = reader.state().config;
   out.step = reader.state().step;

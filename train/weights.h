@@ -14,6 +14,7 @@
 
 #include "configs/modtrain.pb.h"
 #include "model/transformer.h"
+#include "train/weights_header.h"
 
 namespace mod::train {
 
@@ -37,11 +38,8 @@ struct LoadedModel {
   std::string source;  // "weights <file>" or "checkpoint <metadata.pb>", for errors
   std::optional<uint32_t> tokenizer_crc32c;  // the seal of the tokenizer it was trained with
 };
+// Checks the header (train/weights_header.h) before the model is built, then every tensor.
 LoadedModel load_weights(const std::string& path);
-
-// The "step" metadata of a modtrain weights file, from its header alone; -1 when the file is
-// missing or is not a modtrain weights file.
-int64_t weights_step(const std::string& path);
 
 // What eval, sample and inspect take: a weights file; a checkpoint directory; or a run
 // directory, meaning the newer of its model.safetensors and its latest checkpoint (by step; the

@@ -81,9 +81,10 @@ std::string fmt(const char* format, double a, double b, double c, double d, doub
 
 std::vector<int64_t> expert_slots_by_block(const modtrain::ModelConfig& m) {
   const auto moe = model::moe_blocks(m);
+  const auto capacities = model::block_capacities(m);
   std::vector<int64_t> k(m.n_layers(), 0);
   for (int blk = 0; blk < m.n_layers(); ++blk)
-    if (moe[blk]) k[blk] = model::expert_slots(m.moe(), model::block_capacity(m, blk));
+    if (moe[blk]) k[blk] = model::expert_slots(m.moe(), capacities[blk]);
   return k;
 }
 
@@ -135,11 +136,13 @@ Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l, double valid_shar
   // tp: per block, attention 2 all-reduces of [B/dp, T_b, D]; a dense MLP 2 more; an MoE MLP
   // 2 all-gathers of its [E, B/dp x K_b, D] slots (combine forward, dispatch backward).
   int64_t sum_w = 0, sum_ek = 0, routed = 0, c = t;
+  const auto capacities = model::block_capacities(m);
+  const auto routed_block = model::routed_blocks(m);
   for (int blk = 0; blk < layers; ++blk) {
-    const int64_t tb = model::block_capacity(m, blk);
+    const int64_t tb = capacities[blk];
     sum_w += moe[blk] ? 2 * tb + e * slots[blk] : 4 * tb;
     sum_ek += e * slots[blk];
-    if (model::routed_blocks(m)[blk]) {
+    if (routed_block[blk]) {
       ++routed;
       c = tb;
     }

@@ -91,10 +91,11 @@ double valid_slot_share(const train::Trainer& trainer, const modtrain::RunConfig
   const model::ForwardResult r =
       trainer.model().forward(batches.at(0).inputs, batches.at(0).targets);
   const auto slots = bench::expert_slots_by_block(m);
+  const auto capacities = model::block_capacities(m);
   const double rows = static_cast<double>(cfg.train().batch_size());
   double valid = 0, all = 0;
   for (const model::MoeStats& s : r.moe_stats) {
-    const double tb = static_cast<double>(model::block_capacity(m, s.block));
+    const double tb = static_cast<double>(capacities[s.block]);
     valid += rows * tb * m.moe().top_k() * (1 - s.dropped_fraction);
     all += rows * m.moe().n_experts() * static_cast<double>(slots[s.block]);
   }

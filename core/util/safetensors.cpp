@@ -82,19 +82,9 @@ void save_safetensors(const std::string& path,
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
+  const SafetensorsIndex index = read_safetensors_index(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("safetensors " + path + ": cannot open");
-  std::error_code ec;
-  const uint64_t file_size = std::filesystem::file_size(path, ec);
-  if (ec) throw std::runtime_error("safetensors " + path + ": cannot stat: " + ec.message());
-  unsigned char first8[8] = {};
-  in.read(reinterpret_cast<char*>(first8), 8);
-  // Checked against the file size before the header is allocated.
-  const uint64_t n = safetensors_header_length(first8, in ? file_size : 0, path);
-  std::string header(n, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(n));
-  if (!in) throw std::runtime_error("safetensors " + path + ": header read failed");
-  const SafetensorsIndex index = parse_safetensors_header(header, file_size, path);
   SafetensorsFile out;
   out.metadata = index.metadata;
   for (const SafetensorsEntry& e : index.tensors) {

@@ -4,6 +4,9 @@
 
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -34,6 +37,32 @@ uint64_t as_count(const pt::ptree& node, const std::string& where) {
   if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos)
     throw std::runtime_error(where + ": '" + text + "' is not a non-negative integer below 10^19");
   return std::stoull(text);
+}
+// The reference library's rule: in offset order the tensors tile the data section exactly, from
+// byte 0 to its end. A gap, an overlap or uncovered bytes mean a shifted header or inserted or
+// appended bytes, and every tensor after them would be read from the wrong place.
+void check_tiling(const std::vector<SafetensorsEntry>& tensors, uint64_t data_bytes,
+                  const std::string& path) {
+  std::vector<const SafetensorsEntry*> order;
+  for (const SafetensorsEntry& e : tensors) order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](const SafetensorsEntry* a, const SafetensorsEntry* b) {
+    return std::make_pair(a->begin, a->end) < std::make_pair(b->begin, b->end);
+  });
+  uint64_t at = 0;
+  for (const SafetensorsEntry* e : order) {
+    if (e->begin != at)
+      throw std::runtime_error("safetensors " + path + ": tensor '" + e->name +
+                               "': data_offsets start at byte " + std::to_string(e->begin) +
+                               " where the previous tensor ends at " + std::to_string(at) +
+                               (e->begin > at ? " (a gap)" : " (an overlap)"));
+    at = e->end;
+  }
+  if (at != data_bytes)
+    throw std::runtime_error(
+        "safetensors " + path + ": " +
+        (order.empty() ? "no tensors" : "the last tensor '" + order.back()->name + "'") +
+        " ends at byte " + std::to_string(at) + " of the " + std::to_string(data_bytes) +
+        " data bytes: file not fully covered (a wrong header length, or bytes inserted or appended)");
 }
 }  // namespace
 
@@ -112,7 +141,24 @@ SafetensorsIndex parse_safetensors_header(const std::string& header_json, uint64
                                shape_str(e.shape) + " of " + dtype_name(e.dtype));
     out.tensors.push_back(std::move(e));
   }
+  check_tiling(out.tensors, data_bytes, path);
   return out;
+}
+
+SafetensorsIndex read_safetensors_index(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("safetensors " + path + ": cannot open");
+  std::error_code ec;
+  const uint64_t file_size = std::filesystem::file_size(path, ec);
+  if (ec) throw std::runtime_error("safetensors " + path + ": cannot stat: " + ec.message());
+  unsigned char first8[8] = {};
+  in.read(reinterpret_cast<char*>(first8), 8);
+  // Checked against the file size before the header is allocated.
+  const uint64_t n = safetensors_header_length(first8, in ? file_size : 0, path);
+  std::string header(n, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(n));
+  if (!in) throw std::runtime_error("safetensors " + path + ": header read failed");
+  return parse_safetensors_header(header, file_size, path);
 }
 
 }  // namespace mod

@@ -1,6 +1,8 @@
 // The safetensors header, parsed and checked without allocating tensors: every entry's dtype,
 // shape and byte range are checked against the file size before a reader allocates anything, so
 // a 10 GB header length or a 2^60-element shape is an error naming the file, never an allocation.
+// As in the reference library, the tensors must tile the data section exactly (in offset order,
+// each from where the previous ends, the last to the end of the file).
 #pragma once
 
 #include <cstdint>
@@ -33,5 +35,8 @@ uint64_t safetensors_header_length(const unsigned char first8[8], uint64_t file_
 // (std::runtime_error) name the file and the tensor or field.
 SafetensorsIndex parse_safetensors_header(const std::string& header_json, uint64_t file_bytes,
                                           const std::string& path);
+
+// The checked index of the file at path, read from its first 8 bytes and its header alone.
+SafetensorsIndex read_safetensors_index(const std::string& path);
 
 }  // namespace mod

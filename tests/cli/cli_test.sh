@@ -57,6 +57,19 @@ ckpt_dir=$(ls -d "$work"/run/checkpoints/step_* | head -1)
 [ "$(top_c "$work/eval.log")" = "$(top_c "$work/eval_run.log")" ] \
   && [ "$(top_c "$work/eval.log")" = "$(top_c "$work/eval_ckpt.log")" ] \
   || fail "eval of the weights file, run dir and checkpoint dir differ"
+# A run directory whose weights header holds 100,000 spaces (std::regex crashed on it) evaluates
+# as the weights file does.
+mkdir -p "$work/spaced" && cp -r "$work/run/checkpoints" "$work/spaced/"
+python3 - "$work/run/model.safetensors" "$work/spaced/model.safetensors" <<'PY'
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+h = data[8:8 + n].replace(b'"step":', b'"step"' + b" " * 100000 + b":")
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + data[8 + n:])
+PY
+"$modtrain" eval --checkpoint "$work/spaced" --data "$work/data" --batches 2 > "$work/eval_spaced.log"
+[ "$(top_c "$work/eval.log")" = "$(top_c "$work/eval_spaced.log")" ] \
+  || fail "eval of a run directory with a spaced weights header differs"
 "$modtrain" eval --checkpoint "$work/run" --data "$work/data" --batches 2 --json > "$work/eval.json"
 python3 - "$work/eval.json" "$(top_c "$work/eval.log")" <<'PY' || fail "eval --json: $(cat "$work/eval.json")"
 import json, sys
@@ -137,14 +150,24 @@ expect_error "no dataset.textproto" "$modtrain" train --config "$src/configs/rec
   --run-dir "$work/r3" --data "$work/missing"
 expect_error "run-dir" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto"
 expect_error "unknown command" "$modtrain" frobnicate
-# A learning rate of 1e6 without clipping blows the loss up in the second step: the run stops
-# there naming the step as the progress line does, and leaves no weights file.
+# The largest learning rate allowed, 10, without clipping blows six blocks up in the second
+# step: the run stops there naming the step as the progress line does, and leaves no weights file.
 expect_error "training diverged at step 2" "$modtrain" train \
   --config "$src/configs/recipes/tiny_mod.textproto" --run-dir "$work/diverged" --data "$work/data" \
-  --set model.d_model=64 --set model.n_heads=2 --set model.d_ff=128 --set model.n_layers=2 \
-  --set model.seq_len=64 --set train.steps=8 --set train.eval_every=0 --set optimizer.lr=1e6 \
+  --set model.d_model=64 --set model.n_heads=2 --set model.d_ff=128 --set model.n_layers=6 \
+  --set model.seq_len=64 --set train.steps=8 --set train.eval_every=0 --set optimizer.lr=10 \
   --set optimizer.min_lr=0 --set optimizer.warmup_steps=0 --set optimizer.grad_clip=0
 [ ! -e "$work/diverged/model.safetensors" ] || fail "a diverged run wrote weights"
+# Absurd values and sizes are refused before anything runs or is allocated (issue 43).
+expect_error "optimizer.lr: 1e+308 must be positive, in (0, 10]" "$modtrain" train \
+  --config "$src/configs/recipes/tiny_mod.textproto" --run-dir "$work/huge_lr" --data "$work/data" \
+  --set optimizer.lr=1e308
+for cmd in flops memory; do
+  expect_error "model.n_layers: 100000 must be at most 1024" timeout 20 "$modtrain" $cmd \
+    --config "$src/configs/recipes/tiny_mod.textproto" --set model.n_layers=100000
+done
+expect_error "model.seq_len: 2147483647 must be at most" "$modtrain" memory \
+  --config "$src/configs/recipes/tiny_mod.textproto" --set model.seq_len=2147483647
 expect_error "expected CPU or CUDA" "$modtrain" sample --checkpoint "$work/run/model.safetensors" \
   --tokenizer "$work/data/tokenizer.txt" --device TPU
 expect_error "model.mod.causal.method is NONE" "$modtrain" sample --checkpoint "$work/none" \

@@ -22,6 +22,7 @@
 #include "train/data/token_file.h"
 #include "train/data/tokenizer.h"
 #include "train/metrics/metrics_writer.h"
+#include "train/weights_header.h"
 
 namespace mod::fuzz {
 
@@ -147,6 +148,13 @@ int fuzz_one_safetensors(const uint8_t* data, size_t size) {
       parse_safetensors_header(text_of(data + 8, n), size, "fuzz.safetensors");
   for (const SafetensorsEntry& e : index.tensors)  // the bytes a load would copy
     crc32c(data + index.data_start + e.begin, e.end - e.begin);
+  // A modtrain weights file: the header checks load_weights makes, and the step a run
+  // directory's reader (weights_step) takes from the same header, which must agree.
+  const MemFile file(data, size);
+  const int64_t step = train::weights_step(file.path());
+  const auto format = index.metadata.find("format");
+  if (format == index.metadata.end() || format->second != train::kWeightsFormat) return 0;
+  if (train::check_weights_header(index, "fuzz.safetensors").step != step) std::abort();
   return 0;
 }
 

@@ -23,6 +23,32 @@ put("safetensors", "no_shape", st({"t": {"dtype": "F32", "data_offsets": [0, 0]}
 put("safetensors", "offsets_not_numbers", st({"t": {"dtype": "F32", "shape": [1], "data_offsets": ["a", {}]}}))
 put("safetensors", "bad_embedded_config", st({"__metadata__": {"format": "modtrain-weights-1", "step": "1",
                                                               "config": "train { log_every: 0 }"}}))
+# Issue 43: std::regex in weights_step recursed per character (40,000 spaces or 30,000 digits
+# overflowed the stack); tensors not tiling the data section; model sizes of 2^31.
+weights_meta = {"format": "modtrain-weights-1", "step": "7", "config": ""}
+def spaced(run):
+    h = json.dumps({"__metadata__": weights_meta}).encode().replace(b'"step":', b'"step"' + run + b":")
+    return struct.pack("<Q", len(h)) + h
+put("safetensors", "long_run_of_spaces", spaced(b" " * 50000))
+put("safetensors", "long_step_digits", st({"__metadata__": dict(weights_meta, step="1" * 40000)}))
+two = {"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+       "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}
+padded = json.dumps(two).encode() + b"    "
+put("safetensors", "header_length_one_short", struct.pack("<Q", len(padded) - 1) + padded + b"\0" * 8)
+put("safetensors", "bytes_inserted", st(two) + b"\0" * 4 + b"\0" * 8)
+put("safetensors", "bytes_appended", st(two) + b"\0" * 8 + b"\0")
+put("safetensors", "config_2_31_layers", st({"__metadata__": dict(weights_meta, config="model { n_layers: 2147483647 }")}))
+put("safetensors", "config_1000_layers_no_tensors",
+    st({"__metadata__": dict(weights_meta, config="model { n_layers: 1000 d_model: 4096 n_heads: 32 d_ff: 16384 }")}))
+for field in ["n_layers", "seq_len", "vocab_size", "d_ff"]:
+    put("config", field + "_2_31", "model { %s: 2147483647 }\n" % field)
+put("config", "predictor_hidden_2_31", "model { mod { causal { predictor_hidden: 2147483647 } } }\n")
+put("config", "n_experts_2_31", "model { moe { enabled: true n_experts: 2147483647 } }\n")
+put("config", "parameters_2_45", "model { d_model: 65536 n_layers: 1024 d_ff: 262144 }\n")
+for text, name in [("optimizer { lr: 1e308 }", "lr_1e308"), ("optimizer { weight_decay: 1e308 }", "weight_decay_1e308"),
+                   ("model { init_std: 1e308 }", "init_std_1e308"), ("model { rope_theta: 1e-320 }", "rope_theta_1e-320")]:
+    put("config", name, text + "\n")
+
 head = "modtrain-tokenizer 1\nkind bpe\n"
 put("tokenizer", "merges_2_60", head + "vocab_size 1152921504606847232\nmerges 1152921504606846976\n")
 put("tokenizer", "three_numbers_on_a_line", head + "vocab_size 258\nmerges 2\n104 101 7\n256 108\n")

@@ -148,6 +148,22 @@ put("safetensors", "weights.safetensors", safetensors(
     [("wte.weight", "f", "F32", [2, 3], [0.5, -1, 2, 3, 4, 5]), ("lm_head.bias", "d", "F64", [2], [1.0, 2.0]),
      ("pos", "q", "I64", [1, 1], [7])],
     {"format": "modtrain-weights-1", "step": "10", "config": "name: \"tiny\" model { d_model: 64 n_heads: 2 }"}))
+# A whole model as its config describes it (1 block of width 4), so the header checks run to
+# the end; and long runs of spaces and digits where a header allows them (issue 43).
+tiny = [("embed.weight", [4, 4])]
+tiny += [("blocks.0." + n, s) for n, s in [("norm1.weight", [4]), ("attn.wq.weight", [4, 4]),
+         ("attn.wk.weight", [4, 4]), ("attn.wv.weight", [4, 4]), ("attn.wo.weight", [4, 4]),
+         ("norm2.weight", [4]), ("mlp.up.weight", [4, 4]), ("mlp.down.weight", [4, 4])]]
+tiny += [("final_norm.weight", [4])]
+tiny_config = "model { vocab_size: 4 d_model: 4 n_layers: 1 n_heads: 2 d_ff: 4 seq_len: 8 }"
+tiny_tensors = [(n, "f", "F32", s, [0.25] * (s[0] * (s[1] if len(s) > 1 else 1))) for n, s in tiny]
+put("safetensors", "tiny_model.safetensors", safetensors(tiny_tensors,
+    {"format": "modtrain-weights-1", "step": "3", "config": tiny_config}))
+spaced = safetensors(tiny_tensors, {"format": "modtrain-weights-1", "step": "3", "config": tiny_config})
+n = struct.unpack("<Q", spaced[:8])[0]
+h = spaced[8:8 + n].replace(b'"step":', b'"step"' + b" " * 4096 + b":")
+put("safetensors", "long_runs.safetensors", struct.pack("<Q", len(h)) + h + spaced[8 + n:])
+put("config", "long_runs.textproto", "model {" + " " * 4096 + "n_layers: " + "0" * 4096 + "6 }\n")
 
 # checkpoint_shard: u16 piece length | dtype byte (0: f32) | Piece | shard file.
 payload = struct.pack("<4f", 1, 2, 3, 4)
