@@ -31,7 +31,6 @@
 #include "model/flops.h"
 #include "model/sampler.h"
 #include "model/transformer.h"
-#include "train/optimizer.h"
 #include "train/trainer.h"
 
 using namespace mod;

@@ -19,6 +19,7 @@
 #include "model/routing_trace.h"
 #include "parallel/device_communicator.h"
 #include "train/data/loader.h"
+#include "train/lr_schedule.h"
 #include "train/metrics/kernel_profile.h"
 #include "train/stop_signal.h"
 #include "train/weights.h"
@@ -45,12 +46,7 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   model_ = std::make_unique<model::Transformer>(cfg_.model(), cfg_.train().seed());
   model_->set_recompute(cfg_.train().recompute(), {cfg_.train().recompute_blocks().begin(),
                                                    cfg_.train().recompute_blocks().end()});
-  const modtrain::OptimizerConfig& opt = cfg_.optimizer();
-  plan_ = parallel::parallelize(*model_, *mesh_, cfg_.parallel(), device_,
-                                {adamw_hyper(opt), [&opt](const std::string& name) {
-                                   return takes_weight_decay(name, opt);
-                                 }});
-  if (!plan_.zero1) optimizer_ = std::make_unique<AdamW>(model_->named_parameters(), opt);
+  plan_ = parallel::parallelize(*model_, *mesh_, cfg_.parallel(), device_, cfg_.optimizer());
   const int64_t rows = cfg_.train().batch_size() / dims.dp;
   row_begin_ = mesh_->dp_rank() * rows;
   row_end_ = row_begin_ + rows;
@@ -157,7 +153,7 @@ void Trainer::print_run_header(const model::FlopCount& flops) const {
   if (world > 1)
     std::printf("parallel: %d processes (%s) = dp %d x tp %d (ep %d)%s, %zu gradient buckets\n",
                 world, parallel::launch_info().source.c_str(), mesh_->dims().dp, mesh_->dims().tp,
-                mesh_->dims().ep, plan_.zero1 ? ", ZeRO-1 optimizer sharding" : "",
+                mesh_->dims().ep, cfg_.parallel().zero1() ? ", ZeRO-1 optimizer sharding" : "",
                 plan_.dense_buckets ? plan_.dense_buckets->num_buckets() : size_t{0});
 }
 

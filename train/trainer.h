@@ -1,11 +1,11 @@
-// The training loop on one process or many: data, model, AdamW (or ZeRO-1), schedule,
-// clipping, gradient accumulation, periodic validation, a progress line, metrics.csv and
+// The training loop on one process or many: data, model, the optimizer (AdamW, or ZeRO-1's),
+// schedule, clipping, gradient accumulation, periodic validation, a progress line, metrics.csv and
 // TensorBoard scalars, and the final weights file. The run directory holds config.textproto,
 // metrics.csv, tb/ and model.safetensors, written by world rank 0.
 //
 // Parallel layout (parallel.dp x parallel.tp = world size): the model is built whole on every
 // rank from the same seed, then parallel::parallelize shards it and returns the plan the steps
-// run with (gradient buckets, clipping groups, ZeRO-1); each dp rank trains on its rows of
+// run with (gradient buckets, clipping groups, the optimizer); each dp rank trains on its rows of
 // every global batch. Losses and metrics are reduced over dp, so every layout logs what one
 // process would.
 #pragma once
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "configs/modtrain.pb.h"
+#include "core/backend.h"
 #include "model/flops.h"
 #include "model/transformer.h"
 #include "parallel/mesh.h"
@@ -24,7 +25,7 @@
 #include "train/checkpoint/writer.h"
 #include "train/data/loader.h"
 #include "train/evaluate.h"
-#include "train/optimizer.h"
+#include "train/grad_clip.h"
 #include "train/run_metrics.h"
 
 namespace mod::train {
@@ -120,8 +121,7 @@ class Trainer {
   data::Dataset data_;
   std::unique_ptr<model::Transformer> model_;
   Device device_ = Device::CPU;       // train.device: where parameters, batches and optimizer live
-  parallel::ParallelPlan plan_;       // shards, gradient buckets, clipping groups, ZeRO-1
-  std::unique_ptr<AdamW> optimizer_;  // unless ZeRO-1 (plan_.zero1)
+  parallel::ParallelPlan plan_;       // shards, gradient buckets, clipping groups, the optimizer
   std::unique_ptr<data::WindowLoader> loader_;
   // The training shards' fingerprints, read once, on the first checkpoint or resume.
   const std::vector<data::ShardFingerprint>& data_fingerprint();

@@ -11,6 +11,7 @@
 #include "core/all_ops.h"
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "train/lr_schedule.h"
 #include "train/trainer.h"
 
 namespace mod::train {
@@ -100,10 +101,7 @@ void Trainer::load_step(int64_t step) {
     step_inputs_[micro].second.copy_from(batch.targets);
   }
   const double lr = learning_rate(cfg_.optimizer(), step, cfg_.train().steps());
-  if (plan_.zero1)
-    plan_.zero1->set_learning_rate(lr);
-  else
-    optimizer_->set_learning_rate(lr);
+  plan_.optimizer->set_learning_rate(lr);
 }
 
 // The device's part: nothing here reads a device tensor on the host.
@@ -132,10 +130,7 @@ Trainer::StepOutputs Trainer::enqueue_step(int64_t step) {
   plan_.finish_grad_sync();
   const ClipFactor clip = global_grad_clip();
   out.grad_norm = clip.norm;
-  if (plan_.zero1)
-    plan_.zero1->apply(clip.factor);
-  else
-    optimizer_->apply(clip.factor);
+  plan_.optimizer->apply(clip.factor);
   return out;
 }
 
