@@ -32,9 +32,9 @@ namespace mod::train {
 namespace fs = std::filesystem;
 
 Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
-                 parallel::Communicator& world)
+                 parallel::Communicator& world, const TestHooks& hooks)
     : cfg_(std::move(cfg)), run_dir_(std::move(run_dir)), quiet_(quiet),
-      writer_(world.rank() == 0) {
+      writer_(world.rank() == 0), hooks_(hooks) {
   config::validate(cfg_);
   const auto dims = parallel::ParallelDims::from_config(cfg_.parallel());
   dims.validate(world.size());
@@ -52,8 +52,6 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   row_end_ = row_begin_ + rows;
   loader_ = std::make_unique<data::WindowLoader>(data_.train, cfg_.model().seq_len(),
                                                  cfg_.train().batch_size(), cfg_.train().seed());
-  const char* check = std::getenv("MOD_CHECK_TP_ROUTING");
-  check_routing_ = check && std::string(check) == "1";
   if (writer_) {
     fs::create_directories(run_dir_);
     std::ofstream(run_dir_ + "/config.textproto") << config::to_text(cfg_);

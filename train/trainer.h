@@ -27,6 +27,7 @@
 #include "train/evaluate.h"
 #include "train/grad_clip.h"
 #include "train/run_metrics.h"
+#include "train/test_hooks.h"
 
 namespace mod::train {
 
@@ -34,8 +35,9 @@ class Trainer {
  public:
   // Collective over world (every rank constructs a Trainer with the same config). quiet: no
   // progress lines on stdout (the launcher sets it on ranks > 0 unless they log to files).
+  // hooks: test-only faults and checks (train/test_hooks.h), none by default.
   Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet = false,
-          parallel::Communicator& world = parallel::world());
+          parallel::Communicator& world = parallel::world(), const TestHooks& hooks = {});
   // Continues from a checkpoint before run(): "auto" takes the run directory's latest (and
   // starts fresh when there is none); anything else is a checkpoint or run directory. The
   // checkpoint may come from any dp x tp layout, with or without ZeRO-1. Collective.
@@ -127,7 +129,7 @@ class Trainer {
   const std::vector<data::ShardFingerprint>& data_fingerprint();
   std::vector<data::ShardFingerprint> data_fingerprint_;
   int64_t row_begin_ = 0, row_end_ = 0;  // this dp rank's rows of each global batch
-  bool check_routing_ = false;           // MOD_CHECK_TP_ROUTING=1
+  TestHooks hooks_;
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;
   int64_t start_step_ = 0;
   double elapsed_before_ = 0;  // seconds trained before a resume

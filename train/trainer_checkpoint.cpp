@@ -70,7 +70,9 @@ void Trainer::save_checkpoint(int64_t steps_done, double elapsed) {
   st.elapsed_seconds = elapsed;
   st.last_metrics_step = steps_done;
   st.optimizer_steps = plan_.optimizer->steps_taken();
-  checkpointer_->save(checkpoint_entries(), st, ckpt::save_options(cfg_.checkpoint()));
+  ckpt::SaveOptions options = ckpt::save_options(cfg_.checkpoint());
+  options.fault = hooks_.checkpoint_fault;
+  checkpointer_->save(checkpoint_entries(), st, options);
   if (!quiet_ && !checkpointer_->pending())
     std::printf("checkpoint %s\n", checkpointer_->last_committed().value_or("?").c_str());
 }
