@@ -14,7 +14,8 @@
 #include "core/random.h"
 #include "model/flops.h"
 #include "model/transformer.h"
-#include "train/optimizer.h"
+#include "parallel/adamw.h"
+#include "train/grad_clip.h"
 #include "train/trainer.h"
 
 namespace mod::bench {
@@ -42,7 +43,7 @@ struct Trainee {
   modtrain::RunConfig cfg;
   model::FlopCount flops;
   std::unique_ptr<model::Transformer> model;
-  std::unique_ptr<train::AdamW> opt;
+  std::unique_ptr<parallel::AdamW> opt;
   Tensor tokens, targets;
   double last_grad_norm = 0;
   Timing timing;
@@ -53,7 +54,7 @@ struct Trainee {
     model = std::make_unique<model::Transformer>(cfg.model(), cfg.train().seed());
     model->set_recompute(cfg.train().recompute(), {cfg.train().recompute_blocks().begin(),
                                                    cfg.train().recompute_blocks().end()});
-    opt = std::make_unique<train::AdamW>(model->named_parameters(), cfg.optimizer());
+    opt = std::make_unique<parallel::AdamW>(model->named_parameters(), cfg.optimizer());
     const int64_t b = cfg.train().batch_size(), t = cfg.model().seq_len(),
                   v = cfg.model().vocab_size();
     tokens = random_tokens(b, t, v, rng);

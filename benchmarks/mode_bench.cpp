@@ -43,7 +43,6 @@
 #include "model/moe_routing.h"
 #include "model/routing_schedule.h"
 #include "model/transformer.h"
-#include "train/optimizer.h"
 #include "train/trainer.h"
 
 using namespace mod;

@@ -31,7 +31,6 @@
 #include "model/flops.h"
 #include "model/sampler.h"
 #include "model/transformer.h"
-#include "train/optimizer.h"
 #include "train/trainer.h"
 
 using namespace mod;
@@ -108,7 +107,7 @@ std::vector<double> calibrate_predictors(model::Transformer& m, double fraction,
     const double threshold = 0.5 * (sorted[q - 1] + sorted[q]);
     bias.set(0, -threshold);
     biases.push_back(-threshold);
-    // This block in causal mode (transformer.cpp routed_causal), sequence by sequence.
+    // This block in causal mode (transformer.cpp causal_block), sequence by sequence.
     Tensor r = blk.router()->scores(x);
     Tensor next = Tensor::empty(x.shape(), x.dtype());
     for (int64_t s = 0; s < b; ++s) {
@@ -117,12 +116,9 @@ std::vector<double> calibrate_predictors(model::Transformer& m, double fraction,
         if (logits[s * t + i] - threshold > 0) chosen.push_back(i);
       Tensor xs = x.narrow0(s, 1).clone();
       if (!chosen.empty()) {
-        const int64_t c = static_cast<int64_t>(chosen.size());
-        Tensor idx = Tensor::from_indices(chosen, {1, c});
-        Tensor rs = reshape(r.narrow0(s, 1).clone(), {1, t, 1});
-        Tensor g = gather_rows(rs, idx);
-        if (cfg.mod().router().gate() == modtrain::RouterConfig::SIGMOID) g = sigmoid(g);
-        xs = scatter_add_rows(xs, idx, mul(blk.delta(gather_rows(xs, idx), idx), g));
+        const Tensor idx = Tensor::from_indices(chosen, {1, static_cast<int64_t>(chosen.size())});
+        xs = model::routed_update(blk, xs, pos.narrow0(s, 1), r.narrow0(s, 1), idx,
+                                  cfg.mod().router().gate(), model::RoutingMode::Causal);
       }
       next.narrow0(s, 1).copy_from(xs);
     }

@@ -10,7 +10,7 @@
 #include "core/random.h"
 #include "model/flops.h"
 #include "model/transformer.h"
-#include "train/optimizer.h"
+#include "parallel/adamw.h"
 
 namespace mod::grid {
 
@@ -18,7 +18,7 @@ Throughput measure_throughput(const modtrain::RunConfig& cfg, int timed_steps) {
   const auto& m = cfg.model();
   const auto& t = cfg.train();
   model::Transformer model(m, t.seed());
-  train::AdamW optimizer(model.named_parameters(), cfg.optimizer());
+  parallel::AdamW optimizer(model.named_parameters(), cfg.optimizer());
   const int64_t b = t.batch_size(), s = m.seq_len();
   Rng rng(t.seed());
   std::vector<int64_t> ids(static_cast<size_t>(b * (s + 1)));

@@ -10,6 +10,7 @@
 #include "parallel/world.h"
 #include "train/inference.h"
 #include "train/stop_signal.h"
+#include "train/test_hooks.h"
 #include "train/trainer.h"
 
 namespace mod::cli {
@@ -40,7 +41,10 @@ int train(int argc, char** argv) {
       throw std::runtime_error("--rank-logs: cannot write " + log);
     quiet = false;
   }
-  train::Trainer trainer(cfg, vm["run-dir"].as<std::string>(), quiet);
+  std::string ignored_hooks;
+  const train::TestHooks hooks = train::read_test_hooks(&ignored_hooks);
+  if (rank == 0 && !ignored_hooks.empty()) std::fprintf(stderr, "%s\n", ignored_hooks.c_str());
+  train::Trainer trainer(cfg, vm["run-dir"].as<std::string>(), quiet, parallel::world(), hooks);
   if (vm.count("init-from")) trainer.init_from(vm["init-from"].as<std::string>());
   if (vm.count("resume")) trainer.resume(vm["resume"].as<std::string>());
   trainer.run();

@@ -1,4 +1,4 @@
-// The pre-norm block and top-C routing (see block.h).
+// The pre-norm block, the routed update and top-C routing (see block.h).
 #include "model/block.h"
 
 #include <functional>
@@ -50,10 +50,6 @@ Tensor run_region(Recompute recompute, RegionBody body, const std::vector<Tensor
 
 }  // namespace
 
-void ForwardResult::add_aux_loss(const Tensor& term) {
-  aux_loss = aux_loss.defined() ? add(aux_loss, term) : term;
-}
-
 Tensor apply_gate(modtrain::RouterConfig::Gate gate, const Tensor& r) {
   return autocast(gate == modtrain::RouterConfig::SIGMOID ? sigmoid(r) : r);
 }
@@ -101,21 +97,29 @@ Tensor Block::update(const Tensor& x, const Tensor& pos, KvCache* cache, Routing
   return add(s, mlp(norm2_->forward(s), mode, result));
 }
 
+Tensor routed_update(const Block& blk, const Tensor& x, const Tensor& pos, const Tensor& r,
+                     const Tensor& idx, modtrain::RouterConfig::Gate gate, RoutingMode mode,
+                     KvCache* cache, ForwardResult* result, Recompute recompute) {
+  const int64_t batch = x.size(0), t = x.size(1);
+  const Tensor xs = gather_rows(x, idx);                                     // [B,C,D]
+  const Tensor xs_pos = gather_positions(pos, idx);                          // [B,C]
+  Tensor g = apply_gate(gate, gather_rows(reshape(r, {batch, t, 1}), idx));  // [B,C,1]
+  // in: the gathered rows, their positions, their router weights -> g * f [B,C,D]
+  RegionBody scaled_delta = [&blk, cache, mode](const std::vector<Tensor>& in,
+                                                ForwardResult& local) {
+    return mul(blk.delta(in[0], in[1], cache, mode, &local), in[2]);
+  };
+  return scatter_add_rows(x, idx, run_region(recompute, scaled_delta, {xs, xs_pos, g}, result));
+}
+
 TopCRouting route_top_c(const Block& blk, const Tensor& x, const Tensor& pos, int64_t capacity,
                         modtrain::RouterConfig::Gate gate, ForwardResult* result,
                         Recompute recompute) {
-  const int64_t batch = x.size(0), t = x.size(1);
   TopCRouting out;
   out.r = blk.router()->scores(x);       // [B,T]
   out.idx = topk_rows(out.r, capacity);  // [B,C] ascending, ties to lower
-  const Tensor xs = gather_rows(x, out.idx);                                         // [B,C,D]
-  const Tensor xs_pos = gather_positions(pos, out.idx);                              // [B,C]
-  Tensor g = apply_gate(gate, gather_rows(reshape(out.r, {batch, t, 1}), out.idx));  // [B,C,1]
-  // in: the gathered rows, their positions, their router weights -> g * f [B,C,D]
-  RegionBody scaled_delta = [&blk](const std::vector<Tensor>& in, ForwardResult& local) {
-    return mul(blk.delta(in[0], in[1], nullptr, RoutingMode::TopC, &local), in[2]);
-  };
-  out.out = scatter_add_rows(x, out.idx, run_region(recompute, scaled_delta, {xs, xs_pos, g}, result));
+  out.out = routed_update(blk, x, pos, out.r, out.idx, gate, RoutingMode::TopC, nullptr, result,
+                          recompute);
   return out;
 }
 

@@ -1,5 +1,5 @@
-// One pre-norm transformer block and MoD's top-C routing around it.
-// Shape legend: B batch, T tokens, D width, C routed capacity.
+// One pre-norm transformer block, MoD's routed update around it (the one place x + g(r) * f is
+// computed) and top-C routing. Shape legend: B batch, T tokens, D width, C routed capacity.
 //
 // MoD invariants kept here (docs/architecture.md section 3):
 // - top-C per sequence, never across the batch; indices ascending, ties to the lower position;
@@ -14,9 +14,9 @@
 
 #include "configs/modtrain.pb.h"
 #include "core/nn/module.h"
+#include "model/forward_result.h"
 #include "model/layers.h"
 #include "model/moe.h"
-#include "model/routing_stats.h"
 
 namespace mod::model {
 
@@ -24,18 +24,6 @@ namespace mod::model {
 // iff the predictor (or, without one, the router) gives a logit > 0; sequences are run one by one
 // because their routed counts differ.
 enum class RoutingMode { TopC, Causal };
-
-struct ForwardResult {
-  Tensor logits;    // [B,T,V] ([B,T,V/tp], this rank's vocabulary slice, under tensor parallelism)
-  Tensor lm_loss;   // scalar; undefined without targets
-  Tensor aux_loss;  // scalar: predictor BCE + weighted router BCE + MoE losses; undefined if none
-  Tensor loss;      // lm_loss (+ aux_loss): what backward runs on
-  std::vector<RoutedBlockStats> stats;
-  std::vector<MoeStats> moe_stats;  // per MoE layer run, in block order
-  std::vector<Tensor> routed_idx;   // top-C mode: [B,C] i64 per routed block, in block order
-
-  void add_aux_loss(const Tensor& term);  // aux_loss += term (aux_loss may be undefined)
-};
 
 // One pre-norm block. delta() is f: the block's contribution before the residual add. A
 // routed block also owns its router and (for causal method PREDICTOR) its predictor; an MoE
@@ -67,17 +55,27 @@ class Block : public nn::Module {
   std::shared_ptr<Predictor> predictor_;
 };
 
+using Recompute = modtrain::TrainConfig::Recompute;
+
+// The routed update x_i <- x_i + g(r_i) * f_i(X~) for the rows idx [B,C] (ascending) of x
+// [B,T,D]; other rows pass unchanged. Steps: gather the rows, their positions pos [B,T] and
+// router logits r [B,T]; the block's delta f on the gathered sub-sequence at its original
+// positions; scale by g(r); scatter-add into x. Top-C training, causal evaluation and one-token
+// decoding (idx [[0]], with the block's KV cache) differ only in how they choose idx. Under
+// train.recompute the region kept for backward is g(r) * f on the gathered rows: the gathers and
+// the scatter stay outside it, so the routing is never recomputed.
+Tensor routed_update(const Block& block, const Tensor& x, const Tensor& pos, const Tensor& r,
+                     const Tensor& idx, modtrain::RouterConfig::Gate gate, RoutingMode mode,
+                     KvCache* cache = nullptr, ForwardResult* result = nullptr,
+                     Recompute recompute = modtrain::TrainConfig::NONE);
+
 // One routed block in training mode, steps in order: router r = w.x; per-sequence top-C of r
-// (ascending, ties to the lower position); gather the routed rows; the block's delta f on the
-// gathered sub-sequence at its original positions; scale by g(r); scatter-add into x.
+// (ascending, ties to the lower position); then routed_update on those rows.
 struct TopCRouting {
   Tensor out;  // [B,T,D]
   Tensor r;    // [B,T] router logits (on the gradient path)
   Tensor idx;  // [B,C] i64
 };
-// Under train.recompute the region kept for backward is g(r) * f on the gathered rows: router,
-// top-C, gathers and scatter stay outside it, so the routing is never recomputed.
-using Recompute = modtrain::TrainConfig::Recompute;
 TopCRouting route_top_c(const Block& block, const Tensor& x, const Tensor& pos, int64_t capacity,
                         modtrain::RouterConfig::Gate gate, ForwardResult* result = nullptr,
                         Recompute recompute = modtrain::TrainConfig::NONE);

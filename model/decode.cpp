@@ -23,6 +23,8 @@ Tensor Transformer::decode_step(int64_t token, int64_t pos, std::vector<KvCache>
   const Device device = embed_->weight().device();
   Tensor x = embed_->forward(Tensor::from_indices({token}, {1, 1}).to(device));
   const Tensor p = Tensor::from_indices({pos}, {1, 1}).to(device);
+  const Tensor row =
+      Tensor::from_indices({0}, {1, 1}).to(device);  // the row a routed block updates
   for (size_t b = 0; b < blocks_.size(); ++b) {
     const Block& blk = *blocks_[b];
     if (!routed_[b]) {
@@ -34,8 +36,8 @@ Tensor Transformer::decode_step(int64_t token, int64_t pos, std::vector<KvCache>
     if (blk.predictor() && blk.predictor()->logits(x).item() <= 0) continue;
     Tensor r = blk.router()->scores(x);  // [1,1]
     if (!blk.predictor() && r.item() <= 0) continue;
-    x = add(x, mul(blk.delta(x, p, &caches[b], RoutingMode::Causal),
-                   apply_gate(cfg_.mod().router().gate(), reshape(r, {1, 1, 1}))));
+    x = routed_update(blk, x, p, r, row, cfg_.mod().router().gate(), RoutingMode::Causal,
+                      &caches[b]);
   }
   return head(x).view({cfg_.vocab_size()});
 }

@@ -78,9 +78,9 @@ Tensor Transformer::head(const Tensor& h) const {
   return lm_head_ ? lm_head_->forward(n) : embed_->attend(n);
 }
 
-// Routed block in training mode, plus its causal-routing loss and statistics.
-Tensor Transformer::routed_top_c(size_t b, const Tensor& x, const Tensor& pos,
-                                 ForwardResult& result) const {
+// A routed block under top-C routing (training), plus its causal-decision loss and statistics.
+Tensor Transformer::top_c_block(size_t b, const Tensor& x, const Tensor& pos,
+                                ForwardResult& result) const {
   const Block& blk = *blocks_[b];
   const int64_t t = x.size(1);
   auto [out, r, idx] = route_top_c(blk, x, pos, capacity(b, t), cfg_.mod().router().gate(),
@@ -107,9 +107,10 @@ Tensor Transformer::routed_top_c(size_t b, const Tensor& x, const Tensor& pos,
   return out;
 }
 
-// Routed block in causal mode (one sequence, no grad): a token enters iff its own decision
-// logit is positive, so nothing after it can change whether it is routed.
-Tensor Transformer::routed_causal(size_t b, const Tensor& x, ForwardResult& result) const {
+// A routed block under causal routing (one sequence, no grad): a token enters iff its own
+// decision logit is positive, so nothing after it can change whether it is routed.
+Tensor Transformer::causal_block(size_t b, const Tensor& x, const Tensor& pos,
+                                 ForwardResult& result) const {
   const Block& blk = *blocks_[b];
   const int64_t t = x.size(1);
   Tensor r = blk.router()->scores(x);
@@ -130,9 +131,7 @@ Tensor Transformer::routed_causal(size_t b, const Tensor& x, ForwardResult& resu
   if (chosen.empty()) return x;
   const int64_t c = static_cast<int64_t>(chosen.size());
   const Tensor idx = Tensor::from_indices(chosen, {1, c}).to(x.device());
-  Tensor f = blk.delta(gather_rows(x, idx), idx, nullptr, RoutingMode::Causal);
-  Tensor g = apply_gate(cfg_.mod().router().gate(), gather_rows(reshape(r, {1, t, 1}), idx));
-  return scatter_add_rows(x, idx, mul(f, g));
+  return routed_update(blk, x, pos, r, idx, cfg_.mod().router().gate(), RoutingMode::Causal);
 }
 
 // Made once per shape and device: no host-to-device copy inside a step (a captured step
@@ -151,7 +150,8 @@ Tensor Transformer::run_blocks(Tensor x, RoutingMode mode, ForwardResult& result
     if (!routed_[b])
       x = dense_update(*blocks_[b], x, pos, mode, &result, recompute_[b]);
     else
-      x = mode == RoutingMode::TopC ? routed_top_c(b, x, pos, result) : routed_causal(b, x, result);
+      x = mode == RoutingMode::TopC ? top_c_block(b, x, pos, result)
+                                    : causal_block(b, x, pos, result);
     for (size_t i = moe_before; i < result.moe_stats.size(); ++i)
       result.moe_stats[i].block = static_cast<int>(b);
   }

@@ -14,6 +14,7 @@
 #include "configs/modtrain.pb.h"
 #include "core/nn/module.h"
 #include "model/block.h"
+#include "model/forward_result.h"
 
 namespace mod::model {
 
@@ -45,8 +46,10 @@ class Transformer : public nn::Module {
 
  private:
   Tensor run_blocks(Tensor x, RoutingMode mode, ForwardResult& result) const;
-  Tensor routed_top_c(size_t b, const Tensor& x, const Tensor& pos, ForwardResult& result) const;
-  Tensor routed_causal(size_t b, const Tensor& x, ForwardResult& result) const;
+  // Routed block b under top-C routing (with its causal-decision loss) or causal routing; both
+  // update x through routed_update (model/block.h), as decode_step does.
+  Tensor top_c_block(size_t b, const Tensor& x, const Tensor& pos, ForwardResult& result) const;
+  Tensor causal_block(size_t b, const Tensor& x, const Tensor& pos, ForwardResult& result) const;
   Tensor head(const Tensor& h) const;  // final norm + LM head
   // Throws unless routed blocks have a trained causal decision (causal.method not NONE).
   void require_causal_decision(const char* what) const;

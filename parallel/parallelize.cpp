@@ -1,4 +1,5 @@
-// Tensor, expert and data parallelism and ZeRO-1 applied to a built model (see parallelize.h).
+// Tensor, expert and data parallelism and the optimizer applied to a built model (see
+// parallelize.h).
 #include "parallel/parallelize.h"
 
 #include <cstring>
@@ -6,9 +7,11 @@
 #include <stdexcept>
 
 #include "core/nn/module.h"
+#include "parallel/adamw.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/tp_mappings.h"
 #include "parallel/vocab_parallel.h"
+#include "parallel/zero1.h"
 
 namespace mod::parallel {
 
@@ -155,7 +158,7 @@ void parallelize_experts(model::Transformer& model, const Mesh& mesh, ShardMap& 
 
 ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
                          const modtrain::ParallelConfig& cfg, Device device,
-                         const AdamWRule& adamw) {
+                         const modtrain::OptimizerConfig& optimizer) {
   ParallelPlan plan;
   plan.shards = parallelize_tensor(model, mesh);
   parallelize_experts(model, mesh, plan.shards);
@@ -180,9 +183,12 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
     plan.expert_buckets = std::make_unique<GradBucketer>(experts, mesh.edp(), cfg.bucket_mb(), dp);
   if (cfg.zero1()) {
     std::vector<ShardedAdamW::Param> zp;
-    for (const auto& [name, t] : params) zp.push_back({name, t, adamw.decays(name)});
-    plan.zero1 =
-        std::make_unique<Zero1Optimizer>(zp, is_expert, adamw.hyper, mesh.dp(), mesh.edp());
+    for (const auto& [name, t] : params)
+      zp.push_back({name, t, takes_weight_decay(name, optimizer)});
+    plan.optimizer = std::make_unique<Zero1Optimizer>(zp, is_expert, adamw_hyper(optimizer),
+                                                      mesh.dp(), mesh.edp());
+  } else {
+    plan.optimizer = std::make_unique<AdamW>(params, optimizer);
   }
   return plan;
 }

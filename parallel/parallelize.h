@@ -20,11 +20,11 @@
 //   mlp.experts.down [E, D, F]               experts j*E/ep..     combine_from_experts
 //   mlp.router.weight [E', D]                replicated
 //
-// parallelize applies both, then data parallelism (gradient buckets) and ZeRO-1, and returns
-// the plan a training step runs with: the model itself never learns it is parallel.
+// parallelize applies both, then data parallelism (gradient buckets) and the optimizer (AdamW,
+// or ZeRO-1's sharded AdamW), and returns the plan a training step runs with: the model itself
+// never learns it is parallel.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,7 +33,7 @@
 #include "model/transformer.h"
 #include "parallel/data_parallel.h"
 #include "parallel/mesh.h"
-#include "parallel/zero1.h"
+#include "parallel/optimizer.h"
 
 namespace mod::parallel {
 
@@ -79,13 +79,13 @@ struct NormGroup {
   Communicator* sum_over = nullptr;  // null: replicated
 };
 
-// How a parallelized model's gradients are synchronised and clipped and its optimizer state
-// sharded: what a training step runs with.
+// How a parallelized model's gradients are synchronised and clipped and its parameters
+// updated: what a training step runs with.
 struct ParallelPlan {
   ShardMap shards;
   std::unique_ptr<GradBucketer> dense_buckets;   // dense parameters over dp (dp > 1)
   std::unique_ptr<GradBucketer> expert_buckets;  // expert weights over edp
-  std::unique_ptr<Zero1Optimizer> zero1;         // parallel.zero1 (else the trainer's AdamW)
+  std::unique_ptr<Optimizer> optimizer;          // AdamW, sharded by ZeRO-1 under parallel.zero1
   // tp-sharded, ep-sharded, replicated: the order the norm's squares are added in.
   std::vector<NormGroup> norm_groups;
 
@@ -96,19 +96,12 @@ struct ParallelPlan {
   void finish_grad_sync() const;
 };
 
-// The AdamW that ZeRO-1 shards: its constants and which parameters take weight decay, by name
-// (the trainer's rules, train/optimizer.h).
-struct AdamWRule {
-  AdamWArgs hyper;
-  std::function<bool(const std::string&)> decays;
-};
-
 // The parallelize step: tensor parallelism, then expert parallelism (both on the host, so
 // every device starts from the same initialisation), then the model moves to `device` and the
-// dp buckets (parallel.bucket_mb) and ZeRO-1 state (parallel.zero1, with `adamw`) are
-// allocated beside its parameters.
+// dp buckets (parallel.bucket_mb) and the optimizer's state (AdamW under `optimizer`, sharded
+// when parallel.zero1) are allocated beside its parameters.
 ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
                          const modtrain::ParallelConfig& cfg, Device device,
-                         const AdamWRule& adamw);
+                         const modtrain::OptimizerConfig& optimizer);
 
 }  // namespace mod::parallel

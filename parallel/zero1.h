@@ -2,7 +2,8 @@
 // [r * ceil(n / dp), ...) of every parameter's flattened (tp-local) tensor, keeps m and v for
 // those only, updates them from the dp-averaged gradient, and one all-gather per step brings
 // every rank's updated slices back. Each element sees exactly the AdamW arithmetic of the
-// unsharded optimizer, so the result matches it. Zero1Optimizer applies it to a whole model.
+// unsharded optimizer, so the result matches it. Zero1Optimizer applies it to a whole model,
+// behind the Optimizer interface (optimizer.h).
 #pragma once
 
 #include <memory>
@@ -12,36 +13,31 @@
 
 #include "core/ops/optim.h"
 #include "parallel/communicator.h"
+#include "parallel/optimizer.h"
 
 namespace mod::parallel {
 
-class ShardedAdamW {
+class ShardedAdamW : public Optimizer {
  public:
   struct Param {
     std::string name;
     Tensor tensor;
     bool decays = true;  // takes weight decay
   };
-  // hyper: beta1, beta2, eps and the decayed parameters' weight decay (train::adamw_hyper).
+  // hyper: beta1, beta2, eps and the decayed parameters' weight decay (adamw_hyper, adamw.h).
   ShardedAdamW(std::vector<Param> params, const AdamWArgs& hyper, Communicator& dp);
 
+  void set_learning_rate(double lr) override;
   // Updates this rank's slice of every parameter with a gradient, then all-gathers them.
-  void step(double lr) {
-    set_learning_rate(lr);
-    apply();
-  }
-  // step's two halves, as AdamW's (train/optimizer.h); grad_scale as there.
-  void set_learning_rate(double lr);
-  void apply(const Tensor& grad_scale = Tensor());
-  int64_t steps_taken() const { return step_; }
-  void set_steps_taken(int64_t s) { step_ = s; }
+  void apply(const Tensor& grad_scale) override;
+  int64_t steps_taken() const override { return step_; }
+  void set_steps_taken(int64_t s) override { step_ = s; }
+  // Gathered over dp (collective); load_moments keeps this rank's slice.
+  std::pair<Tensor, Tensor> full_moments(size_t i) const override;
+  void load_moments(size_t i, const Tensor& m, const Tensor& v) override;
 
   size_t size() const { return params_.size(); }
   const Param& param(size_t i) const { return params_[i]; }
-  // The moments of parameter i in full (the parameter's shape), gathered over dp. Collective.
-  std::pair<Tensor, Tensor> full_moments(size_t i) const;
-  // Keeps this rank's slice of full moments m, v (the parameter's shape).
-  void load_moments(size_t i, const Tensor& m, const Tensor& v);
   // Elements of parameter i this rank owns: [begin, end) of the flattened tensor.
   std::pair<int64_t, int64_t> owned(size_t i) const;
 
@@ -58,19 +54,18 @@ class ShardedAdamW {
 
 // ZeRO-1 for a whole model: the moments of dense parameters sharded over dp, of expert weights
 // over edp (the ranks holding the same experts). Parameter i is the model's i-th, as in AdamW.
-class Zero1Optimizer {
+class Zero1Optimizer : public Optimizer {
  public:
   // expert[i]: parameter i is an expert weight.
   Zero1Optimizer(const std::vector<ShardedAdamW::Param>& params, const std::vector<bool>& expert,
                  const AdamWArgs& hyper, Communicator& dp, Communicator& edp);
 
-  void set_learning_rate(double lr);
-  void apply(const Tensor& grad_scale = Tensor());  // as AdamW::apply
-  int64_t steps_taken() const { return dense_->steps_taken(); }
-  void set_steps_taken(int64_t s);
-  // Parameter i's moments in full, gathered over its group. Collective.
-  std::pair<Tensor, Tensor> full_moments(size_t i) const;
-  void load_moments(size_t i, const Tensor& m, const Tensor& v);
+  void set_learning_rate(double lr) override;
+  void apply(const Tensor& grad_scale) override;
+  int64_t steps_taken() const override { return dense_->steps_taken(); }
+  void set_steps_taken(int64_t s) override;
+  std::pair<Tensor, Tensor> full_moments(size_t i) const override;
+  void load_moments(size_t i, const Tensor& m, const Tensor& v) override;
 
  private:
   std::unique_ptr<ShardedAdamW> dense_, experts_;  // experts_: null without expert weights

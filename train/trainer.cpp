@@ -20,6 +20,7 @@
 #include "model/routing_trace.h"
 #include "parallel/device_communicator.h"
 #include "train/data/loader.h"
+#include "train/lr_schedule.h"
 #include "train/metrics/kernel_profile.h"
 #include "train/stop_signal.h"
 #include "train/weights.h"
@@ -32,9 +33,9 @@ namespace mod::train {
 namespace fs = std::filesystem;
 
 Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
-                 parallel::Communicator& world)
+                 parallel::Communicator& world, const TestHooks& hooks)
     : cfg_(std::move(cfg)), run_dir_(std::move(run_dir)), quiet_(quiet),
-      writer_(world.rank() == 0) {
+      writer_(world.rank() == 0), hooks_(hooks) {
   config::validate(cfg_);
   const auto dims = parallel::ParallelDims::from_config(cfg_.parallel());
   dims.validate(world.size());
@@ -46,12 +47,7 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   model_ = std::make_unique<model::Transformer>(cfg_.model(), cfg_.train().seed());
   model_->set_recompute(cfg_.train().recompute(), {cfg_.train().recompute_blocks().begin(),
                                                    cfg_.train().recompute_blocks().end()});
-  const modtrain::OptimizerConfig& opt = cfg_.optimizer();
-  plan_ = parallel::parallelize(*model_, *mesh_, cfg_.parallel(), device_,
-                                {adamw_hyper(opt), [&opt](const std::string& name) {
-                                   return takes_weight_decay(name, opt);
-                                 }});
-  if (!plan_.zero1) optimizer_ = std::make_unique<AdamW>(model_->named_parameters(), opt);
+  plan_ = parallel::parallelize(*model_, *mesh_, cfg_.parallel(), device_, cfg_.optimizer());
   const int64_t rows = cfg_.train().batch_size() / dims.dp;
   row_begin_ = mesh_->dp_rank() * rows;
   row_end_ = row_begin_ + rows;
@@ -59,8 +55,6 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
                                                  cfg_.train().batch_size(), cfg_.train().seed());
   if (cfg_.train().eval_every() > 0)  // found now, not at the first evaluation after training steps
     check_evaluable(data_.val, cfg_.model().seq_len(), cfg_.train().batch_size());
-  const char* check = std::getenv("MOD_CHECK_TP_ROUTING");
-  check_routing_ = check && std::string(check) == "1";
   if (writer_) {
     fs::create_directories(run_dir_);
     util::replace_file(run_dir_ + "/config.textproto", config::to_text(cfg_));
@@ -160,7 +154,7 @@ void Trainer::print_run_header(const model::FlopCount& flops) const {
   if (world > 1)
     std::printf("parallel: %d processes (%s) = dp %d x tp %d (ep %d)%s, %zu gradient buckets\n",
                 world, parallel::launch_info().source.c_str(), mesh_->dims().dp, mesh_->dims().tp,
-                mesh_->dims().ep, plan_.zero1 ? ", ZeRO-1 optimizer sharding" : "",
+                mesh_->dims().ep, cfg_.parallel().zero1() ? ", ZeRO-1 optimizer sharding" : "",
                 plan_.dense_buckets ? plan_.dense_buckets->num_buckets() : size_t{0});
 }
 

@@ -1,11 +1,11 @@
-// The training loop on one process or many: data, model, AdamW (or ZeRO-1), schedule,
-// clipping, gradient accumulation, periodic validation, a progress line, metrics.csv and
+// The training loop on one process or many: data, model, the optimizer (AdamW, or ZeRO-1's),
+// schedule, clipping, gradient accumulation, periodic validation, a progress line, metrics.csv and
 // TensorBoard scalars, and the final weights file. The run directory holds config.textproto,
 // metrics.csv, tb/ and model.safetensors, written by world rank 0.
 //
 // Parallel layout (parallel.dp x parallel.tp = world size): the model is built whole on every
 // rank from the same seed, then parallel::parallelize shards it and returns the plan the steps
-// run with (gradient buckets, clipping groups, ZeRO-1); each dp rank trains on its rows of
+// run with (gradient buckets, clipping groups, the optimizer); each dp rank trains on its rows of
 // every global batch. Losses and metrics are reduced over dp, so every layout logs what one
 // process would.
 #pragma once
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "configs/modtrain.pb.h"
+#include "core/backend.h"
 #include "model/flops.h"
 #include "model/transformer.h"
 #include "parallel/mesh.h"
@@ -25,8 +26,9 @@
 #include "train/checkpoint/writer.h"
 #include "train/data/loader.h"
 #include "train/evaluate.h"
-#include "train/optimizer.h"
+#include "train/grad_clip.h"
 #include "train/run_metrics.h"
+#include "train/test_hooks.h"
 
 namespace mod::train {
 
@@ -34,8 +36,9 @@ class Trainer {
  public:
   // Collective over world (every rank constructs a Trainer with the same config). quiet: no
   // progress lines on stdout (the launcher sets it on ranks > 0 unless they log to files).
+  // hooks: test-only faults and checks (train/test_hooks.h), none by default.
   Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet = false,
-          parallel::Communicator& world = parallel::world());
+          parallel::Communicator& world = parallel::world(), const TestHooks& hooks = {});
   // Continues from a checkpoint before run(): "auto" takes the run directory's latest (and
   // starts fresh when there is none); anything else is a checkpoint or run directory. The
   // checkpoint may come from any dp x tp layout, with or without ZeRO-1. Collective.
@@ -121,8 +124,7 @@ class Trainer {
   data::Dataset data_;
   std::unique_ptr<model::Transformer> model_;
   Device device_ = Device::CPU;       // train.device: where parameters, batches and optimizer live
-  parallel::ParallelPlan plan_;       // shards, gradient buckets, clipping groups, ZeRO-1
-  std::unique_ptr<AdamW> optimizer_;  // unless ZeRO-1 (plan_.zero1)
+  parallel::ParallelPlan plan_;       // shards, gradient buckets, clipping groups, the optimizer
   std::unique_ptr<data::WindowLoader> loader_;
   // The training shards' fingerprints, read once, on the first checkpoint or resume.
   const std::vector<data::ShardFingerprint>& data_fingerprint();
@@ -130,7 +132,7 @@ class Trainer {
   std::optional<uint32_t> tokenizer_seal() const;
   std::vector<data::ShardFingerprint> data_fingerprint_;
   int64_t row_begin_ = 0, row_end_ = 0;  // this dp rank's rows of each global batch
-  bool check_routing_ = false;           // MOD_CHECK_TP_ROUTING=1
+  TestHooks hooks_;
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;
   int64_t start_step_ = 0;
   double elapsed_before_ = 0;  // seconds trained before a resume

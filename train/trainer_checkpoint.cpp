@@ -42,13 +42,7 @@ std::vector<ckpt::TensorEntry> Trainer::checkpoint_entries() {
     const parallel::ShardSpec& spec = plan_.shards.at(name);
     const bool writer = spec.expert ? expert_writer : spec.dim >= 0 ? dp_writer : tp_writer;
     out.push_back(entry("model/" + name, p, spec, writer));
-    Tensor m, v;
-    if (plan_.zero1) {
-      std::tie(m, v) = plan_.zero1->full_moments(i);  // collective over its group
-    } else {
-      m = optimizer_->slots()[i].m;
-      v = optimizer_->slots()[i].v;
-    }
+    const auto [m, v] = plan_.optimizer->full_moments(i);  // collective under ZeRO-1
     out.push_back(entry("optim/m/" + name, m, spec, writer));
     out.push_back(entry("optim/v/" + name, v, spec, writer));
   }
@@ -78,11 +72,13 @@ void Trainer::save_checkpoint(int64_t steps_done, double elapsed) {
   st.tokenizer_crc32c = tokenizer_seal();
   const auto words = Rng(cfg_.train().seed()).state();  // init stream; training draws no randomness
   st.rng_state.assign(words.begin(), words.end());
-  st.mesh = {mesh_->dims().dp, mesh_->dims().tp, plan_.zero1 != nullptr, mesh_->world().size()};
+  st.mesh = {mesh_->dims().dp, mesh_->dims().tp, cfg_.parallel().zero1(), mesh_->world().size()};
   st.elapsed_seconds = elapsed;
   st.last_metrics_step = steps_done;
-  st.optimizer_steps = plan_.zero1 ? plan_.zero1->steps_taken() : optimizer_->steps_taken();
-  checkpointer_->save(checkpoint_entries(), st, ckpt::save_options(cfg_.checkpoint()));
+  st.optimizer_steps = plan_.optimizer->steps_taken();
+  ckpt::SaveOptions options = ckpt::save_options(cfg_.checkpoint());
+  options.fault = hooks_.checkpoint_fault;
+  checkpointer_->save(checkpoint_entries(), st, options);
   if (!quiet_ && !checkpointer_->pending())
     std::printf("checkpoint %s\n", checkpointer_->last_committed().value_or("?").c_str());
 }
@@ -145,18 +141,10 @@ void Trainer::resume(const std::string& spec) {
     };
     Tensor dst = p;
     dst.copy_from(read("model/" + name));
-    Tensor m = read("optim/m/" + name), v = read("optim/v/" + name);
-    if (plan_.zero1) {
-      plan_.zero1->load_moments(i, m, v);
-    } else {
-      optimizer_->slots()[i].m.copy_from(m);
-      optimizer_->slots()[i].v.copy_from(v);
-    }
+    const Tensor m = read("optim/m/" + name), v = read("optim/v/" + name);
+    plan_.optimizer->load_moments(i, m, v);
   }
-  if (plan_.zero1)
-    plan_.zero1->set_steps_taken(st.optimizer_steps);
-  else
-    optimizer_->set_steps_taken(st.optimizer_steps);
+  plan_.optimizer->set_steps_taken(st.optimizer_steps);
   if (!st.data_shards.empty())
     data::check_same_shards(st.data_shards, data_fingerprint(), "resume: checkpoint " + *dir);
   if (tokenizer_seal())  // Dataset::open checked the file against the manifest's seal

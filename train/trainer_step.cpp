@@ -11,22 +11,18 @@
 #include "core/all_ops.h"
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "train/lr_schedule.h"
 #include "train/trainer.h"
 
 namespace mod::train {
 
 namespace {
-// Fault injection for the dead-rank test: world rank MOD_FAULT_EXIT_RANK exits with code 3 in
-// the middle of step MOD_FAULT_EXIT_STEP (1-based), between its forward and backward, as a
-// crashed or OOM-killed process would.
-void maybe_exit_for_test(int world_rank, int64_t step) {
-  const char* rank = std::getenv("MOD_FAULT_EXIT_RANK");
-  const char* at = std::getenv("MOD_FAULT_EXIT_STEP");
-  if (rank && at && std::atoi(rank) == world_rank && std::atoll(at) == step + 1) {
-    std::fprintf(stderr, "modtrain: rank %d: exiting mid-step %lld (MOD_FAULT_EXIT_STEP)\n",
-                 world_rank, static_cast<long long>(step + 1));
-    std::_Exit(3);
-  }
+// The dead-rank test's fault (TestHooks::exit_rank): this rank dies between forward and backward.
+void maybe_exit_for_test(const TestHooks& hooks, int world_rank, int64_t step) {
+  if (!hooks.exits_in(world_rank, step)) return;
+  std::fprintf(stderr, "modtrain: rank %d: exiting mid-step %lld (MOD_FAULT_EXIT_STEP)\n",
+               world_rank, static_cast<long long>(step + 1));
+  std::_Exit(3);
 }
 
 // Every number a step reports per block, in one fixed order (the dp reduction packs them so).
@@ -100,10 +96,7 @@ void Trainer::load_step(int64_t step) {
     step_inputs_[micro].second.copy_from(batch.targets);
   }
   const double lr = learning_rate(cfg_.optimizer(), step, cfg_.train().steps());
-  if (plan_.zero1)
-    plan_.zero1->set_learning_rate(lr);
-  else
-    optimizer_->set_learning_rate(lr);
+  plan_.optimizer->set_learning_rate(lr);
 }
 
 // The device's part: nothing here reads a device tensor on the host.
@@ -116,8 +109,8 @@ Trainer::StepOutputs Trainer::enqueue_step(int64_t step) {
   Backend& be = backend(device_);
   for (int micro = 0; micro < accum; ++micro) {
     model::ForwardResult r = forward_batch(step_inputs_[micro].first, step_inputs_[micro].second);
-    if (check_routing_) parallel::check_same_routing(r, mesh_->tp());
-    maybe_exit_for_test(mesh_->world().rank(), step);
+    if (hooks_.check_tp_routing) parallel::check_same_routing(r, mesh_->tp());
+    maybe_exit_for_test(hooks_, mesh_->world().rank(), step);
     const bool last = micro == accum - 1;
     // Buckets all-reduce during the last micro-batch's backward; earlier ones accumulate.
     backward(scale(r.loss, 1.0 / accum), Tensor(),
@@ -132,10 +125,7 @@ Trainer::StepOutputs Trainer::enqueue_step(int64_t step) {
   plan_.finish_grad_sync();
   const ClipFactor clip = global_grad_clip();
   out.grad_norm = clip.norm;
-  if (plan_.zero1)
-    plan_.zero1->apply(clip.factor);
-  else
-    optimizer_->apply(clip.factor);
+  plan_.optimizer->apply(clip.factor);
   return out;
 }
 

@@ -52,7 +52,8 @@ expect_error "train.batch_size: 3 must be divisible by parallel.dp 2" --set para
 
 # A rank that exits mid-step: the job fails, says which rank, and does so within 60 s.
 start=$(date +%s)
-if MOD_FAULT_EXIT_RANK=1 MOD_FAULT_EXIT_STEP=3 mpirun2 -x MOD_FAULT_EXIT_RANK -x MOD_FAULT_EXIT_STEP \
+if MOD_TEST_HOOKS=1 MOD_FAULT_EXIT_RANK=1 MOD_FAULT_EXIT_STEP=3 \
+    mpirun2 -x MOD_TEST_HOOKS -x MOD_FAULT_EXIT_RANK -x MOD_FAULT_EXIT_STEP \
     "$modtrain" train "${small[@]}" --run-dir "$work/dead" --set parallel.dp=2 > "$work/dead.log" 2>&1; then
   fail "the job succeeded although rank 1 exited"
 fi

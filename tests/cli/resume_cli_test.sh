@@ -55,7 +55,7 @@ for point in after_shard after_metadata after_rename; do
   cp -r "$work/whole/checkpoints/step_00000200" "$run/checkpoints/"
   echo step_00000200 > "$run/checkpoints/latest"
   set +e
-  MOD_CHECKPOINT_FAULT=$point "$modtrain" train "${small[@]}" --run-dir "$run" --resume auto > /dev/null 2>&1
+  MOD_TEST_HOOKS=1 MOD_CHECKPOINT_FAULT=$point "$modtrain" train "${small[@]}" --run-dir "$run" --resume auto > /dev/null 2>&1
   rc=$?
   set -e
   [ "$rc" -eq 137 ] || fail "$point: expected death by SIGKILL (137), got $rc"
@@ -63,6 +63,14 @@ for point in after_shard after_metadata after_rename; do
   "$modtrain" train "${small[@]}" --run-dir "$run" --resume auto > /dev/null
   cmp -s "$work/whole/model.safetensors" "$run/model.safetensors" || fail "$point: weights differ after crash + resume"
 done
+
+# The fault hook without the test switch (MOD_TEST_HOOKS=1): ignored, and the run says so.
+MOD_CHECKPOINT_FAULT=after_shard "$modtrain" train "${small[@]}" --set train.steps=4 \
+  --set checkpoint.every_steps=2 --run-dir "$work/no_switch" > "$work/no_switch.log" 2>&1 \
+  || fail "MOD_CHECKPOINT_FAULT without MOD_TEST_HOOKS=1 still acted: $(cat "$work/no_switch.log")"
+grep -q "ignoring MOD_CHECKPOINT_FAULT: test hooks are read only under MOD_TEST_HOOKS=1" \
+  "$work/no_switch.log" || fail "no note that MOD_CHECKPOINT_FAULT was ignored"
+[ "$(cat "$work/no_switch/checkpoints/latest")" = "step_00000004" ] || fail "no_switch: not checkpointed"
 
 # Export, eval and init-from.
 "$modtrain" export --checkpoint "$work/cut" --format safetensors --out "$work/export.safetensors" > /dev/null

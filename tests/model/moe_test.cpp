@@ -16,9 +16,11 @@
 #include "model/flops.h"
 #include "model/moe_routing.h"
 #include "model/transformer.h"
+#include "parallel/adamw.h"
 #include "tests/core/grad_check.h"
 #include "tests/model/tiny_configs.h"
-#include "train/optimizer.h"
+#include "train/grad_clip.h"
+#include "train/lr_schedule.h"
 
 using mod::test::arange_positions;
 using mod::test::max_diff;
@@ -666,7 +668,7 @@ TEST_CASE("tiny MoE, staged and integrated MoDE models overfit a fixed batch", "
       opt.set_lr(1e-2);
       opt.set_warmup_steps(10);
       opt.set_weight_decay(0.0);
-      train::AdamW adam(m.named_parameters(), opt);
+      parallel::AdamW adam(m.named_parameters(), opt);
       const Tensor in = tokens_for(4, 12, 32, 2), tgt = tokens_for(4, 12, 32, 3);
       double first = 0, last = 0;
       for (int step = 0; step < 200; ++step) {

@@ -6,8 +6,10 @@
 #include "core/all_ops.h"
 #include "model/flops.h"
 #include "model/transformer.h"
+#include "parallel/adamw.h"
 #include "tests/model/tiny_configs.h"
-#include "train/optimizer.h"
+#include "train/grad_clip.h"
+#include "train/lr_schedule.h"
 #include "train/weights.h"
 
 using namespace mod;
@@ -23,7 +25,7 @@ TEST_CASE("tiny dense and MoD models overfit a fixed batch below loss 0.3", "[tr
       opt.set_lr(1e-2);
       opt.set_warmup_steps(10);
       opt.set_weight_decay(0.0);
-      train::AdamW adam(m.named_parameters(), opt);
+      parallel::AdamW adam(m.named_parameters(), opt);
       Tensor in = test::tokens_for(4, 12, 32, 2), tgt = test::tokens_for(4, 12, 32, 3);
       double first = 0, last = 0;
       for (int step = 0; step < 200; ++step) {
@@ -86,13 +88,13 @@ TEST_CASE("learning rate: linear warm-up, then cosine to min_lr", "[train]") {
 
 TEST_CASE("weight decay skips biases, norms and embeddings unless configured", "[train]") {
   modtrain::OptimizerConfig o;
-  CHECK(train::takes_weight_decay("blocks.1.attn.wq.weight", o));
-  CHECK(train::takes_weight_decay("blocks.1.router.proj.weight", o));
-  CHECK_FALSE(train::takes_weight_decay("blocks.1.norm1.weight", o));
-  CHECK_FALSE(train::takes_weight_decay("blocks.1.predictor.in.bias", o));
-  CHECK_FALSE(train::takes_weight_decay("embed.weight", o));
+  CHECK(parallel::takes_weight_decay("blocks.1.attn.wq.weight", o));
+  CHECK(parallel::takes_weight_decay("blocks.1.router.proj.weight", o));
+  CHECK_FALSE(parallel::takes_weight_decay("blocks.1.norm1.weight", o));
+  CHECK_FALSE(parallel::takes_weight_decay("blocks.1.predictor.in.bias", o));
+  CHECK_FALSE(parallel::takes_weight_decay("embed.weight", o));
   o.set_decay_embeddings(true);
-  CHECK(train::takes_weight_decay("embed.weight", o));
+  CHECK(parallel::takes_weight_decay("embed.weight", o));
 }
 
 TEST_CASE("FLOP accounting matches a hand count, and MoD blocks cost their capacity share",

@@ -46,9 +46,11 @@ struct RunResult {
   std::vector<std::pair<std::string, Tensor>> params;  // full (gathered) parameters
 };
 
+// Every run checks, every step, that all tp ranks chose the same tokens.
 inline RunResult train(const modtrain::RunConfig& cfg, parallel::Communicator& world) {
-  train::Trainer trainer(cfg, temp_dir("parity_run"),
-                         /*quiet=*/true, world);
+  train::TestHooks check_routing;
+  check_routing.check_tp_routing = true;
+  train::Trainer trainer(cfg, temp_dir("parity_run"), /*quiet=*/true, world, check_routing);
   trainer.run();
   RunResult r{trainer.losses(), trainer.full_parameters()};
   for (auto& [name, p] : r.params) p = p.to(Device::CPU);  // compared and broadcast on the host
@@ -101,7 +103,6 @@ struct Variant {
 
 inline void check_layouts(const std::string& name, bool experts = false,
                           const Variant& variant = {}) {
-  setenv("MOD_CHECK_TP_ROUTING", "1", 1);  // every step: all tp ranks chose the same tokens
   auto& world = parallel::world();
   const int steps = experts ? kExpertSteps : kSteps;
   const RunResult ref = reference(name, steps, variant.everywhere);

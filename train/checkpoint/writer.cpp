@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <stdexcept>
 
 #include "core/util/atomic_file.h"
@@ -21,23 +22,15 @@ namespace pb = modtrain::ckpt;
 
 namespace {
 
-constexpr const char* kFaultVariable = "MOD_CHECKPOINT_FAULT";
-constexpr const char* kFaultPoints[] = {"after_shard", "after_metadata", "after_rename"};
+constexpr const char* kFaultPointNames[] = {"after_shard", "after_metadata", "after_rename"};
+static_assert(std::size(kFaultPointNames) == static_cast<size_t>(FaultPoint::AfterRename),
+              "one name per fault point after None");
 
-// "" or an error naming the variable when it holds something other than a fault point.
-std::string check_fault_setting() {
-  const char* v = std::getenv(kFaultVariable);
-  if (!v || !*v) return "";
-  for (const char* p : kFaultPoints)
-    if (!std::strcmp(v, p)) return "";
-  return std::string("checkpoint: ") + kFaultVariable + "='" + v +
-         "' is not one of after_shard, after_metadata, after_rename";
-}
-
-void fault_point(const char* point) {
-  const char* v = std::getenv(kFaultVariable);
-  if (!v || std::strcmp(v, point) != 0) return;
-  std::fprintf(stderr, "modtrain: %s=%s: killing this process\n", kFaultVariable, point);
+// Crash tests: the process dies here when the save was asked to.
+void fault_point(const SaveOptions& options, FaultPoint point) {
+  if (options.fault != point) return;
+  std::fprintf(stderr, "modtrain: checkpoint fault point %s: killing this process\n",
+               kFaultPointNames[static_cast<int>(point) - 1]);
   std::raise(SIGKILL);
 }
 
@@ -142,6 +135,12 @@ void prepare_directory(const std::string& ckpt_dir, const std::string& tmp_dir) 
 
 }  // namespace
 
+FaultPoint parse_fault_point(const std::string& name) {
+  for (int i = 0; i < static_cast<int>(std::size(kFaultPointNames)); ++i)
+    if (name == kFaultPointNames[i]) return static_cast<FaultPoint>(i + 1);
+  return FaultPoint::None;
+}
+
 SaveOptions save_options(const modtrain::CheckpointConfig& cfg) {
   return {cfg.background(), cfg.keep_last(), cfg.keep_every()};
 }
@@ -177,8 +176,7 @@ void Checkpointer::save(const std::vector<TensorEntry>& entries, const TrainStat
   p->tmp_dir = p->final_dir + ".tmp";
 
   // 1. prepare (collective)
-  std::string error = check_fault_setting();
-  if (error.empty()) error = check_entries(entries);
+  std::string error = check_entries(entries);
   if (error.empty() && state.step < 0)
     error = "checkpoint: step " + std::to_string(state.step) + " is negative";
   if (error.empty() && comm_.rank() == 0) {
@@ -209,7 +207,7 @@ void Checkpointer::save(const std::vector<TensorEntry>& entries, const TrainStat
       job->result.set_error(save_error(e));
     }
     job->entries.clear();  // the clones are no longer needed
-    fault_point("after_shard");
+    fault_point(job->options, FaultPoint::AfterShard);
   };
   if (options.background) {
     p->thread = std::thread(write);
@@ -246,7 +244,7 @@ void Checkpointer::commit() {
       validate_index(meta, "checkpoint " + p->tmp_dir);
       util::write_file(p->tmp_dir + "/" + kMetadataFile, seal_meta(meta));
       util::fsync_dir(p->tmp_dir);
-      fault_point("after_metadata");
+      fault_point(p->options, FaultPoint::AfterMetadata);
 
       if (fs::exists(p->final_dir)) {
         // Replace a complete step_N only now that the new one is complete.
@@ -262,7 +260,7 @@ void Checkpointer::commit() {
         util::rename_path(p->tmp_dir, p->final_dir);
         util::fsync_dir(ckpt_dir);
       }
-      fault_point("after_rename");
+      fault_point(p->options, FaultPoint::AfterRename);
       util::replace_file(ckpt_dir + "/latest", step_dir_name(p->state.step) + "\n");
     } catch (const std::exception& e) {
       status = save_error(e);

@@ -13,8 +13,9 @@
 //      the outcome, so every rank returns or throws the same error, and none races ahead.
 // Any write error is a std::runtime_error naming the path and strerror on every rank; step_N.tmp
 // is removed best-effort and the previous checkpoint and `latest` stay as they were.
-// Crash tests: MOD_CHECKPOINT_FAULT=after_shard | after_metadata | after_rename makes the writer
-// raise(SIGKILL) at that point (after_rename: step_N complete, `latest` not yet moved).
+// Crash tests: SaveOptions::fault (after_shard | after_metadata | after_rename; modtrain sets it
+// from MOD_CHECKPOINT_FAULT, train/test_hooks.h) makes the writer raise(SIGKILL) at that point
+// (after_rename: step_N complete, `latest` not yet moved).
 // Only the thread that calls save() and wait() uses the communicator.
 #pragma once
 
@@ -29,10 +30,16 @@
 
 namespace mod::ckpt {
 
+// Where a save may be made to kill its own process (crash tests only).
+enum class FaultPoint { None, AfterShard, AfterMetadata, AfterRename };
+// "after_shard" -> AfterShard, ...; None for any other text.
+FaultPoint parse_fault_point(const std::string& name);
+
 struct SaveOptions {
   bool background = false;  // write shard files on a thread; wait() commits
   int keep_last = 0;        // newest checkpoints kept; 0 keeps all
   int keep_every = 0;       // steps divisible by this are kept forever; 0: none
+  FaultPoint fault = FaultPoint::None;  // crash tests: raise(SIGKILL) there
 };
 SaveOptions save_options(const modtrain::CheckpointConfig& cfg);
 

@@ -1,5 +1,6 @@
-// Crash safety: a forked child saves with MOD_CHECKPOINT_FAULT set and is killed at that point
-// (after_shard, after_metadata, after_rename; foreground and background); the parent finds
+// Crash safety: a forked child saves with a fault point set (SaveOptions::fault, modtrain's
+// MOD_CHECKPOINT_FAULT) and is killed there (after_shard, after_metadata, after_rename;
+// foreground and background); the parent finds
 // `latest` still naming the previous checkpoint, which reads back, and the next save cleans up.
 // A child whose file size limit (RLIMIT_FSIZE, SIGXFSZ ignored) makes writes fail with EFBIG gets
 // a clear error, and the previous checkpoint stays intact.
@@ -57,7 +58,7 @@ TEST_CASE("a save killed at any fault point leaves the previous checkpoint curre
           "[checkpoint]") {
   const std::string point = GENERATE("after_shard", "after_metadata", "after_rename");
   const bool background = GENERATE(false, true);
-  INFO("MOD_CHECKPOINT_FAULT=" << point << (background ? ", background" : ""));
+  INFO("fault point " << point << (background ? ", background" : ""));
   ScratchDir run("crash");
   const fs::path ck = run.path / "checkpoints";
   {
@@ -65,10 +66,10 @@ TEST_CASE("a save killed at any fault point leaves the previous checkpoint curre
     ckpt::Checkpointer(run.str(), *comm).save(entries_at(1), state_at(10));
   }
   const int status = in_child([&] {
-    ::setenv("MOD_CHECKPOINT_FAULT", point.c_str(), 1);
     auto comm = parallel::make_local_communicator();
     ckpt::Checkpointer writer(run.str(), *comm);
-    writer.save(entries_at(2), state_at(20), {.background = background});
+    writer.save(entries_at(2), state_at(20),
+                {.background = background, .fault = ckpt::parse_fault_point(point)});
     writer.wait();
     return 3;  // not reached: the fault point kills the process
   });
@@ -102,26 +103,6 @@ TEST_CASE("a save killed at any fault point leaves the previous checkpoint curre
   std::sort(names.begin(), names.end());
   CHECK(names ==
         std::vector<std::string>{"latest", "step_00000010", "step_00000020", "step_00000030"});
-}
-
-TEST_CASE("an unknown MOD_CHECKPOINT_FAULT value is an error naming the variable", "[checkpoint]") {
-  ScratchDir run("badfault");
-  const int status = in_child([&] {
-    ::setenv("MOD_CHECKPOINT_FAULT", "after_shrad", 1);
-    auto comm = parallel::make_local_communicator();
-    try {
-      ckpt::Checkpointer(run.str(), *comm).save(entries_at(1), state_at(1));
-    } catch (const std::runtime_error& e) {
-      const std::string m = e.what();
-      return m.find("MOD_CHECKPOINT_FAULT='after_shrad'") != std::string::npos &&
-                     m.find("after_shard, after_metadata, after_rename") != std::string::npos
-                 ? 0
-                 : 1;
-    }
-    return 2;
-  });
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("a full disk (EFBIG) fails the save with the path and leaves the last checkpoint",

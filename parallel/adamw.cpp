@@ -1,0 +1,63 @@
+// AdamW whole on every rank (see adamw.h).
+#include "parallel/adamw.h"
+
+#include "core/autograd.h"
+
+namespace mod::parallel {
+
+AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params,
+             const modtrain::OptimizerConfig& cfg)
+    : consts_(adamw_hyper(cfg),
+              named_params.empty() ? Device::CPU : named_params.front().second.device()) {
+  for (auto& [name, p] : named_params) {
+    decay_.push_back(takes_weight_decay(name, cfg));
+    slots_.push_back({name, p, Tensor::zeros(p.shape(), p.dtype(), p.device()),
+                      Tensor::zeros(p.shape(), p.dtype(), p.device())});
+  }
+}
+
+void AdamW::set_learning_rate(double lr) {
+  consts_.set(lr, ++step_);
+}
+
+void AdamW::apply(const Tensor& grad_scale) {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (!s.param.grad().defined()) continue;
+    adamw_update(s.param, s.param.grad(), s.m, s.v, consts_.args(decay_[i]),
+                 consts_.tensor(decay_[i]), grad_scale);
+  }
+}
+
+std::pair<Tensor, Tensor> AdamW::full_moments(size_t i) const {
+  return {slots_.at(i).m, slots_.at(i).v};
+}
+
+void AdamW::load_moments(size_t i, const Tensor& m, const Tensor& v) {
+  slots_.at(i).m.copy_from(m);
+  slots_.at(i).v.copy_from(v);
+}
+
+AdamWArgs adamw_hyper(const modtrain::OptimizerConfig& cfg) {
+  AdamWArgs args;
+  args.beta1 = cfg.beta1();
+  args.beta2 = cfg.beta2();
+  args.eps = cfg.eps();
+  args.weight_decay = cfg.weight_decay();
+  return args;
+}
+
+bool takes_weight_decay(const std::string& name, const modtrain::OptimizerConfig& cfg) {
+  auto ends_with = [&](const std::string& s) {
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  const bool is_bias = ends_with(".bias");
+  const bool is_norm = name.find("norm") != std::string::npos;
+  const bool is_embedding = name.rfind("embed.", 0) == 0;
+  if (is_bias || is_norm) return cfg.decay_norms_and_biases();
+  if (is_embedding) return cfg.decay_embeddings();
+  return true;
+}
+
+}  // namespace mod::parallel

@@ -1,0 +1,39 @@
+// The optimizer interface a training step runs with. parallelize() (parallelize.h) returns one
+// in its plan: AdamW (adamw.h), whole on every rank, or ZeRO-1's AdamW (zero1.h), its moments
+// sharded over data parallelism. Parameter i is the model's i-th (named_parameters() order);
+// the moments move in and out whole (the parameter's shape), so checkpoints never see the layout.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "core/tensor.h"
+
+namespace mod::parallel {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  // One update at learning rate lr; parameters without a gradient are left alone.
+  void step(double lr) {
+    set_learning_rate(lr);
+    apply(Tensor());
+  }
+  // step's two halves: the next update's constants, written to the device from the host (done
+  // before a captured step replays), and the update itself (the part a step captures), each
+  // gradient multiplied by grad_scale (one element: clip_factor_for's factor) when defined.
+  virtual void set_learning_rate(double lr) = 0;
+  virtual void apply(const Tensor& grad_scale) = 0;
+
+  // Updates taken so far (bias correction depends on it; checkpoints keep it).
+  virtual int64_t steps_taken() const = 0;
+  virtual void set_steps_taken(int64_t steps) = 0;
+  // Parameter i's moments m and v in full. Collective over its group under ZeRO-1.
+  virtual std::pair<Tensor, Tensor> full_moments(size_t i) const = 0;
+  // Sets parameter i's moments from full ones (this rank keeps its share).
+  virtual void load_moments(size_t i, const Tensor& m, const Tensor& v) = 0;
+};
+
+}  // namespace mod::parallel

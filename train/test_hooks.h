@@ -1,0 +1,34 @@
+// Test-only hooks: faults to inject and a debug check, read once at start-up (modtrain train)
+// and only under the one switch MOD_TEST_HOOKS=1; without it every hook variable is ignored, so
+// a stray export cannot kill or slow a production run (docs/environment.md lists them all):
+//   MOD_FAULT_EXIT_RANK=r MOD_FAULT_EXIT_STEP=s   world rank r exits (code 3) mid-step s
+//   MOD_CHECKPOINT_FAULT=after_shard|after_metadata|after_rename  the save kills its process there
+//   MOD_CHECK_TP_ROUTING=1                        every step, the tp ranks compare their routing
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "train/checkpoint/writer.h"
+
+namespace mod::train {
+
+struct TestHooks {
+  // World rank exit_rank exits with code 3 in the middle of step exit_step (1-based), between
+  // its forward and backward, as a crashed or OOM-killed process would. -1: none.
+  int exit_rank = -1;
+  int64_t exit_step = 0;
+  ckpt::FaultPoint checkpoint_fault = ckpt::FaultPoint::None;  // where a save kills its process
+  bool check_tp_routing = false;  // parallel::check_same_routing after every training forward
+
+  bool exits_in(int world_rank, int64_t step) const {  // step 0-based
+    return exit_rank >= 0 && world_rank == exit_rank && step + 1 == exit_step;
+  }
+};
+
+// The hooks the environment asks for. A bad value of the switch or, under it, of a hook throws
+// std::invalid_argument naming the variable, its value and what was expected. *ignored (when
+// given) is set to a line naming the hook variables set without the switch, or "".
+TestHooks read_test_hooks(std::string* ignored = nullptr);
+
+}  // namespace mod::train
