@@ -1,4 +1,7 @@
 // Pointwise activations, any shape.
+// Tested by: tests/core/norm_act_softmax_test.cpp (against naive references, errors),
+// tests/core/grad_cases_norm_act_softmax.cpp (float64 gradients),
+// tests/cuda/parity_nn_test.cpp (CUDA against CPU).
 #pragma once
 
 #include "core/tensor.h"

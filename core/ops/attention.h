@@ -5,6 +5,9 @@
 //   row) -> out [B,T,H,Dh] = softmax(q k^T / sqrt(Dh) + mask) v, mask: k_pos[j] <= q_pos[i].
 // A query with no visible key is an error where the positions are on the CPU (checked here);
 // kernels given one on a device return the backend's empty sum (core/backend.h).
+// Tested by: tests/core/attention_rope_test.cpp (against naive references, errors),
+// tests/core/grad_cases_attention_rope.cpp (float64 gradients),
+// tests/cuda/parity_attention_routing_test.cpp (CUDA against CPU).
 #pragma once
 
 #include "core/tensor.h"

@@ -3,6 +3,9 @@
 //   - a suffix of a's shape (repeated over the leading dims, e.g. a bias [D] on [B,T,D]);
 //   - a prefix of a's shape padded with trailing 1s (a per-row factor, e.g. [B,C,1] on [B,C,D]).
 // The output has a's shape. reshape is here too: a free view with a backward.
+// Tested by: tests/core/basic_ops_test.cpp (against naive references, errors),
+// tests/core/grad_cases_basic.cpp (float64 gradients),
+// tests/cuda/parity_memory_linear_test.cpp (CUDA against CPU).
 #pragma once
 
 #include "core/tensor.h"

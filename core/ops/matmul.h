@@ -2,6 +2,9 @@
 //   a [M,K] @ b [K,N]            -> [M,N]
 //   a [..., K] @ b [K,N]         -> [..., N]     (leading dims of a flattened: a linear layer)
 //   a [Bt,M,K] @ b [Bt,K,N]      -> [Bt,M,N]     (batched)
+// Tested by: tests/core/basic_ops_test.cpp (against naive references, errors),
+// tests/core/grad_cases_basic.cpp (float64 gradients),
+// tests/cuda/parity_memory_linear_test.cpp (CUDA against CPU).
 #pragma once
 
 #include "core/tensor.h"

@@ -1,4 +1,6 @@
 // The AdamW update, in place and outside autograd: m, v moments as param's shape and dtype.
+// Tested by: tests/core/routing_loss_optim_test.cpp (against naive references, errors),
+// tests/cuda/parity_nn_test.cpp (CUDA against CPU); no gradient: an update, not a graph op.
 #pragma once
 
 #include <array>

@@ -2,6 +2,9 @@
 //   topk_rows(scores [B,T], k)          -> idx [B,k] (i64), ascending positions, ties to lower
 //   gather_rows(x [B,T,D], idx [B,C])   -> [B,C,D]
 //   scatter_add_rows(x [B,T,D], idx [B,C], src [B,C,D]) -> x with src rows added at idx
+// Tested by: tests/core/routing_loss_optim_test.cpp (against naive references, errors),
+// tests/core/grad_cases_routing_loss.cpp (float64 gradients),
+// tests/cuda/parity_attention_routing_test.cpp (CUDA against CPU).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,8 @@
 // Softmax and logsumexp over the last dim, and the fused softmax + cross-entropy over a
 // vocabulary.
+// Tested by: tests/core/norm_act_softmax_test.cpp (against naive references, errors),
+// tests/core/grad_cases_norm_act_softmax.cpp (float64 gradients),
+// tests/cuda/parity_nn_test.cpp (CUDA against CPU).
 #pragma once
 
 #include <cstdint>

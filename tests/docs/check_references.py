@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Checks that what the docs and comments cite exists: file paths and run-config fields.
+"""Checks that what the docs and comments cite exists: file paths, code names, links, config fields.
 
-A path is cited in README.md, docs/, configs/ and in the comments of source files (a token with
-a '/' and a source or doc extension, e.g. core/op_catalogue.h); it must exist relative to the
-repository root or to the citing file. A code name in a doc's backticks (snake_case, or a CTest
-name such as unit:layers_include_graph) must occur in some code file; a relative Markdown link must reach a file and, with #anchor, one of
-its headings. A run-config field is cited as `--set a.b=...` or in
-backticks (`train.cuda_graph`, `model.mod.capacity: 0.25`); every part of the path must be a
-field of configs/modtrain.proto. Exit 1 and one line per dangling citation, naming file:line.
+- A path cited in README.md, docs/, configs/ or a source file's comments (a token with a '/' and
+  a source or doc extension, e.g. core/op_catalogue.h) exists relative to the repository root or
+  to the citing file.
+- A code name in a doc's backticks (snake_case, or a CTest name such as
+  unit:layers_include_graph) occurs in some code file.
+- A relative Markdown link reaches a file and, with #anchor, one of its headings.
+- A run-config field cited as `--set a.b=...` or in backticks (`train.cuda_graph`,
+  `model.mod.capacity: 0.25`) is a field path of configs/modtrain.proto.
+- Every op family's header (core/ops/*.h) has a "Tested by:" line.
+Exit 1 and one line per dangling citation, naming file:line.
 
 Usage: check_references.py REPO_ROOT
 """
@@ -155,6 +158,11 @@ def main(root):
                     if not field_exists(messages, dotted):
                         problems.append(f"{name}:{number}: cites config field {dotted}, "
                                         "which configs/modtrain.proto does not have")
+    # Every op family's header names the tests that check it (the paths are checked above).
+    for header in sorted((root / "core/ops").glob("*.h")):
+        text = header.read_text()
+        if "Tested by:" not in text and header.name != "check.h":
+            problems.append(f"core/ops/{header.name}: no 'Tested by:' line naming its tests")
     for p in problems:
         print(p)
     print(f"check_references: {len(problems)} dangling citation(s) in {len(tracked)} files")
