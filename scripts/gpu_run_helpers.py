@@ -6,7 +6,7 @@
                                       lines after the second (the warm-up and the capture)
   gpu_run_helpers.py same_losses REF RUN...  each run directory's metrics.csv losses against
                                       REF's, step by step, to the parity suite's relative 1e-5
-                                      (tests/parallel/parity_harness.h); exit 1 on a difference
+                                      (tests/support/parity_harness.h); exit 1 on a difference
 """
 import glob
 import os

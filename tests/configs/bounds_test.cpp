@@ -11,21 +11,17 @@
 #include "configs/config.h"
 #include "configs/float_ranges.h"
 #include "configs/model_size.h"
+#include "tests/support/errors.h"
 
 using namespace mod;
 using Catch::Matchers::Contains;
 
+using mod::test::error_of;
+using mod::test::write_bytes;
+
 namespace {
 const std::string kRecipe = MOD_SOURCE_DIR "/configs/recipes/tiny_mod.textproto";
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
-}
 std::string set_error(const std::vector<std::string>& sets) {
   return error_of([&] { config::load(kRecipe, sets); });
 }

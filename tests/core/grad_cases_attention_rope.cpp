@@ -3,7 +3,7 @@
 // longer than one 64-row tile so the tiled backward crosses tile and causal boundaries, and
 // than one 256-key chunk so the forward's online softmax rescales.
 #include "core/all_ops.h"
-#include "tests/core/grad_check.h"
+#include "tests/support/grad_check.h"
 
 namespace mod::test {
 namespace {

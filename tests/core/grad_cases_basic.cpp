@@ -1,7 +1,7 @@
 // Gradient cases for matmul, elementwise arithmetic and reductions. Sizes are deliberately not
 // multiples of the SIMD width.
 #include "core/all_ops.h"
-#include "tests/core/grad_check.h"
+#include "tests/support/grad_check.h"
 
 namespace mod::test {
 namespace {

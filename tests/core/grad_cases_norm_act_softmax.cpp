@@ -3,7 +3,7 @@
 // cross-entropy covers ignored targets, a 3-D logits tensor, i32 targets and a non-default
 // ignore_index.
 #include "core/all_ops.h"
-#include "tests/core/grad_check.h"
+#include "tests/support/grad_check.h"
 
 namespace mod::test {
 namespace {

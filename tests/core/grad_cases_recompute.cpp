@@ -2,7 +2,7 @@
 // ways of keeping (inputs only; costly op outputs), and a region with two outputs.
 #include "core/all_ops.h"
 #include "core/recompute.h"
-#include "tests/core/grad_check.h"
+#include "tests/support/grad_check.h"
 
 namespace mod::test {
 namespace {

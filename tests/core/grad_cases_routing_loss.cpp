@@ -1,7 +1,7 @@
 // Gradient cases for embedding, the routing gather/scatter-add and the BCE routing loss. Index
 // inputs include repeats and unsorted rows, since those are where scatter gradients go wrong.
 #include "core/all_ops.h"
-#include "tests/core/grad_check.h"
+#include "tests/support/grad_check.h"
 
 namespace mod::test {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "tests/core/grad_check.h"
+#include "tests/support/grad_check.h"
 
 using namespace mod;
 

@@ -25,7 +25,7 @@
 
 #include "core/cuda/allocator.h"
 #include "core/cuda/device.h"
-#include "tests/parallel/tiny_runs.h"
+#include "tests/support/tiny_runs.h"
 #include "train/checkpoint/checkpoint.h"
 
 namespace mod {

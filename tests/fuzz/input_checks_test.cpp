@@ -18,23 +18,13 @@
 #include "train/data/tokenizer.h"
 #include "train/metrics/metrics_writer.h"
 #include "train/weights.h"
+#include "tests/support/errors.h"
 
 using namespace mod;
 using namespace mod::test;
 using Catch::Contains;
 
 namespace {
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
-}
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
 std::string config_error(const std::string& text) {
   return error_of([&] { config::validate(config::parse_text(text, "t.textproto")); });
 }

@@ -14,23 +14,13 @@
 #include "tests/train/checkpoint/helpers.h"
 #include "train/checkpoint/writer.h"
 #include "train/weights.h"
+#include "tests/support/errors.h"
 
 using namespace mod;
 using namespace mod::test;
 using Catch::Contains;
 
 namespace {
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
-}
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
 uint64_t header_length(const std::string& file) {
   uint64_t n = 0;
   std::memcpy(&n, file.data(), 8);  // little-endian, as the hosts that run this

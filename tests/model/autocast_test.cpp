@@ -12,7 +12,7 @@
 #include "core/all_ops.h"
 #include "core/autograd.h"
 #include "model/transformer.h"
-#include "tests/model/tiny_configs.h"
+#include "tests/support/tiny_configs.h"
 
 namespace mod {
 namespace {

@@ -12,8 +12,8 @@
 #include "core/backend.h"
 #include "model/memory_plan.h"
 #include "model/transformer.h"
-#include "tests/model/tiny_configs.h"
-#include "tests/parallel/tiny_runs.h"
+#include "tests/support/tiny_configs.h"
+#include "tests/support/tiny_runs.h"
 #include "train/data/token_file.h"
 #include "train/trainer.h"
 

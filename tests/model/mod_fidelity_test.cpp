@@ -10,8 +10,8 @@
 #include "core/autograd.h"
 #include "model/sampler.h"
 #include "model/transformer.h"
-#include "tests/core/grad_check.h"
-#include "tests/model/tiny_configs.h"
+#include "tests/support/grad_check.h"
+#include "tests/support/tiny_configs.h"
 #include "tests/reference/naive_ops.h"
 
 using mod::test::arange_positions;

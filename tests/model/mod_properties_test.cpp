@@ -9,8 +9,8 @@
 
 #include "core/all_ops.h"
 #include "model/transformer.h"
-#include "tests/core/grad_check.h"
-#include "tests/model/tiny_configs.h"
+#include "tests/support/grad_check.h"
+#include "tests/support/tiny_configs.h"
 
 using mod::test::arange_positions;
 using mod::test::max_diff;

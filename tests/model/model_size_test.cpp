@@ -11,7 +11,7 @@
 #include "model/memory_plan.h"
 #include "model/parameter_shapes.h"
 #include "model/transformer.h"
-#include "tests/model/tiny_configs.h"
+#include "tests/support/tiny_configs.h"
 
 using namespace mod;
 

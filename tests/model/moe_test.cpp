@@ -17,8 +17,8 @@
 #include "model/moe_routing.h"
 #include "model/transformer.h"
 #include "parallel/adamw.h"
-#include "tests/core/grad_check.h"
-#include "tests/model/tiny_configs.h"
+#include "tests/support/grad_check.h"
+#include "tests/support/tiny_configs.h"
 #include "train/grad_clip.h"
 #include "train/lr_schedule.h"
 

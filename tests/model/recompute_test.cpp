@@ -12,7 +12,7 @@
 #include "core/backend.h"
 #include "core/autograd.h"
 #include "model/transformer.h"
-#include "tests/model/tiny_configs.h"
+#include "tests/support/tiny_configs.h"
 
 using namespace mod;
 using namespace mod::model;

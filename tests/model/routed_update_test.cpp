@@ -8,7 +8,7 @@
 #include "core/all_ops.h"
 #include "core/autograd.h"
 #include "model/block.h"
-#include "tests/model/tiny_configs.h"
+#include "tests/support/tiny_configs.h"
 
 using namespace mod;
 using namespace mod::model;

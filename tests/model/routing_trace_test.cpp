@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/autograd.h"
-#include "tests/model/tiny_configs.h"
+#include "tests/support/tiny_configs.h"
 
 using namespace mod;
 using namespace mod::model;

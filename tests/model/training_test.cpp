@@ -7,7 +7,7 @@
 #include "model/flops.h"
 #include "model/transformer.h"
 #include "parallel/adamw.h"
-#include "tests/model/tiny_configs.h"
+#include "tests/support/tiny_configs.h"
 #include "train/grad_clip.h"
 #include "train/lr_schedule.h"
 #include "train/weights.h"

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/random.h"
-#include "tests/parallel/env_guard.h"
+#include "tests/support/env_guard.h"
 #include "parallel/world.h"
 
 using namespace mod;

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "parallel/device_communicator.h"
-#include "tests/parallel/emulated_cuda.h"
-#include "tests/parallel/host_staging_communicator.h"
-#include "tests/parallel/tiny_runs.h"
+#include "tests/support/emulated_cuda.h"
+#include "tests/support/host_staging_communicator.h"
+#include "tests/support/tiny_runs.h"
 #include "train/trainer.h"
 
 namespace mod {

@@ -1,4 +1,4 @@
-// train.device CUDA in one process on the emulated device (tests/parallel/emulated_cuda.h):
+// train.device CUDA in one process on the emulated device (tests/support/emulated_cuda.h):
 // parameters moved after init, batches and index tensors copied over, optimizer state and
 // gradient buffers allocated beside the parameters, checkpoints copied to the host. Losses and
 // parameters must equal the CPU run's bitwise; checkpoints written on the device resume on the
@@ -9,8 +9,8 @@
 #include "core/autograd.h"
 #include "model/sampler.h"
 #include "model/transformer.h"
-#include "tests/parallel/emulated_cuda.h"
-#include "tests/parallel/tiny_runs.h"
+#include "tests/support/emulated_cuda.h"
+#include "tests/support/tiny_runs.h"
 #include "train/checkpoint/checkpoint.h"
 
 namespace mod {

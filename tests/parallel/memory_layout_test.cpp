@@ -9,7 +9,7 @@
 
 #include "core/backend.h"
 #include "model/memory_plan.h"
-#include "tests/parallel/tiny_runs.h"
+#include "tests/support/tiny_runs.h"
 
 using namespace mod;
 

@@ -1,6 +1,6 @@
 // The MoDE recipes (integrated, staged, and a top-2 token-choice MoE) under expert parallelism
 // composed with dp, tp and ZeRO-1, against one process (see parity_harness.h).
-#include "tests/parallel/parity_harness.h"
+#include "tests/support/parity_harness.h"
 
 using mod::test::parity::check_layouts;
 

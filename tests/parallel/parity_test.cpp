@@ -1,6 +1,6 @@
 // tiny_dense and tiny_mod (with its predictor) under every dp x tp (x ZeRO-1) layout the world
 // size allows, against one process (see parity_harness.h).
-#include "tests/parallel/parity_harness.h"
+#include "tests/support/parity_harness.h"
 
 using mod::test::parity::check_layouts;
 

@@ -2,7 +2,7 @@
 // parallelism) against one process that keeps every activation (see parity_harness.h): the
 // recomputed blocks repeat their tp collectives in backward and their parameters reach the
 // gradient buckets from inside a region's backward.
-#include "tests/parallel/parity_harness.h"
+#include "tests/support/parity_harness.h"
 
 using mod::test::parity::check_layouts;
 using mod::test::parity::Variant;

@@ -18,7 +18,7 @@
 #include "parallel/rendezvous_env.h"
 #include "parallel/tcp_socket.h"
 #include "parallel/world.h"
-#include "tests/parallel/env_guard.h"
+#include "tests/support/env_guard.h"
 
 namespace mod::parallel {
 namespace {

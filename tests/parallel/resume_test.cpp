@@ -8,7 +8,7 @@
 //   the reverse, with ZeRO-1 moments gathered over the expert data-parallel group.
 #include <cstring>
 
-#include "tests/parallel/tiny_runs.h"
+#include "tests/support/tiny_runs.h"
 #include "train/checkpoint/checkpoint.h"
 
 using namespace mod;

@@ -16,7 +16,7 @@
 #include "parallel/tp_mappings.h"
 #include "parallel/vocab_parallel.h"
 #include "parallel/world.h"
-#include "tests/core/grad_check.h"
+#include "tests/support/grad_check.h"
 
 using namespace mod;
 using namespace mod::parallel;

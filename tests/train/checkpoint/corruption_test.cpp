@@ -8,6 +8,7 @@
 #include "tests/train/checkpoint/helpers.h"
 #include "train/checkpoint/reader.h"
 #include "train/checkpoint/writer.h"
+#include "tests/support/errors.h"
 
 using namespace mod;
 using namespace mod::test;
@@ -24,14 +25,6 @@ std::string save_two(const ScratchDir& run) {
   return run.str() + "/checkpoints/step_00000000";
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 }  // namespace
 

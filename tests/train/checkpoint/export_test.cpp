@@ -8,7 +8,7 @@
 #include <cstdlib>
 
 #include "model/transformer.h"
-#include "tests/model/tiny_configs.h"
+#include "tests/support/tiny_configs.h"
 #include "tests/train/checkpoint/helpers.h"
 #include "train/checkpoint/writer.h"
 #include "train/weights.h"

@@ -2,6 +2,7 @@
 // shard per split; existing llm.c files are indexed without copying; bad headers and manifests
 // name the file and field; a shard changed after a checkpoint is refused.
 #include "train/data/dataset.h"
+#include "tests/support/errors.h"
 
 #include <unistd.h>
 
@@ -13,6 +14,9 @@ using namespace mod::data;
 using Catch::Contains;
 namespace fs = std::filesystem;
 namespace pb = modtrain::data;
+
+using mod::test::error_of;
+using mod::test::write_bytes;
 
 namespace {
 fs::path temp_dir(const std::string& name) {
@@ -28,9 +32,6 @@ std::vector<uint32_t> ramp(size_t n, uint32_t start) {
   return t;
 }
 
-void write_bytes(const fs::path& p, const std::string& bytes) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
-}
 
 // A dataset of two training shards and one validation shard, with its manifest.
 pb::Manifest two_shard_dataset(const fs::path& dir) {

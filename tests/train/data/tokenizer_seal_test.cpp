@@ -15,10 +15,14 @@
 #include "core/util/crc32c.h"
 #include "train/data/dataset.h"
 #include "train/data/prep.h"
+#include "tests/support/errors.h"
 
 using namespace mod::data;
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
+
+using mod::test::error_of;
+using mod::test::write_bytes;
 
 namespace {
 fs::path temp_dir() {
@@ -37,14 +41,6 @@ void write_all(const fs::path& p, const std::string& s) {
   std::ofstream(p, std::ios::binary | std::ios::trunc) << s;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // A BPE dataset prepared from a small text: its directory.
 fs::path prepared_bpe(const fs::path& dir) {

@@ -1,5 +1,5 @@
 // Gradient-check harness implementation (see grad_check.h).
-#include "tests/core/grad_check.h"
+#include "tests/support/grad_check.h"
 
 #include <cmath>
 #include <sstream>

@@ -11,7 +11,7 @@
 // parameter to a relative 1e-5 in norm (||p - p_ref|| / ||p_ref||).
 #pragma once
 
-#include "tests/parallel/tiny_runs.h"
+#include "tests/support/tiny_runs.h"
 
 namespace mod::test::parity {
 inline constexpr double kTolerance = 1e-5;
