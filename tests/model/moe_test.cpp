@@ -18,6 +18,7 @@
 #include "model/transformer.h"
 #include "parallel/adamw.h"
 #include "tests/support/grad_check.h"
+#include "tests/support/overfit.h"
 #include "tests/support/tiny_configs.h"
 #include "train/grad_clip.h"
 #include "train/lr_schedule.h"
@@ -664,31 +665,16 @@ TEST_CASE("tiny MoE, staged and integrated MoDE models overfit a fixed batch", "
       auto cfg = v.cfg;
       cfg.set_init_std(0.05);
       Transformer m(cfg, 1);
-      modtrain::OptimizerConfig opt;
-      opt.set_lr(1e-2);
-      opt.set_warmup_steps(10);
-      opt.set_weight_decay(0.0);
-      parallel::AdamW adam(m.named_parameters(), opt);
-      const Tensor in = tokens_for(4, 12, 32, 2), tgt = tokens_for(4, 12, 32, 3);
-      double first = 0, last = 0;
-      for (int step = 0; step < 200; ++step) {
-        m.zero_grad();
-        auto r = m.forward(in, tgt);
-        r.loss.backward();
-        if (step == 0) {
-          // Attention alone can memorise this batch, so the loss below cannot tell a dead MoE;
-          // every parameter (experts, routers, predictor) getting a gradient can.
-          for (const auto& [name, p] : m.named_parameters()) {
-            INFO(name);
-            REQUIRE(p.grad().defined());
-            CHECK(max_abs(p.grad()) > 0.0);
-          }
+      const test::OverfitLosses l = test::overfit_fixed_batch(m, 200, [](Transformer& model) {
+        // Attention alone can memorise this batch, so the loss below cannot tell a dead MoE;
+        // every parameter (experts, routers, predictor) getting a gradient can.
+        for (const auto& [name, p] : model.named_parameters()) {
+          INFO(name);
+          REQUIRE(p.grad().defined());
+          CHECK(max_abs(p.grad()) > 0.0);
         }
-        train::clip_grad_norm(m.parameters(), 1.0);
-        adam.step(train::learning_rate(opt, step, 200));
-        if (step == 0) first = r.lm_loss.item();
-        last = r.lm_loss.item();
-      }
+      });
+      const double first = l.first, last = l.last;
       INFO("loss " << first << " -> " << last);
       CHECK(first > 3.0);  // about ln 32 = 3.47 at init
       CHECK(last < 0.3);   // about 0.005 when written

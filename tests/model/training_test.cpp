@@ -7,6 +7,7 @@
 #include "model/flops.h"
 #include "model/transformer.h"
 #include "parallel/adamw.h"
+#include "tests/support/overfit.h"
 #include "tests/support/tiny_configs.h"
 #include "train/grad_clip.h"
 #include "train/lr_schedule.h"
@@ -21,22 +22,8 @@ TEST_CASE("tiny dense and MoD models overfit a fixed batch below loss 0.3", "[tr
       auto cfg = test::tiny_model(routed);
       cfg.set_init_std(0.05);
       model::Transformer m(cfg, 1);
-      modtrain::OptimizerConfig opt;
-      opt.set_lr(1e-2);
-      opt.set_warmup_steps(10);
-      opt.set_weight_decay(0.0);
-      parallel::AdamW adam(m.named_parameters(), opt);
-      Tensor in = test::tokens_for(4, 12, 32, 2), tgt = test::tokens_for(4, 12, 32, 3);
-      double first = 0, last = 0;
-      for (int step = 0; step < 200; ++step) {
-        m.zero_grad();
-        auto r = m.forward(in, tgt);
-        r.loss.backward();
-        train::clip_grad_norm(m.parameters(), 1.0);
-        adam.step(train::learning_rate(opt, step, 200));
-        if (step == 0) first = r.lm_loss.item();
-        last = r.lm_loss.item();
-      }
+      const test::OverfitLosses l = test::overfit_fixed_batch(m);
+      const double first = l.first, last = l.last;
       INFO("loss " << first << " -> " << last);
       CHECK(first > 3.0);  // about ln 32 = 3.47 at init
       CHECK(last < 0.3);
