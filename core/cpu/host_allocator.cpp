@@ -4,9 +4,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -24,12 +28,23 @@ struct Cache {
   size_t limit = 0;
 };
 
+// MOD_HOST_CACHE_MB: whole MiB, 0 to 2^40; anything else names the variable.
+size_t parse_cache_mb(const char* text) {
+  uint64_t mb = 0;
+  const char* end = text + std::strlen(text);
+  const auto [ptr, ec] = std::from_chars(text, end, mb);
+  if (ec != std::errc() || ptr != end || ptr == text || mb > (uint64_t{1} << 40))
+    throw std::invalid_argument("environment: MOD_HOST_CACHE_MB='" + std::string(text) +
+                                "': expected whole MiB from 0 to 2^40");
+  return static_cast<size_t>(mb);
+}
+
 // Leaked on purpose: tensors in static storage may be freed after any static destructor.
 Cache& cache() {
   static Cache* c = [] {
     auto* c = new Cache;
     if (const char* mb = std::getenv("MOD_HOST_CACHE_MB")) {
-      c->limit = static_cast<size_t>(std::stoull(mb)) << 20;
+      c->limit = parse_cache_mb(mb) << 20;
     } else {
       const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
       c->limit = pages > 0 && page > 0 ? static_cast<size_t>(pages) * page / 4 : size_t{1} << 30;
