@@ -231,8 +231,6 @@ void validate(const modtrain::RunConfig& cfg) {
   validate_moe(m);
   check_model_size(m);  // before anything is sized from the config
   const auto& o = cfg.optimizer();
-  if (o.min_lr() < 0 || o.min_lr() > o.lr())
-    bad_field("optimizer.min_lr", std::to_string(o.min_lr()) + " must be in [0, optimizer.lr]");
   if (o.warmup_steps() < 0) bad_field("optimizer.warmup_steps", "must be >= 0");
   const auto& t = cfg.train();
   positive("train.steps", t.steps());
@@ -283,6 +281,8 @@ void validate(const modtrain::RunConfig& cfg) {
   if (c.keep_every() < 0)
     bad_field("checkpoint.keep_every", std::to_string(c.keep_every()) + " must be >= 0 (0: none)");
   check_float_ranges(cfg);  // every float field, NaN and infinities included
+  if (o.min_lr() > o.lr())
+    bad_field("optimizer.min_lr", std::to_string(o.min_lr()) + " must be in [0, optimizer.lr]");
   // Decay scales every weight by 1 - lr * weight_decay per step: above 1 it flips their signs.
   if (o.lr() * o.weight_decay() > 1)
     bad_field("optimizer.weight_decay",
