@@ -150,9 +150,9 @@ expect_error "no dataset.textproto" "$modtrain" train --config "$src/configs/rec
   --run-dir "$work/r3" --data "$work/missing"
 expect_error "run-dir" "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto"
 expect_error "unknown command" "$modtrain" frobnicate
-# The largest learning rate allowed, 10, without clipping blows six blocks up in the second
-# step: the run stops there naming the step as the progress line does, and leaves no weights file.
-expect_error "training diverged at step 2" "$modtrain" train \
+# The largest learning rate allowed, 10, without clipping blows six blocks up within a few steps
+# (which one depends on the corpus): the run stops naming the step, and leaves no weights file.
+expect_error "training diverged at step [1-8]: loss" "$modtrain" train \
   --config "$src/configs/recipes/tiny_mod.textproto" --run-dir "$work/diverged" --data "$work/data" \
   --set model.d_model=64 --set model.n_heads=2 --set model.d_ff=128 --set model.n_layers=6 \
   --set model.seq_len=64 --set train.steps=8 --set train.eval_every=0 --set optimizer.lr=10 \

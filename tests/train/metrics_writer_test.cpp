@@ -68,7 +68,8 @@ TEST_CASE("TensorBoard event files hold framed, checksummed scalar events", "[me
   fs::remove_all(dir);
 }
 
-TEST_CASE("histograms: equal-width buckets, (lower, upper], the minimum in the first",
+TEST_CASE("histograms: equal-width buckets, each from above its lower edge up to its upper, the "
+          "minimum in the first",
           "[metrics]") {
   const auto h = util::make_histogram({0.0, 0.25, 0.5, 0.75, 1.0, 1.0}, 4);
   CHECK(h.upper == std::vector<double>{0.25, 0.5, 0.75, 1.0});
