@@ -286,8 +286,22 @@ std::vector<std::string> Rendezvous::all_gather(const std::string& blob, const c
     tcp::Socket& root = peers_[0].socket;
     wire::Frame f;
     try {
-      wire::send_frame(root, Kind::Gather, seq, blob, deadline, what);
-      f = wire::recv_frame(root, deadline, what);
+      try {
+        wire::send_frame(root, Kind::Gather, seq, blob, deadline, what);
+      } catch (const std::exception&) {
+        // Rank 0 may have ended the job and closed first: its abort, if it came, says why.
+        std::string abort;
+        try {
+          const wire::Frame a = wire::recv_frame(root, deadline_after(1), what);
+          if (a.kind == Kind::Abort) abort = a.payload;
+        } catch (const std::exception&) {
+        }
+        if (!abort.empty()) throw std::runtime_error(abort);
+        throw;
+      }
+      // Rank 0 decides a late collective and forwards its error; wait past its own timeout for
+      // that answer, so every rank reports the same cause.
+      f = wire::recv_frame(root, deadline + std::chrono::seconds(5), what);
     } catch (const std::exception& e) {
       throw std::runtime_error(where + ": " + e.what());
     }
