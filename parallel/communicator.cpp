@@ -24,18 +24,19 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
-double collective_timeout() {
-  constexpr double kDefaultSeconds = 600;
-  const char* text = std::getenv("MOD_COLLECTIVE_TIMEOUT_S");
-  if (text == nullptr) return kDefaultSeconds;
+double seconds_from_env(const char* var, double default_seconds) {
+  const char* text = std::getenv(var);
+  if (text == nullptr) return default_seconds;
   char* end = nullptr;
   errno = 0;
   const double seconds = std::strtod(text, &end);
   if (end == text || *end != '\0' || errno != 0 || !std::isfinite(seconds) || seconds <= 0)
-    throw std::invalid_argument("MOD_COLLECTIVE_TIMEOUT_S='" + std::string(text) +
+    throw std::invalid_argument("environment: " + std::string(var) + "='" + std::string(text) +
                                 "' is not a positive number of seconds");
   return seconds;
 }
+
+double collective_timeout() { return seconds_from_env("MOD_COLLECTIVE_TIMEOUT_S", 600); }
 
 namespace detail {
 

@@ -70,6 +70,10 @@ std::unique_ptr<Communicator> make_local_communicator(const std::string& name = 
 // MOD_COLLECTIVE_TIMEOUT_S, default 600.
 double collective_timeout();
 
+// A positive, finite number of seconds from environment variable var, or default_seconds when it
+// is unset; anything else is an error naming the variable and its value.
+double seconds_from_env(const char* var, double default_seconds);
+
 // Checks every backend makes before it communicates. Each throws std::invalid_argument whose
 // message starts with collective_where() and names the tensors.
 namespace detail {

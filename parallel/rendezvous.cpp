@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/util/atomic_file.h"
 #include "parallel/rendezvous_wire.h"
 
 namespace mod::parallel {
@@ -68,23 +69,17 @@ struct Published {
   int port = 0;
 };
 
-// Written whole under a temporary name, then renamed: a reader sees the old file or the new one.
+// Replaced atomically (core/util/atomic_file.h): a reader sees the old file or the new one.
 void publish(const RendezvousOptions& o, const Published& p) {
-  const std::string path = published_path(o);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << "modtrain-rendezvous 1 " << sanitized(o.token) << ' ' << p.nonce << ' ' << p.host << ' '
-        << p.port << '\n';
-    if (!out.flush())
-      throw std::runtime_error("rendezvous: cannot write " + tmp + " (--rendezvous file:" +
-                               o.file_dir + " must be a writable directory on storage every node "
-                               "shares)");
+  const std::string line = "modtrain-rendezvous 1 " + sanitized(o.token) + ' ' + p.nonce + ' ' +
+                           p.host + ' ' + std::to_string(p.port) + '\n';
+  try {
+    util::replace_file(published_path(o), line);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rendezvous: " + std::string(e.what()) + " (--rendezvous file:" +
+                             o.file_dir + " must be a writable directory on storage every node "
+                             "shares)");
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error("rendezvous: cannot rename " + tmp + " to " + path + ": " +
-                                   ec.message());
 }
 
 // This job's published line, or nothing yet (no file, or another token's).

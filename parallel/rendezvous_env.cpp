@@ -34,17 +34,7 @@ int port_from(const char* var, const std::string& text) {
   return static_cast<int>(port);
 }
 
-double timeout_from_env() {
-  const char* text = env("MOD_RENDEZVOUS_TIMEOUT_S");
-  if (text == nullptr) return 300;
-  char* end = nullptr;
-  errno = 0;
-  const double s = std::strtod(text, &end);
-  if (*end != '\0' || errno != 0 || !std::isfinite(s) || s <= 0)
-    throw std::invalid_argument("environment: MOD_RENDEZVOUS_TIMEOUT_S='" + std::string(text) +
-                                "' is not a positive number of seconds");
-  return s;
-}
+double timeout_from_env() { return seconds_from_env("MOD_RENDEZVOUS_TIMEOUT_S", 300); }
 
 std::string host_name() {
   char name[256] = {};
