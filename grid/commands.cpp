@@ -1,6 +1,7 @@
 // The `modtrain grid` commands (see commands.h).
 #include "grid/commands.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include "grid/spec.h"
 #include "grid/throughput.h"
 #include "model/memory_plan.h"
+#include "train/data/dataset.h"
 #include "train/checkpoint/export.h"
 #include "train/stop_signal.h"
 
@@ -137,6 +139,17 @@ std::string header_line(const Grid& g) {
   return buf;
 }
 
+// Training tokens of the corpus the points read (base.data.dir, or --data), from its manifest;
+// none when it is not prepared yet. A point that trains on more tokens rereads its data.
+std::optional<int64_t> corpus_tokens(const Grid& g) {
+  const std::string manifest = g.spec.base().data().dir() + "/" + data::kManifestName;
+  if (!fs::exists(manifest)) return std::nullopt;
+  const auto m = data::read_manifest(manifest);
+  int64_t tokens = 0;
+  for (const auto& s : m.train()) tokens += static_cast<int64_t>(s.tokens());
+  return tokens;
+}
+
 }  // namespace
 
 // ---- plan ----
@@ -189,6 +202,8 @@ int plan(const PlanOptions& o) {
               "fwd FLOPs/tok", "train FLOPs/tok", "tokens", "steps", "spent", "est. time",
               "peak mem");
   std::vector<std::string> too_big;  // points whose predicted peak exceeds --device-memory-gb
+  std::vector<std::string> rereads;  // points that train on more tokens than the corpus holds
+  const std::optional<int64_t> data_tokens = corpus_tokens(g);
   double total_flops = 0, total_seconds = 0;
   bool all_known = true;
   std::ostringstream csv;
@@ -196,7 +211,7 @@ int plan(const PlanOptions& o) {
   const std::string csv_path = g.out + "/plan.csv";
   csv << "point,array_index,budget,shape,variant,routed,parameters,non_embedding_parameters,"
          "forward_flops_per_token,training_flops_per_token,tokens_per_step,steps,tokens,flops,"
-         "budget_used,est_seconds,predicted_peak_bytes,status,reason\n";
+         "budget_used,est_seconds,predicted_peak_bytes,data_epochs,status,reason\n";
   for (const auto& p : g.points) {
     const double est = estimate(p);
     // Per rank, for the point's own layout (model/memory_plan.h).
@@ -214,6 +229,12 @@ int plan(const PlanOptions& o) {
     if (est >= 0) csv << est;
     csv << ",";
     if (peak >= 0) csv << static_cast<long long>(peak);
+    // Passes over the training split (> 1: the point sees some tokens twice); empty: unknown.
+    const double epochs = data_tokens && *data_tokens > 0 && !p.skipped()
+                              ? static_cast<double>(p.tokens()) / static_cast<double>(*data_tokens)
+                              : -1;
+    csv << ",";
+    if (epochs >= 0) csv << epochs;
     csv << "," << (p.skipped() ? "skipped" : "runnable") << "," << csv_field(p.skip_reason) << "\n";
     if (p.skipped()) continue;
     total_flops += p.flops_spent;
@@ -223,12 +244,17 @@ int plan(const PlanOptions& o) {
       all_known = false;
     const bool fits = !o.device_memory_gb || peak <= *o.device_memory_gb * 1e9;
     if (!fits) too_big.push_back(p.name);
-    std::printf("%-24s %5d %9s %13.3g %15.3g %9s %9lld %6.2f%% %10s %9.1fGB%s\n", p.name.c_str(),
+    char reread[48] = "";
+    if (epochs > 1) {
+      std::snprintf(reread, sizeof reread, " rereads %.2fx", epochs);
+      rereads.push_back(p.name + reread);
+    }
+    std::printf("%-24s %5d %9s %13.3g %15.3g %9s %9lld %6.2f%% %10s %9.1fGB%s%s\n", p.name.c_str(),
                 p.array_index, si(static_cast<double>(p.flops.parameters)).c_str(),
                 p.flops.forward_per_token, p.flops.training_per_token,
                 si(static_cast<double>(p.tokens())).c_str(), static_cast<long long>(p.steps),
                 100 * p.flops_spent / p.budget, est >= 0 ? duration(est).c_str() : "-",
-                peak / 1e9, fits ? "" : " !");
+                peak / 1e9, fits ? "" : " !", reread);
   }
   util::replace_file(csv_path, csv.str());
   std::printf("\n");
@@ -239,6 +265,18 @@ int plan(const PlanOptions& o) {
       std::printf("%s%s", i ? ", " : "", too_big[i].c_str());
     std::printf("\n(modtrain memory --config OUT/points/<point>.textproto shows where it goes; "
                 "more tp, ZeRO-1 or recomputation lowers it)\n");
+  }
+  if (data_tokens && !rereads.empty()) {
+    std::printf("warning: %zu points train on more tokens than the %s training tokens of %s, so "
+                "they reread data: ",
+                rereads.size(), si(static_cast<double>(*data_tokens)).c_str(),
+                g.spec.base().data().dir().c_str());
+    for (size_t i = 0; i < rereads.size(); ++i)
+      std::printf("%s%s", i ? ", " : "", rereads[i].c_str());
+    std::printf("\n");
+  } else if (!data_tokens) {
+    std::printf("data %s is not prepared: whether points reread it is not checked\n",
+                g.spec.base().data().dir().c_str());
   }
   print_skipped(g);
   std::printf("total: %.3g training FLOPs in %d runs", total_flops, g.runnable());
@@ -434,18 +472,58 @@ int collect(const CollectOptions& o) {
                 static_cast<long long>(p.steps), loss, causal, r.status.c_str());
     if (r.status != "finished") open.push_back(&r);
   }
-  // Per (budget, variant): the isoFLOP-optimal shape.
-  std::map<std::pair<int, int>, const PointResult*> best;
-  for (const auto& r : results) {
-    if (!r.val_loss) continue;
-    auto& b = best[{r.point->budget_index, r.point->variant_index}];
-    if (!b || *r.val_loss < *b->val_loss) b = &r;
+  // Per (budget, variant): the isoFLOP-optimal shape, by the mean loss over its seeds (top-C;
+  // for MoD also by causal routing's mean, which may pick another shape).
+  const auto groups = group_by_seed(results);
+  auto spread = [](const SeedGroup& sg, bool causal) {
+    const auto& v = causal ? sg.causal_losses : sg.losses;
+    char buf[96] = "";
+    if (v.size() > 1)
+      std::snprintf(buf, sizeof buf, " (%zu seeds, %.4f .. %.4f, spread %.4f)", v.size(),
+                    *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
+                    *std::max_element(v.begin(), v.end()) - *std::min_element(v.begin(), v.end()));
+    return std::string(buf);
+  };
+  bool seeded = false;
+  for (const auto& sg : groups) seeded = seeded || sg.results.size() > 1;
+  if (seeded) {
+    std::printf("\nseed spread (mean over the finished seeds; top-C for MoD):\n");
+    for (const auto& sg : groups)
+      if (sg.results.size() > 1)
+        std::printf("  b%s_%s_%s: %.4f%s%s\n", sg.point->budget_label.c_str(),
+                    sg.point->shape.c_str(), sg.point->variant.c_str(), sg.mean(),
+                    spread(sg, false).c_str(),
+                    sg.losses.size() < sg.results.size()
+                        ? (", " + std::to_string(sg.results.size() - sg.losses.size()) +
+                           " not finished").c_str()
+                        : "");
+  }
+  std::map<std::pair<int, int>, const SeedGroup*> best, best_causal;
+  for (const auto& sg : groups) {
+    const auto key = std::make_pair(sg.point->budget_index, sg.point->variant_index);
+    auto& b = best[key];
+    if (!b || sg.mean() < b->mean()) b = &sg;
+    if (!sg.point->routed || !sg.causal_mean()) continue;
+    auto& c = best_causal[key];
+    if (!c || *sg.causal_mean() < *c->causal_mean()) c = &sg;
   }
   if (!best.empty()) std::printf("\nlowest loss per budget and variant:\n");
-  for (const auto& [key, r] : best)
-    std::printf("  %s FLOPs, %-8s %s (%s parameters): %.4f\n", r->point->budget_label.c_str(),
-                r->point->variant.c_str(), r->point->shape.c_str(),
-                si(static_cast<double>(r->point->flops.parameters)).c_str(), *r->val_loss);
+  for (const auto& [key, sg] : best) {
+    const GridPoint& p = *sg->point;
+    std::printf("  %s FLOPs, %-8s %s (%s parameters, %s tokens): %.4f%s%s\n",
+                p.budget_label.c_str(), p.variant.c_str(), p.shape.c_str(),
+                si(static_cast<double>(p.flops.parameters)).c_str(),
+                si(static_cast<double>(p.tokens())).c_str(), sg->mean(),
+                p.routed ? " top-C" : "", spread(*sg, false).c_str());
+    if (auto it = best_causal.find(key); it != best_causal.end()) {
+      const SeedGroup& c = *it->second;
+      std::printf("  %s FLOPs, %-8s %s (%s parameters, %s tokens): %.4f causal%s\n",
+                  c.point->budget_label.c_str(), c.point->variant.c_str(),
+                  c.point->shape.c_str(), si(static_cast<double>(c.point->flops.parameters)).c_str(),
+                  si(static_cast<double>(c.point->tokens())).c_str(), *c.causal_mean(),
+                  spread(c, true).c_str());
+    }
+  }
   if (!open.empty()) {
     std::printf("\n%zu of %zu points have no final loss:\n", open.size(), results.size());
     for (const auto* r : open)

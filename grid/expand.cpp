@@ -45,6 +45,7 @@ void build_point(const modtrain::GridSpec& spec, GridPoint& p) {
   modtrain::RunConfig& cfg = p.config;
   cfg = spec.base();
   cfg.set_name(p.name);
+  cfg.mutable_train()->set_seed(p.seed);
   auto* m = cfg.mutable_model();
   m->set_d_model(shape.d_model());
   m->set_n_layers(shape.n_layers());
@@ -99,25 +100,40 @@ void build_point(const modtrain::GridSpec& spec, GridPoint& p) {
 
 }  // namespace
 
+bool has_extra_seeds(const modtrain::GridSpec& spec, int budget_index) {
+  if (spec.extra_seeds_size() == 0) return false;
+  if (spec.seed_budgets_size() == 0) return true;
+  const double budget = spec.budgets(budget_index);
+  for (double b : spec.seed_budgets())
+    if (std::abs(b - budget) <= 0.01 * budget) return true;  // as grid/spec.cpp checks them
+  return false;
+}
+
 std::vector<GridPoint> expand(const modtrain::GridSpec& spec) {
   std::vector<GridPoint> points;
   int runnable = 0;
-  for (int b = 0; b < spec.budgets_size(); ++b)
+  for (int b = 0; b < spec.budgets_size(); ++b) {
+    const int seeds = has_extra_seeds(spec, b) ? 1 + spec.extra_seeds_size() : 1;
     for (int s = 0; s < spec.shapes_size(); ++s)
-      for (int v = 0; v < spec.variants_size(); ++v) {
-        GridPoint p;
-        p.budget_index = b;
-        p.shape_index = s;
-        p.variant_index = v;
-        p.budget = spec.budgets(b);
-        p.budget_label = budget_label(p.budget);
-        p.shape = spec.shapes(s).name();
-        p.variant = spec.variants(v).name();
-        p.name = "b" + p.budget_label + "_" + p.shape + "_" + p.variant;
-        build_point(spec, p);
-        if (!p.skipped()) p.array_index = runnable++;
-        points.push_back(std::move(p));
-      }
+      for (int v = 0; v < spec.variants_size(); ++v)
+        for (int k = 0; k < seeds; ++k) {
+          GridPoint p;
+          p.budget_index = b;
+          p.shape_index = s;
+          p.variant_index = v;
+          p.seed_index = k;
+          p.seed = k == 0 ? spec.base().train().seed() : spec.extra_seeds(k - 1);
+          p.budget = spec.budgets(b);
+          p.budget_label = budget_label(p.budget);
+          p.shape = spec.shapes(s).name();
+          p.variant = spec.variants(v).name();
+          p.name = "b" + p.budget_label + "_" + p.shape + "_" + p.variant;
+          if (k > 0) p.name += "_s" + std::to_string(p.seed);
+          build_point(spec, p);
+          if (!p.skipped()) p.array_index = runnable++;
+          points.push_back(std::move(p));
+        }
+  }
   return points;
 }
 

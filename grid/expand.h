@@ -1,5 +1,5 @@
 // isoFLOP grid expansion: a GridSpec (configs/grid.proto) -> one RunConfig per (budget, shape,
-// variant), budget-major, then shapes and variants in spec order. Invariant: a runnable point's
+// variant[, extra seed]), budget-major, then shapes, variants and seeds in spec order. Invariant: a runnable point's
 // train.steps is the largest whole number of steps whose training FLOPs fit in the budget,
 //   steps = floor(budget / (tokens_per_step x training FLOPs per token)),
 // so budget - one step's FLOPs < spent <= budget; training FLOPs per token come from
@@ -18,8 +18,13 @@
 namespace mod::grid {
 
 struct GridPoint {
-  std::string name;  // "b<budget>_<shape>_<variant>", e.g. "b1e13_s2_mod": stable across runs
+  // "b<budget>_<shape>_<variant>", e.g. "b1e13_s2_mod", and "_s<seed>" for an extra seed
+  // ("b3e15_d256_mod_s2"): stable across runs
+  std::string name;
   int budget_index = 0, shape_index = 0, variant_index = 0;  // into the spec's repeated fields
+  // 0: the base seed (base.train.seed); i > 0: extra_seeds[i - 1]
+  int seed_index = 0;
+  uint64_t seed = 0;  // the point's train.seed, e.g. 1337
   double budget = 0;           // training FLOPs, e.g. 1e13
   std::string budget_label;    // e.g. "1e13"
   std::string shape, variant;  // the spec's labels
@@ -36,6 +41,9 @@ struct GridPoint {
   double flops_per_step() const { return flops.training_per_token * static_cast<double>(tokens_per_step); }
   int64_t tokens() const { return steps * tokens_per_step; }
 };
+
+// Whether the spec's extra_seeds apply to budgets[budget_index] (seed_budgets, within 1%).
+bool has_extra_seeds(const modtrain::GridSpec& spec, int budget_index);
 
 // The spec must be valid (grid::validate_grid). Never throws for a point: its problems become
 // skip reasons.

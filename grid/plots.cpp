@@ -25,13 +25,20 @@ constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", 
                                     "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
 constexpr int kPointTypes[] = {7, 5, 9, 11, 13, 15};  // filled circle, square, triangles, ...
 
-// One (budget, variant) curve of top-C losses, or, for a routed variant, of causal ones.
+// One (budget, variant) curve of top-C losses, or, for a routed variant, of causal ones; each
+// point the mean over its seeds, with their range as an error bar.
 struct Curve {
   int budget_index = 0, variant_index = 0;
   std::string title;
   bool routed = false, causal = false;
-  std::vector<const PointResult*> points;  // finished, with this curve's loss
-  double loss(const PointResult* r) const { return causal ? *r->causal_val_loss : *r->val_loss; }
+  bool has_spread = false;  // some point has more than one seed
+  std::vector<const SeedGroup*> points;  // with this curve's loss
+  const std::vector<double>& losses(const SeedGroup* g) const {
+    return causal ? g->causal_losses : g->losses;
+  }
+  double loss(const SeedGroup* g) const { return causal ? *g->causal_mean() : g->mean(); }
+  double low(const SeedGroup* g) const { return *std::ranges::min_element(losses(g)); }
+  double high(const SeedGroup* g) const { return *std::ranges::max_element(losses(g)); }
 };
 
 // Writes the data file (one block per curve, then one block holding each curve's minimum) and
@@ -40,19 +47,21 @@ std::string write_plot(const modtrain::GridSpec& spec, const std::vector<Curve>&
                        const std::string& plots_dir, const std::string& png, const std::string& stem,
                        bool by_parameters) {
   const std::string dat = plots_dir + "/" + stem + ".dat", gp = plots_dir + "/" + stem + ".gp";
-  auto x_of = [&](const PointResult* r) {
+  auto x_of = [&](const SeedGroup* r) {
     return by_parameters ? static_cast<double>(r->point->flops.parameters) : r->point->flops.forward_per_token;
   };
   {
     std::ofstream d(dat);
     d << "# " << (by_parameters ? "parameters" : "forward_flops_per_token")
-      << " final_val_loss shape point; one block per curve, then each curve's minimum\n";
+      << " final_val_loss shape point lowest highest (loss: the mean over seeds, lowest and "
+         "highest: their range); one block per curve, then each curve's minimum\n";
     for (const Curve& c : curves) {
-      std::vector<const PointResult*> pts = c.points;
+      std::vector<const SeedGroup*> pts = c.points;
       std::sort(pts.begin(), pts.end(), [&](auto* a, auto* b) { return x_of(a) < x_of(b); });
       d << "# " << c.title << "\n";
       for (const auto* r : pts)
-        d << x_of(r) << " " << c.loss(r) << " " << r->point->shape << " " << r->point->name << "\n";
+        d << x_of(r) << " " << c.loss(r) << " " << r->point->shape << " " << r->point->name << " "
+          << c.low(r) << " " << c.high(r) << "\n";
       d << "\n\n";
     }
     for (const Curve& c : curves) {
@@ -63,11 +72,13 @@ std::string write_plot(const modtrain::GridSpec& spec, const std::vector<Curve>&
         << "\n\n\n";
     }
   }
+  const bool seeded = std::ranges::any_of(curves, [](const Curve& c) { return c.has_spread; });
   std::ofstream g(gp);
   g << "# " << stem << ".png of grid " << spec.name() << ", written by `modtrain grid collect`.\n"
     << util::gnuplot_png_output(png, 1100, 720)
     << "set title " << util::gnuplot_quote(by_parameters ? "isoFLOP curves of grid " + spec.name() +
-                                                   " (dense solid, MoD top-C dashed, MoD causal dotted; circles: minima)"
+                                                   " (dense solid, MoD top-C dashed, MoD causal dotted; circles: minima" +
+                                                   (seeded ? "; bars: range over seeds)" : ")")
                                              : "grid " + spec.name() +
                                                    ": final validation loss vs forward FLOPs per token")
     << "\n"
@@ -84,6 +95,9 @@ std::string write_plot(const modtrain::GridSpec& spec, const std::vector<Curve>&
     g << "  " << util::gnuplot_quote(dat) << " index " << i << " using 1:2 with linespoints lw 2 ps 1.3 lc rgb '"
       << colour << "' dt " << (c.causal ? 3 : c.routed ? 2 : 1) << " pt " << pt << " title " << util::gnuplot_quote(c.title)
       << ", \\\n";
+    if (c.has_spread)  // the seeds' range
+      g << "  " << util::gnuplot_quote(dat) << " index " << i << " using 1:2:5:6 with yerrorbars lw 1.5 ps 0 lc rgb '"
+        << colour << "' notitle, \\\n";
     if (c.variant_index == 0 && !c.causal)  // shape names, once per budget
       g << "  " << util::gnuplot_quote(dat) << " index " << i << " using 1:2:3 with labels offset char 0,1 tc rgb '"
         << colour << "' notitle, \\\n";
@@ -104,7 +118,8 @@ PlotReport draw_plots(const modtrain::GridSpec& spec, const std::vector<PointRes
   PlotReport report;
   const std::string names[2] = {"isoflop", "loss_vs_flops_per_token"};
   std::map<std::tuple<int, int, bool>, Curve> by_key;  // (budget, variant, causal), spec order
-  auto add = [&](const PointResult& r, bool causal) {
+  const std::vector<SeedGroup> groups = group_by_seed(results);
+  auto add = [&](const SeedGroup& r, bool causal) {
     const GridPoint& p = *r.point;
     Curve& c = by_key[{p.budget_index, p.variant_index, causal}];
     c.budget_index = p.budget_index;
@@ -114,10 +129,11 @@ PlotReport draw_plots(const modtrain::GridSpec& spec, const std::vector<PointRes
     c.title = p.budget_label + " FLOPs, " + p.variant +
               (!p.routed ? "" : causal ? " (causal routing)" : " (top-C routing)");
     c.points.push_back(&r);
+    c.has_spread = c.has_spread || (causal ? r.causal_losses : r.losses).size() > 1;
   };
-  for (const auto& r : results) {
-    if (r.val_loss) add(r, false);
-    if (r.causal_val_loss && r.point->routed) add(r, true);
+  for (const auto& r : groups) {
+    add(r, false);
+    if (r.causal_mean() && r.point->routed) add(r, true);
   }
   auto fail_all = [&](const std::string& why) {
     for (const auto& n : names) report.not_drawn.push_back(n + ".png: " + why);

@@ -1,8 +1,12 @@
 // Result gathering (see results.h).
 #include "grid/results.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <numeric>
+#include <tuple>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -19,6 +23,33 @@ std::string csv_field(const std::string& s) {
   return out + "\"";
 }
 
+double SeedGroup::mean() const {
+  return std::accumulate(losses.begin(), losses.end(), 0.0) / static_cast<double>(losses.size());
+}
+double SeedGroup::min() const { return *std::min_element(losses.begin(), losses.end()); }
+double SeedGroup::max() const { return *std::max_element(losses.begin(), losses.end()); }
+std::optional<double> SeedGroup::causal_mean() const {
+  if (causal_losses.empty() || causal_losses.size() != losses.size()) return std::nullopt;
+  return std::accumulate(causal_losses.begin(), causal_losses.end(), 0.0) /
+         static_cast<double>(causal_losses.size());
+}
+
+std::vector<SeedGroup> group_by_seed(const std::vector<PointResult>& results) {
+  std::map<std::tuple<int, int, int>, SeedGroup> groups;  // (budget, shape, variant): spec order
+  for (const auto& r : results) {
+    const GridPoint& p = *r.point;
+    SeedGroup& g = groups[{p.budget_index, p.shape_index, p.variant_index}];
+    if (!g.point) g.point = &p;
+    g.results.push_back(&r);
+    if (!r.val_loss) continue;
+    g.losses.push_back(*r.val_loss);
+    if (r.causal_val_loss) g.causal_losses.push_back(*r.causal_val_loss);
+  }
+  std::vector<SeedGroup> out;
+  for (auto& [key, g] : groups)
+    if (!g.losses.empty()) out.push_back(std::move(g));
+  return out;
+}
 
 std::vector<PointResult> collect_results(const std::vector<GridPoint>& points,
                                          const std::string& runs_dir, int eval_batches) {
@@ -63,15 +94,15 @@ std::vector<PointResult> collect_results(const std::vector<GridPoint>& points,
 
 void write_results_csv(const std::string& path, const std::vector<PointResult>& results) {
   std::ostringstream f;
-  f << "point,budget,shape,variant,routed,parameters,non_embedding_parameters,"
+  f << "point,budget,shape,variant,seed,routed,parameters,non_embedding_parameters,"
        "forward_flops_per_token,training_flops_per_token,steps,tokens,flops,final_val_loss,"
        "final_val_loss_causal,status,train_seconds,note\n";
   char buf[512];
   for (const auto& r : results) {
     const GridPoint& p = *r.point;
-    std::snprintf(buf, sizeof buf, "%s,%s,%s,%s,%d,%lld,%lld,%.6g,%.6g,%lld,%lld,%.6g,",
+    std::snprintf(buf, sizeof buf, "%s,%s,%s,%s,%llu,%d,%lld,%lld,%.6g,%.6g,%lld,%lld,%.6g,",
                   p.name.c_str(), p.budget_label.c_str(), p.shape.c_str(), p.variant.c_str(),
-                  p.routed ? 1 : 0, static_cast<long long>(p.flops.parameters),
+                  static_cast<unsigned long long>(p.seed), p.routed ? 1 : 0, static_cast<long long>(p.flops.parameters),
                   static_cast<long long>(p.flops.non_embedding_parameters),
                   p.flops.forward_per_token, p.flops.training_per_token,
                   static_cast<long long>(p.steps), static_cast<long long>(p.tokens()),

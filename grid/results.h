@@ -23,12 +23,25 @@ struct PointResult {
   std::string note;    // the skip reason, what is missing, or where the loss came from
 };
 
+// The points of one (budget, shape, variant) over its seeds (one point without extra_seeds):
+// what collect ranks and plots. Losses are the mean over the seeds that finished.
+struct SeedGroup {
+  const GridPoint* point = nullptr;         // the group's first point (its shape and sizes)
+  std::vector<const PointResult*> results;  // every point of the group, in seed order
+  std::vector<double> losses, causal_losses;  // of the finished points, in seed order
+  double mean() const;                       // of losses (top-C); needs one
+  double min() const, max() const;
+  std::optional<double> causal_mean() const;  // of causal_losses, when every finished point has one
+};
+// Groups with at least one finished point, in spec order.
+std::vector<SeedGroup> group_by_seed(const std::vector<PointResult>& results);
+
 // runs_dir/<point name> is each point's run directory. eval_batches: validation batches when a
 // finished point's loss must be computed (0: the point's train.eval_batches).
 std::vector<PointResult> collect_results(const std::vector<GridPoint>& points,
                                          const std::string& runs_dir, int eval_batches);
 
-// point,budget,shape,variant,routed,parameters,non_embedding_parameters,forward_flops_per_token,
+// point,budget,shape,variant,seed,routed,parameters,non_embedding_parameters,forward_flops_per_token,
 // training_flops_per_token,steps,tokens,flops,final_val_loss,final_val_loss_causal,status,
 // train_seconds,note
 void write_results_csv(const std::string& path, const std::vector<PointResult>& results);

@@ -198,6 +198,22 @@ void validate_grid(const modtrain::GridSpec& spec, const std::string& origin) {
   if (!(spec.warmup_fraction() >= 0 && spec.warmup_fraction() < 1))
     bad("warmup_fraction", num(spec.warmup_fraction()) + " must be in [0, 1)");
 
+  std::set<uint64_t> seeds = {spec.base().train().seed()};
+  for (int i = 0; i < spec.extra_seeds_size(); ++i)
+    if (!seeds.insert(spec.extra_seeds(i)).second)
+      bad("extra_seeds[" + std::to_string(i) + "]",
+          std::to_string(spec.extra_seeds(i)) + " repeats base.train.seed or another extra seed");
+  if (spec.seed_budgets_size() > 0 && spec.extra_seeds_size() == 0)
+    bad("seed_budgets", "given without extra_seeds; e.g. extra_seeds: [2]");
+  for (int i = 0; i < spec.seed_budgets_size(); ++i) {
+    bool known = false;
+    for (double b : spec.budgets())
+      known = known || std::abs(spec.seed_budgets(i) - b) <= 0.01 * b;
+    if (!known)
+      bad("seed_budgets[" + std::to_string(i) + "]",
+          num(spec.seed_budgets(i)) + " is not one of budgets (within 1%)");
+  }
+
   const auto& s = spec.slurm();
   if (!valid_slurm_time(s.time_limit()))
     bad("slurm.time_limit",

@@ -11,6 +11,13 @@
 #   scripts/gpu_run.sh multirank  several ranks on the one GPU without MPI (the bundle has none):
 #                              nccl_tests at 2 and 4 ranks, then tiny_mod dp2 and tp2 against one
 #                              rank, losses to 1e-5; each rank its own NCCL_HOSTID, over loopback
+#   scripts/gpu_run.sh grid    the isoFLOP grid configs/grids/gpu_one on the Linux corpus:
+#                              unpack linux_corpus.jsonl.xz (scripts/gpu_corpus.sh; carried
+#                              beside the bundle), prep it on every core with the committed
+#                              tokenizer, plan at GRID_FLOPS FLOP/s, train the points that fit
+#                              GRID_SECONDS (default 330) in plan order (GRID_POINTS: an extended
+#                              regex of point names, e.g. '^b1e15_'), collect; results.csv,
+#                              plan.csv and the plots come back in $OUT/grid.tar.gz
 #   scripts/gpu_run.sh all     tests and bench in one call (device time is scarce; a start costs
 #                              minutes)
 #   scripts/gpu_run.sh pytorch bench's PyTorch runs alone
@@ -26,7 +33,7 @@
 # $OUT/logs.tar.gz, rewritten after every command (a call cut off still returns what ran).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?usage: scripts/gpu_run.sh tests|bench|profile|multirank|all|eager|pytorch|modtrain ARGS...|bin NAME ARGS...}
+stage=${1:?usage: scripts/gpu_run.sh tests|bench|profile|multirank|grid|all|eager|pytorch|modtrain ARGS...|bin NAME ARGS...}
 out=${OUT:-$PWD/out}
 mkdir -p "$out"
 summary="$out/summary.txt"
@@ -162,19 +169,67 @@ profile() {
   grep -A21 "^PyTorch profile" "$logs/pytorch_profile.log" | tee -a "$summary"
 }
 
+# The grid stage. Points run one at a time, each as `grid run --point P` under `timeout` with the
+# time left, so the last one stops at a checkpoint (exit 75) instead of overrunning; a point
+# starts only when its estimate (plan.csv's est_seconds at GRID_FLOPS, scaled by how far the
+# points so far took longer or shorter than estimated) fits the time left.
+grid() {
+  local corpus=${GRID_CORPUS:-linux_corpus.jsonl.xz} spec=configs/grids/gpu_one.textproto
+  local data=/tmp/grid_data/linux_bpe16k gout=/tmp/grid_gpu_one
+  local budget=${GRID_SECONDS:-330} flops=${GRID_FLOPS:-1.5e14}
+  local grid_opts=(--spec "$spec" --data "$data" --out "$gout")
+  [ -f "$corpus" ] || { echo "gpu_run: $corpus missing (carry it: scripts/gpu_corpus.sh)" | tee -a "$summary"; return 0; }
+  mkdir -p /tmp/grid_corpus "$gout"
+  [ -s /tmp/grid_corpus/linux.jsonl ] || LIMIT=60 run grid_unpack \
+    sh -c "xz -T0 -dc '$corpus' > /tmp/grid_corpus/linux.jsonl.tmp && mv /tmp/grid_corpus/linux.jsonl.tmp /tmp/grid_corpus/linux.jsonl"
+  LIMIT=300 run grid_prep "$modtrain" prep --input /tmp/grid_corpus/linux.jsonl \
+    --tokenizer configs/corpora/linux_bpe16k.json --val-fraction 0.005 --out "$data"
+  grep -E "^prep|^  (train|val):" "$logs/${tag}grid_prep.log" | tee -a "$summary"
+  LIMIT=60 run grid_plan "$modtrain" grid plan "${grid_opts[@]}" --flops-per-second "$flops" \
+    --device-memory-gb 80
+  grep -E "^warning|^total" "$logs/${tag}grid_plan.log" | tee -a "$summary"
+  local t0=$SECONDS spent_est=0 spent_real=0 point est left scaled rc
+  while IFS=, read -r point est; do
+    [[ $point =~ ${GRID_POINTS:-.} ]] || continue
+    left=$((budget - (SECONDS - t0)))
+    # the estimate scaled by real/estimated seconds of the points run so far
+    scaled=$(awk -v e="$est" -v r="$spent_real" -v s="$spent_est" 'BEGIN { printf "%d", (s > 0 ? e * r / s : e) + 1 }')
+    if [ "$scaled" -gt "$left" ]; then
+      echo "grid: $point left out (about ${scaled}s, ${left}s left)" >> "$logs/${tag}grid_points.txt"
+      continue
+    fi
+    local p0=$SECONDS
+    timeout -k 20 "$left" "$modtrain" grid run "${grid_opts[@]}" --point "$point" \
+      < /dev/null >> "$logs/${tag}grid_run.log" 2>&1
+    rc=$?
+    printf 'grid: %-26s rc %-3d %4ds (estimated %ss)\n' "$point" "$rc" $((SECONDS - p0)) "$est" |
+      tee -a "$logs/${tag}grid_points.txt"
+    spent_est=$(awk -v a="$spent_est" -v b="$est" 'BEGIN { print a + b }')
+    spent_real=$((spent_real + SECONDS - p0))
+    archive
+  done < <(awk -F, 'NR > 1 && $NF == "" && $(NF - 1) == "runnable" {
+      for (i = 1; i <= NF; ++i) if (h[i] == "est_seconds") print $1 "," $i
+    } NR == 1 { for (i = 1; i <= NF; ++i) h[i] = $i }' "$gout/plan.csv")
+  grep -c " rc 0 " "$logs/${tag}grid_points.txt" | sed 's/^/grid points trained: /' | tee -a "$summary"
+  LIMIT=120 run grid_collect "$modtrain" grid collect "${grid_opts[@]}"
+  sed -n '/^seed spread\|^lowest loss/,$p' "$logs/${tag}grid_collect.log" | tee -a "$summary"
+  tar -C "$gout" -czf "$out/grid.tar.gz" plan.csv $(cd "$gout" && ls results.csv *.png plots 2>/dev/null)
+}
+
 probe
 case $stage in
   tests) tests ;;
   bench) bench ;;
   profile) profile ;;
   multirank) multirank ;;
+  grid) grid ;;
   all) tests; bench ;;
   eager) eager ;;
   pytorch) pytorch_bench ;;
   modtrain) shift; "$modtrain" "$@" ;;  # one ad-hoc command with the bundle's libraries
   bin) shift; name=$1; shift; "$bundle/bin/$name" "$@" ;;
   *)
-    echo "gpu_run: unknown stage '$stage' (tests, bench, profile, multirank, all, eager, pytorch, modtrain ARGS... or bin NAME ARGS...)" >&2
+    echo "gpu_run: unknown stage '$stage' (tests, bench, profile, multirank, grid, all, eager, pytorch, modtrain ARGS... or bin NAME ARGS...)" >&2
     exit 2
     ;;
 esac

@@ -73,10 +73,10 @@ grep -q "not drawn: isoflop.png: gnuplot is not on PATH" "$work/collect0.log" \
 # collect: every point finished with a loss; both PNGs when gnuplot is there.
 "$modtrain" grid collect "${opts[@]}" > "$work/collect.log"
 [ "$(wc -l < "$out/results.csv")" -eq 9 ] || fail "results.csv: expected 9 lines: $(cat "$out/results.csv")"
-finished=$(awk -F, 'NR > 1 && $15 == "finished" && $13 > 0 && $13 < 10' "$out/results.csv" | wc -l)
+finished=$(awk -F, 'NR > 1 && $16 == "finished" && $14 > 0 && $14 < 10' "$out/results.csv" | wc -l)
 [ "$finished" -eq 8 ] || fail "results.csv: $finished of 8 points finished with a loss: $(cat "$out/results.csv")"
 # MoD points also carry the causal-routing loss (what sampling gets); dense points have none.
-causal=$(awk -F, 'NR > 1 && (($5 == 1 && $14 > 0 && $14 < 10) || ($5 == 0 && $14 == ""))' "$out/results.csv" | wc -l)
+causal=$(awk -F, 'NR > 1 && (($6 == 1 && $15 > 0 && $15 < 10) || ($6 == 0 && $15 == ""))' "$out/results.csv" | wc -l)
 [ "$causal" -eq 8 ] || fail "results.csv: causal losses of MoD points only: $(cat "$out/results.csv")"
 png_note="PNGs checked"
 if command -v gnuplot > /dev/null; then

@@ -12,6 +12,7 @@
 
 #include "core/util/safetensors.h"
 #include "grid/expand.h"
+#include "grid/results.h"
 #include "grid/run_state.h"
 #include "grid/sbatch.h"
 #include "grid/spec.h"
@@ -165,6 +166,10 @@ TEST_CASE("invalid grid specs fail with the file and the field", "[grid][errors]
       {"slurm { ntasks: 4 }", {"slurm.ntasks", "base.parallel.dp 1 x base.parallel.tp 1"}},
       {"slurm { time_limit: \"two hours\" }", {"slurm.time_limit", "Slurm time"}},
       {"slurm { extra_sbatch: \"exclusive\" }", {"slurm.extra_sbatch[0]", "long option"}},
+      {"extra_seeds: [1337]", {"extra_seeds[0]", "1337 repeats base.train.seed"}},
+      {"extra_seeds: [2, 2]", {"extra_seeds[1]", "repeats"}},
+      {"seed_budgets: [2e10]", {"seed_budgets", "without extra_seeds"}},
+      {"extra_seeds: [2] seed_budgets: [3e10]", {"seed_budgets[0]", "3e+10 is not one of budgets"}},
   };
   for (const auto& [extra, words] : cases) {
     INFO(extra);
@@ -236,8 +241,11 @@ TEST_CASE("every grid in configs/grids loads and expands", "[grid]") {
     INFO(entry.path());
     const auto spec = grid::load_grid(entry.path().string());
     const auto points = grid::expand(spec);
-    CHECK(points.size() ==
-          static_cast<size_t>(spec.budgets_size() * spec.shapes_size() * spec.variants_size()));
+    size_t expected = 0;  // budgets x shapes x variants, times the seeds of each budget
+    for (int b = 0; b < spec.budgets_size(); ++b)
+      expected += static_cast<size_t>(spec.shapes_size() * spec.variants_size()) *
+                  (grid::has_extra_seeds(spec, b) ? 1 + spec.extra_seeds_size() : 1);
+    CHECK(points.size() == expected);
     int runnable = 0;
     for (const auto& p : points) runnable += !p.skipped();
     CHECK(runnable > 0);
@@ -269,6 +277,74 @@ TEST_CASE("every grid in configs/grids loads and expands", "[grid]") {
   CHECK(mode_points == 21);  // 3 budgets x 7 shapes
   CHECK(smallest == Approx(60e6).epsilon(0.1));
   CHECK(largest == Approx(3e9).epsilon(0.1));
+}
+
+TEST_CASE("extra seeds rerun every point of their budgets, named by seed, after the base seed",
+          "[grid]") {
+  const auto spec = tiny_with("extra_seeds: [2, 3] seed_budgets: [4e10]");
+  const auto points = grid::expand(spec);
+  REQUIRE(points.size() == 4 + 4 * 3);  // 2e10: 2 shapes x 2 variants; 4e10: each 3 times
+  std::vector<std::string> names;
+  int index = 0;
+  for (const auto& p : points) {
+    names.push_back(p.name);
+    CHECK(p.config.train().seed() == p.seed);
+    CHECK(p.config.name() == p.name);
+    if (!p.skipped()) CHECK(p.array_index == index++);
+  }
+  CHECK(names[0] == "b2e10_s1_dense");
+  CHECK(names[1] == "b2e10_s1_mod");
+  CHECK(names[4] == "b4e10_s1_dense");
+  CHECK(names[5] == "b4e10_s1_dense_s2");
+  CHECK(names[6] == "b4e10_s1_dense_s3");
+  CHECK(names[7] == "b4e10_s1_mod");
+  CHECK(names[15] == "b4e10_s2_mod_s3");
+  CHECK(points[4].seed == 1337);  // the base seed keeps the name it had without extra seeds
+  CHECK(points[4].seed_index == 0);
+  CHECK(points[5].seed == 2);
+  CHECK(points[6].seed_index == 2);
+  // A seed changes nothing but the seed: the same steps, FLOPs and warm-up.
+  for (int k : {5, 6}) {
+    CHECK(points[k].steps == points[4].steps);
+    CHECK(points[k].config.optimizer().warmup_steps() == points[4].config.optimizer().warmup_steps());
+    auto a = points[k].config, b = points[4].config;
+    a.mutable_train()->clear_seed();
+    b.mutable_train()->clear_seed();
+    a.clear_name();
+    b.clear_name();
+    CHECK(a.SerializeAsString() == b.SerializeAsString());
+  }
+  // Without seed_budgets, every budget gets them.
+  CHECK(grid::expand(tiny_with("extra_seeds: [7]")).size() == 16);
+  CHECK(grid::expand(tiny()).size() == 8);
+}
+
+TEST_CASE("points group over their seeds: the mean, range and causal mean of finished ones",
+          "[grid]") {
+  const auto points = grid::expand(tiny_with("extra_seeds: [2, 3] seed_budgets: [4e10]"));
+  std::vector<grid::PointResult> results(points.size());
+  for (size_t i = 0; i < points.size(); ++i) results[i].point = &points[i];
+  // b2e10_s1_dense: one seed, finished. b4e10_s1_mod (index 7..9): seeds 1337 and 3 finished,
+  // 2 not; each with a causal loss. Every other point: not finished.
+  results[0].val_loss = 2.5;
+  results[7].val_loss = 2.0;
+  results[7].causal_val_loss = 2.1;
+  results[9].val_loss = 2.4;
+  results[9].causal_val_loss = 2.3;
+  const auto groups = grid::group_by_seed(results);
+  REQUIRE(groups.size() == 2);
+  CHECK(groups[0].point->name == "b2e10_s1_dense");
+  CHECK(groups[0].results.size() == 1);
+  CHECK(groups[0].mean() == 2.5);
+  CHECK_FALSE(groups[0].causal_mean());
+  CHECK(groups[1].point->name == "b4e10_s1_mod");
+  CHECK(groups[1].results.size() == 3);
+  CHECK(groups[1].losses.size() == 2);
+  CHECK(groups[1].mean() == Approx(2.2));
+  CHECK(groups[1].min() == 2.0);
+  CHECK(groups[1].max() == 2.4);
+  REQUIRE(groups[1].causal_mean());
+  CHECK(*groups[1].causal_mean() == Approx(2.2));
 }
 
 TEST_CASE("the job-array script has one task per runnable point", "[grid]") {
