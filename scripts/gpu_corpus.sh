@@ -29,3 +29,10 @@ if [ "$size" -gt $((max_mib * 1048576)) ]; then
   echo "gpu_corpus: over $max_mib MiB: pack less (CORPUS_MB < $mb)" >&2
   exit 1
 fi
+# One call carries the working tree, the bundle and this file: 64 MiB in all.
+if [ -f gpu_bundle.tar.xz ]; then
+  tree=$(git ls-files -z | xargs -0 stat -c %s | awk '{ s += $1 } END { print s }')
+  total=$((tree + size + $(stat -c %s gpu_bundle.tar.xz)))
+  echo "gpu_corpus: with gpu_bundle.tar.xz and the tracked tree: $((total / 1048576)) MiB of the 64 MiB a call carries"
+  [ "$total" -le $((64 * 1048576)) ] || { echo "gpu_corpus: over 64 MiB: pack less (CORPUS_MB)" >&2; exit 1; }
+fi

@@ -16,7 +16,8 @@
 #                              beside the bundle), prep it on every core with the committed
 #                              tokenizer, plan at GRID_FLOPS FLOP/s, train the points that fit
 #                              GRID_SECONDS (default 330) in plan order (GRID_POINTS: an extended
-#                              regex of point names, e.g. '^b1e15_'), collect; results.csv,
+#                              regex of point names, e.g. '^b1e15_'; GRID_SPEC: another
+#                              spec on the same corpus), collect; results.csv,
 #                              plan.csv and the plots come back in $OUT/grid.tar.gz
 #   scripts/gpu_run.sh all     tests and bench in one call (device time is scarce; a start costs
 #                              minutes)
@@ -171,10 +172,11 @@ profile() {
 
 # The grid stage. Points run one at a time, each as `grid run --point P` under `timeout` with the
 # time left, so the last one stops at a checkpoint (exit 75) instead of overrunning; a point
-# starts only when its estimate (plan.csv's est_seconds at GRID_FLOPS, scaled by how far the
-# points so far took longer or shorter than estimated) fits the time left.
+# starts only when its predicted time fits the time left: GRID_OVERHEAD seconds (default 10:
+# start-up, CUDA graph capture, final evaluation, saving) + plan.csv's est_seconds at GRID_FLOPS
+# x k, where k (from 1) is what the points so far took beyond their overhead per estimated second.
 grid() {
-  local corpus=${GRID_CORPUS:-linux_corpus.jsonl.xz} spec=configs/grids/gpu_one.textproto
+  local corpus=${GRID_CORPUS:-linux_corpus.jsonl.xz} spec=${GRID_SPEC:-configs/grids/gpu_one.textproto}
   local data=/tmp/grid_data/linux_bpe16k gout=/tmp/grid_gpu_one
   local budget=${GRID_SECONDS:-330} flops=${GRID_FLOPS:-1.5e14}
   local grid_opts=(--spec "$spec" --data "$data" --out "$gout")
@@ -188,12 +190,12 @@ grid() {
   LIMIT=60 run grid_plan "$modtrain" grid plan "${grid_opts[@]}" --flops-per-second "$flops" \
     --device-memory-gb 80
   grep -E "^warning|^total" "$logs/${tag}grid_plan.log" | tee -a "$summary"
-  local t0=$SECONDS spent_est=0 spent_real=0 point est left scaled rc
+  local t0=$SECONDS spent_est=0 spent_real=0 overhead=${GRID_OVERHEAD:-10} point est left scaled rc
   while IFS=, read -r point est; do
     [[ $point =~ ${GRID_POINTS:-.} ]] || continue
     left=$((budget - (SECONDS - t0)))
-    # the estimate scaled by real/estimated seconds of the points run so far
-    scaled=$(awk -v e="$est" -v r="$spent_real" -v s="$spent_est" 'BEGIN { printf "%d", (s > 0 ? e * r / s : e) + 1 }')
+    scaled=$(awk -v e="$est" -v r="$spent_real" -v s="$spent_est" -v o="$overhead" 'BEGIN {
+      k = s > 0 ? r / s : 1; if (k < 0.5) k = 0.5; printf "%d", o + e * k + 1 }')
     if [ "$scaled" -gt "$left" ]; then
       echo "grid: $point left out (about ${scaled}s, ${left}s left)" >> "$logs/${tag}grid_points.txt"
       continue
@@ -205,7 +207,7 @@ grid() {
     printf 'grid: %-26s rc %-3d %4ds (estimated %ss)\n' "$point" "$rc" $((SECONDS - p0)) "$est" |
       tee -a "$logs/${tag}grid_points.txt"
     spent_est=$(awk -v a="$spent_est" -v b="$est" 'BEGIN { print a + b }')
-    spent_real=$((spent_real + SECONDS - p0))
+    spent_real=$((spent_real + SECONDS - p0 > overhead ? spent_real + SECONDS - p0 - overhead : spent_real))
     archive
   done < <(awk -F, 'NR > 1 && $NF == "" && $(NF - 1) == "runnable" {
       for (i = 1; i <= NF; ++i) if (h[i] == "est_seconds") print $1 "," $i
@@ -213,7 +215,11 @@ grid() {
   grep -c " rc 0 " "$logs/${tag}grid_points.txt" | sed 's/^/grid points trained: /' | tee -a "$summary"
   LIMIT=120 run grid_collect "$modtrain" grid collect "${grid_opts[@]}"
   sed -n '/^seed spread\|^lowest loss/,$p' "$logs/${tag}grid_collect.log" | tee -a "$summary"
-  tar -C "$gout" -czf "$out/grid.tar.gz" plan.csv $(cd "$gout" && ls results.csv *.png plots 2>/dev/null)
+  local keep=() f
+  for f in plan.csv results.csv isoflop.png loss_vs_flops_per_token.png plots; do
+    [ ! -e "$gout/$f" ] || keep+=("$f")
+  done
+  tar -C "$gout" -czf "$out/grid.tar.gz" "${keep[@]}"
 }
 
 probe
