@@ -477,11 +477,11 @@ int collect(const CollectOptions& o) {
   const auto groups = group_by_seed(results);
   auto spread = [](const SeedGroup& sg, bool causal) {
     const auto& v = causal ? sg.causal_losses : sg.losses;
-    char buf[96] = "";
-    if (v.size() > 1)
-      std::snprintf(buf, sizeof buf, " (%zu seeds, %.4f .. %.4f, spread %.4f)", v.size(),
-                    *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
-                    *std::max_element(v.begin(), v.end()) - *std::min_element(v.begin(), v.end()));
+    if (v.size() < 2) return std::string();
+    const auto [lo, hi] = std::ranges::minmax(v);
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " (%zu seeds, %.4f .. %.4f, spread %.4f)", v.size(), lo, hi,
+                  hi - lo);
     return std::string(buf);
   };
   bool seeded = false;
@@ -490,9 +490,7 @@ int collect(const CollectOptions& o) {
     std::printf("\nseed spread (mean over the finished seeds; top-C for MoD):\n");
     for (const auto& sg : groups)
       if (sg.results.size() > 1)
-        std::printf("  b%s_%s_%s: %.4f%s%s\n", sg.point->budget_label.c_str(),
-                    sg.point->shape.c_str(), sg.point->variant.c_str(), sg.mean(),
-                    spread(sg, false).c_str(),
+        std::printf("  %s: %.4f%s%s\n", sg.point->name.c_str(), sg.mean(), spread(sg, false).c_str(),
                     sg.losses.size() < sg.results.size()
                         ? (", " + std::to_string(sg.results.size() - sg.losses.size()) +
                            " not finished").c_str()

@@ -26,7 +26,7 @@ struct PointResult {
 // The points of one (budget, shape, variant) over its seeds (one point without extra_seeds):
 // what collect ranks and plots. Losses are the mean over the seeds that finished.
 struct SeedGroup {
-  const GridPoint* point = nullptr;         // the group's first point (its shape and sizes)
+  const GridPoint* point = nullptr;         // the base seed's point: its name, shape and sizes
   std::vector<const PointResult*> results;  // every point of the group, in seed order
   std::vector<double> losses, causal_losses;  // of the finished points, in seed order
   double mean() const;                       // of losses (top-C); needs one
