@@ -102,23 +102,27 @@ hf = {"version": "1.0", "truncation": None, "padding": None,
       "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
       "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
                 "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                "ignore_merges": False, "vocab": vocab, "merges": [["\u0120", "t"], "h e", ["\u0120t", "he"]]}}
+                "ignore_merges": False, "vocab": vocab, "merges": ["\u0120 t", "h e", "\u0120t he"]}}
 put("hf_tokenizer", "gpt2_small.json", json.dumps(hf))
 # Nesting depth: the ByteLevel step inside Sequences 8 deep (the reader allows 32).
 nested = dict(hf)
 for _ in range(8):
     nested["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [nested["pre_tokenizer"]]}
 put("hf_tokenizer", "nested_sequence.json", json.dumps(nested))
-# Llama-3 style: a Split regex, then ByteLevel without its own; long runs in an unread field,
-# which the entry encodes as text with the rest of the input.
+# Llama-3 style: a Split regex, then ByteLevel without its own.
 llama = dict(hf)
 llama["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
     {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
                                   "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
      "behavior": "Isolated", "invert": False},
     {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
-llama["model"] = dict(hf["model"], ignore_merges=True)
-llama["runs"] = "a" * 6000 + " " * 3000 + "7" * 3000 + "\n" * 1000 + "!?" * 1000
+# Merges as pairs (the other form; a file holds one form only, as the library requires). Long
+# runs in a vocabulary token (an unknown field would be refused), which the entry encodes as
+# text with the rest of the input; the added token moves to the next id.
+runs = "a" * 6000 + "\u0120" * 3000 + "7" * 3000 + "\u010a" * 1000 + "!?" * 1000
+llama["model"] = dict(hf["model"], ignore_merges=True, vocab=dict(vocab, **{runs: 259}),
+                      merges=[["\u0120", "t"], ["h", "e"], ["\u0120t", "he"]])
+llama["added_tokens"] = [dict(hf["added_tokens"][0], id=260)]
 put("hf_tokenizer", "llama3_long_runs.json", json.dumps(llama))
 # Long runs for the modtrain BPE: 12 self-doubling merges make a 4096-byte token, the bound.
 put("tokenizer", "doubling.tokenizer", "modtrain-tokenizer 1\nkind bpe\nvocab_size 268\nmerges 12\n97 97\n"

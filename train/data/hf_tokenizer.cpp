@@ -17,6 +17,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <queue>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -546,6 +547,25 @@ HfTokenizer::HfTokenizer(std::string json_text, const std::string& name)
     j.fail(std::string("malformed JSON: ") + e.what());
   }
   if (!root.is_object()) j.fail("malformed JSON: the top level is not an object");
+  // The library refuses a field it does not know and any version but "1.0"; so do we, or a file
+  // it cannot load would pass here and tokenize a dataset no other tool can reproduce.
+  static const std::set<std::string> kTopLevel = {
+      "version", "truncation", "padding", "added_tokens", "normalizer",
+      "pre_tokenizer", "post_processor", "decoder", "model"};
+  for (auto it = root.begin(); it != root.end(); ++it)
+    if (!kTopLevel.count(it.key()))
+      j.fail("unknown top-level field \"" + it.key() +
+             "\" (known: version, truncation, padding, added_tokens, normalizer, pre_tokenizer, "
+             "post_processor, decoder, model)");
+  if (root.contains("version")) {
+    const json& v = root["version"];
+    if (!v.is_string() || v.get<std::string>() != "1.0")
+      j.fail("version " + v.dump() + " is not supported (supported: \"1.0\")");
+  }
+  // The post-processor only adds special tokens around a sequence, which encoding for training
+  // never asks for; it is still checked for shape, as the library does.
+  if (root.contains("post_processor") && !root["post_processor"].is_null())
+    j.str(root["post_processor"], "type", "post_processor");
 
   for (const char* key : {"truncation", "padding"})
     if (root.contains(key) && !root[key].is_null())
@@ -567,14 +587,13 @@ HfTokenizer::HfTokenizer(std::string json_text, const std::string& name)
   }
 
   // pre_tokenizer: Split steps, then exactly one ByteLevel, last.
-  const json& pt = j.field(root, "pre_tokenizer", "");
-  if (pt.is_null())
-    j.fail("pre_tokenizer null is not supported (supported: ByteLevel, Split, Sequence)");
-  add_pre_tokenizer(pt, "pre_tokenizer", j, m.steps, 0);
+  if (!root.contains("pre_tokenizer") || root["pre_tokenizer"].is_null())
+    j.fail("pre_tokenizer null or absent is not supported (supported: ByteLevel, Split, Sequence)");
+  add_pre_tokenizer(root["pre_tokenizer"], "pre_tokenizer", j, m.steps, 0);
   if (m.steps.empty())
     j.fail(
-        "pre_tokenizer: no steps (a ByteLevel step must come last, once: the byte-level BPE "
-        "family)");
+        "pre_tokenizer: no steps is not supported (a ByteLevel step must come last, once: the "
+        "byte-level BPE family)");
   for (size_t i = 0; i < m.steps.size(); ++i) {
     const bool last = i + 1 == m.steps.size();
     if ((m.steps[i].kind == PreStep::kByteLevel) != last)
@@ -584,7 +603,9 @@ HfTokenizer::HfTokenizer(std::string json_text, const std::string& name)
 
   // model
   const json& model = j.field(root, "model", "");
-  const std::string type = j.str(model, "type", "model");
+  // The library reads a model without "type" by its fields; ours has BPE's, so absent means BPE.
+  const std::string type = model.is_object() && !model.contains("type") ? "BPE"
+                                                                         : j.str(model, "type", "model");
   if (type != "BPE")
     j.fail("model.type \"" + type + "\" is not supported (supported: BPE)");
   j.null_or(model, "dropout", "model", {}, "null");
@@ -634,6 +655,11 @@ HfTokenizer::HfTokenizer(std::string json_text, const std::string& name)
   for (size_t i = 0; i < merges.size(); ++i) {
     const std::string path = "model.merges[" + std::to_string(i) + "]";
     const json& mg = merges[i];
+    // The library reads merges as all "a b" strings or all ["a", "b"] pairs, never a mixture.
+    if (i > 0 && mg.is_string() != merges[0].is_string())
+      j.fail(path + " is " + (mg.is_string() ? "a string" : "not a string") +
+             " but model.merges[0] is " + (merges[0].is_string() ? "a string" : "not") +
+             ": merges must be all \"a b\" strings or all [\"a\", \"b\"] pairs");
     std::string a, b;
     if (mg.is_string()) {
       const std::string s = mg.get<std::string>();
