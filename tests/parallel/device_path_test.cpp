@@ -4,7 +4,9 @@
 // parameters must equal the CPU run's bitwise; checkpoints written on the device resume on the
 // CPU and back. The real kernels are compared with the CPU's in tests/cuda (on machines with a
 // GPU); several processes on the device are in device_parallel_test.cpp.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include "core/autograd.h"
 #include "model/sampler.h"
@@ -192,6 +194,50 @@ TEST_CASE("a CUDA-graph step replays exactly as eager CPU steps: MoE and MoDE (e
                          {"tiny_mode_staged", {}},
                          {"tiny_moe", {"model.moe.routing=TOKEN_CHOICE", "model.moe.top_k=2",
                                        "model.moe.balance_weight=0.01"}}});  // drops, balance loss
+}
+
+// train.fusions.classifier (on by default) against the unfused head (matmul, cross_entropy)
+// over whole runs: on the CPU, on the emulated device, and replayed from a captured step, with
+// two micro-batches (an incoming gradient of 1/2, applied after the fused op's GEMMs rather than
+// before them). The bound: every step's loss and every parameter within 1e-6 relative (max |a -
+// b| over max |b| per tensor). Measured: bitwise equal (one chunk holds the tiny batch, and the
+// fused op does the unfused kernels' arithmetic in the same order; 1/2 scales exactly).
+TEST_CASE("train.fusions.classifier trains as the unfused head: CPU, emulated device, graphed",
+          "[device][fusions]") {
+  test::EmulatedCudaBackend& emulated = emulate_cuda();
+  auto rel = [](double got, double want) { return std::abs(got - want) / std::abs(want); };
+  for (const char* recipe : {"tiny_dense", "tiny_mod"}) {
+    const std::vector<std::string> accum = {"train.grad_accum=2"};
+    std::vector<std::string> off = accum;
+    off.push_back("train.fusions.classifier=false");
+    const Run unfused = train_run(recipe, false, "", off);
+    for (int where = 0; where < 3; ++where) {  // CPU, device, device graphed
+      INFO(recipe << (where == 0 ? " on the CPU" : where == 1 ? " on the device" : " graphed"));
+      std::vector<std::string> on = accum;
+      if (where == 2) on.push_back("train.cuda_graph=true");
+      const int captures = emulated.captures();
+      const Run fused = train_run(recipe, where > 0, "", on);
+      CHECK(emulated.captures() == captures + (where == 2 ? 1 : 0));
+      REQUIRE(fused.losses.size() == unfused.losses.size());
+      for (size_t s = 0; s < fused.losses.size(); ++s) {
+        INFO("step " << s + 1 << ": " << fused.losses[s] << " vs " << unfused.losses[s]);
+        CHECK(rel(fused.losses[s], unfused.losses[s]) <= 1e-6);
+      }
+      REQUIRE(fused.params.size() == unfused.params.size());
+      for (size_t i = 0; i < fused.params.size(); ++i) {
+        INFO(unfused.params[i].first);
+        const std::vector<double> got = fused.params[i].second.to_vector(),
+                                  want = unfused.params[i].second.to_vector();
+        REQUIRE(got.size() == want.size());
+        double diff = 0, scale = 1e-30;
+        for (size_t j = 0; j < got.size(); ++j) {
+          diff = std::max(diff, std::abs(got[j] - want[j]));
+          scale = std::max(scale, std::abs(want[j]));
+        }
+        CHECK(diff / scale <= 1e-6);
+      }
+    }
+  }
 }
 
 // The clip factor reaches the update through the optimizer (no pass of its own over the
