@@ -62,13 +62,15 @@ GradCase linear_ce_case(const char* name, Shape x, int64_t v, std::vector<int64_
   return {name, Op::LinearCrossEntropy,
           [=](Rng& rng) {
             Shape lead(x.begin(), x.end() - 1);
-            std::vector<int64_t> t(static_cast<size_t>(shape_numel(lead)));
-            for (auto& id : t) id = rng.below(v);
-            for (int64_t i : ignored) t[static_cast<size_t>(i)] = ignore_index;
-            std::vector<Tensor> in = {tied ? Tensor::from_indices(t, lead) : leaf(x, rng),
+            auto draw = [&] {
+              std::vector<int64_t> ids(static_cast<size_t>(shape_numel(lead)));
+              for (auto& id : ids) id = rng.below(v);
+              return ids;
+            };
+            std::vector<Tensor> in = {tied ? Tensor::from_indices(draw(), lead) : leaf(x, rng),
                                       leaf({v, x.back()}, rng)};
-            for (auto& id : t)  // the targets: another draw, with the same ignored positions
-              if (id != ignore_index) id = rng.below(v);
+            std::vector<int64_t> t = draw();
+            for (int64_t i : ignored) t[static_cast<size_t>(i)] = ignore_index;
             in.push_back(Tensor::from_indices(t, lead, index_dtype));
             return in;
           },
