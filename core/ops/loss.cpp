@@ -47,7 +47,6 @@ Tensor bce_with_logits(const Tensor& logits, const Tensor& targets) {
   return out;
 }
 
-
 int64_t linear_cross_entropy_chunk_rows(int64_t v, DType dtype) {
   const int64_t row_bytes = std::max<int64_t>(1, v) * static_cast<int64_t>(dtype_size(dtype));
   return std::max<int64_t>(1, kLinearCrossEntropyChunkBytes / row_bytes);
@@ -112,8 +111,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   const bool grad = want_dx || want_dw;
   Tensor dx = want_dx ? Tensor::empty({n, d}, acc, dev) : Tensor();
   // dW starts as the first chunk's product; zeros only when there is no chunk.
-  Tensor dw = want_dw ? (n == 0 ? Tensor::zeros({v, d}, acc, dev) : Tensor::empty({v, d}, acc, dev))
-                      : Tensor();
+  Tensor dw;
+  if (want_dw) dw = n == 0 ? Tensor::zeros({v, d}, acc, dev) : Tensor::empty({v, d}, acc, dev);
   Tensor losses = Tensor::empty({n}, acc, dev);
   const int64_t rows = chunk_rows > 0 ? chunk_rows : linear_cross_entropy_chunk_rows(v, x.dtype());
   // One buffer for every chunk: the kernels of one chunk run before the next chunk's GEMM

@@ -490,7 +490,8 @@ TEST_CASE("linear_cross_entropy equals cross_entropy of the head's logits, in an
     }
     // An incoming gradient other than 1 scales both gradients.
     INFO(dtype_name(dtype) << ", seed 0.37");
-    const HeadRun ref_s = run_head(x, w, t, false, 0, 0.37), fused_s = run_head(x, w, t, true, 5, 0.37);
+    const HeadRun ref_s = run_head(x, w, t, false, 0, 0.37);
+    const HeadRun fused_s = run_head(x, w, t, true, 5, 0.37);
     CHECK(rel_diff(fused_s.dx, ref_s.dx) <= tol);
     CHECK(rel_diff(fused_s.dw, ref_s.dw) <= tol);
   }
@@ -503,7 +504,8 @@ TEST_CASE("linear_cross_entropy: i32 targets, another ignore_index, all ignored,
   {
     INFO("i32 targets, ignore_index 0");
     const Tensor t = lce_targets({6}, 11, rng, {1, 4}, 0, DType::I32);
-    const HeadRun ref = run_head(x, w, t, false, 0, 1.0, 0), fused = run_head(x, w, t, true, 4, 1.0, 0);
+    const HeadRun ref = run_head(x, w, t, false, 0, 1.0, 0);
+    const HeadRun fused = run_head(x, w, t, true, 4, 1.0, 0);
     CHECK(fused.loss == Approx(ref.loss).epsilon(1e-13));
     CHECK(rel_diff(fused.dx, ref.dx) <= 1e-13);
     CHECK(rel_diff(fused.dw, ref.dw) <= 1e-13);
@@ -541,7 +543,8 @@ TEST_CASE("linear_cross_entropy with tied weights equals the unfused tied head",
   for (int fused = 0; fused < 2; ++fused) {
     Tensor w = w0.clone().set_requires_grad(true);
     const Tensor h = embedding(ids, w);
-    const Tensor loss = fused ? linear_cross_entropy(h, w, t, -100, 4) : cross_entropy(linear(h, w), t);
+    const Tensor loss =
+        fused ? linear_cross_entropy(h, w, t, -100, 4) : cross_entropy(linear(h, w), t);
     loss.backward();
     losses[fused] = loss.item();
     grads[fused] = w.grad();

@@ -297,7 +297,8 @@ TEST_CASE("cuda: linear_cross_entropy loss and gradients against the CPU (f32, b
   const Precision p = precision(dtype);
   Rng rng(210);
   const int64_t n = 74, d = 64, v = 1000;
-  const Tensor x = rounded(normal({n, d}, rng), dtype), w = rounded(normal({v, d}, rng, 0.2), dtype);
+  const Tensor x = rounded(normal({n, d}, rng), dtype);
+  const Tensor w = rounded(normal({v, d}, rng, 0.2), dtype);
   std::vector<int64_t> ids(static_cast<size_t>(n));
   for (auto& id : ids) id = rng.below(v);
   ids[3] = ids[40] = -100;
@@ -305,10 +306,12 @@ TEST_CASE("cuda: linear_cross_entropy loss and gradients against the CPU (f32, b
   for (int64_t chunk_rows : {int64_t{16}, int64_t{0}}) {
     INFO(dtype_name(dtype) << ", chunk_rows " << chunk_rows);
     // The CPU in f32 (f64 inputs converted), the GPU in the dtype under test.
-    Tensor xc = x.to(DType::F32).set_requires_grad(true), wc = w.to(DType::F32).set_requires_grad(true);
+    Tensor xc = x.to(DType::F32).set_requires_grad(true);
+    Tensor wc = w.to(DType::F32).set_requires_grad(true);
     const Tensor loss_c = linear_cross_entropy(xc, wc, targets, -100, chunk_rows);
     scale(loss_c, 0.5).backward();
-    Tensor xg = to_gpu(x, dtype).set_requires_grad(true), wg = to_gpu(w, dtype).set_requires_grad(true);
+    Tensor xg = to_gpu(x, dtype).set_requires_grad(true);
+    Tensor wg = to_gpu(w, dtype).set_requires_grad(true);
     const Tensor loss_g =
         linear_cross_entropy(xg, wg, targets.to(Device::CUDA), -100, chunk_rows);
     CHECK(loss_g.dtype() == DType::F32);
