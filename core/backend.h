@@ -24,6 +24,8 @@ namespace mod {
 // C[batch] (+)= alpha * op(A[batch]) @ op(B[batch]); row-major, op = transpose when trans_*.
 // A is [M,K] ([K,M] when trans_a), B is [K,N] ([N,K] when trans_b), C is [M,N]. A batch stride
 // of 0 reuses the same matrix for every batch entry (a weight shared over the batch).
+// A, B and C share one dtype, except that C may be f32 when A and B are bf16 (a CUDA backend:
+// gradients summed in f32 over several calls, as the fused classifier's dW).
 struct GemmArgs {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
@@ -184,6 +186,15 @@ class Backend {
                                       const Tensor& lse, int64_t ignore_index,
                                       int64_t vocab_start, const Tensor& scale,
                                       Tensor& dlogits) = 0;
+  // Softmax, loss and dlogits in one pass over each row (the fused classifier,
+  // core/ops/loss.h linear_cross_entropy): losses[n] as cross_entropy_forward computes them;
+  // then, when scale is defined, logits[n] is overwritten in place by
+  // scale * (softmax(logits[n]) - onehot(target[n])), a zero row where ignored. losses [N] and
+  // scale [] are in stats_dtype(logits' dtype) (f32 for bf16 logits); an undefined scale leaves
+  // logits as they were (the loss alone, for evaluation).
+  virtual void cross_entropy_with_dlogits(Tensor& logits, const Tensor& targets,
+                                          int64_t ignore_index, const Tensor& scale,
+                                          Tensor& losses) = 0;
 
   // --- rope family (ops/rope) ---
   // x,y [B,T,H,Dh], pos [B,T] (i32/i64). Rotates pairs (i, i + Dh/2) by angle

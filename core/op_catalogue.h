@@ -29,6 +29,7 @@ enum class Op : uint16_t {
   Sigmoid,
   Softmax,
   CrossEntropy,
+  LinearCrossEntropy,  // the LM head and its loss, fused (core/ops/loss.h)
   Rope,
   Attention,
   GatherRows,
@@ -81,6 +82,7 @@ inline constexpr OpInfo kOpInfo[] = {
     {Op::Sigmoid, "sigmoid", true},
     {Op::Softmax, "softmax", true},
     {Op::CrossEntropy, "cross_entropy", true},
+    {Op::LinearCrossEntropy, "linear_cross_entropy", true},
     {Op::Rope, "rope", true},
     {Op::Attention, "attention", true},
     {Op::GatherRows, "gather_rows", true},

@@ -18,6 +18,7 @@ Throughput measure_throughput(const modtrain::RunConfig& cfg, int timed_steps) {
   const auto& m = cfg.model();
   const auto& t = cfg.train();
   model::Transformer model(m, t.seed());
+  model.set_fused_classifier(t.fusions().classifier());  // as the trainer runs it
   parallel::AdamW optimizer(model.named_parameters(), cfg.optimizer());
   const int64_t b = t.batch_size(), s = m.seq_len();
   Rng rng(t.seed());

@@ -12,7 +12,9 @@
 namespace mod::model {
 
 struct ForwardResult {
-  Tensor logits;    // [B,T,V] ([B,T,V/tp], this rank's vocabulary slice, under tensor parallelism)
+  // [B,T,V] ([B,T,V/tp], this rank's vocabulary slice, under tensor parallelism); undefined
+  // when the fused classifier computed the loss (Transformer::set_fused_classifier).
+  Tensor logits;
   Tensor lm_loss;   // scalar; undefined without targets
   Tensor aux_loss;  // scalar: predictor BCE + weighted router BCE + MoE losses; undefined if none
   Tensor loss;      // lm_loss (+ aux_loss): what backward runs on

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/ops/loss.h"
 #include "model/moe_routing.h"
 #include "model/routing_schedule.h"
 
@@ -152,6 +153,7 @@ MemoryOptions memory_options(const modtrain::RunConfig& cfg) {
   o.recompute = cfg.train().recompute();
   o.recompute_blocks.assign(cfg.train().recompute_blocks().begin(),
                             cfg.train().recompute_blocks().end());
+  o.fused_classifier = cfg.train().fusions().classifier() && o.layout.tp == 1;
   return o;
 }
 
@@ -268,6 +270,21 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   plan.head_backward_temp =
       x.bf16 ? std::max({dlogits32, dlogits16, dlogits16 + matmul - dlogits32})
              : dlogits32 + matmul;
+  double head_forward_temp = 0;  // above the end of forward: the fused head's chunk
+  if (opt.fused_classifier) {
+    // linear_cross_entropy keeps dx [n,D] and dW [V,D] (f32 under bf16) and not the logits, the
+    // norm's output or the weight's bf16 copy; while it runs it holds one chunk of logits, the
+    // losses [n], and those copies. Its backward only scales dx and dW (under bf16 rounding
+    // them to bf16 copies, and the weight's cast makes its f32 gradient).
+    const double acc = x.bf16 ? kMaster : x.a;
+    const double chunk =
+        std::min(n, static_cast<double>(linear_cross_entropy_chunk_rows(
+                        static_cast<int64_t>(x.v), x.bf16 ? DType::BF16 : DType::F32))) * x.v * x.a;
+    plan.weight_copies -= head_copy;
+    plan.head_kept = n * x.d * x.a + n * kStats * x.norm_stats + (n + x.v) * x.d * acc;
+    head_forward_temp = chunk + n * acc + n * x.d * x.a + head_copy;
+    plan.head_backward_temp = x.bf16 ? (n + x.v) * x.d * x.a + x.v * x.d * kMaster : 0;
+  }
   plan.activations = kept_total + plan.head_kept;
 
   // Backward, in reverse: head, blocks L-1..0, embedding. Live = base + gradients so far +
@@ -281,6 +298,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
       plan.peak_at = where;
     }
   };
+  visit(base + plan.activations + head_forward_temp, "forward of the fused LM head and loss");
   kept -= causal_total;  // the causal-routing losses' backward, first
   visit(base + kept + plan.head_backward_temp, "backward of the LM head and loss");
   kept -= plan.head_kept;

@@ -36,6 +36,9 @@ struct MemoryOptions {
   bool bf16 = false;           // compute in bf16 from f32 masters (train.precision BF16)
   Recompute recompute = modtrain::TrainConfig::NONE;
   std::vector<int> recompute_blocks;  // empty: every block
+  // train.fusions.classifier at tp 1: the LM head and its loss as linear_cross_entropy
+  // (core/ops/loss.h), which keeps dx and dW instead of logits.
+  bool fused_classifier = false;
 };
 
 // train.batch_size / dp, precision, recomputation and the parallel layout of a run config.

@@ -179,12 +179,20 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets,
       h.narrow0(s, 1).copy_from(run_blocks(x.narrow0(s, 1), mode, result));
     x = h;
   }
-  result.logits = head(x);
-  if (targets.defined()) {
-    const Tensor logits = loss_precision(result.logits);
-    result.lm_loss = lm_loss_ ? lm_loss_(logits, targets) : cross_entropy(logits, targets);
-    result.loss = result.aux_loss.defined() ? add(result.lm_loss, result.aux_loss) : result.lm_loss;
+  if (targets.defined() && fused_classifier_ && !lm_loss_) {
+    // The head's weight as Linear::forward and Embedding::attend read it (autocast), without
+    // their hooks: those are set only under tensor parallelism, which sets lm_loss_.
+    const Tensor& w = lm_head_ ? lm_head_->weight() : embed_->weight();
+    result.lm_loss = linear_cross_entropy(autocast(final_norm_->forward(x)), autocast(w), targets);
+  } else {
+    result.logits = head(x);
+    if (targets.defined()) {
+      const Tensor logits = loss_precision(result.logits);
+      result.lm_loss = lm_loss_ ? lm_loss_(logits, targets) : cross_entropy(logits, targets);
+    }
   }
+  if (targets.defined())
+    result.loss = result.aux_loss.defined() ? add(result.lm_loss, result.aux_loss) : result.lm_loss;
   return result;
 }
 

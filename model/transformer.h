@@ -39,6 +39,11 @@ class Transformer : public nn::Module {
   // tensor parallelism, where logits hold this rank's slice of the vocabulary).
   using LmLoss = std::function<Tensor(const Tensor& logits, const Tensor& targets)>;
   void set_lm_loss(LmLoss fn) { lm_loss_ = std::move(fn); }
+  // train.fusions.classifier: with targets, forward computes the LM loss with
+  // linear_cross_entropy (core/ops/loss.h) and returns no logits. Off until set; ignored while
+  // an LmLoss is set (tensor parallelism) and without targets (sampling, inspection).
+  void set_fused_classifier(bool on) { fused_classifier_ = on; }
+  bool fused_classifier() const { return fused_classifier_; }
   // train.recompute and train.recompute_blocks (empty: every block): what the blocks keep for
   // backward (model/block.h). NONE until set.
   void set_recompute(Recompute mode, const std::vector<int>& blocks = {});
@@ -66,6 +71,7 @@ class Transformer : public nn::Module {
   std::shared_ptr<nn::Norm> final_norm_;
   std::shared_ptr<nn::Linear> lm_head_;  // null when tied
   LmLoss lm_loss_;                       // null: cross_entropy
+  bool fused_classifier_ = false;        // set_fused_classifier
   mutable std::deque<Tensor> positions_;  // positions() made so far (references stay valid)
 };
 

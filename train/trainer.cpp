@@ -47,6 +47,7 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   model_ = std::make_unique<model::Transformer>(cfg_.model(), cfg_.train().seed());
   model_->set_recompute(cfg_.train().recompute(), {cfg_.train().recompute_blocks().begin(),
                                                    cfg_.train().recompute_blocks().end()});
+  model_->set_fused_classifier(cfg_.train().fusions().classifier());
   plan_ = parallel::parallelize(*model_, *mesh_, cfg_.parallel(), device_, cfg_.optimizer());
   const int64_t rows = cfg_.train().batch_size() / dims.dp;
   row_begin_ = mesh_->dp_rank() * rows;

@@ -61,6 +61,8 @@ class CudaBackend final : public Backend {
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               int64_t ignore_index, int64_t vocab_start, const Tensor& scale,
                               Tensor& dlogits) override;
+  void cross_entropy_with_dlogits(Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                  const Tensor& scale, Tensor& losses) override;
   void rope(const Tensor& x, const Tensor& pos, double theta, bool inverse, Tensor& y) override;
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos,
                          const Tensor& k_pos, Tensor& out, Tensor& lse) override;

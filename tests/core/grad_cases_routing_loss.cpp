@@ -1,5 +1,6 @@
-// Gradient cases for embedding, the routing gather/scatter-add and the BCE routing loss. Index
-// inputs include repeats and unsorted rows, since those are where scatter gradients go wrong.
+// Gradient cases for embedding, the routing gather/scatter-add, the BCE routing loss and the
+// fused LM head + cross-entropy (chunked, ignored targets, tied to the embedding). Index inputs
+// include repeats and unsorted rows, since those are where scatter gradients go wrong.
 #include "core/all_ops.h"
 #include "tests/support/grad_check.h"
 
@@ -53,7 +54,42 @@ GradCase bce_case(const char* name, Shape s, bool hard) {
           [](const std::vector<Tensor>& in) { return bce_with_logits(in[0], in[1]); }};
 }
 
+// x [..., D] through weight [V, D] with targets (some ignored), chunk_rows rows at a time; or,
+// tied, x = embedding(ids, weight) first, so the weight's gradient sums both uses.
+GradCase linear_ce_case(const char* name, Shape x, int64_t v, std::vector<int64_t> ignored,
+                        int64_t chunk_rows, bool tied = false, int64_t ignore_index = -100,
+                        DType index_dtype = DType::I64) {
+  return {name, Op::LinearCrossEntropy,
+          [=](Rng& rng) {
+            Shape lead(x.begin(), x.end() - 1);
+            auto draw = [&] {
+              std::vector<int64_t> ids(static_cast<size_t>(shape_numel(lead)));
+              for (auto& id : ids) id = rng.below(v);
+              return ids;
+            };
+            std::vector<Tensor> in = {tied ? Tensor::from_indices(draw(), lead) : leaf(x, rng),
+                                      leaf({v, x.back()}, rng)};
+            std::vector<int64_t> t = draw();
+            for (int64_t i : ignored) t[static_cast<size_t>(i)] = ignore_index;
+            in.push_back(Tensor::from_indices(t, lead, index_dtype));
+            return in;
+          },
+          [=](const std::vector<Tensor>& in) {
+            const Tensor h = tied ? embedding(in[0], in[1]) : in[0];
+            return linear_cross_entropy(h, in[1], in[2], ignore_index, chunk_rows);
+          }};
+}
+
 const bool registered = register_grad_cases({
+    linear_ce_case("linear_cross_entropy [5,7] x [11,7], one chunk", {5, 7}, 11, {}, 0),
+    linear_ce_case("linear_cross_entropy [2,3,7] x [13,7], chunks of 2, 2 ignored", {2, 3, 7}, 13,
+                   {1, 4}, 2),
+    linear_ce_case("linear_cross_entropy i32 targets, ignore_index 0, chunks of 4", {9, 5}, 17,
+                   {3}, 4, false, 0, DType::I32),
+    linear_ce_case("linear_cross_entropy tied to the embedding, chunks of 3", {2, 4, 6}, 9, {5},
+                   3, true),
+    linear_ce_case("linear_cross_entropy every target ignored (zero loss)", {3, 4}, 5, {0, 1, 2},
+                   2),
     embedding_case("embedding [2,5] ids into [7,13] with repeats", 7, 13,
                    {3, 0, 3, 6, 3, 1, 1, 0, 6, 2}, {2, 5}, DType::I64),
     embedding_case("embedding i32 [9] ids into [5,33] with repeats", 5, 33,

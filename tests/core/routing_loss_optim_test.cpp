@@ -1,5 +1,6 @@
 // Forward of embedding, the MoD routing primitives (top-k, gather, scatter-add), the BCE routing
-// loss and AdamW against naive references written here, plus their argument errors.
+// loss, the fused LM head + cross-entropy (against the unfused ops) and AdamW against naive
+// references written here, plus their argument errors.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -421,4 +422,154 @@ TEST_CASE("routing, loss and optimizer ops reject bad input naming it", "[errors
   a.step = 0;
   CHECK_THROWS_WITH(adamw_update(p, randn({4, 3}, rng), m, v, a),
                     Contains("adamw") && Contains("step = 0"));
+}
+
+namespace {
+// Targets in [0, v) for n rows, each position in `ignored` set to ignore_index.
+Tensor lce_targets(const Shape& s, int64_t v, Rng& rng, std::vector<int64_t> ignored,
+                   int64_t ignore_index = -100, DType dtype = DType::I64) {
+  std::vector<int64_t> t(static_cast<size_t>(shape_numel(s)));
+  for (auto& x : t) x = rng.below(v);
+  for (int64_t i : ignored) t[static_cast<size_t>(i)] = ignore_index;
+  return Tensor::from_indices(t, s, dtype);
+}
+
+// The largest |a - b| over the largest |b|: 0 when bitwise equal.
+double rel_diff(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.numel() == b.numel());
+  double worst = 0, scale = 1e-300;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    worst = std::max(worst, std::abs(a.at(i) - b.at(i)));
+    scale = std::max(scale, std::abs(b.at(i)));
+  }
+  return worst / scale;
+}
+
+struct HeadRun {
+  double loss;
+  Tensor dx, dw;
+};
+
+// The loss (times `seed`) of x [2,7,9] through weight [23,9], its gradients, unfused or fused.
+HeadRun run_head(const Tensor& x0, const Tensor& w0, const Tensor& t, bool fused,
+                 int64_t chunk_rows, double seed, int64_t ignore_index = -100) {
+  Tensor x = x0.clone().set_requires_grad(true), w = w0.clone().set_requires_grad(true);
+  const Tensor loss = fused ? linear_cross_entropy(x, w, t, ignore_index, chunk_rows)
+                            : cross_entropy(linear(x, w), t, ignore_index);
+  CHECK(loss.dim() == 0);
+  CHECK(loss.dtype() == x0.dtype());
+  scale(loss, seed).backward();
+  return {loss.item(), x.grad(), w.grad()};
+}
+}  // namespace
+
+TEST_CASE("linear_cross_entropy equals cross_entropy of the head's logits, in any chunks",
+          "[forward]") {
+  Rng rng(31);
+  const int64_t v = 23, d = 9;
+  for (DType dtype : {DType::F64, DType::F32}) {
+    const Tensor x = randn({2, 7, d}, rng, dtype), w = randn({v, d}, rng, dtype, 0.7);
+    const Tensor t = lce_targets({2, 7}, v, rng, {2, 9, 13});
+    const double tol = dtype == DType::F64 ? 1e-13 : 2e-6;
+    const HeadRun ref = run_head(x, w, t, false, 0, 1.0);
+    // One chunk does the unfused head's arithmetic in the same order: bitwise equal.
+    for (int64_t rows : {int64_t{0}, int64_t{14}, int64_t{100}}) {
+      INFO(dtype_name(dtype) << ", one chunk of " << rows << " rows");
+      const HeadRun one = run_head(x, w, t, true, rows, 1.0);
+      CHECK(one.loss == ref.loss);
+      CHECK(rel_diff(one.dx, ref.dx) == 0.0);
+      CHECK(rel_diff(one.dw, ref.dw) == 0.0);
+    }
+    // Several chunks (one of them partial) sum dW chunk by chunk: equal to rounding.
+    for (int64_t rows : {int64_t{1}, int64_t{4}, int64_t{13}}) {
+      INFO(dtype_name(dtype) << ", chunks of " << rows << " rows");
+      const HeadRun many = run_head(x, w, t, true, rows, 1.0);
+      CHECK(many.loss == Approx(ref.loss).epsilon(tol));
+      CHECK(rel_diff(many.dx, ref.dx) <= tol);
+      CHECK(rel_diff(many.dw, ref.dw) <= tol);
+    }
+    // An incoming gradient other than 1 scales both gradients.
+    INFO(dtype_name(dtype) << ", seed 0.37");
+    const HeadRun ref_s = run_head(x, w, t, false, 0, 0.37);
+    const HeadRun fused_s = run_head(x, w, t, true, 5, 0.37);
+    CHECK(rel_diff(fused_s.dx, ref_s.dx) <= tol);
+    CHECK(rel_diff(fused_s.dw, ref_s.dw) <= tol);
+  }
+}
+
+TEST_CASE("linear_cross_entropy: i32 targets, another ignore_index, all ignored, no grad",
+          "[forward]") {
+  Rng rng(32);
+  const Tensor x = randn({6, 5}, rng, DType::F64), w = randn({11, 5}, rng, DType::F64);
+  {
+    INFO("i32 targets, ignore_index 0");
+    const Tensor t = lce_targets({6}, 11, rng, {1, 4}, 0, DType::I32);
+    const HeadRun ref = run_head(x, w, t, false, 0, 1.0, 0);
+    const HeadRun fused = run_head(x, w, t, true, 4, 1.0, 0);
+    CHECK(fused.loss == Approx(ref.loss).epsilon(1e-13));
+    CHECK(rel_diff(fused.dx, ref.dx) <= 1e-13);
+    CHECK(rel_diff(fused.dw, ref.dw) <= 1e-13);
+  }
+  {
+    INFO("every target ignored: loss 0, zero gradients");
+    const Tensor t = Tensor::from_indices(std::vector<int64_t>(6, -100), {6});
+    const HeadRun fused = run_head(x, w, t, true, 4, 1.0);
+    CHECK(fused.loss == 0.0);
+    CHECK(rel_diff(fused.dx, Tensor::zeros({6, 5}, DType::F64)) == 0.0);
+    CHECK(rel_diff(fused.dw, Tensor::zeros({11, 5}, DType::F64)) == 0.0);
+  }
+  {
+    INFO("no grad mode: the loss alone, no node");
+    const Tensor t = lce_targets({6}, 11, rng, {});
+    Tensor xg = x.clone().set_requires_grad(true);
+    NoGradGuard no_grad;
+    const Tensor loss = linear_cross_entropy(xg, w, t, -100, 2);
+    CHECK(!loss.grad_fn());
+    CHECK(loss.item() == Approx(cross_entropy(linear(x, w), t).item()).epsilon(1e-13));
+  }
+  CHECK(linear_cross_entropy_chunk_rows(50304, DType::BF16) == 1334);
+  CHECK(linear_cross_entropy_chunk_rows(50304, DType::F32) == 667);
+  CHECK(linear_cross_entropy_chunk_rows(int64_t{1} << 30, DType::F64) == 1);
+}
+
+TEST_CASE("linear_cross_entropy with tied weights equals the unfused tied head", "[forward]") {
+  // The embedding's table is the head's weight: its gradient sums both uses.
+  Rng rng(33);
+  const int64_t v = 17, d = 6;
+  const Tensor w0 = randn({v, d}, rng, DType::F64);
+  const Tensor ids = lce_targets({3, 5}, v, rng, {}), t = lce_targets({3, 5}, v, rng, {7});
+  Tensor grads[2];
+  double losses[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    Tensor w = w0.clone().set_requires_grad(true);
+    const Tensor h = embedding(ids, w);
+    const Tensor loss =
+        fused ? linear_cross_entropy(h, w, t, -100, 4) : cross_entropy(linear(h, w), t);
+    loss.backward();
+    losses[fused] = loss.item();
+    grads[fused] = w.grad();
+  }
+  CHECK(losses[1] == Approx(losses[0]).epsilon(1e-13));
+  CHECK(rel_diff(grads[1], grads[0]) <= 1e-13);
+}
+
+TEST_CASE("linear_cross_entropy rejects bad input naming it", "[errors]") {
+  Rng rng(34);
+  const Tensor x = randn({4, 3}, rng), w = randn({5, 3}, rng);
+  const Tensor t = Tensor::from_indices({0, 1, 2, 3}, {4});
+  CHECK_THROWS_WITH(linear_cross_entropy(x, randn({5, 4}, rng), t),
+                    Contains("linear_cross_entropy") && Contains("[4, 3]") && Contains("[5, 4]"));
+  CHECK_THROWS_WITH(linear_cross_entropy(x, randn({5, 3}, rng, DType::F64), t),
+                    Contains("linear_cross_entropy") && Contains("f64"));
+  CHECK_THROWS_WITH(linear_cross_entropy(x, w, Tensor::from_indices({0, 1, 2}, {3})),
+                    Contains("linear_cross_entropy") && Contains("[3]") && Contains("[4]"));
+  CHECK_THROWS_WITH(linear_cross_entropy(x, w, Tensor::from_indices({0, 5, 2, 3}, {4})),
+                    Contains("linear_cross_entropy") && Contains("targets[1] = 5") &&
+                        Contains("[0, 5)"));
+  CHECK_THROWS_WITH(linear_cross_entropy(x, w, Tensor::from_vector({0, 1, 2, 3}, {4})),
+                    Contains("linear_cross_entropy") && Contains("f32"));
+  CHECK_THROWS_WITH(linear_cross_entropy(x, w, t, -100, -1),
+                    Contains("linear_cross_entropy") && Contains("chunk_rows -1"));
+  CHECK_THROWS_WITH(linear_cross_entropy(x, randn({0, 3}, rng), t),
+                    Contains("linear_cross_entropy") && Contains("[0, 3]"));
 }

@@ -197,6 +197,29 @@ TEST_CASE("cuda: gemm, every transpose, batch strides (0 included), alpha, accum
       }
 }
 
+// The fused classifier's dW and dx: bf16 operands summed into an f32 C over several calls
+// (under f64 and f32 an ordinary GEMM). The CPU runs f32 on the same bf16 values.
+TEST_CASE("cuda: gemm of bf16 operands into an f32 C, accumulating over calls", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  Rng rng(104);
+  for (bool ta : {false, true}) {
+    INFO("trans_a " << ta);
+    GemmArgs g;
+    g.m = 37;
+    g.n = 24;
+    g.k = 300;
+    g.trans_a = ta;
+    g.accumulate = true;
+    check_parity(p,
+                 {in("a", normal({g.m * g.k}, rng)), in("b", normal({g.k * g.n}, rng)),
+                  f32_when_bf16(inout("c", normal({g.m * g.n}, rng)))},
+                 [&](Backend& be, std::vector<Tensor>& t) {
+                   be.gemm(g, t[0], t[1], t[2]);
+                   be.gemm(g, t[0], t[1], t[2]);  // a second chunk's share onto the first's
+                 });
+  }
+}
+
 TEST_CASE("cuda: binary ops, every kind and broadcast", "[cuda]") {
   const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
   Rng rng(104);

@@ -1,11 +1,13 @@
-// CUDA against CPU, part 2: embedding, norms, activations, softmax, logsumexp, cross-entropy,
-// BCE and AdamW, forward and backward. Backward cases take the forward's cached statistics from
-// the CPU's f64 forward on the rounded inputs (backend_parity.h), so each kernel is tested alone.
+// CUDA against CPU, part 2: embedding, norms, activations, softmax, logsumexp, cross-entropy
+// (and the fused classifier, its kernel and its op), BCE and AdamW, forward and backward.
+// Backward cases take the forward's cached statistics from the CPU's f64 forward on the rounded
+// inputs (backend_parity.h), so each kernel is tested alone.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
+#include "core/all_ops.h"
 #include "core/ops/optim.h"
 #include "tests/cuda/backend_parity.h"
 
@@ -245,6 +247,79 @@ TEST_CASE("cuda: cross-entropy forward and backward, ignore_index, a 50257-wide 
           },
           tol);
     }
+  }
+}
+
+// The fused classifier's kernel: losses, then dlogits written over the logits (InOut), or the
+// losses alone with the logits left as they were (In, checked unchanged).
+TEST_CASE("cuda: cross_entropy_with_dlogits, in place, ignore_index, a 50257-wide row",
+          "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  const DType target_type = GENERATE(DType::I32, DType::I64);
+  Rng rng(209);
+  struct Size {
+    int64_t n, v, ignore_index;
+  };
+  for (Size s : {Size{33, 1000, -100}, Size{4, 50257, -100}, Size{9, 17, 3}}) {
+    INFO("N " << s.n << ", V " << s.v << ", ignore_index " << s.ignore_index << ", targets "
+              << dtype_name(target_type));
+    const Tol tol = s.v > 10000 ? Tol::Long : Tol::Normal;
+    std::vector<int64_t> targets(static_cast<size_t>(s.n));
+    for (auto& t : targets) t = rng.below(s.v);
+    targets[1] = s.ignore_index;
+    targets.back() = s.v - 1;
+    const Tensor targets_t = indices(targets, {s.n}, target_type);
+    const Tensor logits = rounded(normal({s.n, s.v}, rng, 2.0), p.dtype);
+    const Tensor scale = Tensor::scalar(1.0 / static_cast<double>(s.n - 1), DType::F64);
+    check_parity(
+        p,
+        {inout("logits", logits), in("targets", targets_t), f32_when_bf16(in("scale", scale)),
+         f32_when_bf16(out("losses", {s.n}))},
+        [&](Backend& b, std::vector<Tensor>& t) {
+          b.cross_entropy_with_dlogits(t[0], t[1], s.ignore_index, t[2], t[3]);
+        },
+        tol);
+    INFO("the loss alone");
+    check_parity(
+        p, {in("logits", logits), in("targets", targets_t), f32_when_bf16(out("losses", {s.n}))},
+        [&](Backend& b, std::vector<Tensor>& t) {
+          b.cross_entropy_with_dlogits(t[0], t[1], s.ignore_index, Tensor(), t[2]);
+        },
+        tol);
+  }
+}
+
+// The whole op on the GPU against the CPU: chunk GEMMs, the kernel, dx and dW summed over
+// chunks (in f32 for bf16), the backward's scaling. f32, and bf16 against the CPU's f32 on the
+// same bf16 values.
+TEST_CASE("cuda: linear_cross_entropy loss and gradients against the CPU (f32, bf16)", "[cuda]") {
+  const DType dtype = GENERATE(DType::F32, DType::BF16);
+  const Precision p = precision(dtype);
+  Rng rng(210);
+  const int64_t n = 74, d = 64, v = 1000;
+  const Tensor x = rounded(normal({n, d}, rng), dtype);
+  const Tensor w = rounded(normal({v, d}, rng, 0.2), dtype);
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (auto& id : ids) id = rng.below(v);
+  ids[3] = ids[40] = -100;
+  const Tensor targets = indices(ids, {n});
+  for (int64_t chunk_rows : {int64_t{16}, int64_t{0}}) {
+    INFO(dtype_name(dtype) << ", chunk_rows " << chunk_rows);
+    // The CPU in f32 (f64 inputs converted), the GPU in the dtype under test.
+    Tensor xc = x.to(DType::F32).set_requires_grad(true);
+    Tensor wc = w.to(DType::F32).set_requires_grad(true);
+    const Tensor loss_c = linear_cross_entropy(xc, wc, targets, -100, chunk_rows);
+    scale(loss_c, 0.5).backward();
+    Tensor xg = to_gpu(x, dtype).set_requires_grad(true);
+    Tensor wg = to_gpu(w, dtype).set_requires_grad(true);
+    const Tensor loss_g =
+        linear_cross_entropy(xg, wg, targets.to(Device::CUDA), -100, chunk_rows);
+    CHECK(loss_g.dtype() == DType::F32);
+    scale(loss_g, 0.5).backward();
+    auto host = [](const Tensor& t) { return t.to(DType::F32).to(Device::CPU); };
+    expect_close("loss", host(loss_g), loss_c, p.rtol);
+    expect_close("dx", host(xg.grad()), xc.grad(), p.rtol);
+    expect_close("dW", host(wg.grad()), wc.grad(), p.rtol);
   }
 }
 

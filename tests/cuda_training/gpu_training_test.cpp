@@ -187,6 +187,28 @@ TEST_CASE("train.recompute on the GPU: FULL and SELECTIVE track NONE, eager and 
     }
 }
 
+// The fused classifier (train.fusions.classifier, the default) against the unfused head on
+// the GPU: the same GEMMs and the same row statistics in Acc, so f32 runs track each other as a
+// graphed run tracks an eager one; under bf16 dlogits are rounded to bf16 once on both paths,
+// and dx, dW are summed in f32 and rounded once, so within 0.02 of the loss per step. Eager and
+// graphed, with two micro-batches (an incoming gradient of 1/2).
+TEST_CASE("train.fusions.classifier on the GPU tracks the unfused head (f32, bf16, graphed)",
+          "[gpu]") {
+  if (!have_gpu()) return;
+  for (const char* recipe : {"tiny_dense", "tiny_mod"})
+    for (const auto& precision : {kGpu, kGpuBf16}) {
+      const bool bf16 = precision.size() > 1;
+      const auto base = with(precision, "train.grad_accum=2");
+      const Run unfused = train_run(recipe, with(base, "train.fusions.classifier=false"), "", 20);
+      for (const char* graph : {"false", "true"}) {
+        INFO(recipe << (bf16 ? " bf16" : " f32") << ", cuda_graph " << graph);
+        const Run fused = train_run(recipe, with(base, std::string("train.cuda_graph=") + graph),
+                                    "", 20);
+        require_close(fused, unfused, bf16 ? 0.0 : 1e-5, bf16 ? 0.02 : 0.0);
+      }
+    }
+}
+
 // train.profile_steps records the device's activity through CUPTI over steps 2-4: the table
 // holds our kernels under their short names, every kernel launched a whole number of times a
 // step (the window is exactly three steps, eager or replayed from a graph), and tracing leaves

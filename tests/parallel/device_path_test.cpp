@@ -4,7 +4,11 @@
 // parameters must equal the CPU run's bitwise; checkpoints written on the device resume on the
 // CPU and back. The real kernels are compared with the CPU's in tests/cuda (on machines with a
 // GPU); several processes on the device are in device_parallel_test.cpp.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <utility>
 
 #include "core/autograd.h"
 #include "model/sampler.h"
@@ -192,6 +196,64 @@ TEST_CASE("a CUDA-graph step replays exactly as eager CPU steps: MoE and MoDE (e
                          {"tiny_mode_staged", {}},
                          {"tiny_moe", {"model.moe.routing=TOKEN_CHOICE", "model.moe.top_k=2",
                                        "model.moe.balance_weight=0.01"}}});  // drops, balance loss
+}
+
+// train.fusions.classifier (on by default) against the unfused head (matmul, cross_entropy)
+// over whole runs of 8 steps. One chunk holds the tiny batch and the fused op does the unfused
+// kernels' arithmetic in the same order, so with one micro-batch the runs are bitwise equal.
+// With two, the unfused head's dW adds into the gradient inside its GEMM (beta 1, BLAS summing
+// in its own blocks), the fused one after its GEMM: the bound is every step's loss within 1e-6
+// relative and every parameter within 1e-5 (max |a - b| over max |b| per tensor; measured
+// 1.7e-6), replayed from a captured step on the emulated device.
+namespace {
+// The largest difference between two runs: of a step's loss (relative) and of a parameter
+// (max |a - b| over max |b|, per tensor).
+std::pair<double, double> run_difference(const Run& got, const Run& want) {
+  REQUIRE(got.losses.size() == want.losses.size());
+  REQUIRE(got.params.size() == want.params.size());
+  double loss = 0, param = 0;
+  for (size_t s = 0; s < got.losses.size(); ++s)
+    loss = std::max(loss, std::abs(got.losses[s] - want.losses[s]) / std::abs(want.losses[s]));
+  for (size_t i = 0; i < got.params.size(); ++i) {
+    const std::vector<double> a = got.params[i].second.to_vector(),
+                              b = want.params[i].second.to_vector();
+    REQUIRE(a.size() == b.size());
+    double diff = 0, scale = 1e-30;
+    for (size_t j = 0; j < a.size(); ++j) {
+      diff = std::max(diff, std::abs(a[j] - b[j]));
+      scale = std::max(scale, std::abs(b[j]));
+    }
+    param = std::max(param, diff / scale);
+  }
+  return {loss, param};
+}
+}  // namespace
+
+TEST_CASE("train.fusions.classifier trains as the unfused head: CPU, emulated device, graphed",
+          "[device][fusions]") {
+  test::EmulatedCudaBackend& emulated = emulate_cuda();
+  const std::string off = "train.fusions.classifier=false";
+  {
+    INFO("tiny_mod, one micro-batch, on the CPU: bitwise");
+    const auto [loss, param] =
+        run_difference(train_run("tiny_mod", false), train_run("tiny_mod", false, "", {off}));
+    CHECK(loss == 0.0);
+    CHECK(param == 0.0);
+  }
+  for (const char* recipe : {"tiny_dense", "tiny_mod"}) {
+    const std::string accum = "train.grad_accum=2";
+    const Run unfused = train_run(recipe, false, "", {accum, off});
+    // The device replays what the CPU runs, bitwise (the cases above): one graphed run covers both.
+    INFO(recipe << ", two micro-batches, graphed on the device");
+    const int captures = emulated.captures();
+    const auto [loss, param] =
+        run_difference(train_run(recipe, true, "", {accum, "train.cuda_graph=true"}), unfused);
+    std::printf("fusions.classifier, %s graphed: losses within %.3g, parameters within %.3g\n",
+                recipe, loss, param);
+    CHECK(emulated.captures() == captures + 1);
+    CHECK(loss <= 1e-6);
+    CHECK(param <= 1e-5);
+  }
 }
 
 // The clip factor reaches the update through the optimizer (no pass of its own over the

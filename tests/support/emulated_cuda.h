@@ -163,6 +163,12 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
                                          dlogits);
     });
   }
+  void cross_entropy_with_dlogits(Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                  const Tensor& scale, Tensor& losses) override {
+    run([=, this]() mutable {
+      CpuBackend::cross_entropy_with_dlogits(logits, targets, ignore_index, scale, losses);
+    });
+  }
   void rope(const Tensor& x, const Tensor& pos, double theta, bool inverse, Tensor& y) override {
     run([=, this]() mutable { CpuBackend::rope(x, pos, theta, inverse, y); });
   }

@@ -1,7 +1,8 @@
 // CPU softmax over rows [N,V], logsumexp and the fused softmax + cross-entropy. Logsumexp and
 // cross-entropy's forward read each row once (online max/sum, rescaled per L1-sized chunk);
 // cross-entropy never stores probabilities: it caches lse [N] and its backward recomputes
-// softmax from it. Every kernel computes one exp per element; sums accumulate in double.
+// softmax from it; cross_entropy_with_dlogits does both on a row and writes dlogits in place.
+// Every kernel computes one exp per element per pass over a row; sums accumulate in double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -178,6 +179,44 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
         for (int64_t i = 0; i < v; ++i) dr[i] = scale * exp_vec(xr[i] - l);
         const int64_t local = t - vocab_start;
         if (local >= 0 && local < v) dr[local] -= scale;
+      }
+    });
+  });
+}
+
+// logits [N,V] (dlogits on return, when scale is defined), targets, losses [N], scale []: the
+// arithmetic of cross_entropy_forward then cross_entropy_backward on the same row, so the fused
+// classifier's numbers equal the unfused head's bit for bit. The target's logit is read before
+// the row is overwritten.
+void CpuBackend::cross_entropy_with_dlogits(Tensor& logits, const Tensor& targets,
+                                            int64_t ignore_index, const Tensor& scale_t,
+                                            Tensor& losses) {
+  dispatch_float(logits.dtype(), "cross_entropy_with_dlogits", [&](auto z) {
+    using T = decltype(z);
+    dispatch_index(targets.dtype(), "cross_entropy_with_dlogits", [&](auto zi) {
+      using I = decltype(zi);
+      const int64_t n = logits.size(0), v = logits.size(1);
+      T* px = logits.data<T>();
+      const I* pt = targets.data<I>();
+      T* pl = losses.data<T>();
+      const bool grad = scale_t.defined();
+      const T scale = grad ? scale_t.data<T>()[0] : T(0);
+#pragma omp parallel for schedule(static) if (n * v > kParallelElements)
+      for (int64_t row = 0; row < n; ++row) {
+        T* xr = px + row * v;
+        const RowStats<T> st = row_stats(xr, v);
+        const double l = static_cast<double>(st.max) + std::log(st.sum);
+        const int64_t t = static_cast<int64_t>(pt[row]);
+        pl[row] = t == ignore_index ? T(0) : static_cast<T>(l - static_cast<double>(xr[t]));
+        if (!grad) continue;
+        if (t == ignore_index) {
+          std::fill_n(xr, v, T(0));
+          continue;
+        }
+        const T lse = static_cast<T>(l);  // rounded as the unfused forward caches it
+#pragma omp simd
+        for (int64_t i = 0; i < v; ++i) xr[i] = scale * exp_vec(xr[i] - lse);
+        xr[t] -= scale;
       }
     });
   });

@@ -6,7 +6,9 @@
 // block. Cross-entropy caches lse [N] (in logits' dtype, or f32 for bf16 logits) and its
 // backward recomputes the probabilities from it. Cross-entropy runs one warp per row instead,
 // with 16-byte loads, several in flight: its rows are many (every token of the batch) and one
-// block a row waited on one scalar load after another, far below the memory bandwidth.
+// block a row waited on one scalar load after another, far below the memory bandwidth. The
+// fused classifier's row (cross_entropy_with_dlogits) walks its row so too, twice: statistics,
+// then dlogits written over the logits in place (llm.c's fused_classifier).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -291,6 +293,73 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   }
 }
 
+// The fused classifier's row (core/ops/loss.h): logits [n,v] are read for the statistics, then
+// overwritten with dlogits = scale (exp(x - lse) - onehot(t)) (a zero row where ignored) when
+// scale is non-null; losses [n] and scale in S (f32 for bf16 logits). Every lane reads the
+// target's logit before the warp writes the row.
+template <typename T, typename I, typename S>
+struct CrossEntropyDlogitsParams {
+  T* logits;
+  const I* targets;
+  const S* scale;  // null: the loss alone
+  S* losses;
+  int64_t n, v, ignore_index;
+};
+
+template <typename T, typename I, typename S>
+__global__ void __launch_bounds__(kRowWarps * 32)
+    cross_entropy_with_dlogits_rows(CrossEntropyDlogitsParams<T, I, S> p) {
+  using A = Acc<T>;
+  constexpr int V = 16 / sizeof(T);
+  const int lane = threadIdx.x & 31;
+  for (int64_t row = first_warp_row(); row < p.n; row += warp_row_stride()) {
+    T* xr = p.logits + row * p.v;
+    const MaxSum<A> st = warp_row_max_sum(xr, p.v);
+    const A l = st.max + acc_log(st.sum);
+    const int64_t t = static_cast<int64_t>(p.targets[row]);
+    const bool ignored = t == p.ignore_index;
+    const A xt = ignored ? A(0) : load(xr + t);
+    if (lane == 0) p.losses[row] = static_cast<S>(ignored ? A(0) : l - xt);
+    if (p.scale == nullptr) continue;
+    __syncwarp();  // xr[t] is read by every lane before any lane overwrites it
+    const A scale = static_cast<A>(*p.scale);
+    if (ignored) {
+      for (int64_t i = lane; i < p.v; i += 32) xr[i] = from_acc<T>(A(0));
+      continue;
+    }
+    auto dlogit = [&](A x, int64_t i) {
+      return from_acc<T>(scale * acc_exp(x - l) - (i == t ? scale : A(0)));
+    };
+    int64_t scalar_from = 0;
+    if (reinterpret_cast<uintptr_t>(xr) % 16 == 0) {
+      auto* packs = reinterpret_cast<Pack<T, V>*>(xr);
+      const int64_t n = p.v / V;
+      int64_t q = lane;
+      for (; q + 32 * (kUnroll - 1) < n; q += 32 * kUnroll) {
+        Pack<T, V> x[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) x[u] = packs[q + 32 * u];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          Pack<T, V> d;
+#pragma unroll
+          for (int e = 0; e < V; ++e) d.v[e] = dlogit(to_acc<T>(x[u].v[e]), (q + 32 * u) * V + e);
+          packs[q + 32 * u] = d;
+        }
+      }
+      for (; q < n; q += 32) {
+        const Pack<T, V> x = packs[q];
+        Pack<T, V> d;
+#pragma unroll
+        for (int e = 0; e < V; ++e) d.v[e] = dlogit(to_acc<T>(x.v[e]), q * V + e);
+        packs[q] = d;
+      }
+      scalar_from = n * V;
+    }
+    for (int64_t i = scalar_from + lane; i < p.v; i += 32) xr[i] = dlogit(load(xr + i), i);
+  }
+}
+
 }  // namespace
 
 // x, y [N,V].
@@ -386,6 +455,39 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
                                 "lse (a bf16 one would be recomputed from this slice alone)");
   launch_cross_entropy(true, "cross_entropy_backward", logits, targets, lse, ignore_index,
                        vocab_start, &scale, dlogits);
+}
+
+// logits [N,V] (dlogits on return when scale is defined), targets [N], scale [], losses [N].
+void CudaBackend::cross_entropy_with_dlogits(Tensor& logits, const Tensor& targets,
+                                             int64_t ignore_index, const Tensor& scale,
+                                             Tensor& losses) {
+  const int64_t n = logits.size(0), v = logits.size(1);
+  if (n == 0 || v == 0) return;
+  const char* kernel = "cross_entropy_with_dlogits";
+  dispatch_float(logits.dtype(), kernel, [&](auto z) {
+    using T = decltype(z);
+    dispatch_index(targets.dtype(), kernel, [&](auto zi) {
+      using I = decltype(zi);
+      dispatch_stats<T>(losses.dtype(), kernel, [&](auto zs) {
+        using S = decltype(zs);
+        if (scale.defined() && scale.dtype() != losses.dtype())
+          throw std::invalid_argument(std::string(kernel) + ": scale must be " +
+                                      dtype_name(losses.dtype()) + " as losses are, got " +
+                                      dtype_name(scale.dtype()));
+        CrossEntropyDlogitsParams<T, I, S> p{};
+        p.logits = logits.data<T>();
+        p.targets = targets.data<I>();
+        p.scale = scale.defined() ? scale.data<S>() : nullptr;
+        p.losses = losses.data<S>();
+        p.n = n;
+        p.v = v;
+        p.ignore_index = ignore_index;
+        cross_entropy_with_dlogits_rows<<<row_blocks((n + kRowWarps - 1) / kRowWarps),
+                                          kRowWarps * 32, 0, compute_stream()>>>(p);
+        MOD_CUDA_CHECK_LAUNCH();
+      });
+    });
+  });
 }
 
 namespace {
