@@ -223,7 +223,8 @@ TinyRun train_tiny(const modtrain::ModelConfig& cfg, int steps, const TinyRunOpt
       moments.clear();
       for (size_t i = 0; i < named.size(); ++i) {
         saved.push_back(named[i].second.clone());
-        moments.push_back(opt->full_moments(i));
+        const auto [m, v] = opt->full_moments(i);  // AdamW's own tensors: kept as they are now
+        moments.emplace_back(m.clone(), v.clone());
       }
       for (int k = 0; k < 2; ++k) {
         opt->set_learning_rate(0.05);
