@@ -10,6 +10,8 @@
 // takes a new stamp, and weight_copy_for rewrites a stale copy (convert) before handing it out.
 // Writes through raw data pointers are not seen: call Storage::mark_written after them.
 // Checkpoints hold the masters only; a copy is state derived from them.
+// Tested by: tests/core/routing_loss_optim_test.cpp (a stale copy is rewritten before use),
+// tests/parallel/optimizer_test.cpp (runs with copies equal runs without, resume included).
 #pragma once
 
 #include <cstdint>
