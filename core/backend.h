@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -59,6 +60,29 @@ struct MoeSelectArgs {
 // adamw_step_constants): {1 - lr * weight_decay, lr / (1 - beta1^step), 1 / sqrt(1 - beta2^step)}.
 // Kernels read them from a device tensor, so a captured step replays with the current values.
 constexpr int64_t kAdamWConstants = 3;
+
+// One parameter of a multi-tensor AdamW update (Backend::adamw_update_multi): param, grad, m, v
+// of one numel and dtype; consts its group's step constants (f64 [kAdamWConstants]); copy
+// undefined, or the parameter's weight copy (core/weight_copy.h: same numel, another float
+// dtype), written with the updated parameter rounded to its dtype.
+struct AdamWSlot {
+  Tensor param, grad, m, v, consts, copy;
+};
+// A multi-tensor update's table on the device: one entry per slot (numel > 0), in slot order.
+// Chunks of kMultiTensorChunk elements are numbered across all slots; entry k's chunks are
+// [first_chunk, first_chunk + ceil(numel / kMultiTensorChunk)), so one launch covers every
+// slot, one block per chunk (apex's multi_tensor_apply, llm.c's multi-tensor AdamW).
+struct MultiTensorEntry {
+  void* param;
+  const void* grad;
+  void* m;
+  void* v;
+  void* copy;  // null: none
+  const double* consts;
+  int64_t numel;
+  int64_t first_chunk;
+};
+constexpr int64_t kMultiTensorChunk = int64_t{1} << 16;
 
 // A recorded sequence of device work (a CUDA graph), replayed with the same memory: every
 // tensor it reads or writes must stay alive and in place, and new inputs are copied into the
@@ -267,6 +291,17 @@ class Backend {
   // Global-norm clipping on the device: sq [1] f64, the sum of squared gradient entries ->
   // norm [1] f64 = sqrt(sq) and factor [1] (the gradients' dtype) = max_norm / (norm + 1e-6)
   // when max_norm > 0 and norm > max_norm, else 1.
+  // adamw_update over every slot in one pass. CUDA: one launch over `table`, a device tensor of
+  // at least entries.size() MultiTensorEntry rows (entries: the slots' rows, built on the host
+  // by the op), which the backend first rewrites from `entries` when `rewrite` (kernels taking
+  // the rows as parameters: capturable, so a captured step whose gradients live at new
+  // addresses rewrites it at every replay). The CPU reads the slots and ignores the table.
+  // Every slot shares the dtype of slots[0].param, every copy that of the first copy. Each
+  // element sees adamw_update's arithmetic exactly (core/adamw_element.h).
+  virtual void adamw_update_multi(const std::vector<AdamWSlot>& slots, const AdamWArgs& args,
+                                  const Tensor& grad_scale,
+                                  const std::vector<MultiTensorEntry>& entries, Tensor& table,
+                                  bool rewrite) = 0;
   virtual void clip_factor(const Tensor& sq, double max_norm, Tensor& norm, Tensor& factor) = 0;
 
   // --- capture (CUDA graphs) ---

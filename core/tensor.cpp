@@ -1,6 +1,7 @@
 // Tensor and Storage implementation: allocation, host element access, copies and views.
 #include "core/tensor.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -32,9 +33,16 @@ std::string describe(const Tensor& t) {
          device_name(t.device());
 }
 
-Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
+namespace {
+std::atomic<uint64_t> g_next_stamp{1};
+}  // namespace
+
+Storage::Storage(size_t bytes, Device device)
+    : bytes_(bytes), device_(device), stamp_(g_next_stamp.fetch_add(1)) {
   data_ = backend(device).allocate(bytes);  // 64-byte aligned on every backend
 }
+
+void Storage::mark_written() { stamp_ = g_next_stamp.fetch_add(1); }
 
 Storage::~Storage() { backend(device_).deallocate(data_, bytes_); }
 
@@ -138,6 +146,7 @@ void Tensor::set(int64_t i, double v) {
     case DType::I64: data<int64_t>()[i] = static_cast<int64_t>(v); break;
     case DType::BF16: data<uint16_t>()[i] = float_to_bf16(static_cast<float>(v)); break;
   }
+  impl_->storage->mark_written();
 }
 
 double Tensor::item() const {
@@ -229,6 +238,7 @@ void Tensor::copy_from(const Tensor& src) {
   // A copy that touches the GPU is the GPU backend's (it knows both kinds of memory).
   const Device via = src.device() == Device::CPU ? device() : src.device();
   backend(via).copy(src, *this);
+  impl_->storage->mark_written();
 }
 
 bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }

@@ -35,15 +35,22 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  // A stamp from one program-wide counter, taken at allocation and again at every write the
+  // tensor layer is told of (copy_from, set, optimizer updates): a copy made at stamp s is of
+  // the current values while stamp() == s (weight copies, core/weight_copy.h).
+  uint64_t stamp() const { return stamp_; }
+  void mark_written();
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
+  uint64_t stamp_;
 };
 
 struct Node;
 struct TensorImpl;
+struct WeightCopy;
 
 class Tensor {
  public:
@@ -129,6 +136,8 @@ struct TensorImpl {
   bool requires_grad = false;
   Tensor grad;
   std::shared_ptr<Node> grad_fn;
+  // A parameter's lower-precision copy kept by its optimizer (core/weight_copy.h), or null.
+  std::shared_ptr<WeightCopy> weight_copy;
 };
 
 std::string describe(const Tensor& t);  // "f32[2, 3] on cpu"

@@ -2,18 +2,26 @@
 #include "parallel/adamw.h"
 
 #include "core/autograd.h"
+#include "core/weight_copy.h"
 
 namespace mod::parallel {
 
 AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params,
-             const modtrain::OptimizerConfig& cfg)
+             const modtrain::OptimizerConfig& cfg, const OptimizerFusion& fusion)
     : consts_(adamw_hyper(cfg),
-              named_params.empty() ? Device::CPU : named_params.front().second.device()) {
+              named_params.empty() ? Device::CPU : named_params.front().second.device()),
+      fusion_(fusion) {
   for (auto& [name, p] : named_params) {
     decay_.push_back(takes_weight_decay(name, cfg));
     slots_.push_back({name, p, Tensor::zeros(p.shape(), p.dtype(), p.device()),
                       Tensor::zeros(p.shape(), p.dtype(), p.device())});
+    if (fusion_.multi_tensor && fusion_.weight_copies && *fusion_.weight_copies != p.dtype())
+      keep_weight_copy(p, *fusion_.weight_copies);
   }
+}
+
+AdamW::~AdamW() {
+  for (Slot& s : slots_) drop_weight_copy(s.param);
 }
 
 void AdamW::set_learning_rate(double lr) {
@@ -22,6 +30,19 @@ void AdamW::set_learning_rate(double lr) {
 
 void AdamW::apply(const Tensor& grad_scale) {
   NoGradGuard no_grad;
+  if (fusion_.multi_tensor) {
+    // One pass over every parameter with a gradient; each copy a forward has read so far is
+    // written with its master (allocated_weight_copy: the others are made when first read).
+    std::vector<AdamWSlot> slots;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Slot& s = slots_[i];
+      if (!s.param.grad().defined()) continue;
+      slots.push_back({s.param, s.param.grad(), s.m, s.v, consts_.tensor(decay_[i]),
+                       allocated_weight_copy(s.param)});
+    }
+    adamw_update_multi(slots, consts_.args(true), grad_scale, table_);
+    return;
+  }
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     if (!s.param.grad().defined()) continue;

@@ -1,4 +1,6 @@
-// AdamW over a model's named parameters, whole on every rank (ZeRO-1's sharded form: zero1.h).
+// AdamW over a model's named parameters, whole on every rank (ZeRO-1's sharded form: zero1.h):
+// one pass per parameter, or all in one multi-tensor pass that also writes the parameters'
+// weight copies (OptimizerFusion, optimizer.h).
 // Decay groups by name: biases, norm gains and embeddings are not decayed unless the config
 // says so. The learning-rate schedule and clipping are the trainer's (train/lr_schedule.h,
 // train/grad_clip.h).
@@ -17,7 +19,8 @@ namespace mod::parallel {
 class AdamW : public Optimizer {
  public:
   AdamW(std::vector<std::pair<std::string, Tensor>> named_params,
-        const modtrain::OptimizerConfig& cfg);
+        const modtrain::OptimizerConfig& cfg, const OptimizerFusion& fusion = {});
+  ~AdamW() override;  // the parameters' weight copies go with it
 
   void set_learning_rate(double lr) override;
   void apply(const Tensor& grad_scale) override;
@@ -36,6 +39,8 @@ class AdamW : public Optimizer {
   std::vector<bool> decay_;
   int64_t step_ = 0;
   AdamWStepConstants consts_;
+  OptimizerFusion fusion_;
+  MultiTensorTable table_;  // fusion_.multi_tensor
 };
 
 // beta1, beta2, eps and weight decay from the config (lr and step are per step).

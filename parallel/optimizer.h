@@ -6,11 +6,22 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #include "core/tensor.h"
 
 namespace mod::parallel {
+
+// How an optimizer runs its update (train.fusions). multi_tensor: every parameter in one
+// adamw_update_multi pass (one launch on CUDA) instead of one adamw_update each, bitwise alike.
+// weight_copies (with multi_tensor): each parameter keeps a copy in this dtype (the forward's
+// autocast dtype, bf16), which the forward reads instead of casting the master and the update
+// writes with it (core/weight_copy.h).
+struct OptimizerFusion {
+  bool multi_tensor = false;
+  std::optional<DType> weight_copies;
+};
 
 class Optimizer {
  public:

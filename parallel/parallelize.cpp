@@ -158,7 +158,8 @@ void parallelize_experts(model::Transformer& model, const Mesh& mesh, ShardMap& 
 
 ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
                          const modtrain::ParallelConfig& cfg, Device device,
-                         const modtrain::OptimizerConfig& optimizer) {
+                         const modtrain::OptimizerConfig& optimizer,
+                         const OptimizerFusion& fusion) {
   ParallelPlan plan;
   plan.shards = parallelize_tensor(model, mesh);
   parallelize_experts(model, mesh, plan.shards);
@@ -186,9 +187,9 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
     for (const auto& [name, t] : params)
       zp.push_back({name, t, takes_weight_decay(name, optimizer)});
     plan.optimizer = std::make_unique<Zero1Optimizer>(zp, is_expert, adamw_hyper(optimizer),
-                                                      mesh.dp(), mesh.edp());
+                                                      mesh.dp(), mesh.edp(), fusion);
   } else {
-    plan.optimizer = std::make_unique<AdamW>(params, optimizer);
+    plan.optimizer = std::make_unique<AdamW>(params, optimizer, fusion);
   }
   return plan;
 }

@@ -99,9 +99,10 @@ struct ParallelPlan {
 // The parallelize step: tensor parallelism, then expert parallelism (both on the host, so
 // every device starts from the same initialisation), then the model moves to `device` and the
 // dp buckets (parallel.bucket_mb) and the optimizer's state (AdamW under `optimizer`, sharded
-// when parallel.zero1) are allocated beside its parameters.
+// when parallel.zero1, run as `fusion` says: optimizer.h) are allocated beside its parameters.
 ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
                          const modtrain::ParallelConfig& cfg, Device device,
-                         const modtrain::OptimizerConfig& optimizer);
+                         const modtrain::OptimizerConfig& optimizer,
+                         const OptimizerFusion& fusion = {});
 
 }  // namespace mod::parallel

@@ -4,13 +4,15 @@
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops/optim.h"
+#include "core/weight_copy.h"
 
 namespace mod::parallel {
 
 ShardedAdamW::ShardedAdamW(std::vector<Param> params, const AdamWArgs& hyper,
-                           Communicator& dp)
+                           Communicator& dp, bool multi_tensor)
     : params_(std::move(params)), dp_(dp),
-      consts_(hyper, params_.empty() ? Device::CPU : params_.front().tensor.device()) {
+      consts_(hyper, params_.empty() ? Device::CPU : params_.front().tensor.device()),
+      multi_tensor_(multi_tensor) {
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].tensor;
     m_.push_back(Tensor::zeros({chunk(i)}, p.dtype(), p.device()));
@@ -37,20 +39,28 @@ void ShardedAdamW::apply(const Tensor& grad_scale) {
   const DType dtype = params_.front().tensor.dtype();
   const Device device = params_.front().tensor.device();
   Tensor send = Tensor::zeros({total_chunk_}, dtype, device);
+  std::vector<AdamWSlot> slots;  // multi_tensor_: this rank's slices, updated in one pass
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i].tensor;
+    const auto [begin, end] = owned(i);
+    const int64_t len = end - begin;
+    if (!p.grad().defined() || len == 0) continue;
+    Tensor mine = p.view({p.numel()}).narrow0(begin, len);
+    Tensor g = p.grad().view({p.numel()}).narrow0(begin, len);
+    Tensor m = m_[i].narrow0(0, len), v = v_[i].narrow0(0, len);
+    const bool decays = params_[i].decays;
+    if (multi_tensor_)
+      slots.push_back({mine, g, m, v, consts_.tensor(decays), Tensor()});
+    else
+      adamw_update(mine, g, m, v, consts_.args(decays), consts_.tensor(decays), grad_scale);
+  }
+  if (multi_tensor_) adamw_update_multi(slots, consts_.args(true), grad_scale, table_);
   int64_t at = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].tensor;
     const auto [begin, end] = owned(i);
     const int64_t len = end - begin;
-    Tensor flat = p.view({p.numel()});
-    Tensor mine = flat.narrow0(begin, len);
-    if (p.grad().defined() && len > 0) {
-      Tensor g = p.grad().view({p.numel()}).narrow0(begin, len);
-      Tensor m = m_[i].narrow0(0, len), v = v_[i].narrow0(0, len);
-      adamw_update(mine, g, m, v, consts_.args(params_[i].decays), consts_.tensor(params_[i].decays),
-                   grad_scale);
-    }
-    if (len > 0) send.narrow0(at, len).copy_from(mine);
+    if (len > 0) send.narrow0(at, len).copy_from(p.view({p.numel()}).narrow0(begin, len));
     at += chunk(i);
   }
   Tensor all = Tensor::empty({dp_.size() * total_chunk_}, dtype, device);
@@ -93,18 +103,29 @@ void ShardedAdamW::load_moments(size_t i, const Tensor& m, const Tensor& v) {
 
 Zero1Optimizer::Zero1Optimizer(const std::vector<ShardedAdamW::Param>& params,
                                const std::vector<bool>& expert, const AdamWArgs& hyper,
-                               Communicator& dp, Communicator& edp) {
+                               Communicator& dp, Communicator& edp,
+                               const OptimizerFusion& fusion) {
   std::vector<ShardedAdamW::Param> dense, experts;
   std::vector<std::pair<bool, size_t>> index;  // (expert, index in its group), as params
   for (size_t i = 0; i < params.size(); ++i) {
     auto& group = expert[i] ? experts : dense;
     index.emplace_back(expert[i], group.size());
     group.push_back(params[i]);
+    const Tensor& p = params[i].tensor;
+    params_.push_back(p);
+    if (fusion.multi_tensor && fusion.weight_copies && *fusion.weight_copies != p.dtype())
+      keep_weight_copy(p, *fusion.weight_copies);
   }
-  dense_ = std::make_unique<ShardedAdamW>(std::move(dense), hyper, dp);
-  if (!experts.empty()) experts_ = std::make_unique<ShardedAdamW>(std::move(experts), hyper, edp);
+  const bool multi = fusion.multi_tensor;
+  dense_ = std::make_unique<ShardedAdamW>(std::move(dense), hyper, dp, multi);
+  if (!experts.empty())
+    experts_ = std::make_unique<ShardedAdamW>(std::move(experts), hyper, edp, multi);
   for (const auto& [is_expert, k] : index)
     where_.emplace_back(is_expert ? experts_.get() : dense_.get(), k);
+}
+
+Zero1Optimizer::~Zero1Optimizer() {
+  for (const Tensor& p : params_) drop_weight_copy(p);
 }
 
 void Zero1Optimizer::set_learning_rate(double lr) {

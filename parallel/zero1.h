@@ -25,7 +25,9 @@ class ShardedAdamW : public Optimizer {
     bool decays = true;  // takes weight decay
   };
   // hyper: beta1, beta2, eps and the decayed parameters' weight decay (adamw_hyper, adamw.h).
-  ShardedAdamW(std::vector<Param> params, const AdamWArgs& hyper, Communicator& dp);
+  // multi_tensor: this rank's slices updated in one adamw_update_multi pass.
+  ShardedAdamW(std::vector<Param> params, const AdamWArgs& hyper, Communicator& dp,
+               bool multi_tensor = false);
 
   void set_learning_rate(double lr) override;
   // Updates this rank's slice of every parameter with a gradient, then all-gathers them.
@@ -50,6 +52,8 @@ class ShardedAdamW : public Optimizer {
   int64_t step_ = 0;
   int64_t total_chunk_ = 0;  // sum of chunks: the all-gather's per-rank length
   AdamWStepConstants consts_;
+  bool multi_tensor_ = false;
+  MultiTensorTable table_;
 };
 
 // ZeRO-1 for a whole model: the moments of dense parameters sharded over dp, of expert weights
@@ -57,8 +61,13 @@ class ShardedAdamW : public Optimizer {
 class Zero1Optimizer : public Optimizer {
  public:
   // expert[i]: parameter i is an expert weight.
+  // fusion (optimizer.h): weight copies are kept as AdamW keeps them, but the update writes
+  // only this rank's slice of a master, so a copy is stale after the all-gather and the next
+  // forward rewrites it from its master (one convert per weight, as the cast it replaces).
   Zero1Optimizer(const std::vector<ShardedAdamW::Param>& params, const std::vector<bool>& expert,
-                 const AdamWArgs& hyper, Communicator& dp, Communicator& edp);
+                 const AdamWArgs& hyper, Communicator& dp, Communicator& edp,
+                 const OptimizerFusion& fusion = {});
+  ~Zero1Optimizer() override;
 
   void set_learning_rate(double lr) override;
   void apply(const Tensor& grad_scale) override;
@@ -68,6 +77,7 @@ class Zero1Optimizer : public Optimizer {
   void load_moments(size_t i, const Tensor& m, const Tensor& v) override;
 
  private:
+  std::vector<Tensor> params_;
   std::unique_ptr<ShardedAdamW> dense_, experts_;  // experts_: null without expert weights
   // Parameter i's optimizer and its index there.
   std::vector<std::pair<ShardedAdamW*, size_t>> where_;

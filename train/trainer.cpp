@@ -32,6 +32,17 @@ namespace mod::train {
 
 namespace fs = std::filesystem;
 
+namespace {
+// train.fusions.optimizer_weight_copies: the multi-tensor update, and under BF16 the optimizer's
+// bf16 copies of the weights the forward reads (parallel/optimizer.h).
+parallel::OptimizerFusion optimizer_fusion(const modtrain::TrainConfig& t) {
+  parallel::OptimizerFusion f;
+  f.multi_tensor = t.fusions().optimizer_weight_copies();
+  if (f.multi_tensor && t.precision() == modtrain::TrainConfig::BF16) f.weight_copies = DType::BF16;
+  return f;
+}
+}  // namespace
+
 Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
                  parallel::Communicator& world, const TestHooks& hooks)
     : cfg_(std::move(cfg)), run_dir_(std::move(run_dir)), quiet_(quiet),
@@ -48,7 +59,8 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   model_->set_recompute(cfg_.train().recompute(), {cfg_.train().recompute_blocks().begin(),
                                                    cfg_.train().recompute_blocks().end()});
   model_->set_fused_classifier(cfg_.train().fusions().classifier());
-  plan_ = parallel::parallelize(*model_, *mesh_, cfg_.parallel(), device_, cfg_.optimizer());
+  plan_ = parallel::parallelize(*model_, *mesh_, cfg_.parallel(), device_, cfg_.optimizer(),
+                                optimizer_fusion(cfg_.train()));
   const int64_t rows = cfg_.train().batch_size() / dims.dp;
   row_begin_ = mesh_->dp_rank() * rows;
   row_end_ = row_begin_ + rows;

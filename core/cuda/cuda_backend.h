@@ -83,6 +83,9 @@ class CudaBackend final : public Backend {
   void inverse_target_count(const Tensor& targets, int64_t ignore_index, Tensor& out) override;
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                     const AdamWArgs& args, const Tensor& consts, const Tensor& grad_scale) override;
+  void adamw_update_multi(const std::vector<AdamWSlot>& slots, const AdamWArgs& args,
+                          const Tensor& grad_scale, const std::vector<MultiTensorEntry>& entries,
+                          Tensor& table, bool rewrite) override;
   void clip_factor(const Tensor& sq, double max_norm, Tensor& norm, Tensor& factor) override;
   void begin_capture() override;
   std::unique_ptr<CapturedWork> end_capture() override;

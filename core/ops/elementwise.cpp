@@ -5,6 +5,7 @@
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops/check.h"
+#include "core/weight_copy.h"
 
 namespace mod {
 
@@ -121,25 +122,37 @@ Tensor scale(const Tensor& x, double alpha) {
   return out;
 }
 
+namespace {
+// cast's backward: the gradient converted back to the source dtype.
+BackwardFn cast_backward(DType from) {
+  return [from](const Tensor& g, const NeedsGrad&) {
+    Tensor dx = Tensor::empty(g.shape(), from, g.device());
+    backend_of(g).convert(g, dx);
+    return std::vector<Tensor>{dx};
+  };
+}
+}  // namespace
+
 Tensor cast(const Tensor& x, DType dtype) {
   check::floating("cast", x, "x");
   if (!is_floating(dtype))
     check::fail("cast", std::string("target dtype must be floating, got ") + dtype_name(dtype));
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
   backend_of(x).convert(x, out);
-  if (any_requires_grad({x})) {
-    record(out, Op::Cast, {x}, [from = x.dtype()](const Tensor& g, const NeedsGrad&) {
-      Tensor dx = Tensor::empty(g.shape(), from, g.device());
-      backend_of(g).convert(g, dx);
-      return std::vector<Tensor>{dx};
-    });
-  }
+  if (any_requires_grad({x})) record(out, Op::Cast, {x}, cast_backward(x.dtype()));
   return out;
 }
 
 Tensor autocast(const Tensor& x) {
   const auto dtype = autocast_dtype();
   if (!dtype || !x.defined() || !is_floating(x.dtype()) || x.dtype() == *dtype) return x;
+  // A parameter whose optimizer keeps a copy in dtype: the copy (current: weight_copy_for
+  // rewrites a stale one) stands for cast(x), values and backward alike.
+  if (const Tensor copy = weight_copy_for(x, *dtype); copy.defined()) {
+    Tensor out = copy.view(copy.shape());  // its own node, the copy's storage
+    if (any_requires_grad({x})) record(out, Op::Cast, {x}, cast_backward(x.dtype()));
+    return out;
+  }
   return cast(x, *dtype);
 }
 

@@ -2,10 +2,12 @@
 // rewrites parameter storage and records nothing.
 #include "core/ops/optim.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
 #include "core/ops/check.h"
+#include "core/weight_copy.h"
 
 namespace mod {
 
@@ -38,12 +40,8 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
   adamw_update(param, grad, m, v, args, consts);
 }
 
-void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWArgs& args,
-                  const Tensor& consts, const Tensor& grad_scale) {
-  check::floating(kOp, param, "param");
-  like_param(param, grad, "grad");
-  like_param(param, m, "m");
-  like_param(param, v, "v");
+namespace {
+void check_args(const AdamWArgs& args) {
   if (args.step < 1)
     check::fail(kOp, "step = " + std::to_string(args.step) + " must be >= 1 (it is 1-based)");
   if (!(args.beta1 >= 0.0 && args.beta1 < 1.0) || !(args.beta2 >= 0.0 && args.beta2 < 1.0))
@@ -52,6 +50,14 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
   if (!(args.lr >= 0.0) || !(args.eps >= 0.0) || !(args.weight_decay >= 0.0))
     check::fail(kOp, "lr = " + std::to_string(args.lr) + ", eps = " + std::to_string(args.eps) +
                          ", weight_decay = " + std::to_string(args.weight_decay) + " must be >= 0");
+}
+
+void check_tensors(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                   const Tensor& consts, const Tensor& grad_scale) {
+  check::floating(kOp, param, "param");
+  like_param(param, grad, "grad");
+  like_param(param, m, "m");
+  like_param(param, v, "v");
   if (consts.dtype() != DType::F64 || consts.numel() != kAdamWConstants)
     check::fail(kOp, "consts is " + describe(consts) + "; expected f64 [" +
                          std::to_string(kAdamWConstants) + "] (adamw_step_constants)");
@@ -61,7 +67,71 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
       check::fail(kOp, "grad_scale is " + describe(grad_scale) + "; expected one element");
     check::same_dtype_device(kOp, grad, "grad", grad_scale, "grad_scale");
   }
+}
+}  // namespace
+
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWArgs& args,
+                  const Tensor& consts, const Tensor& grad_scale) {
+  check_tensors(param, grad, m, v, consts, grad_scale);
+  check_args(args);
   backend_of(param).adamw_update(param, grad, m, v, args, consts, grad_scale);
+  param.impl()->storage->mark_written();  // a weight copy of param is now stale
+}
+
+const std::vector<MultiTensorEntry>& MultiTensorTable::rows_for(const std::vector<AdamWSlot>& slots,
+                                                                bool& rewrite) {
+  rows_.clear();
+  int64_t chunks = 0;
+  for (const AdamWSlot& s : slots) {
+    const int64_t n = s.param.numel();
+    if (n == 0) continue;
+    rows_.push_back({s.param.raw_data(), s.grad.raw_data(), s.m.raw_data(), s.v.raw_data(),
+                     s.copy.defined() ? s.copy.raw_data() : nullptr, s.consts.data<double>(), n,
+                     chunks});
+    chunks += (n + kMultiTensorChunk - 1) / kMultiTensorChunk;
+  }
+  const auto same = [](const MultiTensorEntry& a, const MultiTensorEntry& b) {
+    return a.param == b.param && a.grad == b.grad && a.m == b.m && a.v == b.v &&
+           a.copy == b.copy && a.consts == b.consts && a.numel == b.numel &&
+           a.first_chunk == b.first_chunk;
+  };
+  rewrite = rows_.size() != last_.size() || !std::equal(rows_.begin(), rows_.end(), last_.begin(), same);
+  const Device device = slots.empty() ? Device::CPU : slots.front().param.device();
+  const int64_t words = static_cast<int64_t>(rows_.size() * sizeof(MultiTensorEntry) / sizeof(int64_t));
+  if (rewrite && device != Device::CPU &&
+      (!table_.defined() || table_.device() != device || table_.numel() < words))
+    table_ = Tensor::empty({words}, DType::I64, device);
+  last_ = rows_;
+  return rows_;
+}
+
+void adamw_update_multi(const std::vector<AdamWSlot>& slots, const AdamWArgs& args,
+                        const Tensor& grad_scale, MultiTensorTable& table) {
+  if (slots.empty()) return;
+  check_args(args);
+  const Tensor& first = slots.front().param;
+  const Tensor* first_copy = nullptr;
+  for (const AdamWSlot& s : slots) {
+    check_tensors(s.param, s.grad, s.m, s.v, s.consts, grad_scale);
+    check::same_dtype_device(kOp, first, "slots[0].param", s.param, "param");
+    if (!s.copy.defined()) continue;
+    check::floating(kOp, s.copy, "copy");
+    check::same_device(kOp, s.param, "param", s.copy, "copy");
+    if (s.copy.numel() != s.param.numel())
+      check::fail(kOp, "copy " + describe(s.copy) + " differs in size from param " +
+                           describe(s.param));
+    if (!first_copy) first_copy = &s.copy;
+    check::same_dtype_device(kOp, *first_copy, "the first copy", s.copy, "copy");
+  }
+  bool rewrite = false;
+  const std::vector<MultiTensorEntry>& rows = table.rows_for(slots, rewrite);
+  backend_of(first).adamw_update_multi(slots, args, grad_scale, rows, table.device_rows(), rewrite);
+  for (const AdamWSlot& s : slots) {
+    if (s.copy.defined() && s.copy.same(allocated_weight_copy(s.param)))
+      mark_written_with_copy(s.param);
+    else
+      s.param.impl()->storage->mark_written();
+  }
 }
 
 AdamWStepConstants::AdamWStepConstants(const AdamWArgs& hyper, Device device)

@@ -1,9 +1,12 @@
-// The AdamW update, in place and outside autograd: m, v moments as param's shape and dtype.
-// Tested by: tests/core/routing_loss_optim_test.cpp (against naive references, errors),
-// tests/cuda/parity_nn_test.cpp (CUDA against CPU); no gradient: an update, not a graph op.
+// The AdamW update, in place and outside autograd: m, v moments as param's shape and dtype; per
+// tensor, or multi-tensor (every parameter in one pass, optionally writing weight copies).
+// Tested by: tests/core/routing_loss_optim_test.cpp (against naive references, errors, the
+// multi-tensor update against the per-tensor one, weight copies), tests/cuda/parity_nn_test.cpp
+// (CUDA against CPU); no gradient: an update, not a graph op.
 #pragma once
 
 #include <array>
+#include <vector>
 
 #include "core/backend.h"
 #include "core/tensor.h"
@@ -21,6 +24,32 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
                   const Tensor& consts, const Tensor& grad_scale = Tensor());
 // The same with the constants made from args on the spot (eager use: tests, benchmarks).
 void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWArgs& args);
+
+// The multi-tensor update's table of slots on their device, kept between steps: rewritten on
+// the device only when a slot's tensors moved (a step's gradients are usually where the last
+// step's were), with kernels a captured step can hold (Backend::adamw_update_multi).
+class MultiTensorTable {
+ public:
+  // The rows for slots (numel > 0 only, in order, chunks numbered across them), and whether the
+  // device copy must be rewritten: it differs from the last call's.
+  const std::vector<MultiTensorEntry>& rows_for(const std::vector<AdamWSlot>& slots,
+                                                bool& rewrite);
+  Tensor& device_rows() { return table_; }
+
+ private:
+  std::vector<MultiTensorEntry> rows_, last_;
+  Tensor table_;  // i64, at least rows_.size() MultiTensorEntry rows on the slots' device
+};
+
+// adamw_update for every slot at once (AdamWSlot, core/backend.h: each with its group's
+// constants, e.g. AdamWStepConstants::tensor, and optionally the parameter's weight copy,
+// core/weight_copy.h, written in the same pass). One launch on CUDA; bitwise adamw_update's
+// result on every slot (one element function, core/adamw_element.h). args supplies beta1,
+// beta2 and eps (and is checked like adamw_update's); grad_scale as adamw_update's, for every
+// slot. Slots with numel 0 are skipped. Afterwards each parameter counts as written (a weight
+// copy not updated with it is stale).
+void adamw_update_multi(const std::vector<AdamWSlot>& slots, const AdamWArgs& args,
+                        const Tensor& grad_scale, MultiTensorTable& table);
 
 // One step's constants on a device for the two weight-decay groups (decayed, not), written
 // from the host before the step: an optimizer sets them, then its update kernels read them.

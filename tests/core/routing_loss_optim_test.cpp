@@ -9,9 +9,11 @@
 #include <tuple>
 
 #include "core/all_ops.h"
+#include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops/optim.h"
 #include "core/random.h"
+#include "core/weight_copy.h"
 
 using namespace mod;
 using Catch::Matchers::Contains;
@@ -572,4 +574,120 @@ TEST_CASE("linear_cross_entropy rejects bad input naming it", "[errors]") {
                     Contains("linear_cross_entropy") && Contains("chunk_rows -1"));
   CHECK_THROWS_WITH(linear_cross_entropy(x, randn({0, 3}, rng), t),
                     Contains("linear_cross_entropy") && Contains("[0, 3]"));
+}
+
+// The multi-tensor update is adamw_update over every slot in one pass: bitwise the same
+// parameters and moments for every dtype, both decay groups, a gradient scale, an empty
+// parameter among the others and several steps; a weight copy it writes is the new parameter
+// converted to the copy's dtype, exactly as convert makes it.
+TEST_CASE("adamw_update_multi equals adamw_update on every tensor, bitwise", "[forward]") {
+  AdamWArgs hyper;
+  hyper.weight_decay = 0.1;
+  for (DType dtype : {DType::F32, DType::F64}) {
+    INFO(dtype_name(dtype));
+    Rng rng(23);
+    AdamWStepConstants consts(hyper, Device::CPU);
+    const std::vector<Shape> shapes = {{7, 5}, {0}, {3}, {2, 3, 4}};
+    std::vector<Tensor> p, m, v, q, mq, vq, copies;
+    for (const Shape& s : shapes) {
+      p.push_back(randn(s, rng, dtype));
+      q.push_back(p.back().clone());
+      for (auto* t : {&m, &v, &mq, &vq}) t->push_back(Tensor::zeros(s, dtype));
+      copies.push_back(Tensor::zeros(s, dtype == DType::F32 ? DType::F64 : DType::F32));
+    }
+    MultiTensorTable table;
+    for (int64_t step = 1; step <= 3; ++step) {
+      consts.set(1e-2 * static_cast<double>(step), step);
+      const Tensor scale = Tensor::full({1}, step == 2 ? 0.5 : 1.0, dtype);
+      std::vector<AdamWSlot> slots;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        const Tensor g = randn(shapes[i], rng, dtype);
+        const bool decays = i % 2 == 0;
+        slots.push_back({p[i], g, m[i], v[i], consts.tensor(decays), i == 1 ? Tensor() : copies[i]});
+        adamw_update(q[i], g, mq[i], vq[i], consts.args(decays), consts.tensor(decays), scale);
+      }
+      adamw_update_multi(slots, consts.args(true), scale, table);
+    }
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      INFO("tensor " << i);
+      CHECK(p[i].to_vector() == q[i].to_vector());
+      CHECK(m[i].to_vector() == mq[i].to_vector());
+      CHECK(v[i].to_vector() == vq[i].to_vector());
+      CHECK(copies[i].to_vector() == p[i].to(copies[i].dtype()).to_vector());
+    }
+  }
+}
+
+TEST_CASE("adamw_update_multi names what is wrong with a slot", "[forward]") {
+  Rng rng(3);
+  AdamWStepConstants consts(AdamWArgs{}, Device::CPU);
+  consts.set(1e-3, 1);
+  MultiTensorTable table;
+  auto slot = [&](DType dtype, Shape copy_shape, DType copy_dtype) {
+    return AdamWSlot{randn({4}, rng, dtype), randn({4}, rng, dtype), Tensor::zeros({4}, dtype),
+                     Tensor::zeros({4}, dtype), consts.tensor(true),
+                     Tensor::zeros(copy_shape, copy_dtype)};
+  };
+  CHECK_THROWS_WITH(adamw_update_multi({slot(DType::F32, {4}, DType::F64),
+                                        slot(DType::F64, {4}, DType::F64)},
+                                       consts.args(true), Tensor(), table),
+                    Contains("adamw") && Contains("f64"));
+  CHECK_THROWS_WITH(adamw_update_multi({slot(DType::F32, {3}, DType::F64)}, consts.args(true),
+                                       Tensor(), table),
+                    Contains("copy") && Contains("differs in size"));
+  CHECK_THROWS_WITH(adamw_update_multi({slot(DType::F32, {4}, DType::F64),
+                                        slot(DType::F32, {4}, DType::F32)},
+                                       consts.args(true), Tensor(), table),
+                    Contains("the first copy"));
+  AdamWArgs bad = consts.args(true);
+  bad.step = 0;
+  CHECK_THROWS_WITH(adamw_update_multi({slot(DType::F32, {4}, DType::F64)}, bad, Tensor(), table),
+                    Contains("step = 0"));
+}
+
+// A weight copy is read only while current: autocast hands out the copy the optimizer wrote, and
+// rewrites it first after any other write of the master (here copy_from, set and a per-tensor
+// update), so what a forward reads always equals cast(master).
+TEST_CASE("a stale weight copy is rewritten before autocast reads it", "[forward]") {
+  Rng rng(5);
+  Tensor w = randn({3, 4}, rng).set_requires_grad(true);
+  keep_weight_copy(w, DType::F64);
+  CHECK_FALSE(allocated_weight_copy(w).defined());  // made when first read
+  auto read = [&] {
+    AutocastGuard f64(DType::F64);
+    return autocast(w);
+  };
+  auto current = [&] { return read().to_vector() == w.to(DType::F64).to_vector(); };
+  const Tensor first = read();
+  CHECK(first.dtype() == DType::F64);
+  const Tensor copy = allocated_weight_copy(w);
+  REQUIRE(copy.defined());
+  CHECK(first.raw_data() == copy.raw_data());  // no new tensor: the copy itself
+  CHECK(current());
+  w.copy_from(randn({3, 4}, rng));
+  CHECK(current());
+  w.set(5, 42.0);
+  CHECK(current());
+  Tensor m = Tensor::zeros({3, 4}), v = Tensor::zeros({3, 4});
+  AdamWArgs a;
+  adamw_update(w, randn({3, 4}, rng), m, v, a);
+  CHECK(current());
+  // The multi-tensor update writes the copy with the master: current without a rewrite.
+  AdamWStepConstants consts(a, Device::CPU);
+  consts.set(1e-2, 1);
+  MultiTensorTable table;
+  adamw_update_multi({{w, randn({3, 4}, rng), m, v, consts.tensor(true), copy}}, a,
+                     Tensor(), table);
+  CHECK(copy.to_vector() == w.to(DType::F64).to_vector());
+  CHECK(current());
+  // The gradient reaches the master in its own dtype, as through cast.
+  {
+    AutocastGuard f64(DType::F64);
+    sum(mul(autocast(w), autocast(w))).backward();
+  }
+  CHECK(w.grad().dtype() == DType::F32);
+  const Tensor want = w.to(DType::F64);
+  for (int64_t i = 0; i < w.numel(); ++i) CHECK(w.grad().at(i) == static_cast<float>(2 * want.at(i)));
+  drop_weight_copy(w);
+  CHECK_FALSE(allocated_weight_copy(w).defined());
 }

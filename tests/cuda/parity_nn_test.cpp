@@ -400,6 +400,79 @@ TEST_CASE("cuda: adamw_update over several steps", "[cuda]") {
   }
 }
 
+// The multi-tensor update against the CPU's (two parameters, one spanning several chunks of
+// kMultiTensorChunk, both decay groups, a clip factor on odd steps).
+TEST_CASE("cuda: adamw_update_multi over several steps", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  Rng rng(209);
+  const std::vector<Shape> shapes = {{kMultiTensorChunk + 1001}, {7, 131}};
+  constexpr int kSteps = 3;
+  AdamWArgs hyper;
+  hyper.weight_decay = 0.1;
+  std::vector<Arg> list;
+  for (const Shape& s : shapes) {
+    list.push_back(inout("param", normal(s, rng)));
+    list.push_back(inout("m", Tensor::zeros(s, DType::F64)));
+    list.push_back(inout("v", Tensor::zeros(s, DType::F64)));
+  }
+  for (int step = 0; step < kSteps; ++step)
+    for (const Shape& s : shapes) list.push_back(in("grad", normal(s, rng)));
+  list.push_back(in("grad_scale", Tensor::from_vector({0.37}, {1}, DType::F64)));
+  check_parity(p, list, [&](Backend& b, std::vector<Tensor>& t) {
+    AdamWStepConstants consts(hyper, b.device());
+    MultiTensorTable table;
+    for (int step = 0; step < kSteps; ++step) {
+      consts.set(1e-2, step + 1);
+      std::vector<AdamWSlot> slots;
+      for (size_t i = 0; i < shapes.size(); ++i)
+        slots.push_back({t[3 * i], t[6 + static_cast<size_t>(step) * shapes.size() + i],
+                         t[3 * i + 1], t[3 * i + 2], consts.tensor(i == 0), Tensor()});
+      adamw_update_multi(slots, consts.args(true), step % 2 ? t.back() : Tensor(), table);
+    }
+  });
+}
+
+// On the GPU itself: the multi-tensor update equals the per-tensor kernel bitwise (one element
+// function), and the bf16 copies it writes of f32 masters equal convert's.
+TEST_CASE("cuda: adamw_update_multi equals adamw_update bitwise and writes bf16 copies", "[cuda]") {
+  const DType dtype = GENERATE(MOD_PARITY_DTYPES);
+  INFO(dtype_name(dtype));
+  Rng rng(210);
+  const std::vector<Shape> shapes = {{3}, {kMultiTensorChunk * 2 + 5}, {0}, {33, 65}};
+  AdamWArgs hyper;
+  hyper.weight_decay = 0.1;
+  AdamWStepConstants consts(hyper, Device::CUDA);
+  std::vector<Tensor> p, m, v, q, mq, vq, copies;
+  for (const Shape& s : shapes) {
+    p.push_back(to_gpu(normal(s, rng), dtype));
+    q.push_back(p.back().clone());
+    for (auto* t : {&m, &v, &mq, &vq}) t->push_back(Tensor::zeros(s, dtype, Device::CUDA));
+    copies.push_back(Tensor::zeros(s, DType::BF16, Device::CUDA));
+  }
+  const Tensor scale = to_gpu(Tensor::from_vector({0.5}, {1}, DType::F64), dtype);
+  MultiTensorTable table;
+  for (int step = 1; step <= 3; ++step) {
+    consts.set(1e-2, step);
+    std::vector<AdamWSlot> slots;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Tensor g = to_gpu(normal(shapes[i], rng), dtype);
+      const bool decays = i % 2 == 1;
+      const Tensor copy = dtype == DType::F32 ? copies[i] : Tensor();
+      slots.push_back({p[i], g, m[i], v[i], consts.tensor(decays), copy});
+      adamw_update(q[i], g, mq[i], vq[i], consts.args(decays), consts.tensor(decays), scale);
+    }
+    adamw_update_multi(slots, consts.args(true), scale, table);
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    INFO("tensor " << i);
+    expect_equal("param", p[i].to(Device::CPU), q[i].to(Device::CPU));
+    expect_equal("m", m[i].to(Device::CPU), mq[i].to(Device::CPU));
+    expect_equal("v", v[i].to(Device::CPU), vq[i].to(Device::CPU));
+    if (dtype == DType::F32)
+      expect_equal("copy", copies[i].to(Device::CPU), p[i].to(DType::BF16).to(Device::CPU));
+  }
+}
+
 // The device-side pieces of a captured step: the clip factor (below, at and above max_norm,
 // and max_norm 0 = off) and the mean's divisor (some targets ignored, all ignored).
 TEST_CASE("cuda: clip_factor and inverse_target_count", "[cuda]") {

@@ -256,6 +256,27 @@ TEST_CASE("train.fusions.classifier trains as the unfused head: CPU, emulated de
   }
 }
 
+// train.fusions.optimizer_weight_copies (default true) updates every parameter in one
+// multi-tensor pass; false takes the per-parameter path. A graphed device run with the fusion
+// must equal an eager CPU run without it, bitwise, through AdamW and ZeRO-1 (weight copies need
+// bf16: tests/parallel/optimizer_test.cpp trains them with f64 standing in).
+TEST_CASE("the multi-tensor optimizer update trains as the per-parameter one (emulated device)",
+          "[device]") {
+  test::EmulatedCudaBackend& emulated = emulate_cuda();
+  for (const char* zero1 : {"parallel.zero1=false", "parallel.zero1=true"}) {
+    INFO(zero1);
+    const std::vector<std::string> knobs = {"optimizer.grad_clip=0.05", "train.grad_accum=2",
+                                            zero1};
+    std::vector<std::string> fused = knobs, unfused = knobs;
+    fused.push_back("train.cuda_graph=true");
+    unfused.push_back("train.fusions.optimizer_weight_copies=false");
+    const int before = emulated.captures();
+    const Run graph = train_run("tiny_mod", true, "", fused);
+    CHECK(emulated.captures() == before + 1);
+    require_same(graph, train_run("tiny_mod", false, "", unfused));
+  }
+}
+
 // The clip factor reaches the update through the optimizer (no pass of its own over the
 // gradients): a run that clips every step must leave the trajectory of one that never clips.
 // Adam's first step is scale-free, so the losses part from the third step on. Eager and ZeRO-1.

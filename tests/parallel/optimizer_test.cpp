@@ -4,6 +4,10 @@
 // out of either (full_moments) and loaded into the other continue bitwise alike: what resuming a
 // checkpoint under another layout relies on. Parameter sizes do not divide by 2, so the shards
 // are uneven. Checks are CHECK, never REQUIRE, so a failure cannot desynchronise the ranks.
+// The fusions (OptimizerFusion): tiny models trained with the multi-tensor update and weight
+// copies, f64 standing in for bf16 as in tests/model/autocast_test.cpp, equal the unfused runs
+// bitwise, through AdamW and ZeRO-1, across a resume, and on the emulated device with the step
+// captured and replayed as a CUDA graph.
 #include <catch2/catch.hpp>
 #include <memory>
 #include <string>
@@ -11,10 +15,15 @@
 #include <vector>
 
 #include "core/all_ops.h"
+#include "core/autograd.h"
 #include "core/random.h"
+#include "core/weight_copy.h"
+#include "model/transformer.h"
 #include "parallel/adamw.h"
 #include "parallel/world.h"
 #include "parallel/zero1.h"
+#include "tests/support/emulated_cuda.h"
+#include "tests/support/tiny_configs.h"
 
 using namespace mod;
 using namespace mod::parallel;
@@ -146,5 +155,160 @@ TEST_CASE("moments moved between AdamW and ZeRO-1 continue bitwise alike", "[mpi
     check_same(pa, adamw, pz, *zero1_from_adamw);
     check_same(pa, adamw, pw, adamw_from_zero1);
     check_same(pa, adamw, pb, *zero1);
+  }
+}
+
+namespace {
+
+struct TinyRun {
+  std::vector<double> losses;  // one per step
+  std::vector<Tensor> params;  // at the end, on the host
+};
+
+struct TinyRunOptions {
+  bool fused = false;   // multi-tensor update and weight copies (f64 for the f32 masters)
+  bool zero1 = false;   // ZeRO-1 over the world (every rank the same batch) instead of AdamW
+  int resume_at = -1;   // after this many steps: state saved, two steps thrown away, reloaded
+  Device device = Device::CPU;
+  bool capture = false;  // device: steps after the first replay one captured step
+};
+
+// A tiny recipe trained for `steps` steps on one fixed batch under AutocastGuard(F64); every
+// step's gradients scaled by 0.5 (a clip factor) and a learning rate varying by step.
+TinyRun train_tiny(const modtrain::ModelConfig& cfg, int steps, const TinyRunOptions& o) {
+  model::Transformer model(cfg, 3, DType::F32);
+  model.to(o.device);
+  const auto named = model.named_parameters();
+  OptimizerFusion fusion;
+  fusion.multi_tensor = o.fused;
+  if (o.fused) fusion.weight_copies = DType::F64;
+  auto group_of_one = make_local_communicator();
+  std::unique_ptr<Optimizer> opt;
+  if (o.zero1) {
+    std::vector<ShardedAdamW::Param> zp;
+    for (const auto& [name, t] : named) zp.push_back({name, t, takes_weight_decay(name, adamw_config())});
+    opt = std::make_unique<Zero1Optimizer>(zp, std::vector<bool>(zp.size(), false),
+                                           adamw_hyper(adamw_config()), parallel::world(),
+                                           *group_of_one, fusion);
+  } else {
+    opt = std::make_unique<AdamW>(named, adamw_config(), fusion);
+  }
+  std::vector<int64_t> ids(2 * 12), next(2 * 12);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<int64_t>((i * 7 + 3) % 32);
+    next[i] = static_cast<int64_t>((i * 5 + 1) % 32);
+  }
+  const Tensor inputs = Tensor::from_indices(ids, {2, 12}).to(o.device);
+  const Tensor targets = Tensor::from_indices(next, {2, 12}).to(o.device);
+  const Tensor scale = Tensor::full({}, 0.5, DType::F32).to(o.device);
+  auto enqueue = [&] {
+    model.zero_grad();
+    model::ForwardResult r;
+    {
+      AutocastGuard f64(DType::F64);
+      r = model.forward(inputs, targets);
+    }
+    backward(r.loss);
+    opt->apply(scale);
+    return detach(r.loss);
+  };
+  TinyRun run;
+  std::unique_ptr<CapturedWork> graph;
+  Tensor graph_loss;
+  std::vector<Tensor> saved;
+  std::vector<std::pair<Tensor, Tensor>> moments;
+  for (int step = 0; step < steps; ++step) {
+    if (step == o.resume_at) {
+      saved.clear();
+      moments.clear();
+      for (size_t i = 0; i < named.size(); ++i) {
+        saved.push_back(named[i].second.clone());
+        const auto [m, v] = opt->full_moments(i);  // AdamW's own tensors: kept as they are now
+        moments.emplace_back(m.clone(), v.clone());
+      }
+      for (int k = 0; k < 2; ++k) {
+        opt->set_learning_rate(0.05);
+        enqueue();
+      }
+      for (size_t i = 0; i < named.size(); ++i) {
+        Tensor p = named[i].second;
+        p.copy_from(saved[i]);
+        opt->load_moments(i, moments[i].first, moments[i].second);
+      }
+      opt->set_steps_taken(step);
+    }
+    opt->set_learning_rate(1e-2 * (1 + step % 3));
+    if (!o.capture || step == 0) {
+      run.losses.push_back(enqueue().item());
+      continue;
+    }
+    if (!graph) {
+      Backend& be = backend(o.device);
+      be.begin_capture();
+      graph_loss = enqueue();
+      graph = be.end_capture();
+    }
+    graph->replay();
+    run.losses.push_back(graph_loss.item());
+  }
+  for (const auto& [name, p] : named) run.params.push_back(p.to(Device::CPU));
+  return run;
+}
+
+void check_same_run(const TinyRun& a, const TinyRun& b) {
+  CHECK(a.losses == b.losses);
+  REQUIRE(a.params.size() == b.params.size());
+  for (size_t i = 0; i < a.params.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(bitwise_equal(a.params[i], b.params[i]));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("weight copies and the multi-tensor update train tiny models bitwise as unfused AdamW",
+          "[mpi]") {
+  for (bool mod : {false, true}) {
+    INFO((mod ? "tiny_mod" : "tiny_dense"));
+    const auto cfg = test::tiny_model(mod);
+    const TinyRun unfused = train_tiny(cfg, 4, {});
+    CHECK(unfused.losses.back() < unfused.losses.front());
+    TinyRunOptions fused;
+    fused.fused = true;
+    check_same_run(unfused, train_tiny(cfg, 4, fused));
+    // A resume writes every master (copy_from): each copy must be rewritten before it is read.
+    TinyRunOptions resumed = fused;
+    resumed.resume_at = 2;
+    check_same_run(unfused, train_tiny(cfg, 4, resumed));
+  }
+}
+
+TEST_CASE("ZeRO-1 with the fusions trains bitwise as unfused AdamW, resume included", "[mpi]") {
+  const auto cfg = test::tiny_model(true);
+  const TinyRun unfused = train_tiny(cfg, 4, {});
+  TinyRunOptions zero1;
+  zero1.zero1 = true;
+  zero1.fused = true;
+  check_same_run(unfused, train_tiny(cfg, 4, zero1));
+  zero1.resume_at = 2;
+  check_same_run(unfused, train_tiny(cfg, 4, zero1));
+}
+
+TEST_CASE("a captured step with weight copies replays bitwise as unfused CPU steps (emulated "
+          "device)",
+          "[mpi]") {
+  test::emulate_cuda();
+  for (bool mod : {false, true}) {
+    INFO((mod ? "tiny_mod" : "tiny_dense"));
+    const auto cfg = test::tiny_model(mod);
+    const TinyRun cpu = train_tiny(cfg, 4, {});
+    TinyRunOptions device;
+    device.fused = true;
+    device.device = Device::CUDA;
+    check_same_run(cpu, train_tiny(cfg, 4, device));
+    device.capture = true;
+    const int captures = test::emulate_cuda().captures();
+    check_same_run(cpu, train_tiny(cfg, 4, device));
+    CHECK(test::emulate_cuda().captures() == captures + 1);
   }
 }

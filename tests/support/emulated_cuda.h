@@ -221,6 +221,13 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
       CpuBackend::adamw_update(param, grad, m, v, args, consts, grad_scale);
     });
   }
+  void adamw_update_multi(const std::vector<AdamWSlot>& slots, const AdamWArgs& args,
+                          const Tensor& grad_scale, const std::vector<MultiTensorEntry>& entries,
+                          Tensor& table, bool rewrite) override {
+    run([=, this]() mutable {
+      CpuBackend::adamw_update_multi(slots, args, grad_scale, entries, table, rewrite);
+    });
+  }
   void clip_factor(const Tensor& sq, double max_norm, Tensor& norm, Tensor& factor) override {
     run([=, this]() mutable { CpuBackend::clip_factor(sq, max_norm, norm, factor); });
   }

@@ -1,12 +1,17 @@
 // CUDA AdamW: one fused in-place pass over param, grad and both moments, the arithmetic of
-// core/cpu/ops/optim.cpp step for step. The step's constants (decay, bias-corrected step size)
-// are computed on the host in double and read from a device tensor, so a captured step (CUDA
-// graph) uses the current step's; the per-element math runs in Acc<T> (so a bf16 model keeps
-// f32 constants and rounds only when storing p, m and v). And the global-norm clip factor.
-// Work split: one grid-stride loop over the flat index (coalesced, any n); each element is read
-// and written by one thread, so in-place updates need no synchronisation.
+// core/cpu/ops/optim.cpp (one definition: core/adamw_element.h). The step's constants (decay,
+// bias-corrected step size) are computed on the host in double and read from a device tensor,
+// so a captured step (CUDA graph) uses the current step's; the per-element math runs in Acc<T>
+// (so a bf16 model keeps f32 constants and rounds only when storing p, m and v). And the
+// global-norm clip factor.
+// Work split: per tensor, one grid-stride loop over the flat index (coalesced, any n); the
+// multi-tensor update, one block per chunk of kMultiTensorChunk elements of any tensor in a
+// device table (one launch for a whole model). Each element is read and written by one thread,
+// so in-place updates need no synchronisation.
+#include <algorithm>
 #include <cmath>
 
+#include "core/adamw_element.h"
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/kernel_utils.cuh"
 
@@ -21,28 +26,102 @@ struct AdamWParams {
   A b1, b2;               // beta1, beta2
   A one_b1, one_b2;       // 1 - beta1, 1 - beta2
   A eps;
-  const double* step;
 };
 
-// param, grad, m, v [n], in place, with g = grad * *scale (1 when scale is null):
-//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
-//   p = (1 - lr wd) p - step_size m / (sqrt(v) rsqrt_bc2 + eps)
 template <typename T>
-__global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, AdamWParams<Acc<T>> c,
-                             const T* scale) {
+AdamWParams<Acc<T>> adamw_params(const AdamWArgs& args) {
   using A = Acc<T>;
-  const A decay = static_cast<A>(c.step[0]), step_size = static_cast<A>(c.step[1]),
-          rsqrt_bc2 = static_cast<A>(c.step[2]);
-  const A s = scale ? load(scale) : A(1);
+  AdamWParams<A> c;
+  c.b1 = static_cast<A>(args.beta1);
+  c.b2 = static_cast<A>(args.beta2);
+  c.one_b1 = static_cast<A>(1.0 - args.beta1);
+  c.one_b2 = static_cast<A>(1.0 - args.beta2);
+  c.eps = static_cast<A>(args.eps);
+  return c;
+}
+
+struct AccSqrt {
+  template <typename A>
+  __device__ A operator()(A x) const { return acc_sqrt(x); }
+};
+
+template <typename T>
+__device__ AdamWElementConsts<Acc<T>> element_consts(const AdamWParams<Acc<T>>& h,
+                                                      const double* step, const T* scale) {
+  using A = Acc<T>;
+  AdamWElementConsts<A> c;
+  c.b1 = h.b1;
+  c.b2 = h.b2;
+  c.one_b1 = h.one_b1;
+  c.one_b2 = h.one_b2;
+  c.eps = h.eps;
+  c.decay = static_cast<A>(step[0]);
+  c.step_size = static_cast<A>(step[1]);
+  c.rsqrt_bc2 = static_cast<A>(step[2]);
+  c.scale = scale ? load(scale) : A(1);
+  return c;
+}
+
+// Element i of one tensor: read, adamw_element in Acc<T>, store (p also into copy, rounded to
+// C as convert rounds it, when there is one).
+template <typename T, typename C>
+__device__ __forceinline__ void adamw_at(int64_t i, T* p, const T* g, T* m, T* v, C* copy,
+                                         const AdamWElementConsts<Acc<T>>& c) {
+  using A = Acc<T>;
+  A pi = load(p + i), mi = load(m + i), vi = load(v + i);
+  adamw_element(pi, mi, vi, load(g + i), c, AccSqrt{});
+  m[i] = from_acc<T>(mi);
+  v[i] = from_acc<T>(vi);
+  const T stored = from_acc<T>(pi);
+  p[i] = stored;
+  if (copy) copy[i] = from_acc<C>(static_cast<Acc<C>>(to_acc(stored)));
+}
+
+// param, grad, m, v [n], in place, with g = grad * *scale (1 when scale is null).
+template <typename T>
+__global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, AdamWParams<Acc<T>> h,
+                             const double* step, const T* scale) {
+  const auto c = element_consts<T>(h, step, scale);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const A gi = load(g + i) * s;
-    const A mi = c.b1 * load(m + i) + c.one_b1 * gi;
-    const A vi = c.b2 * load(v + i) + c.one_b2 * gi * gi;
-    m[i] = from_acc<T>(mi);
-    v[i] = from_acc<T>(vi);
-    p[i] = from_acc<T>(decay * load(p + i) - step_size * mi / (acc_sqrt(vi) * rsqrt_bc2 + c.eps));
+       i += int64_t(gridDim.x) * blockDim.x)
+    adamw_at<T, T>(i, p, g, m, v, nullptr, c);
+}
+
+// Every tensor of `table` in one launch: block b finds its entry (the last whose first_chunk
+// <= b, by bisection over the entries), then its threads stride over that chunk.
+template <typename T, typename C>
+__global__ void adamw_multi_tensor_kernel(const MultiTensorEntry* table, int entries,
+                                          AdamWParams<Acc<T>> h, const T* scale) {
+  const int64_t b = blockIdx.x;
+  int lo = 0, hi = entries - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (table[mid].first_chunk <= b) lo = mid;
+    else hi = mid - 1;
   }
+  const MultiTensorEntry e = table[lo];
+  const auto c = element_consts<T>(h, e.consts, scale);
+  const int64_t begin = (b - e.first_chunk) * kMultiTensorChunk;
+  const int64_t end = e.numel < begin + kMultiTensorChunk ? e.numel : begin + kMultiTensorChunk;
+  T* p = static_cast<T*>(e.param);
+  const T* g = static_cast<const T*>(e.grad);
+  T *m = static_cast<T*>(e.m), *v = static_cast<T*>(e.v);
+  C* copy = static_cast<C*>(e.copy);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    adamw_at<T, C>(i, p, g, m, v, copy, c);
+}
+
+// The table's rows written from kernel parameters, kRowsPerWrite per launch (3 KB, under the
+// 4 KB parameter limit): unlike a host-to-device copy this can be captured in a CUDA graph.
+constexpr int kRowsPerWrite = 48;
+struct TableRows {
+  MultiTensorEntry rows[kRowsPerWrite];
+  int count;
+};
+static_assert(sizeof(TableRows) < 4000, "kernel parameters are limited to 4 KB");
+
+__global__ void write_table_kernel(MultiTensorEntry* table, TableRows batch) {
+  if (static_cast<int>(threadIdx.x) < batch.count) table[threadIdx.x] = batch.rows[threadIdx.x];
 }
 }  // namespace
 
@@ -53,18 +132,54 @@ void CudaBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Ten
   if (n == 0) return;
   dispatch_float(param.dtype(), "adamw_update", [&](auto z) {
     using T = decltype(z);
-    using A = Acc<T>;
-    AdamWParams<A> c;
-    c.b1 = static_cast<A>(args.beta1);
-    c.b2 = static_cast<A>(args.beta2);
-    c.one_b1 = static_cast<A>(1.0 - args.beta1);
-    c.one_b2 = static_cast<A>(1.0 - args.beta2);
-    c.eps = static_cast<A>(args.eps);
-    c.step = consts.data<double>();
     adamw_kernel<<<grid_for(n), kThreads, 0, compute_stream()>>>(
-        param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), n, c,
-        grad_scale.defined() ? grad_scale.data<T>() : nullptr);
+        param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), n, adamw_params<T>(args),
+        consts.data<double>(), grad_scale.defined() ? grad_scale.data<T>() : nullptr);
     MOD_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void CudaBackend::adamw_update_multi(const std::vector<AdamWSlot>& slots, const AdamWArgs& args,
+                                     const Tensor& grad_scale,
+                                     const std::vector<MultiTensorEntry>& entries, Tensor& table,
+                                     bool rewrite) {
+  if (entries.empty()) return;
+  auto* rows = static_cast<MultiTensorEntry*>(table.raw_data());
+  if (rewrite) {
+    for (size_t first = 0; first < entries.size(); first += kRowsPerWrite) {
+      TableRows batch{};
+      batch.count = static_cast<int>(std::min<size_t>(kRowsPerWrite, entries.size() - first));
+      std::copy_n(entries.begin() + static_cast<std::ptrdiff_t>(first), batch.count, batch.rows);
+      write_table_kernel<<<1, kRowsPerWrite, 0, compute_stream()>>>(rows + first, batch);
+      MOD_CUDA_CHECK_LAUNCH();
+    }
+  }
+  const MultiTensorEntry& last = entries.back();
+  const int64_t chunks = last.first_chunk + (last.numel + kMultiTensorChunk - 1) / kMultiTensorChunk;
+  const int count = static_cast<int>(entries.size());
+  const Tensor* first_copy = nullptr;
+  for (const AdamWSlot& s : slots)
+    if (s.copy.defined()) {
+      first_copy = &s.copy;
+      break;
+    }
+  dispatch_float(slots.front().param.dtype(), "adamw_update_multi", [&](auto z) {
+    using T = decltype(z);
+    const T* scale = grad_scale.defined() ? grad_scale.data<T>() : nullptr;
+    if (!first_copy) {
+      adamw_multi_tensor_kernel<T, T><<<static_cast<unsigned>(chunks), kThreads, 0,
+                                        compute_stream()>>>(rows, count, adamw_params<T>(args),
+                                                            scale);
+      MOD_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    dispatch_float(first_copy->dtype(), "adamw_update_multi", [&](auto y) {
+      using C = decltype(y);
+      adamw_multi_tensor_kernel<T, C><<<static_cast<unsigned>(chunks), kThreads, 0,
+                                        compute_stream()>>>(rows, count, adamw_params<T>(args),
+                                                            scale);
+      MOD_CUDA_CHECK_LAUNCH();
+    });
   });
 }
 
