@@ -36,6 +36,9 @@ Tensor Attention::forward(const Tensor& x, const Tensor& pos, KvCache* cache) co
   Tensor a;
   if (!cache) {
     a = attention(q, k, v, pos);
+  } else if (cache->len.defined()) {
+    kv_cache_append(k, v, cache->admit, cache->len, cache->k, cache->v);
+    a = decode_attention(q, cache->k, cache->v, cache->len);
   } else {
     if (b != 1 || grad_enabled())
       throw std::logic_error("attention with a KV cache: batch 1 under NoGradGuard only");
