@@ -250,15 +250,17 @@ class Backend {
   // tokens in slots [0, len[b]). Flags and lengths are i64 [B]; nothing here reads the host.
   // admit[b] = active[b] != 0 && decision[b] > 0; decision [B] (float), admit [B] i64.
   virtual void decode_admit(const Tensor& decision, const Tensor& active, Tensor& admit) = 0;
-  // Where admit[b] != 0 (every b when admit is undefined): k_cache[b, len[b]] = k[b],
-  // v_cache[b, len[b]] = v[b] and len[b] += 1; nothing is written for other b, nor where
-  // len[b] == S. k,v [B,W]; k_cache, v_cache [B,S,W], one dtype.
-  virtual void kv_cache_append(const Tensor& k, const Tensor& v, const Tensor& admit, Tensor& len,
-                               Tensor& k_cache, Tensor& v_cache) = 0;
-  // q [B,H,Dh] attends to slots [0, len[b]) of k_cache, v_cache [B,S,H,Dh]: out [B,H,Dh] =
-  // softmax(q k^T / sqrt(Dh)) v; 0 where len[b] == 0 (the empty sum).
+  // Row i of k, v [N,W] belongs to sequence b = rows[i] (b = i, N = B, when rows is
+  // undefined; rows distinct). Where admit[i] != 0 (every row when admit is undefined):
+  // k_cache[b, len[b]] = k[i], v_cache[b, len[b]] = v[i] and len[b] += 1; nothing is written
+  // for other rows, nor where len[b] == S. k_cache, v_cache [B,S,W], one dtype with k and v.
+  virtual void kv_cache_append(const Tensor& k, const Tensor& v, const Tensor& admit,
+                               const Tensor& rows, Tensor& len, Tensor& k_cache,
+                               Tensor& v_cache) = 0;
+  // q [N,H,Dh], row i of sequence b = rows[i] (or i), attends to slots [0, len[b]) of k_cache,
+  // v_cache [B,S,H,Dh]: out [N,H,Dh] = softmax(q k^T / sqrt(Dh)) v; 0 where len[b] == 0.
   virtual void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                                const Tensor& len, Tensor& out) = 0;
+                                const Tensor& len, const Tensor& rows, Tensor& out) = 0;
   // out[b] = admit[b] != 0 ? x[b] + u[b] : x[b]; x, u, out [B,N], one float dtype.
   virtual void masked_add(const Tensor& x, const Tensor& u, const Tensor& admit, Tensor& out) = 0;
   // logits [B,V] (float), pos [B] i64 -> next [B] i64, drawn as SampleArgs says.

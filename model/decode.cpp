@@ -101,7 +101,10 @@ DecodeState Transformer::make_decode_state(const std::vector<std::vector<int64_t
 
 // Steps: embed the current tokens; dense blocks append every active sequence; a routed block's
 // decision (predictor, or router logit for AUX_BCE) admits per sequence, and admitted sequences
-// alone write their cache and take x + g(r) * f; then the head, the draw and the advance.
+// alone write their cache and take x + g(r) * f; then the head, the draw and the advance. On a
+// device every sequence runs every block and the update is masked (static shapes, no host
+// read); on the CPU, where reading the flags costs nothing, a routed block runs only its
+// admitted sequences (gathered, through routed_update) and is skipped when none enters.
 void Transformer::decode_batch_step(DecodeState& s, const SampleArgs& args) const {
   NoGradGuard no_grad;
   const int64_t b_n = s.batch;
@@ -118,6 +121,24 @@ void Transformer::decode_batch_step(DecodeState& s, const SampleArgs& args) cons
     const Tensor r = blk.router()->scores(x);  // [B,1]
     const Tensor decision = blk.predictor() ? blk.predictor()->logits(x) : r;
     cache.admit = decode_admit(decision.view({b_n}), s.active);
+    if (cache.admit.device() == Device::CPU) {
+      std::vector<int64_t> in;
+      for (int64_t i = 0; i < b_n; ++i)
+        if (cache.admit.data<int64_t>()[i] != 0) in.push_back(i);
+      if (in.empty()) continue;  // nothing enters: no compute, no cache entry
+      if (static_cast<int64_t>(in.size()) < b_n) {
+        const int64_t n = static_cast<int64_t>(in.size()), d = x.size(2);
+        const Tensor idx = Tensor::from_indices(in, {1, n}), admit = cache.admit;
+        cache.admit = Tensor();  // every gathered row enters
+        cache.rows = idx.view({n});
+        x = routed_update(blk, x.view({1, b_n, d}), pos.view({1, b_n}), r.view({1, b_n}), idx,
+                          cfg_.mod().router().gate(), RoutingMode::Causal, &cache)
+                .view({b_n, 1, d});
+        cache.rows = Tensor();
+        cache.admit = admit;  // the step's flags, for whoever inspects the cache
+        continue;
+      }
+    }
     const Tensor g = apply_gate(cfg_.mod().router().gate(), reshape(r, {b_n, 1, 1}));
     x = masked_add(x, mul(blk.delta(x, pos, &cache, RoutingMode::Causal), g), cache.admit);
   }

@@ -16,12 +16,14 @@ namespace mod::model {
 // kinds: the growing one of Transformer::decode_step (one sequence, positions on the host), and
 // the static one of batched decoding (len defined): B sequences with fixed capacity S, each
 // with its own length on the device; a step appends the token of sequence b only where admit[b]
-// (undefined: every sequence) and attends to that sequence's slots [0, len[b]).
+// (undefined: every sequence) and attends to that sequence's slots [0, len[b]). With rows, the
+// step's tokens are a gathered [1,N] run and token i belongs to sequence rows[i].
 struct KvCache {
   Tensor k, v;               // [max_len, H, Dh]; static: [B,S,H,Dh]
   std::vector<int64_t> pos;  // original position of each cached token (growing kind only)
   Tensor len;                // static kind: i64 [B], tokens cached per sequence
   Tensor admit;              // static kind: i64 [B], this step's admitted sequences (or undefined)
+  Tensor rows;               // static kind: i64 [N], the sequence of each gathered token (or undefined)
   int64_t size() const { return static_cast<int64_t>(pos.size()); }
 };
 

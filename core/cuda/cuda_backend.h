@@ -73,10 +73,10 @@ class CudaBackend final : public Backend {
   void routing_summary(const Tensor& r, const Tensor& decision, const Tensor& member,
                        Tensor& out) override;
   void decode_admit(const Tensor& decision, const Tensor& active, Tensor& admit) override;
-  void kv_cache_append(const Tensor& k, const Tensor& v, const Tensor& admit, Tensor& len,
-                       Tensor& k_cache, Tensor& v_cache) override;
+  void kv_cache_append(const Tensor& k, const Tensor& v, const Tensor& admit, const Tensor& rows,
+                       Tensor& len, Tensor& k_cache, Tensor& v_cache) override;
   void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                        const Tensor& len, Tensor& out) override;
+                        const Tensor& len, const Tensor& rows, Tensor& out) override;
   void masked_add(const Tensor& x, const Tensor& u, const Tensor& admit, Tensor& out) override;
   void sample_tokens(const Tensor& logits, const Tensor& pos, const SampleArgs& args,
                      Tensor& next) override;

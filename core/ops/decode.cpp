@@ -26,14 +26,21 @@ void check_caches(const char* op, const Tensor& kc, const Tensor& vc) {
   check::same_dtype_device(op, kc, "k_cache", vc, "v_cache");
 }
 
-// x [B,1,H,Dh] (one token per sequence) matching the caches' B, H, Dh, dtype and device.
-void check_token_rows(const char* op, const Tensor& x, const char* arg, const Tensor& kc) {
+// x [N,1,H,Dh] (one token per row) matching the caches' H, Dh, dtype and device, with N = B or,
+// given rows, N = rows' entries (i64 on the caches' device).
+void check_token_rows(const char* op, const Tensor& x, const char* arg, const Tensor& kc,
+                      const Tensor& rows) {
   check::dim(op, x, 4, arg);
-  if (x.size(0) != kc.size(0) || x.size(1) != 1 || x.size(2) != kc.size(2) ||
-      x.size(3) != kc.size(3))
-    check::fail(op, std::string(arg) + " " + shape_str(x.shape()) + " must be [B,1,H,Dh] with " +
-                        "B, H, Dh of k_cache " + shape_str(kc.shape()));
+  const int64_t n = rows.defined() ? rows.numel() : kc.size(0);
+  if (x.size(0) != n || x.size(1) != 1 || x.size(2) != kc.size(2) || x.size(3) != kc.size(3))
+    check::fail(op, std::string(arg) + " " + shape_str(x.shape()) + " must be [N,1,H,Dh] with " +
+                        "H, Dh of k_cache " + shape_str(kc.shape()) + " and N = " +
+                        std::to_string(n) + (rows.defined() ? " (rows)" : " (B)"));
   check::same_dtype_device(op, x, arg, kc, "k_cache");
+  if (rows.defined()) {
+    check_vector(op, rows, n, kc, "rows");
+    check::indices_in_range(op, rows, kc.size(0), "rows");
+  }
 }
 }  // namespace
 
@@ -47,26 +54,26 @@ Tensor decode_admit(const Tensor& decision, const Tensor& active) {
 }
 
 void kv_cache_append(const Tensor& k, const Tensor& v, const Tensor& admit, Tensor& len,
-                     Tensor& k_cache, Tensor& v_cache) {
+                     Tensor& k_cache, Tensor& v_cache, const Tensor& rows) {
   const char* op = "kv_cache_append";
   check_caches(op, k_cache, v_cache);
-  check_token_rows(op, k, "k", k_cache);
-  check_token_rows(op, v, "v", k_cache);
-  const int64_t b = k_cache.size(0);
-  if (admit.defined()) check_vector(op, admit, b, k_cache, "admit");
-  check_vector(op, len, b, k_cache, "len");
-  backend_of(k_cache).kv_cache_append(k, v, admit, len, k_cache, v_cache);
+  check_token_rows(op, k, "k", k_cache, rows);
+  check_token_rows(op, v, "v", k_cache, rows);
+  if (admit.defined()) check_vector(op, admit, k.size(0), k_cache, "admit");
+  check_vector(op, len, k_cache.size(0), k_cache, "len");
+  backend_of(k_cache).kv_cache_append(k, v, admit, rows, len, k_cache, v_cache);
 }
 
 Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                        const Tensor& len) {
+                        const Tensor& len, const Tensor& rows) {
   const char* op = "decode_attention";
   check_caches(op, k_cache, v_cache);
-  check_token_rows(op, q, "q", k_cache);
+  check_token_rows(op, q, "q", k_cache, rows);
   check_vector(op, len, k_cache.size(0), k_cache, "len");
   Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
+  Tensor out_3 = out.view({q.size(0), q.size(2), q.size(3)});
   backend_of(q).decode_attention(q.view({q.size(0), q.size(2), q.size(3)}), k_cache, v_cache, len,
-                                 out);
+                                 rows, out_3);
   return out;
 }
 

@@ -74,6 +74,13 @@ TEST_CASE("decode_attention equals the fused attention over each sequence's cach
       for (size_t i = 0; i < a.size(); ++i)
         CHECK(a[i] == Approx(w[i]).margin(dtype == DType::F32 ? 1e-5 : 1e-12));
     }
+    // Gathered rows name their sequences: rows {2, 0} give sequence 2's and 0's results.
+    const Tensor q2 = Tensor::empty({2, 1, h, dh}, dtype);
+    q2.narrow0(0, 1).copy_from(q.narrow0(2, 1));
+    q2.narrow0(1, 1).copy_from(q.narrow0(0, 1));
+    const Tensor out2 = decode_attention(q2, kc, vc, vec(lens), vec({2, 0}));
+    CHECK(out2.narrow0(0, 1).to_vector() == out.narrow0(2, 1).to_vector());
+    CHECK(out2.narrow0(1, 1).to_vector() == out.narrow0(0, 1).to_vector());
   }
 }
 
@@ -91,6 +98,13 @@ TEST_CASE("kv_cache_append writes admitted sequences only, at their own lengths"
   kv_cache_append(k, v, Tensor(), len, kc, vc);  // no mask: every sequence with room
   CHECK(ints(len) == std::vector<int64_t>{2, 2, 2});
   CHECK(kc.to_vector() == std::vector<double>{1, 2, 1, 2, 0, 0, 3, 4, 0, 0, 0, 0});
+  // Gathered rows: row 0 is sequence 1, row 1 sequence 0.
+  Tensor kc2 = Tensor::zeros({b_n, s, h, dh}), vc2 = Tensor::zeros({b_n, s, h, dh});
+  Tensor len2 = vec({0, 1, 0});
+  const Tensor k2 = Tensor::from_vector({7, 8, 9, 10}, {2, 1, h, dh});
+  kv_cache_append(k2, k2, Tensor(), len2, kc2, vc2, vec({1, 0}));
+  CHECK(ints(len2) == std::vector<int64_t>{1, 2, 0});
+  CHECK(kc2.to_vector() == std::vector<double>{9, 10, 0, 0, 0, 0, 7, 8, 0, 0, 0, 0});
 }
 
 TEST_CASE("decode_admit and masked_add follow the admitted sequences", "[forward][decode]") {
@@ -188,7 +202,9 @@ TEST_CASE("decode ops name the bad argument", "[forward][decode]") {
   CHECK_THROWS_WITH(decode_attention(q, kc, kc, Tensor::zeros({2})),
                     Contains("len f32[2] on cpu must be i64 with 2 entries"));
   CHECK_THROWS_WITH(decode_attention(Tensor::zeros({2, 1, 2, 2}), kc, kc, vec({0, 0})),
-                    Contains("q [2, 1, 2, 2] must be [B,1,H,Dh]"));
+                    Contains("q [2, 1, 2, 2] must be [N,1,H,Dh]"));
+  CHECK_THROWS_WITH(decode_attention(q, kc, kc, vec({0, 0}), vec({0, 2})),
+                    Contains("rows[1] = 2 is out of range [0, 2)"));
   Tensor len = vec({0});
   Tensor k = kc;
   CHECK_THROWS_WITH(kv_cache_append(q, q, Tensor(), len, k, k), Contains("len"));

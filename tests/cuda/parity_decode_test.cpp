@@ -17,24 +17,29 @@ TEST_CASE("cuda: kv_cache_append and decode_attention over ragged lengths", "[cu
   const int64_t dh = GENERATE(16, 64);
   Rng rng(401);
   const int64_t b = 4, s = 37, h = 3;
-  INFO(dtype_name(p.dtype) << ", Dh " << dh);
   const Tensor len = indices({5, 0, 36, 37}, {b});
-  check_parity(p,
-               {in("k", normal({b, 1, h, dh}, rng)), in("v", normal({b, 1, h, dh}, rng)),
-                in("admit", indices({1, 1, 0, 1}, {b})), inout("len", len),
-                inout("k_cache", normal({b, s, h, dh}, rng)),
-                inout("v_cache", normal({b, s, h, dh}, rng))},
-               [](Backend& be, std::vector<Tensor>& t) {
-                 be.kv_cache_append(t[0], t[1], t[2], t[3], t[4], t[5]);
-               });
-  check_parity(p,
-               {in("q", normal({b, h, dh}, rng)), in("k_cache", normal({b, s, h, dh}, rng)),
-                in("v_cache", normal({b, s, h, dh}, rng)), in("len", len),
-                out("out", {b, h, dh})},
-               [](Backend& be, std::vector<Tensor>& t) {
-                 be.decode_attention(t[0], t[1], t[2], t[3], t[4]);
-               },
-               Tol::Long);
+  for (bool gathered : {false, true}) {
+    INFO(dtype_name(p.dtype) << ", Dh " << dh << (gathered ? ", rows {3, 0}" : ""));
+    const int64_t n = gathered ? 2 : b;
+    const Tensor rows = gathered ? indices({3, 0}, {2}) : Tensor();
+    auto rows_arg = [&] { return in("rows", gathered ? rows : indices({0, 1, 2, 3}, {b})); };
+    check_parity(p,
+                 {in("k", normal({n, 1, h, dh}, rng)), in("v", normal({n, 1, h, dh}, rng)),
+                  in("admit", gathered ? indices({1, 1}, {2}) : indices({1, 1, 0, 1}, {b})),
+                  rows_arg(), inout("len", len), inout("k_cache", normal({b, s, h, dh}, rng)),
+                  inout("v_cache", normal({b, s, h, dh}, rng))},
+                 [](Backend& be, std::vector<Tensor>& t) {
+                   be.kv_cache_append(t[0], t[1], t[2], t[3], t[4], t[5], t[6]);
+                 });
+    check_parity(p,
+                 {in("q", normal({n, h, dh}, rng)), in("k_cache", normal({b, s, h, dh}, rng)),
+                  in("v_cache", normal({b, s, h, dh}, rng)), in("len", len), rows_arg(),
+                  out("out", {n, h, dh})},
+                 [](Backend& be, std::vector<Tensor>& t) {
+                   be.decode_attention(t[0], t[1], t[2], t[3], t[4], t[5]);
+                 },
+                 Tol::Long);
+  }
 }
 
 TEST_CASE("cuda: decode_admit and masked_add", "[cuda]") {

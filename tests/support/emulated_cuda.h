@@ -193,13 +193,15 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
   void decode_admit(const Tensor& decision, const Tensor& active, Tensor& admit) override {
     run([=, this]() mutable { CpuBackend::decode_admit(decision, active, admit); });
   }
-  void kv_cache_append(const Tensor& k, const Tensor& v, const Tensor& admit, Tensor& len,
-                       Tensor& k_cache, Tensor& v_cache) override {
-    run([=, this]() mutable { CpuBackend::kv_cache_append(k, v, admit, len, k_cache, v_cache); });
+  void kv_cache_append(const Tensor& k, const Tensor& v, const Tensor& admit, const Tensor& rows,
+                       Tensor& len, Tensor& k_cache, Tensor& v_cache) override {
+    run([=, this]() mutable {
+      CpuBackend::kv_cache_append(k, v, admit, rows, len, k_cache, v_cache);
+    });
   }
   void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                        const Tensor& len, Tensor& out) override {
-    run([=, this]() mutable { CpuBackend::decode_attention(q, k_cache, v_cache, len, out); });
+                        const Tensor& len, const Tensor& rows, Tensor& out) override {
+    run([=, this]() mutable { CpuBackend::decode_attention(q, k_cache, v_cache, len, rows, out); });
   }
   void masked_add(const Tensor& x, const Tensor& u, const Tensor& admit, Tensor& out) override {
     run([=, this]() mutable { CpuBackend::masked_add(x, u, admit, out); });

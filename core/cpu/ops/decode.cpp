@@ -58,25 +58,28 @@ void CpuBackend::decode_admit(const Tensor& decision, const Tensor& active, Tens
 }
 
 void CpuBackend::kv_cache_append(const Tensor& k, const Tensor& v, const Tensor& admit,
-                                 Tensor& len, Tensor& k_cache, Tensor& v_cache) {
+                                 const Tensor& rows, Tensor& len, Tensor& k_cache,
+                                 Tensor& v_cache) {
   const int64_t b_n = k_cache.size(0), s = k_cache.size(1), w = k_cache.numel() / (b_n * s);
+  const int64_t n_rows = k.size(0);
   const size_t row = static_cast<size_t>(w) * dtype_size(k.dtype());
   const char* ks = static_cast<const char*>(k.raw_data());
   const char* vs = static_cast<const char*>(v.raw_data());
   char* kc = static_cast<char*>(k_cache.raw_data());
   char* vc = static_cast<char*>(v_cache.raw_data());
   int64_t* n = len.data<int64_t>();
-  for (int64_t b = 0; b < b_n; ++b) {
-    if ((admit.defined() && admit.data<int64_t>()[b] == 0) || n[b] >= s) continue;
-    std::memcpy(kc + (b * s + n[b]) * row, ks + b * row, row);
-    std::memcpy(vc + (b * s + n[b]) * row, vs + b * row, row);
+  for (int64_t i = 0; i < n_rows; ++i) {
+    const int64_t b = rows.defined() ? rows.data<int64_t>()[i] : i;
+    if ((admit.defined() && admit.data<int64_t>()[i] == 0) || n[b] >= s) continue;
+    std::memcpy(kc + (b * s + n[b]) * row, ks + i * row, row);
+    std::memcpy(vc + (b * s + n[b]) * row, vs + i * row, row);
     ++n[b];
   }
 }
 
 void CpuBackend::decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                                  const Tensor& len, Tensor& out) {
-  const int64_t b_n = q.size(0), h_n = q.size(1), dh = q.size(2), s = k_cache.size(1);
+                                  const Tensor& len, const Tensor& rows, Tensor& out) {
+  const int64_t n_rows = q.size(0), h_n = q.size(1), dh = q.size(2), s = k_cache.size(1);
   const int64_t ld = h_n * dh;
   dispatch_float(q.dtype(), "decode_attention", [&](auto z) {
     using T = decltype(z);
@@ -84,11 +87,12 @@ void CpuBackend::decode_attention(const Tensor& q, const Tensor& k_cache, const 
     T* op = out.data<T>();
     const int64_t* n = len.data<int64_t>();
     const T scale = T(1) / std::sqrt(static_cast<T>(dh));
-#pragma omp parallel for collapse(2) schedule(static) if (b_n * h_n * s * dh > kParallelElements)
-    for (int64_t b = 0; b < b_n; ++b)
+#pragma omp parallel for collapse(2) schedule(static) if (n_rows * h_n * s * dh > kParallelElements)
+    for (int64_t i = 0; i < n_rows; ++i)
       for (int64_t h = 0; h < h_n; ++h) {
-        const T* qr = qp + (b * h_n + h) * dh;
-        T* o = op + (b * h_n + h) * dh;
+        const int64_t b = rows.defined() ? rows.data<int64_t>()[i] : i;
+        const T* qr = qp + (i * h_n + h) * dh;
+        T* o = op + (i * h_n + h) * dh;
         std::fill(o, o + dh, T(0));
         const int64_t keys = std::min(n[b], s);
         if (keys == 0) continue;

@@ -28,18 +28,19 @@ __global__ void decode_admit_kernel(const T* decision, const int64_t* active, in
     admit[b] = active[b] != 0 && load(decision + b) > Acc<T>(0) ? 1 : 0;
 }
 
-// Block b copies row b of k and v into slot len[b] of its caches, then advances len[b].
+// Block r copies row r of k and v into slot len[b] of sequence b = rows[r] (or r), then
+// advances len[b]. Rows name distinct sequences, so no two blocks touch one length.
 template <typename T>
 __global__ void kv_cache_append_kernel(const T* k, const T* v, const int64_t* admit,
-                                       int64_t* len, int64_t s, int64_t w, T* k_cache,
-                                       T* v_cache) {
-  const int64_t b = blockIdx.x;
-  if (admit && admit[b] == 0) return;
+                                       const int64_t* rows, int64_t* len, int64_t s, int64_t w,
+                                       T* k_cache, T* v_cache) {
+  const int64_t r = blockIdx.x, b = rows ? rows[r] : r;
+  if (admit && admit[r] == 0) return;
   const int64_t n = len[b];
   if (n >= s) return;
   for (int64_t i = threadIdx.x; i < w; i += blockDim.x) {
-    k_cache[(b * s + n) * w + i] = k[b * w + i];
-    v_cache[(b * s + n) * w + i] = v[b * w + i];
+    k_cache[(b * s + n) * w + i] = k[r * w + i];
+    v_cache[(b * s + n) * w + i] = v[r * w + i];
   }
   __syncthreads();  // every thread has read len[b]
   if (threadIdx.x == 0) len[b] = n + 1;
@@ -60,27 +61,28 @@ __device__ A block_max(A v, A* scratch) {
   return warp_max(v);
 }
 
-// Block (b, h): q [B,H,Dh], caches [B,S,H,Dh] -> out [B,H,Dh]. Shared: S scores, then
-// kAttnWarps partial rows of Dh, then 32 reduction slots.
+// Block (row r, head h): q [N,H,Dh], caches [B,S,H,Dh] of sequence b = rows[r] (or r) -> out
+// [N,H,Dh]. Shared: S scores, then kAttnWarps partial rows of Dh, then 32 reduction slots.
 template <typename T>
 __global__ void decode_attention_kernel(const T* q, const T* k_cache, const T* v_cache,
-                                        const int64_t* len, int64_t s, int64_t h_n, int64_t dh,
-                                        T* out) {
+                                        const int64_t* len, const int64_t* rows, int64_t s,
+                                        int64_t h_n, int64_t dh, T* out) {
   using A = Acc<T>;
   extern __shared__ unsigned char smem[];
   A* score = reinterpret_cast<A*>(smem);
   A* part = score + s;
   A* scratch = part + kAttnWarps * dh;
-  const int64_t b = blockIdx.x / h_n, h = blockIdx.x % h_n, ld = h_n * dh;
+  const int64_t r = blockIdx.x / h_n, h = blockIdx.x % h_n, ld = h_n * dh;
+  const int64_t b = rows ? rows[r] : r;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n = min(len[b], s);
-  T* o = out + (b * h_n + h) * dh;
+  T* o = out + (r * h_n + h) * dh;
   if (n == 0) {
     for (int64_t d = threadIdx.x; d < dh; d += blockDim.x) o[d] = from_acc<T>(A(0));
     return;
   }
   A qr[kMaxHeadDim / 32];
-  const T* qp = q + (b * h_n + h) * dh;
+  const T* qp = q + (r * h_n + h) * dh;
   for (int i = 0; i < kMaxHeadDim / 32; ++i) {
     const int64_t d = lane + 32 * i;
     qr[i] = d < dh ? load(qp + d) : A(0);
@@ -287,21 +289,26 @@ void CudaBackend::decode_admit(const Tensor& decision, const Tensor& active, Ten
 }
 
 void CudaBackend::kv_cache_append(const Tensor& k, const Tensor& v, const Tensor& admit,
-                                  Tensor& len, Tensor& k_cache, Tensor& v_cache) {
+                                  const Tensor& rows, Tensor& len, Tensor& k_cache,
+                                  Tensor& v_cache) {
   const int64_t b_n = k_cache.size(0), s = k_cache.size(1), w = k_cache.numel() / (b_n * s);
+  const int64_t n_rows = k.size(0);
+  if (n_rows == 0) return;
   dispatch_float(k_cache.dtype(), "kv_cache_append", [&](auto z) {
     using T = decltype(z);
-    kv_cache_append_kernel<<<static_cast<unsigned>(b_n), row_threads(w, 1024), 0,
+    kv_cache_append_kernel<<<static_cast<unsigned>(n_rows), row_threads(w, 1024), 0,
                              compute_stream()>>>(
         k.data<T>(), v.data<T>(), admit.defined() ? admit.data<int64_t>() : nullptr,
-        len.data<int64_t>(), s, w, k_cache.data<T>(), v_cache.data<T>());
+        rows.defined() ? rows.data<int64_t>() : nullptr, len.data<int64_t>(), s, w,
+        k_cache.data<T>(), v_cache.data<T>());
     MOD_CUDA_CHECK_LAUNCH();
   });
 }
 
 void CudaBackend::decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                                   const Tensor& len, Tensor& out) {
-  const int64_t b_n = q.size(0), h_n = q.size(1), dh = q.size(2), s = k_cache.size(1);
+                                   const Tensor& len, const Tensor& rows, Tensor& out) {
+  const int64_t n_rows = q.size(0), h_n = q.size(1), dh = q.size(2), s = k_cache.size(1);
+  if (n_rows == 0) return;
   if (dh > kMaxHeadDim)
     throw std::invalid_argument("decode_attention: head dim " + std::to_string(dh) +
                                 " above the kernel's " + std::to_string(kMaxHeadDim));
@@ -312,10 +319,10 @@ void CudaBackend::decode_attention(const Tensor& q, const Tensor& k_cache, const
       throw std::invalid_argument("decode_attention: a cache of " + std::to_string(s) +
                                   " slots needs " + std::to_string(smem) +
                                   " bytes of shared memory, above 48 KiB");
-    decode_attention_kernel<<<static_cast<unsigned>(b_n * h_n), kAttnWarps * 32, smem,
-                              compute_stream()>>>(q.data<T>(), k_cache.data<T>(),
-                                                  v_cache.data<T>(), len.data<int64_t>(), s, h_n,
-                                                  dh, out.data<T>());
+    decode_attention_kernel<<<static_cast<unsigned>(n_rows * h_n), kAttnWarps * 32, smem,
+                              compute_stream()>>>(
+        q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), len.data<int64_t>(),
+        rows.defined() ? rows.data<int64_t>() : nullptr, s, h_n, dh, out.data<T>());
     MOD_CUDA_CHECK_LAUNCH();
   });
 }
