@@ -87,7 +87,9 @@ void CpuBackend::decode_attention(const Tensor& q, const Tensor& k_cache, const 
     T* op = out.data<T>();
     const int64_t* n = len.data<int64_t>();
     const T scale = T(1) / std::sqrt(static_cast<T>(dh));
-#pragma omp parallel for collapse(2) schedule(static) if (n_rows * h_n * s * dh > kParallelElements)
+  // A thread team costs more than one step's attention until the caches are long (the fused
+  // attention's threshold, B*H*S*Dh).
+#pragma omp parallel for collapse(2) schedule(static) if (n_rows * h_n * s * dh > (1 << 20))
     for (int64_t i = 0; i < n_rows; ++i)
       for (int64_t h = 0; h < h_n; ++h) {
         const int64_t b = rows.defined() ? rows.data<int64_t>()[i] : i;
