@@ -5,6 +5,7 @@
 #include "core/ops/activation.h"
 #include "core/ops/attention.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/decode.h"
 #include "core/ops/embedding.h"
 #include "core/ops/loss.h"
 #include "core/ops/matmul.h"

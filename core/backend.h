@@ -56,6 +56,19 @@ struct MoeSelectArgs {
   int64_t top_k = 1;    // token choice: experts each token asks for
 };
 
+// Drawing the next token on the device (Backend::sample_tokens). With temperature > 0 the kept
+// set is the top_k largest logits (0: all; ties at the k-th value kept), then the smallest set of
+// the largest probabilities (over the top-k set) whose mass reaches top_p (ties at the threshold
+// kept). The draw: u = philox_uniform(seed, first_stream + row, pos[row]) (core/philox.h) times
+// the kept mass, walked over the kept tokens in ascending id order.
+struct SampleArgs {
+  double temperature = 1.0;  // 0 (or less): greedy, the lowest id among the largest logits
+  int64_t top_k = 0;         // 0: no top-k filter
+  double top_p = 1.0;        // 1: no nucleus filter
+  uint64_t seed = 1;
+  uint64_t first_stream = 0;  // row b draws from stream first_stream + b
+};
+
 // The scalars one AdamW step multiplies by, computed on the host in double (core/ops/optim.h
 // adamw_step_constants): {1 - lr * weight_decay, lr / (1 - beta1^step), 1 / sqrt(1 - beta2^step)}.
 // Kernels read them from a device tensor, so a captured step replays with the current values.
@@ -266,6 +279,35 @@ class Backend {
   //   counts [B,2] f64       per sequence: tokens no real expert took, choices dropped
   virtual void moe_select(const Tensor& probs, const MoeSelectArgs& args, Tensor& rows,
                           Tensor& gate_rows, Tensor& valid, Tensor& share, Tensor& counts) = 0;
+
+  // --- decode family (ops/decode): batched one-token decoding with static KV caches ---
+  // B sequences, each at its own position; caches [B,S,W] (W = H*Dh) hold each sequence's admitted
+  // tokens in slots [0, len[b]). Flags and lengths are i64 [B]; nothing here reads the host.
+  // admit[b] = active[b] != 0 && decision[b] > 0; decision [B] (float), admit [B] i64.
+  virtual void decode_admit(const Tensor& decision, const Tensor& active, Tensor& admit) = 0;
+  // Row i of k, v [N,W] belongs to sequence b = rows[i] (b = i, N = B, when rows is
+  // undefined; rows distinct). Where admit[i] != 0 (every row when admit is undefined):
+  // k_cache[b, len[b]] = k[i], v_cache[b, len[b]] = v[i] and len[b] += 1; nothing is written
+  // for other rows, nor where len[b] == S. k_cache, v_cache [B,S,W], one dtype with k and v.
+  virtual void kv_cache_append(const Tensor& k, const Tensor& v, const Tensor& admit,
+                               const Tensor& rows, Tensor& len, Tensor& k_cache,
+                               Tensor& v_cache) = 0;
+  // q [N,H,Dh], row i of sequence b = rows[i] (or i), attends to slots [0, len[b]) of k_cache,
+  // v_cache [B,S,H,Dh]: out [N,H,Dh] = softmax(q k^T / sqrt(Dh)) v; 0 where len[b] == 0.
+  virtual void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                const Tensor& len, const Tensor& rows, Tensor& out) = 0;
+  // out[b] = admit[b] != 0 ? x[b] + u[b] : x[b]; x, u, out [B,N], one float dtype.
+  virtual void masked_add(const Tensor& x, const Tensor& u, const Tensor& admit, Tensor& out) = 0;
+  // logits [B,V] (float), pos [B] i64 -> next [B] i64, drawn as SampleArgs says.
+  virtual void sample_tokens(const Tensor& logits, const Tensor& pos, const SampleArgs& args,
+                             Tensor& next) = 0;
+  // One step of every sequence's bookkeeping, all i64: with p = pos[b] + 1 and p < L,
+  // tokens[b,p] keeps the prompt's token where p < prompt_len[b], else takes next[b]; cur[b] =
+  // tokens[b,p]; active[b] stays 1 while p < stop[b] and no generated token is eot (eot < 0:
+  // none); pos[b] = p. tokens [B,L]; next, prompt_len, stop, pos, cur, active [B].
+  virtual void decode_advance(const Tensor& next, const Tensor& prompt_len, const Tensor& stop,
+                              int64_t eot, Tensor& tokens, Tensor& pos, Tensor& cur,
+                              Tensor& active) = 0;
 
   // --- loss family (ops/loss) ---
   // losses = max(x,0) - x*t + log(1 + exp(-|x|)), elementwise; targets same shape, float.

@@ -36,6 +36,12 @@ Tensor Attention::forward(const Tensor& x, const Tensor& pos, KvCache* cache) co
   Tensor a;
   if (!cache) {
     a = attention(q, k, v, pos);
+  } else if (cache->len.defined()) {
+    // One token per sequence: [B,1] tokens, or [1,N] gathered ones named by cache->rows.
+    const Shape one{b * t, 1, local_heads, head_dim_};
+    kv_cache_append(k.view(one), v.view(one), cache->admit, cache->len, cache->k, cache->v,
+                    cache->rows);
+    a = decode_attention(q.view(one), cache->k, cache->v, cache->len, cache->rows).view(heads);
   } else {
     if (b != 1 || grad_enabled())
       throw std::logic_error("attention with a KV cache: batch 1 under NoGradGuard only");

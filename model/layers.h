@@ -12,10 +12,18 @@
 
 namespace mod::model {
 
-// Per-block KV cache for sampling: a routed block stores only the tokens that entered it.
+// Per-block KV cache for sampling: a routed block stores only the tokens that entered it. Two
+// kinds: the growing one of Transformer::decode_step (one sequence, positions on the host), and
+// the static one of batched decoding (len defined): B sequences with fixed capacity S, each
+// with its own length on the device; a step appends the token of sequence b only where admit[b]
+// (undefined: every sequence) and attends to that sequence's slots [0, len[b]). With rows, the
+// step's tokens are a gathered [1,N] run and token i belongs to sequence rows[i].
 struct KvCache {
-  Tensor k, v;               // [max_len, H, Dh]
-  std::vector<int64_t> pos;  // original position of each cached token
+  Tensor k, v;               // [max_len, H, Dh]; static: [B,S,H,Dh]
+  std::vector<int64_t> pos;  // original position of each cached token (growing kind only)
+  Tensor len;                // static kind: i64 [B], tokens cached per sequence
+  Tensor admit;              // static kind: i64 [B], this step's admitted sequences (or undefined)
+  Tensor rows;               // static kind: i64 [N], the sequence of each gathered token (or undefined)
   int64_t size() const { return static_cast<int64_t>(pos.size()); }
 };
 
@@ -26,8 +34,10 @@ std::shared_ptr<nn::Norm> make_norm(const modtrain::ModelConfig& cfg, DType dtyp
 class Attention : public nn::Module {
  public:
   Attention(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype);
-  // x [B,T,D] at positions pos [B,T] (ascending) -> [B,T,D]. With a cache (B = 1), the
-  // tokens' K/V are appended to it and the queries attend to everything cached.
+  // x [B,T,D] at positions pos [B,T] (ascending) -> [B,T,D]. With a growing cache (B = 1), the
+  // tokens' K/V are appended to it and the queries attend to everything cached; with a static
+  // one (T = 1), each admitted sequence's K/V are appended and every query attends to its own
+  // sequence's cached tokens.
   Tensor forward(const Tensor& x, const Tensor& pos, KvCache* cache = nullptr) const;
 
  private:

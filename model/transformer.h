@@ -12,11 +12,25 @@
 #include <vector>
 
 #include "configs/modtrain.pb.h"
+#include "core/backend.h"
 #include "core/nn/module.h"
 #include "model/block.h"
 #include "model/forward_result.h"
 
 namespace mod::model {
+
+// Batched decoding (decode.cpp): B sequences, each at its own position with its own static KV
+// caches, all on the model's device. A step feeds every sequence's current token; the token
+// after it is the prompt's where the prompt goes on, else the one sampled. Shape legend: B
+// sequences, L token buffer (the caches' capacity too).
+struct DecodeState {
+  int64_t batch = 0, length = 0;  // B, L
+  int64_t eot = -1;               // a generated eot ends its sequence; < 0: none
+  Tensor tokens;                  // i64 [B,L]: each prompt (right-padded), then its new tokens
+  Tensor prompt_len, stop;        // i64 [B]: prompt tokens; the last position a sequence feeds + 1
+  Tensor pos, cur, active;        // i64 [B]: the position and token fed next, 1 until done
+  std::vector<KvCache> caches;    // per block, static kind (model/layers.h)
+};
 
 class Transformer : public nn::Module {
  public:
@@ -30,6 +44,15 @@ class Transformer : public nn::Module {
   // Sampling: feeds one token at `pos` through the caches (one per block) -> logits [V].
   Tensor decode_step(int64_t token, int64_t pos, std::vector<KvCache>& caches) const;
   std::vector<KvCache> make_caches(int64_t max_len) const;
+  // Batched decoding: prompts (each non-empty, stop[b] <= L <= model.seq_len) and the last
+  // position + 1 each sequence feeds; then one step per position, all on the device: every
+  // active sequence's token through the blocks (a routed block admits it iff its decision logit
+  // is positive: its cache grows and its residual updates only then), the next token drawn by
+  // sample_tokens (core/ops/decode.h) and the state advanced. No host reads: capturable.
+  DecodeState make_decode_state(const std::vector<std::vector<int64_t>>& prompts,
+                                const std::vector<int64_t>& stop, int64_t length,
+                                int64_t eot) const;
+  void decode_batch_step(DecodeState& state, const SampleArgs& args) const;
 
   const modtrain::ModelConfig& config() const { return cfg_; }
   bool routed(size_t block) const { return routed_[block]; }

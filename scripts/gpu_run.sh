@@ -117,6 +117,21 @@ train_run() {
   grep -h "^peak memory" "$logs/$tag$name.log" | sed "s/^/  /" | tee -a "$summary"
 }
 
+# modtrain sample on the GPU, 500 new tokens at temperature 1 (no top-k or top-p filter), batch 1
+# and 64 (copies of one prompt), the step captured as a CUDA graph; then batch 1 without the graph.
+sample_run() {
+  local model=$1 batch extra
+  for batch in 1 64 1_eager; do
+    extra=()
+    [ "$batch" != 1_eager ] || extra=(--no-cuda-graph)
+    LIMIT=45 run "sample_${model}_b$batch" "$modtrain" sample \
+      --checkpoint "/tmp/runs/${tag}train_${model}/model.safetensors" --tokenizer "$bundle/data/kjv_bpe8k/tokenizer.txt" --device CUDA --max-new-tokens 500 \
+      --prompt "And God said" --batch "${batch%_eager}" --temperature 1 --top-p 1 "${extra[@]}"
+    grep -o '\[[0-9]* tokens in [^,]*, [0-9.]* tokens/s[^;\]]*' "$logs/${tag}sample_${model}_b$batch.log" |
+      sed "s/^/  sample_${model}_b$batch: /" | tee -a "$summary"
+  done
+}
+
 eager() {
   local model
   for model in gpt2_small_dense gpt2_small_mod; do
@@ -130,11 +145,7 @@ bench() {
     train_run "train_${model}" "$model" false NONE "$steps"
     train_run "train_${model}_graph" "$model" true NONE "$steps"
     train_run "train_${model}_full" "$model" false FULL 10
-    LIMIT=45 run "sample_$model" "$modtrain" sample \
-      --checkpoint "/tmp/runs/${tag}train_${model}/model.safetensors" --tokenizer "$bundle/data/kjv_bpe8k/tokenizer.txt" --device CUDA --max-new-tokens 500 \
-      --prompt "And God said"
-    grep -o '\[[0-9]* tokens in [^,]*, [0-9.]* tokens/s' "$logs/${tag}sample_$model.log" |
-      sed "s/^/  sample_$model: /" | tee -a "$summary"
+    sample_run "$model"
   done
   [ -z "${SKIP_PYTORCH:-}" ] || return 0
   pytorch_bench

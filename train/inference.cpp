@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <stdexcept>
 
@@ -87,15 +88,34 @@ std::string eval_table(const WeightsEval& r) {
 Sample sample_text(const SampleOptions& o) {
   if (o.device != "CPU" && o.device != "CUDA")
     throw std::invalid_argument("--device " + o.device + ": expected CPU or CUDA");
+  if (o.batch < 1)
+    throw std::invalid_argument("--batch " + std::to_string(o.batch) + ": expected at least 1");
+  std::vector<std::string> texts{o.prompt};
+  if (!o.prompt_file.empty()) {
+    std::ifstream in(o.prompt_file);
+    if (!in) throw std::invalid_argument("--prompt-file " + o.prompt_file + ": cannot read it");
+    texts.clear();
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) texts.push_back(line);
+    if (texts.empty())
+      throw std::invalid_argument("--prompt-file " + o.prompt_file + ": no prompt (no non-empty line)");
+  }
   auto loaded = load_model(o.weights);
   if (o.device == "CUDA") loaded.model->to(Device::CUDA);
   const auto tok = tokenizer_for(loaded, o.tokenizer);
-  const std::vector<int64_t> ids = encode(*tok, o.prompt);
   Sample s;
-  s.prompt_tokens = static_cast<int64_t>(ids.size());
-  s.generation = model::generate(*loaded.model, ids, o.max_new_tokens, o.params);
-  const std::vector<uint32_t> out(s.generation.tokens.begin(), s.generation.tokens.end());
-  s.continuation = tok->decode(out);
+  std::vector<std::vector<int64_t>> ids;
+  for (const std::string& text : texts)
+    for (int64_t copy = 0; copy < o.batch; ++copy) {
+      s.prompts.push_back(text);
+      ids.push_back(encode(*tok, text));
+      s.prompt_tokens += static_cast<int64_t>(ids.back().size());
+    }
+  s.generations = model::generate_batch(*loaded.model, ids, o.max_new_tokens, o.params);
+  for (const model::Generation& g : s.generations) {
+    const std::vector<uint32_t> out(g.tokens.begin(), g.tokens.end());
+    s.continuations.push_back(tok->decode(out));
+  }
   return s;
 }
 

@@ -36,18 +36,22 @@ std::string eval_table(const WeightsEval& r);
 struct SampleOptions {
   std::string weights;  // as for evaluate_weights
   std::string prompt;
+  std::string prompt_file;  // non-empty: one prompt a line (empty lines skipped), in place of prompt
+  int64_t batch = 1;        // copies of each prompt decoded together (sequence streams differ)
   int64_t max_new_tokens = 200;
   model::SamplingParams params;
   std::string device = "CPU";  // CPU or CUDA (this process's GPU)
   std::string tokenizer;       // empty: the tokenizer of the run's dataset (data.dir)
 };
 struct Sample {
-  std::string continuation;  // the decoded new tokens
-  int64_t prompt_tokens = 0;
-  model::Generation generation;
+  std::vector<std::string> prompts;        // one per sequence, in batch order
+  std::vector<std::string> continuations;  // the decoded new tokens of each
+  int64_t prompt_tokens = 0;               // over all sequences
+  std::vector<model::Generation> generations;
 };
-// Throws std::invalid_argument (naming the option) on a bad device or a tokenizer whose
-// vocabulary is not the model's.
+// Decodes every prompt (batch copies each) as one batch. Throws std::invalid_argument (naming
+// the option) on a bad device, batch or prompt file, or a tokenizer whose vocabulary is not the
+// model's.
 Sample sample_text(const SampleOptions& o);
 
 struct InspectOptions {

@@ -71,6 +71,17 @@ class CpuBackend : public Backend {
   void topk_rows(const Tensor& scores, int64_t k, Tensor& idx) override;
   void routing_summary(const Tensor& r, const Tensor& decision, const Tensor& member,
                        Tensor& out) override;
+  void decode_admit(const Tensor& decision, const Tensor& active, Tensor& admit) override;
+  void kv_cache_append(const Tensor& k, const Tensor& v, const Tensor& admit, const Tensor& rows,
+                       Tensor& len, Tensor& k_cache, Tensor& v_cache) override;
+  void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                        const Tensor& len, const Tensor& rows, Tensor& out) override;
+  void masked_add(const Tensor& x, const Tensor& u, const Tensor& admit, Tensor& out) override;
+  void sample_tokens(const Tensor& logits, const Tensor& pos, const SampleArgs& args,
+                     Tensor& next) override;
+  void decode_advance(const Tensor& next, const Tensor& prompt_len, const Tensor& stop,
+                      int64_t eot, Tensor& tokens, Tensor& pos, Tensor& cur,
+                      Tensor& active) override;
   void moe_select(const Tensor& probs, const MoeSelectArgs& args, Tensor& rows, Tensor& gate_rows,
                   Tensor& valid, Tensor& share, Tensor& counts) override;
   void bce_with_logits_forward(const Tensor& logits, const Tensor& targets,

@@ -82,6 +82,21 @@ PY
   --prompt "int main" --max-new-tokens 20 > "$work/sample.log" 2> "$work/sample.err"
 grep -q "^int main" "$work/sample.log" || fail "sample did not continue the prompt"
 grep -q "tokens/s" "$work/sample.err" || fail "sample did not report tokens/s"
+# A batch: two prompts of different lengths, two greedy copies each, one sequence a block of
+# output; each copy equals the other, and the first prompt decoded alone.
+printf 'int main\n\nstatic void check\n' > "$work/prompts.txt"
+"$modtrain" sample --checkpoint "$work/run/model.safetensors" --tokenizer "$work/data/tokenizer.txt" \
+  --prompt-file "$work/prompts.txt" --batch 2 --temperature 0 --max-new-tokens 16 \
+  > "$work/batch.log" 2> "$work/batch.err"
+[ "$(grep -c '^=== sequence' "$work/batch.log")" = 4 ] || fail "sample --batch 2 of 2 prompts: $(cat "$work/batch.log")"
+grep -q "over 4 sequences" "$work/batch.err" || fail "sample --batch did not count its sequences"
+seq_text() { awk -v n="=== sequence $2 ===" '$0 == n {on = 1; next} /^=== sequence/ {on = 0} on' "$1"; }
+[ "$(seq_text "$work/batch.log" 0)" = "$(seq_text "$work/batch.log" 1)" ] || fail "greedy copies differ"
+[ "$(seq_text "$work/batch.log" 2)" = "$(seq_text "$work/batch.log" 3)" ] || fail "greedy copies differ"
+grep -q "^static void check" "$work/batch.log" || fail "the second prompt was not continued"
+"$modtrain" sample --checkpoint "$work/run/model.safetensors" --tokenizer "$work/data/tokenizer.txt" \
+  --prompt "int main" --temperature 0 --max-new-tokens 16 > "$work/alone.log" 2> /dev/null
+[ "$(cat "$work/alone.log")" = "$(seq_text "$work/batch.log" 0)" ] || fail "batch sequence 0 differs from the prompt alone"
 "$modtrain" flops --config "$src/configs/recipes/tiny_mod.textproto" | grep -q "training" \
   || fail "flops printed no total"
 # memory: the predicted peak, and whether it fits a stated device memory.
@@ -170,6 +185,10 @@ expect_error "model.seq_len: 2147483647 must be at most" "$modtrain" memory \
   --config "$src/configs/recipes/tiny_mod.textproto" --set model.seq_len=2147483647
 expect_error "expected CPU or CUDA" "$modtrain" sample --checkpoint "$work/run/model.safetensors" \
   --tokenizer "$work/data/tokenizer.txt" --device TPU
+expect_error "--batch 0: expected at least 1" "$modtrain" sample --checkpoint "$work/run/model.safetensors" \
+  --tokenizer "$work/data/tokenizer.txt" --batch 0
+expect_error "no prompt" "$modtrain" sample --checkpoint "$work/run/model.safetensors" \
+  --tokenizer "$work/data/tokenizer.txt" --prompt-file /dev/null
 expect_error "model.mod.causal.method is NONE" "$modtrain" sample --checkpoint "$work/none" \
   --tokenizer "$work/data/tokenizer.txt"
 expect_error "one of --text and --text-file" "$modtrain" inspect --checkpoint "$work/run"

@@ -196,6 +196,33 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
                        Tensor& out) override {
     run([=, this]() mutable { CpuBackend::routing_summary(r, decision, member, out); });
   }
+  void decode_admit(const Tensor& decision, const Tensor& active, Tensor& admit) override {
+    run([=, this]() mutable { CpuBackend::decode_admit(decision, active, admit); });
+  }
+  void kv_cache_append(const Tensor& k, const Tensor& v, const Tensor& admit, const Tensor& rows,
+                       Tensor& len, Tensor& k_cache, Tensor& v_cache) override {
+    run([=, this]() mutable {
+      CpuBackend::kv_cache_append(k, v, admit, rows, len, k_cache, v_cache);
+    });
+  }
+  void decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                        const Tensor& len, const Tensor& rows, Tensor& out) override {
+    run([=, this]() mutable { CpuBackend::decode_attention(q, k_cache, v_cache, len, rows, out); });
+  }
+  void masked_add(const Tensor& x, const Tensor& u, const Tensor& admit, Tensor& out) override {
+    run([=, this]() mutable { CpuBackend::masked_add(x, u, admit, out); });
+  }
+  void sample_tokens(const Tensor& logits, const Tensor& pos, const SampleArgs& args,
+                     Tensor& next) override {
+    run([=, this]() mutable { CpuBackend::sample_tokens(logits, pos, args, next); });
+  }
+  void decode_advance(const Tensor& next, const Tensor& prompt_len, const Tensor& stop,
+                      int64_t eot, Tensor& tokens, Tensor& pos, Tensor& cur,
+                      Tensor& active) override {
+    run([=, this]() mutable {
+      CpuBackend::decode_advance(next, prompt_len, stop, eot, tokens, pos, cur, active);
+    });
+  }
   void moe_select(const Tensor& probs, const MoeSelectArgs& args, Tensor& rows, Tensor& gate_rows,
                   Tensor& valid, Tensor& share, Tensor& counts) override {
     run([=, this]() mutable {

@@ -1,0 +1,106 @@
+// The decode family on the GPU against the CPU (core/ops/decode.h): the masked cache append,
+// decode attention over ragged lengths (an empty cache included), the masked residual add, the
+// admit flags, sample_tokens (greedy, temperature, top-k, top-p; the same draws as the CPU's, so
+// a sequence samples the same tokens on either device) and the step's bookkeeping.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "tests/cuda/backend_parity.h"
+
+using namespace mod;
+using namespace mod::parity;
+
+TEST_CASE("cuda: kv_cache_append and decode_attention over ragged lengths", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  const int64_t dh = GENERATE(16, 64);
+  Rng rng(401);
+  const int64_t b = 4, s = 37, h = 3;
+  const Tensor len = indices({5, 0, 36, 37}, {b});
+  for (bool gathered : {false, true}) {
+    INFO(dtype_name(p.dtype) << ", Dh " << dh << (gathered ? ", rows {3, 0}" : ""));
+    const int64_t n = gathered ? 2 : b;
+    const Tensor rows = gathered ? indices({3, 0}, {2}) : Tensor();
+    auto rows_arg = [&] { return in("rows", gathered ? rows : indices({0, 1, 2, 3}, {b})); };
+    check_parity(p,
+                 {in("k", normal({n, 1, h, dh}, rng)), in("v", normal({n, 1, h, dh}, rng)),
+                  in("admit", gathered ? indices({1, 1}, {2}) : indices({1, 1, 0, 1}, {b})),
+                  rows_arg(), inout("len", len), inout("k_cache", normal({b, s, h, dh}, rng)),
+                  inout("v_cache", normal({b, s, h, dh}, rng))},
+                 [](Backend& be, std::vector<Tensor>& t) {
+                   be.kv_cache_append(t[0], t[1], t[2], t[3], t[4], t[5], t[6]);
+                 });
+    check_parity(p,
+                 {in("q", normal({n, h, dh}, rng)), in("k_cache", normal({b, s, h, dh}, rng)),
+                  in("v_cache", normal({b, s, h, dh}, rng)), in("len", len), rows_arg(),
+                  out("out", {n, h, dh})},
+                 [](Backend& be, std::vector<Tensor>& t) {
+                   be.decode_attention(t[0], t[1], t[2], t[3], t[4], t[5]);
+                 },
+                 Tol::Long);
+  }
+}
+
+TEST_CASE("cuda: decode_admit and masked_add", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  Rng rng(402);
+  INFO(dtype_name(p.dtype));
+  const int64_t b = 300, d = 48;
+  std::vector<int64_t> active(b), admit(b);
+  for (int64_t i = 0; i < b; ++i) active[i] = rng.below(2), admit[i] = rng.below(2);
+  check_parity(p,
+               {in("decision", normal({b}, rng)), in("active", indices(active, {b})),
+                out("admit", {b}, DType::I64)},
+               [](Backend& be, std::vector<Tensor>& t) { be.decode_admit(t[0], t[1], t[2]); });
+  check_parity(p,
+               {in("x", normal({b, 1, d}, rng)), in("u", normal({b, 1, d}, rng)),
+                in("admit", indices(admit, {b})), out("out", {b, 1, d})},
+               [](Backend& be, std::vector<Tensor>& t) { be.masked_add(t[0], t[1], t[2], t[3]); });
+}
+
+TEST_CASE("cuda: sample_tokens draws the CPU's tokens", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  Rng rng(403);
+  const int64_t b = 64, v = 50257;
+  std::vector<int64_t> pos(b);
+  for (int64_t i = 0; i < b; ++i) pos[i] = rng.below(1000);
+  const Tensor logits = normal({b, v}, rng, 3.0);
+  struct Case {
+    double temperature;
+    int64_t top_k;
+    double top_p;
+  };
+  for (const Case c : {Case{0, 0, 1}, Case{1, 0, 1}, Case{0.8, 40, 1}, Case{1, 0, 0.9},
+                       Case{0.7, 50, 0.95}, Case{1.3, 1, 1}}) {
+    INFO(dtype_name(p.dtype) << ", temperature " << c.temperature << ", top_k " << c.top_k
+                             << ", top_p " << c.top_p);
+    SampleArgs a;
+    a.temperature = c.temperature;
+    a.top_k = c.top_k;
+    a.top_p = c.top_p;
+    a.seed = 11;
+    a.first_stream = 3;
+    check_parity(p,
+                 {in("logits", logits), in("pos", indices(pos, {b})),
+                  out("next", {b}, DType::I64)},
+                 [a](Backend& be, std::vector<Tensor>& t) {
+                   be.sample_tokens(t[0], t[1], a, t[2]);
+                 });
+  }
+}
+
+TEST_CASE("cuda: decode_advance", "[cuda]") {
+  const Precision p = precision(DType::F32);
+  const int64_t b = 3, l = 6;
+  check_parity(p,
+               {in("next", indices({7, 8, 9}, {b})), in("prompt_len", indices({1, 4, 2}, {b})),
+                in("stop", indices({5, 5, 2}, {b})),
+                inout("tokens", indices({1, 0, 0, 0, 0, 0, 2, 3, 4, 5, 0, 0, 6, 7, 0, 0, 0, 0},
+                                        {b, l})),
+                inout("pos", indices({0, 1, 1}, {b})), inout("cur", indices({1, 3, 7}, {b})),
+                inout("active", indices({1, 1, 1}, {b}))},
+               [](Backend& be, std::vector<Tensor>& t) {
+                 be.decode_advance(t[0], t[1], t[2], 9, t[3], t[4], t[5], t[6]);
+               });
+}
