@@ -152,7 +152,7 @@ TEST_CASE("cuda: add_rmsnorm and add_layernorm, forward and backward", "[cuda]")
     cpu().binary(BinaryKind::Add, Broadcast::Same, 1, x.numel(), x, a, sum);
     sum = rounded(sum, p.dtype);
     for (bool with_ds : {true, false}) {
-      INFO(with_ds ? "with ds" : "without ds");
+      INFO((with_ds ? "with ds" : "without ds"));
       cpu().rmsnorm_forward(sum, w, eps, y, rstd);
       check_parity(p,
                    {in("dy", dy), in("ds", ds), in("s", sum), in("weight", w), in("rstd", rstd),
