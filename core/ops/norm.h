@@ -4,8 +4,9 @@
 // and a once and writes the sum and its norm; the backward adds the gradient reaching the sum
 // from its other uses to the norm's, in the same pass. Each output equals the unfused ops'
 // bit for bit on the CPU.
-// Tested by: tests/core/norm_act_softmax_test.cpp (against naive references, errors, the fused
-// ops against the unfused), tests/core/grad_cases_norm_act_softmax.cpp (float64 gradients),
+// Tested by: tests/core/norm_act_softmax_test.cpp (against naive references, errors),
+// tests/core/add_norm_test.cpp (the fused ops against the unfused, bitwise),
+// tests/core/grad_cases_norm_act_softmax.cpp (float64 gradients),
 // tests/cuda/parity_nn_test.cpp (CUDA against CPU), tests/model/fusion_test.cpp (whole runs).
 #pragma once
 
