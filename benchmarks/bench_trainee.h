@@ -51,7 +51,8 @@ struct Trainee {
   Trainee(std::string name, const modtrain::RunConfig& c, Rng& rng)
       : label(std::move(name)), cfg(c) {
     flops = model::count_flops(cfg.model());
-    model = std::make_unique<model::Transformer>(cfg.model(), cfg.train().seed());
+    model = std::make_unique<model::Transformer>(cfg.model(), cfg.train().seed(), DType::F32,
+                                                 model::fusions_from(cfg.train()));
     model->set_recompute(cfg.train().recompute(), {cfg.train().recompute_blocks().begin(),
                                                    cfg.train().recompute_blocks().end()});
     opt = std::make_unique<parallel::AdamW>(model->named_parameters(), cfg.optimizer());

@@ -289,6 +289,9 @@ void bench_memory_bound(const Ceilings& c, Rng& rng) {
     check("silu", max_abs_diff(values(silu(x)), s), 1e-5);
     check("swiglu", max_abs_diff(values(swiglu(x, up)), sw), 1e-5);
     check("softmax", max_abs_diff(values(softmax(x)), ref::softmax(xv, 29, 37)), 1e-6);
+    // The fused residual add + norm equals add then the norm (bitwise on the CPU).
+    check("add_rmsnorm", max_abs_diff(values(add_rmsnorm(x, up, w).normed),
+                                      values(rmsnorm(add(x, up), w))), 0.0);
   }
   const int64_t n = 16384, d = 768;
   const double row_bytes = 4.0 * n * d;
@@ -313,6 +316,12 @@ void bench_memory_bound(const Ceilings& c, Rng& rng) {
   bandwidth_line(c, "mul by row [16384,768]*[16384,1]", 2 * row_bytes,
                  [&] { be.binary(BinaryKind::Mul, Broadcast::Outer, n, d, x, rstd, y); });
   bandwidth_line(c, "axpy (gradient accumulation)", 3 * row_bytes, [&] { be.axpy(0.5, x, y); });
+  // The residual add fused with the norm: 4 row passes where add + norm take 5 forward, and
+  // 4 where norm + axpy take 6 backward (docs/gpu.md "Fused ops").
+  bandwidth_line(c, "add_rmsnorm fwd (x + a, norm)", 4 * row_bytes,
+                 [&] { be.add_rmsnorm_forward(x, dy, w, 1e-5, dx, y, rstd); });
+  bandwidth_line(c, "add_rmsnorm bwd (with ds)", 4 * row_bytes,
+                 [&] { be.add_rmsnorm_backward(dy, x, dx, w, rstd, y, dw); });
 
   {  // MoD routing: B=64 sequences of 2048 tokens, C = 12.5% routed (50 MB moved: > L3)
     const int64_t b = 64, t = 2048, cap = 256;

@@ -96,6 +96,36 @@ void record(Tensor& output, Op op, const std::vector<Tensor>& inputs, BackwardFn
   output.impl()->requires_grad = true;
 }
 
+void record_outputs(std::initializer_list<Tensor*> outputs, Op op,
+                    const std::vector<Tensor>& inputs, MultiBackwardFn backward_fn) {
+  // Filled by the outputs' nodes, which run first; undefined where no gradient came.
+  auto grad_outs = std::make_shared<std::vector<Tensor>>(outputs.size());
+  std::shared_ptr<Node> node =
+      make_node(op, inputs, [grad_outs, fn = std::move(backward_fn)](const Tensor&,
+                                                                     const NeedsGrad& needs) {
+        const std::vector<Tensor> g = std::move(*grad_outs);
+        grad_outs->clear();
+        return fn(g, needs);
+      });
+  size_t k = 0;
+  for (Tensor* out : outputs) {
+    auto out_node = std::make_shared<Node>();
+    out_node->op = op;
+    Edge e;
+    e.node = node;
+    e.order_only = true;
+    out_node->inputs.push_back(std::move(e));
+    out_node->needs.push_back(true);
+    out_node->backward = [grad_outs, k](const Tensor& g, const NeedsGrad&) {
+      (*grad_outs)[k] = g;
+      return std::vector<Tensor>(1);
+    };
+    out->impl()->grad_fn = std::move(out_node);
+    out->impl()->requires_grad = true;
+    ++k;
+  }
+}
+
 void backward(const Tensor& root, const Tensor& seed_in, const LeafGradReady& on_leaf_ready) {
   if (!root.defined()) throw std::logic_error("backward: undefined tensor");
   if (!root.requires_grad())

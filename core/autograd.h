@@ -10,9 +10,12 @@
 //   rule may add a leaf's gradient into that leaf's existing grad() in place and return grad()
 //   itself, which the engine then does not add again (accumulating_leaf_grad, below).
 // - After backward a node's saved tensors are freed; a second backward through it is an error.
+// - An op with several outputs (record_outputs) gets one node per output, each of which passes
+//   its gradient to the op's node along an order-only edge; the op's rule sees them all at once.
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -107,6 +110,17 @@ const Tensor* accumulating_leaf_grad(const Tensor& leaf, const Tensor& grad_out)
 void record(Tensor& output, Op op, const std::vector<Tensor>& inputs, BackwardFn backward);
 // The node record() attaches, unattached (recompute regions attach it to several outputs).
 std::shared_ptr<Node> make_node(Op op, const std::vector<Tensor>& inputs, BackwardFn backward);
+
+// An op with several outputs (add_rmsnorm: the sum and its norm). Given each output's gradient,
+// undefined where none reached that output, returns d(loss)/d(input) per input.
+using MultiBackwardFn =
+    std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outs, const NeedsGrad&)>;
+// Ties `outputs` to one node for `op` (call only when any_requires_grad(inputs)). Each output
+// gets a node of its own that hands its gradient over and orders the op's node after itself,
+// so the op's backward runs once, after every output's gradient arrived (as a recompute
+// region's does).
+void record_outputs(std::initializer_list<Tensor*> outputs, Op op,
+                    const std::vector<Tensor>& inputs, MultiBackwardFn backward);
 
 // While one is installed, any_requires_grad() reports to it every leaf requiring grad that an op
 // is given, grad mode on or off: a recompute region learns which parameters it uses from a

@@ -190,6 +190,22 @@ class Backend {
   virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                   const Tensor& mean, const Tensor& rstd, Tensor& dx,
                                   Tensor& dweight, Tensor& dbias) = 0;
+  // The residual add fused with the norm (llm.c's fused_residual_forward): s = x + a, rounded
+  // to the dtype, and y = norm(s), reading x and a once; x, a, s, y [N,D]. The backward takes
+  // dy and ds (the gradient reaching s from its other uses; undefined when none) and writes
+  // dx = ds + the norm's dx [N,D], the gradient of both x and a, in one pass.
+  virtual void add_rmsnorm_forward(const Tensor& x, const Tensor& a, const Tensor& weight,
+                                   double eps, Tensor& s, Tensor& y, Tensor& rstd /*[N]*/) = 0;
+  virtual void add_rmsnorm_backward(const Tensor& dy, const Tensor& ds, const Tensor& s,
+                                    const Tensor& weight, const Tensor& rstd, Tensor& dx,
+                                    Tensor& dweight) = 0;
+  virtual void add_layernorm_forward(const Tensor& x, const Tensor& a, const Tensor& weight,
+                                     const Tensor& bias, double eps, Tensor& s, Tensor& y,
+                                     Tensor& mean /*[N]*/, Tensor& rstd /*[N]*/) = 0;
+  virtual void add_layernorm_backward(const Tensor& dy, const Tensor& ds, const Tensor& s,
+                                      const Tensor& weight, const Tensor& mean,
+                                      const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                                      Tensor& dbias) = 0;
 
   // --- activation family (ops/activation); elementwise over any shape ---
   virtual void gelu_forward(const Tensor& x, Tensor& y) = 0;  // tanh approximation (GPT-2)

@@ -23,6 +23,9 @@ enum class Op : uint16_t {
   Embedding,
   RMSNorm,
   LayerNorm,
+  // The residual add fused with the norm after it: two outputs, the sum and its norm.
+  AddRMSNorm,
+  AddLayerNorm,
   GELU,
   SiLU,
   SwiGLU,
@@ -76,6 +79,8 @@ inline constexpr OpInfo kOpInfo[] = {
     {Op::Embedding, "embedding", true},
     {Op::RMSNorm, "rmsnorm", true},
     {Op::LayerNorm, "layernorm", true},
+    {Op::AddRMSNorm, "add_rmsnorm", true},
+    {Op::AddLayerNorm, "add_layernorm", true},
     {Op::GELU, "gelu", true},
     {Op::SiLU, "silu", true},
     {Op::SwiGLU, "swiglu", true},

@@ -18,13 +18,15 @@ Tensor gather_positions(const Tensor& pos, const Tensor& idx) {
   return out.view({b, c});
 }
 
-// body(inputs, local) -> a block's output, its MoE auxiliary loss and statistics going into
-// local. Under recomputation it runs as a recompute region whose outputs are that output and
-// the auxiliary loss (so the loss still reaches the MoE router); the statistics of the forward
-// are added to *result once, never those of the recomputation.
-using RegionBody = std::function<Tensor(const std::vector<Tensor>& inputs, ForwardResult& local)>;
-Tensor run_region(Recompute recompute, RegionBody body, const std::vector<Tensor>& inputs,
-                  ForwardResult* result) {
+// body(inputs, local) -> a block's output (and the next norm of it, when fused), its MoE
+// auxiliary loss and statistics going into local. Under recomputation it runs as a recompute
+// region whose outputs are that output, its norm and the auxiliary loss (so the loss still
+// reaches the MoE router); the statistics of the forward are added to *result once, never those
+// of the recomputation.
+using RegionBody =
+    std::function<Residual(const std::vector<Tensor>& inputs, ForwardResult& local)>;
+Residual run_region(Recompute recompute, RegionBody body, const std::vector<Tensor>& inputs,
+                    ForwardResult* result) {
   if (recompute == modtrain::TrainConfig::NONE) {
     ForwardResult discard;
     return body(inputs, result ? *result : discard);
@@ -32,20 +34,20 @@ Tensor run_region(Recompute recompute, RegionBody body, const std::vector<Tensor
   auto stats = std::make_shared<std::vector<MoeStats>>();
   RegionFn fn = [body = std::move(body), stats](const std::vector<Tensor>& in) {
     ForwardResult local;
-    Tensor out = body(in, local);
+    Residual out = body(in, local);
     *stats = std::move(local.moe_stats);
-    return std::vector<Tensor>{out, local.aux_loss};
+    return std::vector<Tensor>{out.x, out.normed, local.aux_loss};
   };
   const std::vector<Tensor> out =
       recompute_region(fn, inputs,
                        recompute == modtrain::TrainConfig::FULL ? RegionKeeps::InputsOnly
                                                                 : RegionKeeps::CostlyOpOutputs);
   if (result) {
-    if (out[1].defined()) result->add_aux_loss(out[1]);
+    if (out[2].defined()) result->add_aux_loss(out[2]);
     for (MoeStats& s : *stats) result->moe_stats.push_back(std::move(s));
   }
   stats->clear();
-  return out[0];
+  return {out[0], out[1]};
 }
 
 }  // namespace
@@ -54,7 +56,9 @@ Tensor apply_gate(modtrain::RouterConfig::Gate gate, const Tensor& r) {
   return autocast(gate == modtrain::RouterConfig::SIGMOID ? sigmoid(r) : r);
 }
 
-Block::Block(const modtrain::ModelConfig& cfg, bool routed, Rng& rng, DType dtype, bool moe) {
+Block::Block(const modtrain::ModelConfig& cfg, bool routed, Rng& rng, DType dtype, bool moe,
+             Fusions fusions)
+    : fusions_(fusions) {
   const int64_t d = cfg.d_model();
   norm1_ = register_module("norm1", make_norm(cfg, dtype));
   attn_ = register_module("attn", std::make_shared<Attention>(cfg, rng, dtype));
@@ -85,16 +89,32 @@ Tensor Block::mlp(const Tensor& h, RoutingMode mode, ForwardResult* result) cons
   return m.out;
 }
 
+AddNorm Block::add_norm2(const Tensor& x, const Tensor& a) const {
+  if (fusions_.add_norm) return norm2_->add_forward(x, a);
+  Tensor s = add(x, a);
+  Tensor h = norm2_->forward(s);
+  return {s, h};
+}
+
 Tensor Block::delta(const Tensor& x, const Tensor& pos, KvCache* cache, RoutingMode mode,
                     ForwardResult* result) const {
   Tensor a = attn_->forward(norm1_->forward(x), pos, cache);
-  return add(a, mlp(norm2_->forward(add(x, a)), mode, result));
+  return add(a, mlp(add_norm2(x, a).normed, mode, result));
 }
 
 Tensor Block::update(const Tensor& x, const Tensor& pos, KvCache* cache, RoutingMode mode,
                      ForwardResult* result) const {
-  Tensor s = add(x, attn_->forward(norm1_->forward(x), pos, cache));
-  return add(s, mlp(norm2_->forward(s), mode, result));
+  return update(Residual{x, Tensor()}, pos, cache, mode, result, nullptr).x;
+}
+
+Residual Block::update(const Residual& in, const Tensor& pos, KvCache* cache, RoutingMode mode,
+                       ForwardResult* result, const nn::Norm* next) const {
+  const Tensor h1 = in.normed.defined() ? in.normed : norm1_->forward(in.x);
+  const AddNorm s = add_norm2(in.x, attn_->forward(h1, pos, cache));
+  const Tensor m = mlp(s.normed, mode, result);
+  if (!next) return {add(s.sum, m), Tensor()};
+  const AddNorm out = next->add_forward(s.sum, m);
+  return {out.sum, out.normed};
 }
 
 Tensor routed_update(const Block& blk, const Tensor& x, const Tensor& pos, const Tensor& r,
@@ -107,9 +127,10 @@ Tensor routed_update(const Block& blk, const Tensor& x, const Tensor& pos, const
   // in: the gathered rows, their positions, their router weights -> g * f [B,C,D]
   RegionBody scaled_delta = [&blk, cache, mode](const std::vector<Tensor>& in,
                                                 ForwardResult& local) {
-    return mul(blk.delta(in[0], in[1], cache, mode, &local), in[2]);
+    return Residual{mul(blk.delta(in[0], in[1], cache, mode, &local), in[2]), Tensor()};
   };
-  return scatter_add_rows(x, idx, run_region(recompute, scaled_delta, {xs, xs_pos, g}, result));
+  return scatter_add_rows(x, idx,
+                          run_region(recompute, scaled_delta, {xs, xs_pos, g}, result).x);
 }
 
 TopCRouting route_top_c(const Block& blk, const Tensor& x, const Tensor& pos, int64_t capacity,
@@ -123,12 +144,15 @@ TopCRouting route_top_c(const Block& blk, const Tensor& x, const Tensor& pos, in
   return out;
 }
 
-Tensor dense_update(const Block& blk, const Tensor& x, const Tensor& pos, RoutingMode mode,
-                    ForwardResult* result, Recompute recompute) {
-  RegionBody update = [&blk, pos, mode](const std::vector<Tensor>& in, ForwardResult& local) {
-    return blk.update(in[0], pos, nullptr, mode, &local);
+Residual dense_update(const Block& blk, const Residual& in, const Tensor& pos, RoutingMode mode,
+                      ForwardResult* result, Recompute recompute, const nn::Norm* next) {
+  RegionBody update = [&blk, pos, mode, next](const std::vector<Tensor>& in,
+                                              ForwardResult& local) {
+    return blk.update(Residual{in[0], in.size() > 1 ? in[1] : Tensor()}, pos, nullptr, mode,
+                      &local, next);
   };
-  return run_region(recompute, update, {x}, result);
+  if (!in.normed.defined()) return run_region(recompute, update, {in.x}, result);
+  return run_region(recompute, update, {in.x, in.normed}, result);
 }
 
 }  // namespace mod::model

@@ -15,6 +15,7 @@
 #include "configs/modtrain.pb.h"
 #include "core/nn/module.h"
 #include "model/forward_result.h"
+#include "model/fusions.h"
 #include "model/layers.h"
 #include "model/moe.h"
 
@@ -25,13 +26,20 @@ namespace mod::model {
 // because their routed counts differ.
 enum class RoutingMode { TopC, Causal };
 
+// The residual stream between blocks [B,T,D]. `normed`, when defined, is the next block's norm1
+// of x, already made by the fused add + norm that produced x (train.fusions.add_norm).
+struct Residual {
+  Tensor x;
+  Tensor normed;
+};
+
 // One pre-norm block. delta() is f: the block's contribution before the residual add. A
 // routed block also owns its router and (for causal method PREDICTOR) its predictor; an MoE
 // block has a MoeMlp where others have an Mlp (both named "mlp").
 class Block : public nn::Module {
  public:
   Block(const modtrain::ModelConfig& cfg, bool routed, Rng& rng, DType dtype = DType::F32,
-        bool moe = false);
+        bool moe = false, Fusions fusions = {});
   // f(x) = a + mlp(norm2(x + a)), a = attn(norm1(x)); x [B,T,D], pos [B,T]. An MoE MLP routes
   // by mode and adds its auxiliary loss and statistics to *result (dropped when null).
   Tensor delta(const Tensor& x, const Tensor& pos, KvCache* cache = nullptr,
@@ -40,12 +48,20 @@ class Block : public nn::Module {
   // adds where x + delta(x) takes three, and one gradient sum fewer in the backward.
   Tensor update(const Tensor& x, const Tensor& pos, KvCache* cache = nullptr,
                 RoutingMode mode = RoutingMode::TopC, ForwardResult* result = nullptr) const;
+  // The same from a stream whose norm1 may be made already (in.normed), and, given `next` (the
+  // norm that follows this block: the next block's norm1, or the final norm), the last residual
+  // add fused with it: returns {x + f(x), next(x + f(x))}.
+  Residual update(const Residual& in, const Tensor& pos, KvCache* cache, RoutingMode mode,
+                  ForwardResult* result, const nn::Norm* next) const;
+  const nn::Norm& norm1() const { return *norm1_; }
   const Router* router() const { return router_.get(); }           // null when dense
   const Predictor* predictor() const { return predictor_.get(); }  // null unless PREDICTOR
   MoeMlp* moe() const { return moe_.get(); }                       // null with a dense MLP
 
  private:
   Tensor mlp(const Tensor& h, RoutingMode mode, ForwardResult* result) const;
+  // {x + a, norm2(x + a)}: one fused op under fusions_.add_norm, else add then norm2.
+  AddNorm add_norm2(const Tensor& x, const Tensor& a) const;
 
   std::shared_ptr<nn::Norm> norm1_, norm2_;
   std::shared_ptr<Attention> attn_;
@@ -53,6 +69,7 @@ class Block : public nn::Module {
   std::shared_ptr<MoeMlp> moe_;
   std::shared_ptr<Router> router_;
   std::shared_ptr<Predictor> predictor_;
+  Fusions fusions_;
 };
 
 using Recompute = modtrain::TrainConfig::Recompute;
@@ -80,9 +97,12 @@ TopCRouting route_top_c(const Block& block, const Tensor& x, const Tensor& pos, 
                         modtrain::RouterConfig::Gate gate, ForwardResult* result = nullptr,
                         Recompute recompute = modtrain::TrainConfig::NONE);
 
-// A dense block's update x + f(x) [B,T,D]; under train.recompute one recompute region.
-Tensor dense_update(const Block& block, const Tensor& x, const Tensor& pos, RoutingMode mode,
-                    ForwardResult* result, Recompute recompute = modtrain::TrainConfig::NONE);
+// A dense block's update x + f(x) [B,T,D] (Block::update: in.normed used when defined, and the
+// last add fused with `next` when given); under train.recompute one recompute region, whose
+// outputs are both of the returned tensors.
+Residual dense_update(const Block& block, const Residual& in, const Tensor& pos, RoutingMode mode,
+                      ForwardResult* result, Recompute recompute = modtrain::TrainConfig::NONE,
+                      const nn::Norm* next = nullptr);
 
 // g(r): the router weight that scales a routed token's delta (identity, the paper; or sigmoid),
 // in the compute dtype of the delta it scales (r itself is kept in master precision).

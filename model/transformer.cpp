@@ -34,16 +34,18 @@ Tensor membership(const Tensor& idx, int64_t t, DType dtype) {
 
 }  // namespace
 
-Transformer::Transformer(const modtrain::ModelConfig& cfg, uint64_t seed, DType dtype)
+Transformer::Transformer(const modtrain::ModelConfig& cfg, uint64_t seed, DType dtype,
+                         Fusions fusions)
     : cfg_(cfg), routed_(routed_blocks(cfg)), moe_(moe_blocks(cfg)),
       capacity_fractions_(capacity_fractions(cfg)),
-      recompute_(cfg.n_layers(), modtrain::TrainConfig::NONE) {
+      recompute_(cfg.n_layers(), modtrain::TrainConfig::NONE), fusions_(fusions) {
   Rng rng(seed);
   embed_ = register_module(
       "embed", std::make_shared<nn::Embedding>(cfg.vocab_size(), cfg.d_model(), rng, cfg.init_std(), dtype));
   auto list = register_module("blocks", std::make_shared<nn::ModuleList>());
   for (int b = 0; b < cfg.n_layers(); ++b)
-    blocks_.push_back(list->add(std::make_shared<Block>(cfg, routed_[b], rng, dtype, moe_[b])));
+    blocks_.push_back(
+        list->add(std::make_shared<Block>(cfg, routed_[b], rng, dtype, moe_[b], fusions_)));
   final_norm_ = register_module("final_norm", make_norm(cfg, dtype));
   if (!cfg.tie_embeddings())
     lm_head_ = register_module("lm_head", std::make_shared<nn::Linear>(cfg.d_model(), cfg.vocab_size(),
@@ -73,8 +75,8 @@ void Transformer::require_causal_decision(const char* what) const {
       "or evaluate with causal routing");
 }
 
-Tensor Transformer::head(const Tensor& h) const {
-  Tensor n = final_norm_->forward(h);
+Tensor Transformer::head(const Tensor& h, const Tensor& normed) const {
+  Tensor n = normed.defined() ? normed : final_norm_->forward(h);
   return lm_head_ ? lm_head_->forward(n) : embed_->attend(n);
 }
 
@@ -143,19 +145,35 @@ const Tensor& Transformer::positions(int64_t b, int64_t t, Device device) const 
   return positions_.back();
 }
 
-Tensor Transformer::run_blocks(Tensor x, RoutingMode mode, ForwardResult& result) const {
+// Only a dense block ends in a plain residual add (a routed one's is a scatter). What follows it
+// must normalise the whole stream: the final norm, or a dense next block's norm1 when that block
+// keeps its activations (a recomputed block's region keeps x alone and runs norm1 inside; taking
+// norm1(x) as a second input would keep both). A routed next block reads x in its router and
+// normalises only the gathered rows.
+const nn::Norm* Transformer::norm_after(size_t b, bool fuse_final_norm) const {
+  if (!fusions_.add_norm || routed_[b]) return nullptr;
+  if (b + 1 == blocks_.size()) return fuse_final_norm ? final_norm_.get() : nullptr;
+  if (routed_[b + 1] || recompute_[b + 1] != modtrain::TrainConfig::NONE) return nullptr;
+  return &blocks_[b + 1]->norm1();
+}
+
+Residual Transformer::run_blocks(Tensor x, RoutingMode mode, ForwardResult& result,
+                                 bool fuse_final_norm) const {
   const Tensor pos = positions(x.size(0), x.size(1), x.device());
+  Residual stream{std::move(x), Tensor()};
   for (size_t b = 0; b < blocks_.size(); ++b) {
     const size_t moe_before = result.moe_stats.size();
     if (!routed_[b])
-      x = dense_update(*blocks_[b], x, pos, mode, &result, recompute_[b]);
-    else
-      x = mode == RoutingMode::TopC ? top_c_block(b, x, pos, result)
-                                    : causal_block(b, x, pos, result);
+      stream = dense_update(*blocks_[b], stream, pos, mode, &result, recompute_[b],
+                            norm_after(b, fuse_final_norm));
+    else  // stream.normed is undefined here: norm_after gives no norm before a routed block
+      stream = {mode == RoutingMode::TopC ? top_c_block(b, stream.x, pos, result)
+                                          : causal_block(b, stream.x, pos, result),
+                Tensor()};
     for (size_t i = moe_before; i < result.moe_stats.size(); ++i)
       result.moe_stats[i].block = static_cast<int>(b);
   }
-  return x;
+  return stream;
 }
 
 ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets,
@@ -167,8 +185,11 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets,
                                 " tokens exceed model.seq_len " + std::to_string(cfg_.seq_len()));
   ForwardResult result;
   Tensor x = embed_->forward(tokens);  // [B,T,D]
+  Tensor normed;                       // final_norm(x) when the last block's add made it
   if (mode == RoutingMode::TopC) {
-    x = run_blocks(x, mode, result);
+    Residual out = run_blocks(x, mode, result, /*fuse_final_norm=*/true);
+    x = out.x;
+    normed = out.normed;
   } else {
     if (grad_enabled())
       throw std::logic_error("causal routing is for evaluation and sampling: use NoGradGuard");
@@ -176,16 +197,17 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets,
     // Routed counts differ per sequence, so sequences run one at a time.
     Tensor h = Tensor::empty(x.shape(), x.dtype(), x.device());
     for (int64_t s = 0; s < x.size(0); ++s)
-      h.narrow0(s, 1).copy_from(run_blocks(x.narrow0(s, 1), mode, result));
+      h.narrow0(s, 1).copy_from(run_blocks(x.narrow0(s, 1), mode, result, false).x);
     x = h;
   }
   if (targets.defined() && fused_classifier_ && !lm_loss_) {
     // The head's weight as Linear::forward and Embedding::attend read it (autocast), without
     // their hooks: those are set only under tensor parallelism, which sets lm_loss_.
     const Tensor& w = lm_head_ ? lm_head_->weight() : embed_->weight();
-    result.lm_loss = linear_cross_entropy(autocast(final_norm_->forward(x)), autocast(w), targets);
+    const Tensor n = normed.defined() ? normed : final_norm_->forward(x);
+    result.lm_loss = linear_cross_entropy(autocast(n), autocast(w), targets);
   } else {
-    result.logits = head(x);
+    result.logits = head(x, normed);
     if (targets.defined()) {
       const Tensor logits = loss_precision(result.logits);
       result.lm_loss = lm_loss_ ? lm_loss_(logits, targets) : cross_entropy(logits, targets);

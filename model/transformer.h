@@ -34,8 +34,10 @@ struct DecodeState {
 
 class Transformer : public nn::Module {
  public:
-  // dtype F64 serves the gradient checks; training runs in F32 on the CPU.
-  Transformer(const modtrain::ModelConfig& cfg, uint64_t seed, DType dtype = DType::F32);
+  // dtype F64 serves the gradient checks; training runs in F32 on the CPU. fusions: the fused
+  // ops to run (train.fusions, model/fusions.h).
+  Transformer(const modtrain::ModelConfig& cfg, uint64_t seed, DType dtype = DType::F32,
+              Fusions fusions = {});
 
   // tokens, targets [B,T] (i64); targets may be undefined (no loss).
   ForwardResult forward(const Tensor& tokens, const Tensor& targets,
@@ -73,12 +75,18 @@ class Transformer : public nn::Module {
   Recompute recompute(size_t block) const { return recompute_[block]; }
 
  private:
-  Tensor run_blocks(Tensor x, RoutingMode mode, ForwardResult& result) const;
+  // The blocks in order; with fuse_final_norm, the final norm of the result too where the last
+  // block's residual add can make it (Residual::normed).
+  Residual run_blocks(Tensor x, RoutingMode mode, ForwardResult& result,
+                      bool fuse_final_norm) const;
+  // The norm a fused add + norm makes at the end of dense block b, or null (see run_blocks).
+  const nn::Norm* norm_after(size_t b, bool fuse_final_norm) const;
   // Routed block b under top-C routing (with its causal-decision loss) or causal routing; both
   // update x through routed_update (model/block.h), as decode_step does.
   Tensor top_c_block(size_t b, const Tensor& x, const Tensor& pos, ForwardResult& result) const;
   Tensor causal_block(size_t b, const Tensor& x, const Tensor& pos, ForwardResult& result) const;
-  Tensor head(const Tensor& h) const;  // final norm + LM head
+  // final norm + LM head; `normed`, when defined, is final_norm(h) already made.
+  Tensor head(const Tensor& h, const Tensor& normed = Tensor()) const;
   // Throws unless routed blocks have a trained causal decision (causal.method not NONE).
   void require_causal_decision(const char* what) const;
   const Tensor& positions(int64_t b, int64_t t, Device device) const;  // [B,T]: 0..T-1 per row
@@ -89,6 +97,7 @@ class Transformer : public nn::Module {
   std::vector<bool> moe_;     // per block: an MoE MLP
   std::vector<double> capacity_fractions_;  // per block: 1 when dense
   std::vector<Recompute> recompute_;  // per block
+  Fusions fusions_;
   std::shared_ptr<nn::Embedding> embed_;
   std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<nn::Norm> final_norm_;

@@ -55,7 +55,8 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   if (device_ == Device::CUDA && world.size() > 1) device_comm_ = parallel::make_device_communicator(world);
   mesh_ = std::make_unique<parallel::Mesh>(device_comm_ ? *device_comm_ : world, dims);
   data_ = load_dataset(cfg_.data().dir(), cfg_.model().vocab_size());
-  model_ = std::make_unique<model::Transformer>(cfg_.model(), cfg_.train().seed());
+  model_ = std::make_unique<model::Transformer>(cfg_.model(), cfg_.train().seed(), DType::F32,
+                                                model::fusions_from(cfg_.train()));
   model_->set_recompute(cfg_.train().recompute(), {cfg_.train().recompute_blocks().begin(),
                                                    cfg_.train().recompute_blocks().end()});
   model_->set_fused_classifier(cfg_.train().fusions().classifier());

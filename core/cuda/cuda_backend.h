@@ -44,6 +44,17 @@ class CudaBackend final : public Backend {
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                           const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight,
                           Tensor& dbias) override;
+  void add_rmsnorm_forward(const Tensor& x, const Tensor& a, const Tensor& weight, double eps,
+                           Tensor& s, Tensor& y, Tensor& rstd) override;
+  void add_rmsnorm_backward(const Tensor& dy, const Tensor& ds, const Tensor& s,
+                            const Tensor& weight, const Tensor& rstd, Tensor& dx,
+                            Tensor& dweight) override;
+  void add_layernorm_forward(const Tensor& x, const Tensor& a, const Tensor& weight,
+                             const Tensor& bias, double eps, Tensor& s, Tensor& y, Tensor& mean,
+                             Tensor& rstd) override;
+  void add_layernorm_backward(const Tensor& dy, const Tensor& ds, const Tensor& s,
+                              const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                              Tensor& dx, Tensor& dweight, Tensor& dbias) override;
   void gelu_forward(const Tensor& x, Tensor& y) override;
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
   void silu_forward(const Tensor& x, Tensor& y) override;

@@ -134,6 +134,10 @@ Tensor RMSNorm::forward(const Tensor& x) const {
   return rmsnorm(autocast(x), autocast(weight_), eps_);
 }
 
+AddNorm RMSNorm::add_forward(const Tensor& x, const Tensor& a) const {
+  return add_rmsnorm(autocast(x), autocast(a), autocast(weight_), eps_);
+}
+
 LayerNorm::LayerNorm(int64_t dim, double eps, DType dtype) : eps_(eps) {
   weight_ = register_parameter("weight", Tensor::full({dim}, 1.0, dtype));
   bias_ = register_parameter("bias", Tensor::zeros({dim}, dtype));
@@ -141,6 +145,10 @@ LayerNorm::LayerNorm(int64_t dim, double eps, DType dtype) : eps_(eps) {
 
 Tensor LayerNorm::forward(const Tensor& x) const {
   return layernorm(autocast(x), autocast(weight_), autocast(bias_), eps_);
+}
+
+AddNorm LayerNorm::add_forward(const Tensor& x, const Tensor& a) const {
+  return add_layernorm(autocast(x), autocast(a), autocast(weight_), autocast(bias_), eps_);
 }
 
 }  // namespace mod::nn

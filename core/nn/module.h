@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/ops/norm.h"
 #include "core/random.h"
 #include "core/tensor.h"
 
@@ -107,6 +108,9 @@ class Embedding : public Module {
 class Norm : public Module {
  public:
   virtual Tensor forward(const Tensor& x) const = 0;
+  // The residual add before this norm fused with it: {x + a, forward(x + a)} in one pass
+  // (core/ops/norm.h), equal to add() then forward() bit for bit on the CPU.
+  virtual AddNorm add_forward(const Tensor& x, const Tensor& a) const = 0;
 };
 
 // RMSNorm with a learned gain initialised to 1 (parameter "weight").
@@ -114,6 +118,7 @@ class RMSNorm : public Norm {
  public:
   explicit RMSNorm(int64_t dim, double eps = 1e-5, DType dtype = DType::F32);
   Tensor forward(const Tensor& x) const override;
+  AddNorm add_forward(const Tensor& x, const Tensor& a) const override;
 
  private:
   Tensor weight_;
@@ -125,6 +130,7 @@ class LayerNorm : public Norm {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5, DType dtype = DType::F32);
   Tensor forward(const Tensor& x) const override;
+  AddNorm add_forward(const Tensor& x, const Tensor& a) const override;
 
  private:
   Tensor weight_, bias_;

@@ -109,6 +109,13 @@ TEST_CASE("MoE config errors name the field and the expectation", "[config][erro
   CHECK_NOTHROW(config::load(r, {"model.moe.enabled=false", "model.moe.capacity_factor=0"}));
 }
 
+TEST_CASE("train.fusions switches are on by default and --set turns one off", "[config]") {
+  const std::string r = kRecipes + "tiny_dense.textproto";
+  CHECK(config::load(r, {}).train().fusions().add_norm());
+  CHECK_FALSE(config::load(r, {"train.fusions.add_norm=false"}).train().fusions().add_norm());
+  CHECK_THROWS_WITH(config::load(r, {"train.fusions.add_norm=maybe"}), Contains("add_norm"));
+}
+
 TEST_CASE("recompute settings parse, and their errors name the field", "[config][errors]") {
   const std::string r = kRecipes + "tiny_mod.textproto";
   auto cfg = config::load(r, {"train.recompute=SELECTIVE", "train.recompute_blocks=[0, 2]"});

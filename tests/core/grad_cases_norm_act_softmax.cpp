@@ -1,4 +1,5 @@
-// Gradient cases for the norms, activations, softmax, logsumexp and cross-entropy. Widths are
+// Gradient cases for the norms (alone and fused with the residual add before them),
+// activations, softmax, logsumexp and cross-entropy. Widths are
 // deliberately not multiples of the SIMD width; logsumexp covers a 1-D input (scalar output);
 // cross-entropy covers ignored targets, a 3-D logits tensor, i32 targets and a non-default
 // ignore_index.
@@ -39,6 +40,34 @@ GradCase layernorm_case(const char* name, Shape x) {
       [](const std::vector<Tensor>& in) { return layernorm(in[0], in[1], in[2]); }};
 }
 
+// Which outputs of the fused add + norm reach the checked sum: both (the sum weighted by a fixed
+// random m, so its gradient differs from the norm's), the norm only, or the sum only.
+enum class AddNormUses { Both, NormedOnly, SumOnly };
+
+Tensor add_norm_forward(const AddNorm& o, const Tensor& m, AddNormUses uses) {
+  switch (uses) {
+    case AddNormUses::NormedOnly: return o.normed;
+    case AddNormUses::SumOnly: return o.sum;
+    case AddNormUses::Both: break;
+  }
+  return add(mul(o.sum, m), o.normed);
+}
+
+// inputs: x, a (both require grad), weight (, bias), then m (no grad).
+GradCase add_norm_case(const char* name, bool layer, Shape x, AddNormUses uses) {
+  return {name, layer ? Op::AddLayerNorm : Op::AddRMSNorm,
+          [=](Rng& rng) {
+            std::vector<Tensor> in{leaf(x, rng, 1.5), leaf(x, rng), leaf({x.back()}, rng, 0.5)};
+            if (layer) in.push_back(leaf({x.back()}, rng));
+            in.push_back(randn(x, rng, DType::F64));
+            return in;
+          },
+          [=](const std::vector<Tensor>& in) {
+            return layer ? add_norm_forward(add_layernorm(in[0], in[1], in[2], in[3]), in[4], uses)
+                         : add_norm_forward(add_rmsnorm(in[0], in[1], in[2]), in[3], uses);
+          }};
+}
+
 GradCase unary_case(const char* name, Op op, Shape x, double std, Tensor (*f)(const Tensor&)) {
   return {name, op, [=](Rng& rng) { return std::vector<Tensor>{leaf(x, rng, std)}; },
           [=](const std::vector<Tensor>& in) { return f(in[0]); }};
@@ -71,6 +100,12 @@ const bool registered = register_grad_cases({
     layernorm_case("layernorm [3,17]", {3, 17}),
     layernorm_case("layernorm [2,3,13]", {2, 3, 13}),
     layernorm_case("layernorm [2,33]", {2, 33}),
+    add_norm_case("add_rmsnorm [3,17] both outputs", false, {3, 17}, AddNormUses::Both),
+    add_norm_case("add_rmsnorm [2,3,13] normed only", false, {2, 3, 13}, AddNormUses::NormedOnly),
+    add_norm_case("add_rmsnorm [4,9] sum only", false, {4, 9}, AddNormUses::SumOnly),
+    add_norm_case("add_layernorm [3,17] both outputs", true, {3, 17}, AddNormUses::Both),
+    add_norm_case("add_layernorm [2,3,13] normed only", true, {2, 3, 13}, AddNormUses::NormedOnly),
+    add_norm_case("add_layernorm [4,9] sum only", true, {4, 9}, AddNormUses::SumOnly),
     unary_case("gelu [3,17]", Op::GELU, {3, 17}, 1.0, gelu),
     unary_case("gelu [2,3,13] wide inputs (saturated tails)", Op::GELU, {2, 3, 13}, 5.0, gelu),
     unary_case("silu [3,17]", Op::SiLU, {3, 17}, 1.0, silu),

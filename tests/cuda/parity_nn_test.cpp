@@ -116,6 +116,66 @@ TEST_CASE("cuda: rmsnorm and layernorm, forward and backward", "[cuda]") {
   }
 }
 
+// The residual add fused with each norm: s = x + a (rounded to the dtype on the GPU) and its
+// norm; the backward adds ds (or nothing, when only the norm reached the loss) to the norm's dx.
+TEST_CASE("cuda: add_rmsnorm and add_layernorm, forward and backward", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  Rng rng(209);
+  const double eps = 1e-5;
+  struct Size {
+    int64_t n, d;
+  };
+  // As for the plain norms: narrow and wide rows, many rows for dweight, and D = 3.
+  for (Size s : {Size{37, 96}, Size{5, 1000}, Size{300, 64}, Size{3, 3}}) {
+    INFO("N " << s.n << ", D " << s.d);
+    const Tensor x = rounded(normal({s.n, s.d}, rng, 2.0, 0.5), p.dtype);
+    const Tensor a = rounded(normal({s.n, s.d}, rng, 1.0), p.dtype);
+    const Tensor w = rounded(normal({s.d}, rng, 0.5, 1.0), p.dtype);
+    const Tensor bias = rounded(normal({s.d}, rng), p.dtype);
+    const Tensor dy = normal({s.n, s.d}, rng);
+    const Tensor ds = normal({s.n, s.d}, rng);
+    check_parity(p,
+                 {in("x", x), in("a", a), in("weight", w), out("s", {s.n, s.d}),
+                  out("y", {s.n, s.d}), out("rstd", {s.n})},
+                 [&](Backend& b, std::vector<Tensor>& t) {
+                   b.add_rmsnorm_forward(t[0], t[1], t[2], eps, t[3], t[4], t[5]);
+                 });
+    check_parity(p,
+                 {in("x", x), in("a", a), in("weight", w), in("bias", bias),
+                  out("s", {s.n, s.d}), out("y", {s.n, s.d}), out("mean", {s.n}),
+                  out("rstd", {s.n})},
+                 [&](Backend& b, std::vector<Tensor>& t) {
+                   b.add_layernorm_forward(t[0], t[1], t[2], t[3], eps, t[4], t[5], t[6], t[7]);
+                 });
+
+    // The backward's s as the GPU stores it, and the statistics of that s.
+    Tensor sum = Tensor::empty({s.n, s.d}, DType::F64), y = Tensor::empty({s.n, s.d}, DType::F64);
+    Tensor mean = Tensor::empty({s.n}, DType::F64), rstd = Tensor::empty({s.n}, DType::F64);
+    cpu().binary(BinaryKind::Add, Broadcast::Same, 1, x.numel(), x, a, sum);
+    sum = rounded(sum, p.dtype);
+    for (bool with_ds : {true, false}) {
+      INFO((with_ds ? "with ds" : "without ds"));
+      cpu().rmsnorm_forward(sum, w, eps, y, rstd);
+      check_parity(p,
+                   {in("dy", dy), in("ds", ds), in("s", sum), in("weight", w), in("rstd", rstd),
+                    out("dx", {s.n, s.d}), out("dweight", {s.d})},
+                   [&](Backend& b, std::vector<Tensor>& t) {
+                     b.add_rmsnorm_backward(t[0], with_ds ? t[1] : Tensor(), t[2], t[3], t[4],
+                                            t[5], t[6]);
+                   });
+      cpu().layernorm_forward(sum, w, bias, eps, y, mean, rstd);
+      check_parity(p,
+                   {in("dy", dy), in("ds", ds), in("s", sum), in("weight", w), in("mean", mean),
+                    in("rstd", rstd), out("dx", {s.n, s.d}), out("dweight", {s.d}),
+                    out("dbias", {s.d})},
+                   [&](Backend& b, std::vector<Tensor>& t) {
+                     b.add_layernorm_backward(t[0], with_ds ? t[1] : Tensor(), t[2], t[3], t[4],
+                                              t[5], t[6], t[7], t[8]);
+                   });
+    }
+  }
+}
+
 TEST_CASE("cuda: gelu, silu, sigmoid and swiglu, forward and backward", "[cuda]") {
   const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
   Rng rng(203);

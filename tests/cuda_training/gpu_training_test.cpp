@@ -209,6 +209,29 @@ TEST_CASE("train.fusions.classifier on the GPU tracks the unfused head (f32, bf1
     }
 }
 
+// train.fusions.add_norm: the CUDA forward of the fused add + norm computes what add then the norm
+// compute; its backward adds the two gradients of s in f32 (an FMA) before one rounding, so f32
+// runs agree to rounding and bf16 runs, whose separate ops round the norm's gradient to bf16
+// first, to bf16 noise. Fused runs are graphed, to capture the fused kernels too.
+TEST_CASE("train.fusions.add_norm on the GPU: the fused add + norm tracks the separate ops "
+          "(f32, bf16)",
+          "[gpu]") {
+  if (!have_gpu()) return;
+  for (const char* recipe : {"tiny_dense", "tiny_mod"})
+    for (const char* norm : {"RMS", "LAYER"})
+      for (const auto& precision : {kGpu, kGpuBf16}) {
+        const bool bf16 = precision.size() > 1;
+        INFO(recipe << ", model.norm " << norm << (bf16 ? ", bf16" : ", f32"));
+        const auto sets = with(precision, std::string("model.norm=") + norm);
+        const Run unfused = train_run(recipe, with(sets, "train.fusions.add_norm=false"), "", 20);
+        const Run fused = train_run(recipe, with(sets, "train.cuda_graph=true"), "", 20);
+        if (bf16)
+          require_close(fused, unfused, 0.0, 0.02);
+        else
+          require_close(fused, unfused, 1e-4, 0.0);
+      }
+}
+
 // train.profile_steps records the device's activity through CUPTI over steps 2-4: the table
 // holds our kernels under their short names, every kernel launched a whole number of times a
 // step (the window is exactly three steps, eager or replayed from a graph), and tracing leaves

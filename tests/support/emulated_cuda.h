@@ -115,6 +115,31 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
       CpuBackend::layernorm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias);
     });
   }
+  void add_rmsnorm_forward(const Tensor& x, const Tensor& a, const Tensor& weight, double eps,
+                           Tensor& s, Tensor& y, Tensor& rstd) override {
+    run([=, this]() mutable { CpuBackend::add_rmsnorm_forward(x, a, weight, eps, s, y, rstd); });
+  }
+  void add_rmsnorm_backward(const Tensor& dy, const Tensor& ds, const Tensor& s,
+                            const Tensor& weight, const Tensor& rstd, Tensor& dx,
+                            Tensor& dweight) override {
+    run([=, this]() mutable {
+      CpuBackend::add_rmsnorm_backward(dy, ds, s, weight, rstd, dx, dweight);
+    });
+  }
+  void add_layernorm_forward(const Tensor& x, const Tensor& a, const Tensor& weight,
+                             const Tensor& bias, double eps, Tensor& s, Tensor& y, Tensor& mean,
+                             Tensor& rstd) override {
+    run([=, this]() mutable {
+      CpuBackend::add_layernorm_forward(x, a, weight, bias, eps, s, y, mean, rstd);
+    });
+  }
+  void add_layernorm_backward(const Tensor& dy, const Tensor& ds, const Tensor& s,
+                              const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                              Tensor& dx, Tensor& dweight, Tensor& dbias) override {
+    run([=, this]() mutable {
+      CpuBackend::add_layernorm_backward(dy, ds, s, weight, mean, rstd, dx, dweight, dbias);
+    });
+  }
   void gelu_forward(const Tensor& x, Tensor& y) override {
     run([=, this]() mutable { CpuBackend::gelu_forward(x, y); });
   }

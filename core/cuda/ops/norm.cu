@@ -1,4 +1,8 @@
-// CUDA RMSNorm and LayerNorm over rows x [N,D]: the math of core/cpu/ops/norm.cpp in Acc<T>.
+// CUDA RMSNorm and LayerNorm over rows x [N,D]: the math of core/cpu/ops/norm.cpp in Acc<T>,
+// alone or fused with the residual add before them (llm.c's fused_residual_forward): the
+// forward's first pass reads x and a, writes s = x + a rounded to T and takes its statistics
+// from that rounded s, and later passes reread s (the row the same thread just wrote, from
+// cache); the backward adds ds to the norm's dx in Acc before the one rounding.
 // Forward and the dx half of backward: one block per row (grid-stride over rows), its threads
 // striding the row's D columns (coalesced), row sums combined with block_sum. Forward caches
 // rstd (and mean) per row in the dtype the caller allocated: x's dtype, or f32 for bf16 x
@@ -35,10 +39,12 @@ void check_same_stats(const char* kernel, const Tensor& mean, const Tensor& rstd
 
 // --- forward ---
 
-// x, y [n,d], weight (and bias) [d], rstd (and mean) [n].
+// x, y [n,d], weight (and bias) [d], rstd (and mean) [n]; fused: a, s [n,d] (else null).
 template <typename T, typename S>
 struct NormForwardParams {
   const T* x;
+  const T* a;  // the residual add's other operand, or nullptr
+  T* s;        // x + a, written when a is given
   const T* weight;
   const T* bias;  // LayerNorm only
   T* y;
@@ -61,10 +67,17 @@ __global__ void __launch_bounds__(kMaxRowThreads) rmsnorm_forward_rows(NormForwa
     const P* xr = reinterpret_cast<const P*>(p.x + row * p.d);
     A ss = 0;
     for (int64_t k = threadIdx.x; k < packs; k += blockDim.x) {
-      const P v = xr[k];
+      P v = xr[k];
+      if (p.a) {
+        const P av = reinterpret_cast<const P*>(p.a + row * p.d)[k];
+#pragma unroll
+        for (int e = 0; e < V; ++e) v.v[e] = from_acc<T>(to_acc<T>(v.v[e]) + to_acc<T>(av.v[e]));
+        reinterpret_cast<P*>(p.s + row * p.d)[k] = v;
+      }
 #pragma unroll
       for (int e = 0; e < V; ++e) ss += to_acc<T>(v.v[e]) * to_acc<T>(v.v[e]);
     }
+    if (p.a) xr = reinterpret_cast<const P*>(p.s + row * p.d);  // this thread's packs, just written
     ss = block_sum(ss, scratch);
     const A r = A(1) / acc_sqrt(ss / static_cast<A>(p.d) + p.eps);
     if (threadIdx.x == 0) p.rstd[row] = from_acc<S>(r);
@@ -89,7 +102,17 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   for (int64_t row = blockIdx.x; row < p.n; row += gridDim.x) {
     const T* xr = p.x + row * p.d;
     A s = 0;
-    for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) s += load(xr + i);
+    if (p.a) {
+      T* sr = p.s + row * p.d;
+      for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) {
+        const T v = from_acc<T>(load(xr + i) + load(p.a + row * p.d + i));
+        sr[i] = v;
+        s += to_acc<T>(v);
+      }
+      xr = sr;  // later passes read this thread's columns back
+    } else {
+      for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) s += load(xr + i);
+    }
     const A mu = block_sum(s, scratch) / static_cast<A>(p.d);
     A ss = 0;
     for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) {
@@ -110,10 +133,11 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 
 // --- backward: dx per row ---
 
-// dy, x, dx [n,d], weight [d], mean (LayerNorm only) and rstd [n].
+// dy, x, dx [n,d], weight [d], mean (LayerNorm only) and rstd [n]; fused: ds [n,d] added to dx.
 template <typename T, typename S>
 struct NormBackwardParams {
   const T* dy;
+  const T* ds;  // the gradient reaching s from its other uses, or nullptr
   const T* x;
   const T* weight;
   const S* mean;  // nullptr for RMSNorm
@@ -144,13 +168,16 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     }
     const A c = block_sum(dot, scratch) / static_cast<A>(p.d);
     P* dxr = reinterpret_cast<P*>(p.dx + row * p.d);
+    const P* dsr = p.ds ? reinterpret_cast<const P*>(p.ds + row * p.d) : nullptr;
     for (int64_t k = threadIdx.x; k < packs; k += blockDim.x) {
       const P xv = xr[k], dv = dyr[k], wv = w[k];
+      const P sv = dsr ? dsr[k] : P{};
       P out;
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         const A xhat = to_acc<T>(xv.v[e]) * r;
-        out.v[e] = from_acc<T>(r * (to_acc<T>(dv.v[e]) * to_acc<T>(wv.v[e]) - xhat * c));
+        const A v = r * (to_acc<T>(dv.v[e]) * to_acc<T>(wv.v[e]) - xhat * c);
+        out.v[e] = from_acc<T>(dsr ? to_acc<T>(sv.v[e]) + v : v);
       }
       dxr[k] = out;
     }
@@ -176,9 +203,11 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     const A c_g = block_sum(sum_g, scratch) / static_cast<A>(p.d);
     const A c_gx = block_sum(sum_gx, scratch) / static_cast<A>(p.d);
     T* dxr = p.dx + row * p.d;
+    const T* dsr = p.ds ? p.ds + row * p.d : nullptr;
     for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) {
       const A xhat = (load(xr + i) - m) * r;
-      dxr[i] = from_acc<T>(r * (load(dyr + i) * load(p.weight + i) - c_g - xhat * c_gx));
+      const A v = r * (load(dyr + i) * load(p.weight + i) - c_g - xhat * c_gx);
+      dxr[i] = from_acc<T>(dsr ? load(dsr + i) + v : v);
     }
   }
 }
@@ -301,9 +330,11 @@ void launch_param_grads(const Tensor& dy, const Tensor& x, const S* mean, const 
 }
 
 // x, y [N,D], weight (and bias) [D], rstd (and mean) [N]: LayerNorm when `mean` is given, else
-// RMSNorm (bias and mean null).
-void norm_forward(const char* kernel, const Tensor& x, const Tensor& weight, const Tensor* bias,
-                  double eps, Tensor& y, Tensor* mean, Tensor& rstd) {
+// RMSNorm (bias and mean null). Fused with the residual add when `a` is given: s = x + a [N,D]
+// is written and normalised.
+void norm_forward(const char* kernel, const Tensor& x, const Tensor* a, Tensor* s,
+                  const Tensor& weight, const Tensor* bias, double eps, Tensor& y, Tensor* mean,
+                  Tensor& rstd) {
   const int64_t n = x.size(0), d = x.size(1);
   if (n == 0 || d == 0) return;
   if (mean) check_same_stats(kernel, *mean, rstd);
@@ -313,6 +344,8 @@ void norm_forward(const char* kernel, const Tensor& x, const Tensor& weight, con
       using S = decltype(zs);
       NormForwardParams<T, S> p{};
       p.x = x.data<T>();
+      p.a = a ? a->data<T>() : nullptr;
+      p.s = s ? s->data<T>() : nullptr;
       p.weight = weight.data<T>();
       p.bias = bias ? bias->data<T>() : nullptr;
       p.y = y.data<T>();
@@ -326,7 +359,9 @@ void norm_forward(const char* kernel, const Tensor& x, const Tensor& weight, con
       constexpr int kWide = static_cast<int>(16 / sizeof(T));
       if (mean)
         layernorm_forward_rows<<<blocks, threads, 0, compute_stream()>>>(p);
-      else if (d % kWide == 0 && pack_width(p.x, p.weight, static_cast<const T*>(p.y)) == kWide)
+      else if (d % kWide == 0 &&
+               pack_width(p.x, p.a, p.weight, static_cast<const T*>(p.s),
+                          static_cast<const T*>(p.y)) == kWide)
         rmsnorm_forward_rows<kWide><<<blocks, wide_row_threads(d / kWide), 0, compute_stream()>>>(p);
       else
         rmsnorm_forward_rows<1><<<blocks, threads, 0, compute_stream()>>>(p);
@@ -336,10 +371,11 @@ void norm_forward(const char* kernel, const Tensor& x, const Tensor& weight, con
 }
 
 // dy, x, dx [N,D], weight, dweight (and dbias) [D] (overwritten), rstd (and mean) [N]: LayerNorm
-// when `mean` is given, else RMSNorm (mean and dbias null).
-void norm_backward(const char* kernel, const Tensor& dy, const Tensor& x, const Tensor& weight,
-                   const Tensor* mean, const Tensor& rstd, Tensor& dx, Tensor& dweight,
-                   Tensor* dbias) {
+// when `mean` is given, else RMSNorm (mean and dbias null). ds [N,D], when defined, is added to
+// dx (the fused add's backward; x is then its sum s).
+void norm_backward(const char* kernel, const Tensor& dy, const Tensor& ds, const Tensor& x,
+                   const Tensor& weight, const Tensor* mean, const Tensor& rstd, Tensor& dx,
+                   Tensor& dweight, Tensor* dbias) {
   const int64_t n = x.size(0), d = x.size(1);
   if (d == 0) return;
   if (mean) check_same_stats(kernel, *mean, rstd);
@@ -351,6 +387,7 @@ void norm_backward(const char* kernel, const Tensor& dy, const Tensor& x, const 
       if (n > 0) {
         NormBackwardParams<T, S> p{};
         p.dy = dy.data<T>();
+        p.ds = ds.defined() ? ds.data<T>() : nullptr;
         p.x = x.data<T>();
         p.weight = weight.data<T>();
         p.mean = mean_data;
@@ -364,7 +401,7 @@ void norm_backward(const char* kernel, const Tensor& dy, const Tensor& x, const 
         if (mean)
           layernorm_backward_dx_rows<<<blocks, threads, 0, compute_stream()>>>(p);
         else if (d % kWide == 0 &&
-                 pack_width(p.x, p.dy, p.weight, static_cast<const T*>(p.dx)) == kWide)
+                 pack_width(p.x, p.dy, p.ds, p.weight, static_cast<const T*>(p.dx)) == kWide)
           rmsnorm_backward_dx_rows<kWide>
               <<<blocks, wide_row_threads(d / kWide), 0, compute_stream()>>>(p);
         else
@@ -381,26 +418,54 @@ void norm_backward(const char* kernel, const Tensor& dy, const Tensor& x, const 
 // x, y [N,D], weight [D], rstd [N] (cached for backward).
 void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
                                   Tensor& rstd) {
-  norm_forward("rmsnorm_forward", x, weight, nullptr, eps, y, nullptr, rstd);
+  norm_forward("rmsnorm_forward", x, nullptr, nullptr, weight, nullptr, eps, y, nullptr, rstd);
 }
 
 // dy, x, dx [N,D], weight, dweight [D] (overwritten), rstd [N].
 void CudaBackend::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                    const Tensor& rstd, Tensor& dx, Tensor& dweight) {
-  norm_backward("rmsnorm_backward", dy, x, weight, nullptr, rstd, dx, dweight, nullptr);
+  norm_backward("rmsnorm_backward", dy, Tensor(), x, weight, nullptr, rstd, dx, dweight, nullptr);
 }
 
 // x, y [N,D], weight, bias [D], mean and rstd [N] (cached for backward).
 void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                     double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
-  norm_forward("layernorm_forward", x, weight, &bias, eps, y, &mean, rstd);
+  norm_forward("layernorm_forward", x, nullptr, nullptr, weight, &bias, eps, y, &mean, rstd);
 }
 
 // dy, x, dx [N,D], weight, dweight, dbias [D] (overwritten), mean, rstd [N].
 void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                      const Tensor& mean, const Tensor& rstd, Tensor& dx,
                                      Tensor& dweight, Tensor& dbias) {
-  norm_backward("layernorm_backward", dy, x, weight, &mean, rstd, dx, dweight, &dbias);
+  norm_backward("layernorm_backward", dy, Tensor(), x, weight, &mean, rstd, dx, dweight, &dbias);
+}
+
+// x, a, s, y [N,D], weight [D], rstd [N] (cached for backward).
+void CudaBackend::add_rmsnorm_forward(const Tensor& x, const Tensor& a, const Tensor& weight,
+                                      double eps, Tensor& s, Tensor& y, Tensor& rstd) {
+  norm_forward("add_rmsnorm_forward", x, &a, &s, weight, nullptr, eps, y, nullptr, rstd);
+}
+
+// dy, ds (or undefined), s, dx [N,D], weight, dweight [D] (overwritten), rstd [N].
+void CudaBackend::add_rmsnorm_backward(const Tensor& dy, const Tensor& ds, const Tensor& s,
+                                       const Tensor& weight, const Tensor& rstd, Tensor& dx,
+                                       Tensor& dweight) {
+  norm_backward("add_rmsnorm_backward", dy, ds, s, weight, nullptr, rstd, dx, dweight, nullptr);
+}
+
+// x, a, s, y [N,D], weight, bias [D], mean and rstd [N] (cached for backward).
+void CudaBackend::add_layernorm_forward(const Tensor& x, const Tensor& a, const Tensor& weight,
+                                        const Tensor& bias, double eps, Tensor& s, Tensor& y,
+                                        Tensor& mean, Tensor& rstd) {
+  norm_forward("add_layernorm_forward", x, &a, &s, weight, &bias, eps, y, &mean, rstd);
+}
+
+// dy, ds (or undefined), s, dx [N,D], weight, dweight, dbias [D] (overwritten), mean, rstd [N].
+void CudaBackend::add_layernorm_backward(const Tensor& dy, const Tensor& ds, const Tensor& s,
+                                         const Tensor& weight, const Tensor& mean,
+                                         const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                                         Tensor& dbias) {
+  norm_backward("add_layernorm_backward", dy, ds, s, weight, &mean, rstd, dx, dweight, &dbias);
 }
 
 }  // namespace mod::cuda

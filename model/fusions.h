@@ -1,0 +1,23 @@
+// Which fused ops the model runs (train.fusions, configs/modtrain.proto FusionConfig). A fused op
+// computes what the ops it replaces compute (bit for bit on the CPU where the op order allows),
+// so a switch trades speed, never results. A plain struct of bools: one member per switch.
+#pragma once
+
+#include "configs/modtrain.pb.h"
+
+namespace mod::model {
+
+struct Fusions {
+  // A residual add and the norm after it as one op (core/ops/norm.h add_rmsnorm): in a block,
+  // x + attn then norm2; between blocks, x + mlp then the next block's norm1 or the final norm.
+  bool add_norm = true;
+};
+
+// The switches a run's train.fusions sets.
+inline Fusions fusions_from(const modtrain::TrainConfig& train) {
+  Fusions f;
+  f.add_norm = train.fusions().add_norm();
+  return f;
+}
+
+}  // namespace mod::model

@@ -1,0 +1,131 @@
+// train.fusions.add_norm: the transformer with the residual add fused into the norm after it
+// gives the unfused model's losses, routing and gradients bit for bit on the CPU, for tiny_dense
+// and tiny_mod, RMSNorm and LayerNorm, under every train.recompute mode and a partial
+// recompute_blocks; and it runs the fused op where the plan says (docs/gpu.md "Fused ops").
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "configs/config.h"
+#include "core/all_ops.h"
+#include "core/autograd.h"
+#include "core/cpu/op_trace.h"
+#include "model/transformer.h"
+#include "tests/support/tiny_configs.h"
+
+using namespace mod;
+using namespace mod::model;
+using modtrain::TrainConfig;
+
+namespace {
+
+// recipe's model at seq_len 128 (batch 2: 256 rows of 256, past the CPU kernels' OpenMP
+// threshold) with model.norm = norm.
+modtrain::ModelConfig recipe_model(const std::string& recipe, const std::string& norm) {
+  const char* src = std::getenv("MOD_SOURCE_DIR");
+  return config::load(std::string(src ? src : MOD_SOURCE_DIR) + "/configs/recipes/" + recipe +
+                          ".textproto",
+                      {"model.seq_len=128", "model.norm=" + norm})
+      .model();
+}
+
+struct Outcome {
+  std::vector<double> losses, routed_idx;
+  std::map<std::string, std::vector<double>> grads;
+};
+
+// Two micro-batches accumulated as the trainer does (each loss scaled by 1/2).
+Outcome train_step(const modtrain::ModelConfig& cfg, bool fused, Recompute mode,
+                   const std::vector<int>& blocks = {}) {
+  Fusions fusions;
+  fusions.add_norm = fused;
+  Transformer model(cfg, 42, DType::F32, fusions);
+  model.set_recompute(mode, blocks);
+  Outcome out;
+  for (int micro = 0; micro < 2; ++micro) {
+    const Tensor tokens = test::tokens_for(2, cfg.seq_len(), cfg.vocab_size(), 100 + micro);
+    const Tensor targets = test::tokens_for(2, cfg.seq_len(), cfg.vocab_size(), 200 + micro);
+    ForwardResult r = model.forward(tokens, targets);
+    backward(scale(r.loss, 0.5));
+    out.losses.push_back(r.loss.item());
+    for (const Tensor& idx : r.routed_idx)
+      for (double i : idx.to_vector()) out.routed_idx.push_back(i);
+  }
+  for (const auto& [name, p] : model.named_parameters())
+    out.grads[name] = p.grad().defined() ? p.grad().to_vector() : std::vector<double>{};
+  return out;
+}
+
+void check_same(const Outcome& got, const Outcome& want) {
+  CHECK(got.losses == want.losses);
+  CHECK(got.routed_idx == want.routed_idx);
+  REQUIRE(got.grads.size() == want.grads.size());
+  for (const auto& [name, g] : want.grads) {
+    INFO("gradient of " << name);
+    CHECK_FALSE(g.empty());
+    CHECK(got.grads.at(name) == g);
+  }
+}
+
+// How many times the CPU ran each kernel in one forward and backward.
+std::map<std::string, int> kernel_counts(const modtrain::ModelConfig& cfg, bool fused) {
+  Fusions fusions;
+  fusions.add_norm = fused;
+  Transformer model(cfg, 42, DType::F32, fusions);
+  const Tensor tokens = test::tokens_for(1, 16, cfg.vocab_size(), 1);
+  cpu::start_op_trace();
+  backward(model.forward(tokens, tokens).loss);
+  std::map<std::string, int> counts;
+  for (const DeviceActivity& a : cpu::stop_op_trace()) ++counts[a.name];
+  return counts;
+}
+
+}  // namespace
+
+TEST_CASE("the fused add + norm trains tiny_dense and tiny_mod as the separate ops, bit for bit",
+          "[model][fusion]") {
+  for (const char* recipe : {"tiny_dense", "tiny_mod"})
+    for (const char* norm : {"RMS", "LAYER"}) {
+      const modtrain::ModelConfig cfg = recipe_model(recipe, norm);
+      const Outcome unfused = train_step(cfg, false, TrainConfig::NONE);
+      for (Recompute mode : {TrainConfig::NONE, TrainConfig::SELECTIVE, TrainConfig::FULL}) {
+        INFO(recipe << ", model.norm " << norm << ", train.recompute "
+                    << TrainConfig::Recompute_Name(mode));
+        check_same(train_step(cfg, true, mode), unfused);
+      }
+    }
+}
+
+// Block 2 recomputed, its neighbours not: block 1's last add cannot make block 2's norm1 (the
+// region takes x alone), block 2's region outputs block 3's norm1 beside x.
+TEST_CASE("the fused add + norm around a recomputed block among kept ones", "[model][fusion]") {
+  const modtrain::ModelConfig cfg = recipe_model("tiny_dense", "RMS");
+  const Outcome unfused = train_step(cfg, false, TrainConfig::NONE);
+  for (Recompute mode : {TrainConfig::SELECTIVE, TrainConfig::FULL}) {
+    INFO("train.recompute " << TrainConfig::Recompute_Name(mode) << " of block 2");
+    check_same(train_step(cfg, true, mode, {2}), unfused);
+  }
+}
+
+// tiny_dense (6 dense blocks): norm2 in each block, norm1 of blocks 1-5 and the final norm come
+// from the fused op, block 0's norm1 alone. tiny_mod (blocks 1, 3, 5 routed): only norm2 is
+// fused; norm1 of every block and the final norm follow a scatter or the embedding.
+TEST_CASE("the transformer fuses every residual add that a norm follows", "[model][fusion]") {
+  struct Expect {
+    const char* recipe;
+    int fused, alone;  // add_rmsnorm and rmsnorm kernels per forward
+  };
+  for (Expect e : {Expect{"tiny_dense", 12, 1}, Expect{"tiny_mod", 6, 7}}) {
+    INFO(e.recipe);
+    const modtrain::ModelConfig cfg = recipe_model(e.recipe, "RMS");
+    std::map<std::string, int> on = kernel_counts(cfg, true), off = kernel_counts(cfg, false);
+    CHECK(on["add_rmsnorm_forward"] == e.fused);
+    CHECK(on["add_rmsnorm_backward"] == e.fused);
+    CHECK(on["rmsnorm_forward"] == e.alone);
+    CHECK(off["add_rmsnorm_forward"] == 0);
+    CHECK(off["rmsnorm_forward"] == e.fused + e.alone);
+    CHECK(on["binary add"] == off["binary add"] - e.fused);
+    CHECK(on["axpy"] < off["axpy"]);  // the sums of s's gradients went into the fused backward
+  }
+}
