@@ -141,7 +141,7 @@ python3 - "$work/prof/kernel_profile.csv" <<'PY' || fail "kernel_profile.csv: $(
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 names = {r["kernel"] for r in rows}
-assert {"attention_forward", "attention_backward", "adamw_update", "topk_rows"} <= names, names
+assert {"attention_forward", "attention_backward", "adamw_update_multi", "topk_rows"} <= names, names
 gemms = [r for r in rows if r["kernel"].startswith("gemm NT ")]
 assert gemms and all(float(r["gflop_per_s"]) > 0 for r in gemms), gemms
 assert all(r["gflop_per_s"] == "" for r in rows if not r["kernel"].startswith("gemm")), rows
