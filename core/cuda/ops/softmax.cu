@@ -194,6 +194,43 @@ __device__ MaxSum<Acc<T>> warp_row_max_sum(const T* row, int64_t v) {
   return {__shfl_sync(0xffffffffu, st.max, 0), __shfl_sync(0xffffffffu, st.sum, 0)};
 }
 
+// out[i] = f(x[i], i) for one row of v elements by one warp: 16-byte packs where both pointers
+// allow, kUnroll packs a lane in flight, then the tail element by element. out may be in: each
+// lane reads its elements before it writes them.
+template <typename T, typename F>
+__device__ __forceinline__ void warp_row_map(const T* in, T* out, int64_t v, F f) {
+  constexpr int V = 16 / sizeof(T);
+  const int lane = threadIdx.x & 31;
+  int64_t scalar_from = 0;
+  if ((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out)) % 16 == 0) {
+    const auto* src = reinterpret_cast<const Pack<T, V>*>(in);
+    auto* dst = reinterpret_cast<Pack<T, V>*>(out);
+    const int64_t n = v / V;
+    int64_t q = lane;
+    for (; q + 32 * (kUnroll - 1) < n; q += 32 * kUnroll) {
+      Pack<T, V> x[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) x[u] = src[q + 32 * u];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        Pack<T, V> d;
+#pragma unroll
+        for (int e = 0; e < V; ++e) d.v[e] = f(to_acc<T>(x[u].v[e]), (q + 32 * u) * V + e);
+        dst[q + 32 * u] = d;
+      }
+    }
+    for (; q < n; q += 32) {
+      const Pack<T, V> x = src[q];
+      Pack<T, V> d;
+#pragma unroll
+      for (int e = 0; e < V; ++e) d.v[e] = f(to_acc<T>(x.v[e]), q * V + e);
+      dst[q] = d;
+    }
+    scalar_from = n * V;
+  }
+  for (int64_t i = scalar_from + lane; i < v; i += 32) out[i] = f(load(in + i), i);
+}
+
 // logits [n,v], targets [n], losses and lse [n]. Ignored rows: loss 0, lse still written. The
 // loss uses the unrounded lse; the cache is S (T, or f32 for bf16 logits).
 template <typename T, typename I, typename S>
@@ -240,7 +277,6 @@ template <typename T, typename I, typename S>
 __global__ void __launch_bounds__(kRowWarps * 32)
     cross_entropy_backward_rows(CrossEntropyParams<T, I, S> p) {
   using A = Acc<T>;
-  constexpr int V = 16 / sizeof(T);
   const int lane = threadIdx.x & 31;
   const A scale = load(p.scale);
   for (int64_t row = first_warp_row(); row < p.n; row += warp_row_stride()) {
@@ -262,34 +298,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     auto dlogit = [&](A x, int64_t i) {
       return from_acc<T>(scale * acc_exp(x - l) - (i == local ? scale : A(0)));
     };
-    int64_t scalar_from = 0;
-    if ((reinterpret_cast<uintptr_t>(xr) | reinterpret_cast<uintptr_t>(dr)) % 16 == 0) {
-      const auto* in = reinterpret_cast<const Pack<T, V>*>(xr);
-      auto* out = reinterpret_cast<Pack<T, V>*>(dr);
-      const int64_t n = p.v / V;
-      int64_t q = lane;
-      for (; q + 32 * (kUnroll - 1) < n; q += 32 * kUnroll) {
-        Pack<T, V> x[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) x[u] = in[q + 32 * u];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          Pack<T, V> d;
-#pragma unroll
-          for (int e = 0; e < V; ++e) d.v[e] = dlogit(to_acc<T>(x[u].v[e]), (q + 32 * u) * V + e);
-          out[q + 32 * u] = d;
-        }
-      }
-      for (; q < n; q += 32) {
-        const Pack<T, V> x = in[q];
-        Pack<T, V> d;
-#pragma unroll
-        for (int e = 0; e < V; ++e) d.v[e] = dlogit(to_acc<T>(x.v[e]), q * V + e);
-        out[q] = d;
-      }
-      scalar_from = n * V;
-    }
-    for (int64_t i = scalar_from + lane; i < p.v; i += 32) dr[i] = dlogit(load(xr + i), i);
+    warp_row_map(xr, dr, p.v, dlogit);
   }
 }
 
@@ -310,7 +319,6 @@ template <typename T, typename I, typename S>
 __global__ void __launch_bounds__(kRowWarps * 32)
     cross_entropy_with_dlogits_rows(CrossEntropyDlogitsParams<T, I, S> p) {
   using A = Acc<T>;
-  constexpr int V = 16 / sizeof(T);
   const int lane = threadIdx.x & 31;
   for (int64_t row = first_warp_row(); row < p.n; row += warp_row_stride()) {
     T* xr = p.logits + row * p.v;
@@ -330,33 +338,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     auto dlogit = [&](A x, int64_t i) {
       return from_acc<T>(scale * acc_exp(x - l) - (i == t ? scale : A(0)));
     };
-    int64_t scalar_from = 0;
-    if (reinterpret_cast<uintptr_t>(xr) % 16 == 0) {
-      auto* packs = reinterpret_cast<Pack<T, V>*>(xr);
-      const int64_t n = p.v / V;
-      int64_t q = lane;
-      for (; q + 32 * (kUnroll - 1) < n; q += 32 * kUnroll) {
-        Pack<T, V> x[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) x[u] = packs[q + 32 * u];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          Pack<T, V> d;
-#pragma unroll
-          for (int e = 0; e < V; ++e) d.v[e] = dlogit(to_acc<T>(x[u].v[e]), (q + 32 * u) * V + e);
-          packs[q + 32 * u] = d;
-        }
-      }
-      for (; q < n; q += 32) {
-        const Pack<T, V> x = packs[q];
-        Pack<T, V> d;
-#pragma unroll
-        for (int e = 0; e < V; ++e) d.v[e] = dlogit(to_acc<T>(x.v[e]), q * V + e);
-        packs[q] = d;
-      }
-      scalar_from = n * V;
-    }
-    for (int64_t i = scalar_from + lane; i < p.v; i += 32) xr[i] = dlogit(load(xr + i), i);
+    warp_row_map(xr, xr, p.v, dlogit);
   }
 }
 
