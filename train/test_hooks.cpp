@@ -9,7 +9,8 @@ namespace mod::train {
 namespace {
 constexpr const char* kSwitch = "MOD_TEST_HOOKS";
 constexpr const char* kHookVariables[] = {"MOD_FAULT_EXIT_RANK", "MOD_FAULT_EXIT_STEP",
-                                          "MOD_CHECKPOINT_FAULT", "MOD_CHECK_TP_ROUTING"};
+                                          "MOD_CHECKPOINT_FAULT", "MOD_CHECK_TP_ROUTING",
+                                          "MOD_FAULT_NAN_STEP"};
 
 // The variable's value; unset and empty are the same ("").
 std::string env(const char* name) {
@@ -69,6 +70,7 @@ TestHooks read_test_hooks(std::string* ignored) {
       bad("MOD_CHECKPOINT_FAULT", v, "one of after_shard, after_metadata, after_rename");
   }
   hooks.check_tp_routing = zero_or_one("MOD_CHECK_TP_ROUTING");
+  if (!env("MOD_FAULT_NAN_STEP").empty()) hooks.nan_step = whole_number("MOD_FAULT_NAN_STEP", 1);
   return hooks;
 }
 

@@ -4,6 +4,7 @@
 //   MOD_FAULT_EXIT_RANK=r MOD_FAULT_EXIT_STEP=s   world rank r exits (code 3) mid-step s
 //   MOD_CHECKPOINT_FAULT=after_shard|after_metadata|after_rename  the save kills its process there
 //   MOD_CHECK_TP_ROUTING=1                        every step, the tp ranks compare their routing
+//   MOD_FAULT_NAN_STEP=s                          a weight turns NaN before step s (divergence)
 #pragma once
 
 #include <cstdint>
@@ -20,10 +21,14 @@ struct TestHooks {
   int64_t exit_step = 0;
   ckpt::FaultPoint checkpoint_fault = ckpt::FaultPoint::None;  // where a save kills its process
   bool check_tp_routing = false;  // parallel::check_same_routing after every training forward
+  // Before step nan_step (1-based) the first weight is overwritten with NaN, so the step's loss
+  // is non-finite whatever the machine's rounding (a real divergence depends on it). 0: none.
+  int64_t nan_step = 0;
 
   bool exits_in(int world_rank, int64_t step) const {  // step 0-based
     return exit_rank >= 0 && world_rank == exit_rank && step + 1 == exit_step;
   }
+  bool poisons(int64_t step) const { return nan_step > 0 && step + 1 == nan_step; }  // 0-based
 };
 
 // The hooks the environment asks for. A bad value of the switch or, under it, of a hook throws

@@ -97,6 +97,10 @@ void Trainer::load_step(int64_t step) {
   }
   const double lr = learning_rate(cfg_.optimizer(), step, cfg_.train().steps());
   plan_.optimizer->set_learning_rate(lr);
+  if (hooks_.poisons(step)) {  // the divergence test's fault (TestHooks::nan_step)
+    Tensor w = model_->named_parameters().front().second;
+    w.copy_from(Tensor::full(w.shape(), std::nan(""), w.dtype(), w.device()));
+  }
 }
 
 // The device's part: nothing here reads a device tensor on the host.

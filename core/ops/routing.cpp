@@ -3,7 +3,6 @@
 // scatter_add_rows are each other's backward.
 #include "core/ops/routing.h"
 
-#include <cmath>
 
 #include "core/autograd.h"
 #include "core/backend.h"
@@ -40,15 +39,6 @@ void scatter_in_runs(const Tensor& idx, const Tensor& src, Tensor& out, int64_t 
     backend_of(out).scatter_add_rows(idx_runs.narrow0(r, 1), src_runs.narrow0(r, 1), out);
 }
 
-// The first NaN in scores [B,T], named by row and position (host tensors only).
-template <typename T>
-void reject_nan(const T* s, int64_t b, int64_t t) {
-  for (int64_t r = 0; r < b; ++r)
-    for (int64_t i = 0; i < t; ++i)
-      if (std::isnan(s[r * t + i]))
-        check::fail("topk", "scores row " + std::to_string(r) + " position " + std::to_string(i) +
-                                " is NaN");
-}
 }  // namespace
 
 Tensor topk_rows(const Tensor& scores, int64_t k) {
@@ -58,12 +48,6 @@ Tensor topk_rows(const Tensor& scores, int64_t k) {
   if (k < 1 || k > t)
     check::fail("topk", "k = " + std::to_string(k) + " must be in [1, T] with T = " +
                             std::to_string(t) + " from scores " + shape_str(scores.shape()));
-  if (scores.device() == Device::CPU) {
-    if (scores.dtype() == DType::F32)
-      reject_nan(scores.data<float>(), b, t);
-    else
-      reject_nan(scores.data<double>(), b, t);
-  }
   Tensor idx_BK = Tensor::empty({b, k}, DType::I64, scores.device());
   backend_of(scores).topk_rows(scores, k, idx_BK);
   return idx_BK;  // no node: a selection has no gradient

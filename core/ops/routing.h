@@ -1,5 +1,7 @@
 // The Mixture-of-Depths routing primitives: per-row top-k, row gather and row scatter-add.
 //   topk_rows(scores [B,T], k)          -> idx [B,k] (i64), ascending positions, ties to lower
+//                                          (NaN ranks below every number, so a diverged
+//                                          router still selects and the loss reports it)
 //   gather_rows(x [B,T,D], idx [B,C])   -> [B,C,D]
 //   scatter_add_rows(x [B,T,D], idx [B,C], src [B,C,D]) -> x with src rows added at idx
 // Tested by: tests/core/routing_loss_optim_test.cpp (against naive references, errors),

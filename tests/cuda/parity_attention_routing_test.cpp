@@ -9,6 +9,7 @@
 // the modtrain kernel everywhere else. Every path must match the CPU.
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -240,6 +241,10 @@ TEST_CASE("cuda: topk_rows with ties, k = 1, T/8 and T", "[cuda]") {
     zeros.set(i, x == 0.0 && i % 2 ? -0.0 : x);
   }
   cases.push_back({"signed zeros (-0 == +0, so position breaks the tie)", zeros});
+  Tensor with_nan = integers(2, 200, 5);  // NaN ranks below every number, -inf included
+  for (int64_t i = 0; i < with_nan.numel(); i += 3)
+    with_nan.set(i, i % 2 ? std::numeric_limits<double>::quiet_NaN() : -1.0 / 0.0);
+  cases.push_back({"NaN and -inf scores (NaN last, tied by position)", with_nan});
   for (const Case& c : cases) {
     const int64_t t = c.scores.size(1);
     for (int64_t k : {int64_t{1}, t / 8, t}) {

@@ -25,7 +25,7 @@ class HookEnvironment {
  private:
   static void clear() {
     for (const char* name : {"MOD_TEST_HOOKS", "MOD_FAULT_EXIT_RANK", "MOD_FAULT_EXIT_STEP",
-                             "MOD_CHECKPOINT_FAULT", "MOD_CHECK_TP_ROUTING"})
+                             "MOD_CHECKPOINT_FAULT", "MOD_CHECK_TP_ROUTING", "MOD_FAULT_NAN_STEP"})
       ::unsetenv(name);
   }
 };
@@ -33,7 +33,8 @@ class HookEnvironment {
 const std::map<std::string, std::string> kEveryHook = {{"MOD_FAULT_EXIT_RANK", "1"},
                                                        {"MOD_FAULT_EXIT_STEP", "3"},
                                                        {"MOD_CHECKPOINT_FAULT", "after_metadata"},
-                                                       {"MOD_CHECK_TP_ROUTING", "1"}};
+                                                       {"MOD_CHECK_TP_ROUTING", "1"},
+                                                       {"MOD_FAULT_NAN_STEP", "2"}};
 }  // namespace
 
 TEST_CASE("without MOD_TEST_HOOKS=1 every hook is off, and the note names the ones set",
@@ -49,8 +50,9 @@ TEST_CASE("without MOD_TEST_HOOKS=1 every hook is off, and the note names the on
     CHECK_FALSE(hooks.exits_in(1, 2));
     CHECK(hooks.checkpoint_fault == ckpt::FaultPoint::None);
     CHECK_FALSE(hooks.check_tp_routing);
+    CHECK_FALSE(hooks.poisons(1));
     CHECK_THAT(note, Contains("MOD_FAULT_EXIT_RANK, MOD_FAULT_EXIT_STEP, MOD_CHECKPOINT_FAULT, "
-                              "MOD_CHECK_TP_ROUTING") &&
+                              "MOD_CHECK_TP_ROUTING, MOD_FAULT_NAN_STEP") &&
                          Contains("MOD_TEST_HOOKS=1"));
   }
   HookEnvironment none({});
@@ -73,6 +75,9 @@ TEST_CASE("under MOD_TEST_HOOKS=1 the hooks are read", "[train]") {
   CHECK_FALSE(hooks.exits_in(1, 3));
   CHECK(hooks.checkpoint_fault == ckpt::FaultPoint::AfterMetadata);
   CHECK(hooks.check_tp_routing);
+  CHECK(hooks.poisons(1));  // 0-based step 1 is the second
+  CHECK_FALSE(hooks.poisons(0));
+  CHECK_FALSE(hooks.poisons(2));
 }
 
 TEST_CASE("a bad test hook value names the variable, the value and what was expected", "[train]") {
@@ -93,6 +98,8 @@ TEST_CASE("a bad test hook value names the variable, the value and what was expe
        "MOD_FAULT_EXIT_RANK and MOD_FAULT_EXIT_STEP go together"},
       {{{"MOD_TEST_HOOKS", "1"}, {"MOD_CHECK_TP_ROUTING", "true"}},
        "MOD_CHECK_TP_ROUTING='true': expected 0 or 1"},
+      {{{"MOD_TEST_HOOKS", "1"}, {"MOD_FAULT_NAN_STEP", "0"}},
+       "MOD_FAULT_NAN_STEP='0': expected a whole number >= 1"},
   };
   for (const Case& c : cases) {
     HookEnvironment env(c.vars);

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -52,8 +53,8 @@ void scatter_add_rows_tiled(const I* idx, const T* src, T* out, int64_t b, int64
 }
 
 // scores [B,T] -> idx [B,k]: per row an O(T) selection under (score desc, position asc), then
-// the chosen positions sorted ascending. Scores are NaN-free (the wrapper checks), so the order
-// is a strict weak order.
+// the chosen positions sorted ascending. NaN ranks below every number (as order_key does on the
+// GPU), NaNs tied by position, so the order is total and a diverged router still selects.
 template <typename T>
 void topk_select_rows(const T* scores, int64_t b, int64_t t, int64_t k, int64_t* idx) {
   // Selection costs tens of ns per element, so parallelise well below the elementwise threshold.
@@ -65,6 +66,8 @@ void topk_select_rows(const T* scores, int64_t b, int64_t t, int64_t k, int64_t*
       const T* row = scores + r * t;
       std::iota(pos.begin(), pos.end(), int64_t{0});
       auto better = [row](int64_t i, int64_t j) {
+        const bool nan_i = std::isnan(row[i]), nan_j = std::isnan(row[j]);
+        if (nan_i || nan_j) return nan_i == nan_j ? i < j : nan_j;
         return row[i] > row[j] || (row[i] == row[j] && i < j);
       };
       if (k < t) std::nth_element(pos.begin(), pos.begin() + k, pos.end(), better);

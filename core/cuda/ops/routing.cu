@@ -108,8 +108,7 @@ void launch_scatter_add(RowMap<I> m, const E* src, E* out, int64_t d) {
 // --- top-k ---
 
 // Unsigned keys ordered like the scores: -0 ties with +0 (as the CPU's == does) and NaN sorts
-// below -inf. The CPU wrapper rejects NaN scores; on the device that check would need a host
-// synchronisation, so NaNs simply rank last.
+// below -inf, NaNs tied by position: the CPU's order.
 __device__ __forceinline__ uint32_t order_key(float v) {
   if (v != v) return 0u;
   const uint32_t u = v == 0.0f ? 0u : __float_as_uint(v);
