@@ -259,9 +259,6 @@ void validate(const modtrain::RunConfig& cfg) {
   if (t.cuda_graph()) {
     if (t.device() != modtrain::TrainConfig::CUDA)
       bad_field("train.cuda_graph", "needs train.device: CUDA (graphs are a CUDA feature)");
-    if (int64_t{p.dp()} * p.tp() > 1)
-      bad_field("train.cuda_graph", "runs in one process for now (parallel.dp and parallel.tp "
-                                    "must be 1; the collectives are not captured)");
   }
   if (p.ep() > 1 && m.moe().enabled() && m.moe().n_experts() % p.ep() != 0)
     bad_field("parallel.ep", std::to_string(p.ep()) + " must divide model.moe.n_experts " +

@@ -61,6 +61,11 @@ class Communicator {
 
   // Prints "modtrain: rank R: message" to stderr and ends every rank of the job with `code`.
   [[noreturn]] virtual void abort(const std::string& message, int code = 1) = 0;
+
+  // Puts the device work enqueued so far under this communicator's timeout, as a whole
+  // (`what` names it in the error). A replayed CUDA graph calls it: its collectives were
+  // captured, not launched, so none was watched. Communicators that block on the host: nothing.
+  virtual void watch_enqueued(const char* what) { (void)what; }
 };
 
 // A group of one: collectives copy or do nothing; send/recv are errors.

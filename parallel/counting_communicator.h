@@ -116,6 +116,7 @@ class CountingCommunicator final : public Communicator {
   // A CountingCommunicator that owns the wrapped sub-communicator and shares this one's table.
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
   [[noreturn]] void abort(const std::string& message, int code = 1) override;
+  void watch_enqueued(const char* what) override { inner_->watch_enqueued(what); }
 
   Stats stats() const;  // the whole shared table
   void reset_stats();   // zeroes the whole shared table

@@ -177,6 +177,12 @@ void NcclCommunicator::abort(const std::string& message, int code) {
   std::_Exit(code);  // not reached, as in end_job
 }
 
+bool NcclCommunicator::capturing() {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  MOD_CUDA_CHECK(cudaStreamIsCapturing(cuda::compute_stream(), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 void NcclCommunicator::wait_on(const Event& done) {
   MOD_CUDA_CHECK(cudaStreamWaitEvent(cuda::compute_stream(), done.get(), 0));
 }
@@ -199,8 +205,15 @@ std::shared_ptr<Event> NcclCommunicator::launch(const char* what, Enqueue&& enqu
   MOD_CUDA_CHECK(cudaStreamWaitEvent(s.stream, s.ready, 0));
   enqueue(s);
   MOD_CUDA_CHECK(cudaEventRecord(done->get(), s.stream));
-  Watchdog::get().watch({nccl_, done, what, deadline_after(s.timeout_s)});
+  if (!capturing()) Watchdog::get().watch({nccl_, done, what, deadline_after(s.timeout_s)});
   return done;
+}
+
+void NcclCommunicator::watch_enqueued(const char* what) {
+  if (!nccl_) return;
+  auto done = std::make_shared<Event>();
+  MOD_CUDA_CHECK(cudaEventRecord(done->get(), cuda::compute_stream()));
+  Watchdog::get().watch({nccl_, done, what, deadline_after(nccl_->timeout_s)});
 }
 
 void NcclCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
@@ -221,7 +234,7 @@ std::unique_ptr<Work> NcclCommunicator::all_reduce_async(const Tensor& t, Reduce
                    ncclAllReduce(t.raw_data(), t.raw_data(), count_of(t), nccl_type(t.dtype()),
                                  nccl_op(op), s.comm, s.stream));
   });
-  return std::make_unique<NcclWork>(std::move(done), t);
+  return std::make_unique<NcclWork>(std::move(done), t, capturing());
 }
 
 void NcclCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {

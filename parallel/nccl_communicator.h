@@ -14,6 +14,10 @@
 // - Never a silent hang: a watchdog thread aborts the job (message naming the collective, the
 //   group and the rank) when a collective is not done after collective_timeout() seconds or
 //   NCCL reports an asynchronous error.
+// - CUDA-graph capture: a collective enqueued while the compute stream captures joins the graph
+//   (the comm stream forks from and joins the compute stream through events) and is not handed
+//   to the watchdog, whose queries of an event that a capture only records would fail; after
+//   each replay the trainer calls watch_enqueued, which watches the replay as a whole.
 // - A group of one makes no NCCL communicator: collectives copy or do nothing, as the local
 //   communicator does (bf16 reductions included, as over NCCL).
 // - Bitwise equal results on every rank: NCCL reduces each element once and copies the result.
@@ -67,6 +71,7 @@ class NcclCommunicator final : public Communicator {
   void recv(const Tensor& t, int src, int tag) override;
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
   [[noreturn]] void abort(const std::string& message, int code) override;
+  void watch_enqueued(const char* what) override;
 
  private:
   // Where a collective goes: the host communicator for CPU tensors, and for undefined ones,
@@ -74,9 +79,10 @@ class NcclCommunicator final : public Communicator {
   static bool on_host(const Tensor& t) { return !t.defined() || t.device() == Device::CPU; }
   bool on_host(const char* what, const Tensor& in, const Tensor& out) const;
   // Enqueues `enqueue(state)` on the comm stream after the compute stream's work so far and
-  // returns its done-event, which the watchdog now watches.
+  // returns its done-event, which the watchdog now watches (unless the stream is capturing).
   template <typename Enqueue>
   std::shared_ptr<nccl::Event> launch(const char* what, Enqueue&& enqueue);
+  static bool capturing();  // the compute stream is being captured into a CUDA graph
   // Every later kernel on the compute stream runs after `done`.
   static void wait_on(const nccl::Event& done);
 

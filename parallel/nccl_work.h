@@ -37,10 +37,12 @@ class DoneWork final : public Work {
 };
 
 // all_reduce_async over NCCL: wait() orders the compute stream after the collective; the
-// tensor is held until then (or until test() has seen it finish).
+// tensor is held until then (or until test() has seen it finish). A collective captured into a
+// CUDA graph has not run yet, and its event may not be queried: test() says false.
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<Event> done, Tensor t) : done_(std::move(done)), t_(std::move(t)) {}
+  NcclWork(std::shared_ptr<Event> done, Tensor t, bool captured)
+      : done_(std::move(done)), t_(std::move(t)), captured_(captured) {}
   ~NcclWork() override {
     if (done_) cudaStreamWaitEvent(cuda::compute_stream(), done_->get(), 0);  // as wait(), no throw
   }
@@ -51,6 +53,7 @@ class NcclWork final : public Work {
   }
   bool test() override {
     if (!done_) return true;
+    if (captured_) return false;
     const cudaError_t rc = query(done_->get());
     if (rc == cudaErrorNotReady) return false;
     MOD_CUDA_CHECK(rc);
@@ -65,6 +68,7 @@ class NcclWork final : public Work {
   }
   std::shared_ptr<Event> done_;  // null once waited
   Tensor t_;                     // keeps the buffer alive while NCCL writes it
+  bool captured_;                // enqueued while the compute stream captured
 };
 
 }  // namespace mod::parallel::nccl

@@ -9,8 +9,9 @@
 #   scripts/gpu_run.sh profile where a step's device time goes: modtrain's kernel table
 #                              (train.profile_steps) for both models, then PyTorch's (torch.profiler)
 #   scripts/gpu_run.sh multirank  several ranks on the one GPU without MPI (the bundle has none):
-#                              nccl_tests at 2 and 4 ranks, then tiny_mod dp2 and tp2 against one
-#                              rank, losses to 1e-5; each rank its own NCCL_HOSTID, over loopback
+#                              nccl_tests at 2 and 4 ranks, then tiny_mod dp2, tp2 and dp2 as a
+#                              CUDA graph against one rank, losses to 1e-5; each rank its own
+#                              NCCL_HOSTID, over loopback
 #   scripts/gpu_run.sh grid    the isoFLOP grid configs/grids/gpu_one on the Linux corpus:
 #                              unpack linux_corpus.jsonl.xz (scripts/gpu_corpus.sh; carried
 #                              beside the bundle), prep it on every core with the committed
@@ -99,8 +100,13 @@ multirank() {
     --run-dir "/tmp/runs/${tag}mr_dp2" --set parallel.dp=2 --set parallel.tp=1
   LIMIT=150 run multirank_tiny_tp2 "${ranks[@]}" "$modtrain" "${tiny[@]}" \
     --run-dir "/tmp/runs/${tag}mr_tp2" --set parallel.dp=1 --set parallel.tp=2
+  # The collectives captured in the step's CUDA graph, replayed.
+  LIMIT=150 run multirank_tiny_dp2_graph "${ranks[@]}" "$modtrain" "${tiny[@]}" \
+    --run-dir "/tmp/runs/${tag}mr_dp2_graph" --set parallel.dp=2 --set parallel.tp=1 \
+    --set train.cuda_graph=true
   python3 scripts/gpu_run_helpers.py same_losses "/tmp/runs/${tag}mr_1gpu" \
-    "/tmp/runs/${tag}mr_dp2" "/tmp/runs/${tag}mr_tp2" 2>&1 | tee -a "$summary"
+    "/tmp/runs/${tag}mr_dp2" "/tmp/runs/${tag}mr_tp2" "/tmp/runs/${tag}mr_dp2_graph" 2>&1 |
+    tee -a "$summary"
 }
 
 # train_run NAME MODEL GRAPH RECOMPUTE STEPS [--set ...]: one GPT-2-small run, 64 x 1024 tokens

@@ -186,6 +186,7 @@ StepMetrics Trainer::train_step(int64_t step) {
     graph_ = be.end_capture();
   }
   graph_->replay();
+  mesh_->world().watch_enqueued("replayed CUDA-graph step");  // its collectives' timeout
   host_phases_.enqueue += seconds_since(t);
   return finish_step(step, graph_outputs_);
 }

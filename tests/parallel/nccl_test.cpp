@@ -168,6 +168,43 @@ TEST_CASE("NCCL collectives run after earlier kernels and before later ones", "[
   }
 }
 
+// train.cuda_graph's multi-rank step: the collectives captured with kernels around them run at
+// every replay, in order, on the values the kernels before them wrote; test() of a captured
+// Work says false without querying its event (a query would break the capture).
+TEST_CASE("NCCL collectives captured in a CUDA graph run at every replay", "[mpi][cuda]") {
+  if (!have_gpus()) return;
+  for (const auto& comm : nccl_groups()) {
+    CAPTURE(comm->name());
+    const int64_t n = 100003;
+    const double sum = comm->size() * (comm->size() + 1) / 2.0;  // of rank + 1 over the group
+    Tensor t = Tensor::empty({n}, DType::F32, Device::CUDA);
+    Tensor u = Tensor::empty({n * comm->size()}, DType::F32, Device::CUDA);
+    Tensor step = Tensor::zeros({n}, DType::F32, Device::CUDA);  // +1 at every replay
+    const Tensor ones = Tensor::full({n}, 1.0, DType::F32, Device::CUDA);
+    Backend& be = backend(Device::CUDA);
+    be.fill(t, 0.0);
+    comm->all_reduce(t);  // NCCL's connections exist before the capture, as after warm-up
+    be.begin_capture();
+    be.axpy(1.0, ones, step);
+    be.fill(t, comm->rank() + 1);
+    be.axpy(1.0, step, t);  // rank + 1 + replay
+    std::unique_ptr<Work> work = comm->all_reduce_async(t);
+    const bool tested = work->test();
+    work->wait();
+    comm->all_gather(t, u);  // every rank's reduced copy
+    be.scale(u, 0.5, u);
+    std::unique_ptr<CapturedWork> graph = be.end_capture();
+    CHECK_FALSE(tested);
+    for (int replay = 1; replay <= 3; ++replay) {
+      CAPTURE(replay);
+      graph->replay();
+      comm->watch_enqueued("replayed test graph");
+      const double want = 0.5 * (sum + comm->size() * replay);
+      CHECK(mismatches(u, std::vector<double>(static_cast<size_t>(n * comm->size()), want)) == 0);
+    }
+  }
+}
+
 TEST_CASE("NCCL all_reduce_async: several outstanding, waited out of order", "[mpi][cuda]") {
   if (!have_gpus()) return;
   struct Case {

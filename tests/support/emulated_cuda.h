@@ -40,6 +40,9 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
     return work;
   }
   int captures() const { return captures_; }  // end_capture calls so far
+  // Host work in stream order, as a GPU runs an NCCL kernel: now, or at every replay when
+  // called inside a capture (host_staging_communicator.h's collectives).
+  void enqueue_host_task(std::function<void()> task) { run(std::move(task)); }
 
   void copy(const Tensor& src, Tensor& dst) override {
     if (recording_ && (src.device() == Device::CPU || dst.device() == Device::CPU))

@@ -2,14 +2,19 @@
 // tensors to the host, runs the wrapped (MPI) communicator on the copies and copies results
 // back. With the emulated CUDA backend it lets multi-process tests train with train.device CUDA
 // on machines without a GPU. Host tensors pass straight through.
+//
+// A collective of device tensors is a task on the emulated device's stream: inside a captured
+// step it is recorded and runs at every replay, as NCCL's kernels in a CUDA graph do.
 #pragma once
 
 #include <cstdlib>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "parallel/communicator.h"
+#include "tests/support/emulated_cuda.h"
 
 namespace mod::test {
 
@@ -23,41 +28,55 @@ class HostStagingCommunicator final : public parallel::Communicator {
   const std::string& name() const override { return inner_->name(); }
 
   void all_reduce(const Tensor& t, parallel::ReduceOp op) override {
-    Tensor h = host(t);
-    inner_->all_reduce(h, op);
-    back(h, t);
+    staged({t}, [=, this] {
+      Tensor h = host(t);
+      inner_->all_reduce(h, op);
+      back(h, t);
+    });
   }
   std::unique_ptr<parallel::Work> all_reduce_async(const Tensor& t,
                                                    parallel::ReduceOp op) override {
-    all_reduce(t, op);  // done before it is waited on: as good a Work as any
+    all_reduce(t, op);  // done (or enqueued) before it is waited on: as good a Work as any
     return std::make_unique<Done>();
   }
   void reduce_scatter(const Tensor& in, const Tensor& out, parallel::ReduceOp op) override {
-    Tensor h = host(out);
-    inner_->reduce_scatter(host(in), h, op);
-    back(h, out);
+    staged({in, out}, [=, this] {
+      Tensor h = host(out);
+      inner_->reduce_scatter(host(in), h, op);
+      back(h, out);
+    });
   }
   void all_gather(const Tensor& in, const Tensor& out) override {
-    Tensor h = host(out);
-    inner_->all_gather(host(in), h);
-    back(h, out);
+    staged({in, out}, [=, this] {
+      Tensor h = host(out);
+      inner_->all_gather(host(in), h);
+      back(h, out);
+    });
   }
   void all_to_all(const Tensor& in, const Tensor& out) override {
-    Tensor h = host(out);
-    inner_->all_to_all(host(in), h);
-    back(h, out);
+    staged({in, out}, [=, this] {
+      Tensor h = host(out);
+      inner_->all_to_all(host(in), h);
+      back(h, out);
+    });
   }
   void broadcast(const Tensor& t, int root) override {
-    Tensor h = host(t);
-    inner_->broadcast(h, root);
-    back(h, t);
+    staged({t}, [=, this] {
+      Tensor h = host(t);
+      inner_->broadcast(h, root);
+      back(h, t);
+    });
   }
   void barrier() override { inner_->barrier(); }
-  void send(const Tensor& t, int dst, int tag) override { inner_->send(host(t), dst, tag); }
+  void send(const Tensor& t, int dst, int tag) override {
+    staged({t}, [=, this] { inner_->send(host(t), dst, tag); });
+  }
   void recv(const Tensor& t, int src, int tag) override {
-    Tensor h = host(t);
-    inner_->recv(h, src, tag);
-    back(h, t);
+    staged({t}, [=, this] {
+      Tensor h = host(t);
+      inner_->recv(h, src, tag);
+      back(h, t);
+    });
   }
   std::unique_ptr<parallel::Communicator> split(int color, int key,
                                                 const std::string& name) override {
@@ -73,6 +92,16 @@ class HostStagingCommunicator final : public parallel::Communicator {
     void wait() override {}
     bool test() override { return true; }
   };
+  // Host tensors' collectives run now; device tensors' go on the emulated stream.
+  template <typename F>
+  static void staged(std::initializer_list<Tensor> tensors, F&& collective) {
+    bool device = false;
+    for (const Tensor& t : tensors) device = device || (t.defined() && t.device() != Device::CPU);
+    if (device)
+      emulate_cuda().enqueue_host_task(std::forward<F>(collective));
+    else
+      collective();
+  }
   static Tensor host(const Tensor& t) {
     return t.defined() && t.device() != Device::CPU ? t.to(Device::CPU) : t;
   }
