@@ -115,7 +115,7 @@ std::vector<GradBucket> grad_buckets(const modtrain::RunConfig& cfg, const Layou
     auto& list = is_expert ? expert : dense;
     double& filled = is_expert ? expert_filled : dense_filled;
     if (list.empty() || filled >= cap) {
-      list.push_back({0, is_expert ? edp : l.dp, 0, 0});
+      list.push_back({0, is_expert ? edp : l.dp, 0, 0, is_expert});
       filled = 0;
     }
     list.back().bytes += bytes;

@@ -58,6 +58,7 @@ struct GradBucket {
   int ranks = 1;              // n of the group it is all-reduced over (dp or edp)
   double ready_fraction = 0;  // share of backward done when its last gradient is final
   int params = 0;             // parameters in it
+  bool expert = false;        // expert weights (over edp) rather than dense ones (over dp)
 };
 // Dense buckets then expert buckets, each list in launch order; none for a group of one.
 // Backward runs the LM head, then the blocks from last to first, then the embedding, each for a
