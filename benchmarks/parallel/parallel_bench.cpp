@@ -8,6 +8,9 @@
 //   mpirun -n 2 --oversubscribe --bind-to none ./build/benchmarks/parallel_bench
 //       --config configs/recipes/tiny_mode_integrated.textproto     (the same and dp2+ep2)
 //   mpirun -n 4 --oversubscribe ./build/benchmarks/parallel_bench       (dp2xtp2, dp4, tp4)
+//   ./build/benchmarks/parallel_bench --napkin-only --fabric ib-400g --layouts dp64
+//       --config configs/recipes/gpt2_small_dense.textproto     (bytes and the predicted step
+//       time, no training: parallel_step_time.h)
 // As root, add --allow-run-as-root to mpirun. --bind-to none keeps Open MPI from pinning each of
 // 2 ranks to one core, which slows the 2-thread 1-rank reference (see set_up_threads). Figures:
 // docs/parallel.md.

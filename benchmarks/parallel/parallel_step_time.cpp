@@ -24,7 +24,8 @@ bool starts_with(const std::string& s, const std::string& prefix) {
   return s.rfind(prefix, 0) == 0;
 }
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Split by tp (parallel/parallelize.cpp parallelize_tensor): the attention and dense-MLP matrices,
@@ -75,9 +76,8 @@ Overlap overlap_buckets(const std::vector<BucketTime>& buckets, double backward)
   double free_at = 0;  // when the comm stream finishes the previous transfer
   for (const BucketTime& b : buckets) {
     if (b.ready < 0 || b.transfer < 0 || b.ready > backward * (1 + 1e-12))
-      throw std::invalid_argument(
-          fmt("overlap: a bucket ready at %g s taking %g s, backward %g s", b.ready, b.transfer,
-              backward));
+      throw std::invalid_argument(fmt("overlap: a bucket ready at %g s taking %g s, backward %g s",
+                                      b.ready, b.transfer, backward));
     free_at = std::max(free_at, b.ready) + b.transfer;
     o.comm += b.transfer;
   }
@@ -97,8 +97,8 @@ std::vector<GradBucket> grad_buckets(const modtrain::RunConfig& cfg, const Layou
   const double total = flops.forward_per_token;
 
   const int edp = l.dp / l.ep * l.tp;
-  const double cap = static_cast<double>(std::max<int64_t>(
-      1, static_cast<int64_t>(cfg.parallel().bucket_mb() * 1024 * 1024)));
+  const double cap = static_cast<double>(
+      std::max<int64_t>(1, static_cast<int64_t>(cfg.parallel().bucket_mb() * 1024 * 1024)));
   std::vector<GradBucket> dense, expert;
   double dense_filled = 0, expert_filled = 0;
   const auto shapes = model::parameter_shapes(m);
@@ -109,9 +109,9 @@ std::vector<GradBucket> grad_buckets(const modtrain::RunConfig& cfg, const Layou
     const bool is_expert = name.find(".mlp.experts.") != std::string::npos;
     const double bytes = 4 * numel / (is_expert ? l.ep : tp_split(name) ? l.tp : 1);
     const int blk = block_of(name);
-    const double ready = name == "embed.weight"    ? 1.0
-                         : blk >= 0                ? done[blk] / total
-                                                   : done[m.n_layers()] / total;
+    const double ready = name == "embed.weight" ? 1.0
+                         : blk >= 0             ? done[blk] / total
+                                                : done[m.n_layers()] / total;
     auto& list = is_expert ? expert : dense;
     double& filled = is_expert ? expert_filled : dense_filled;
     if (list.empty() || filled >= cap) {

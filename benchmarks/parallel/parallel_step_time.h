@@ -20,13 +20,13 @@ namespace mod::bench {
 // What the prediction assumes about the machine. A preset (--fabric) fills every field; each
 // option overrides one.
 struct Fabric {
-  std::string name;           // "nvlink-h100", "ib-400g"
-  double dp_busbw = 0;        // B/s per rank over the dp (and edp, ep) groups, e.g. 40e9
-  double tp_busbw = 0;        // B/s per rank over the tp group (inside a node), e.g. 360e9
-  double dp_latency = 0;      // seconds per dp / edp / ep collective, e.g. 30e-6
-  double tp_latency = 0;      // seconds per tp collective, e.g. 10e-6
-  double peak_flops = 0;      // per rank, e.g. 989e12 (H100 SXM, dense bf16)
-  double mfu = 0;             // share of the peak the compute achieves, e.g. 0.4
+  std::string name;       // "nvlink-h100", "ib-400g"
+  double dp_busbw = 0;    // B/s per rank over the dp (and edp, ep) groups, e.g. 40e9
+  double tp_busbw = 0;    // B/s per rank over the tp group (inside a node), e.g. 360e9
+  double dp_latency = 0;  // seconds per dp / edp / ep collective, e.g. 30e-6
+  double tp_latency = 0;  // seconds per tp collective, e.g. 10e-6
+  double peak_flops = 0;  // per rank, e.g. 989e12 (H100 SXM, dense bf16)
+  double mfu = 0;         // share of the peak the compute achieves, e.g. 0.4
   double achieved() const { return peak_flops * mfu; }
   std::string describe() const;  // every number above, in the units of the options
 };
@@ -75,7 +75,7 @@ struct StepTime {
   double gather = 0;         // ZeRO-1's all-gather of updated parameters (after the optimizer)
   double tp = 0, ep = 0;     // on the critical path inside forward and backward
   int tp_calls = 0, ep_calls = 0;
-  double exposed_grad = 0;   // the buckets' transfer left after backward ends, with overlap
+  double exposed_grad = 0;  // the buckets' transfer left after backward ends, with overlap
   double comm() const { return grad_comm + gather + tp + ep; }
   double exposed(bool overlap) const {
     return (overlap ? exposed_grad : grad_comm) + gather + tp + ep;
