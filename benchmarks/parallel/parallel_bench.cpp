@@ -8,6 +8,9 @@
 //   mpirun -n 2 --oversubscribe --bind-to none ./build/benchmarks/parallel_bench
 //       --config configs/recipes/tiny_mode_integrated.textproto     (the same and dp2+ep2)
 //   mpirun -n 4 --oversubscribe ./build/benchmarks/parallel_bench       (dp2xtp2, dp4, tp4)
+//   ./build/benchmarks/parallel_bench --napkin-only --fabric ib-400g --layouts dp64
+//       --config configs/recipes/gpt2_small_dense.textproto     (bytes and the predicted step
+//       time, no training: parallel_step_time.h)
 // As root, add --allow-run-as-root to mpirun. --bind-to none keeps Open MPI from pinning each of
 // 2 ranks to one core, which slows the 2-thread 1-rank reference (see set_up_threads). Figures:
 // docs/parallel.md.
@@ -56,6 +59,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -64,6 +68,7 @@
 #include "benchmarks/bench_common.h"
 #include "benchmarks/parallel/parallel_bench.h"
 #include "benchmarks/parallel/parallel_napkin.h"
+#include "benchmarks/parallel/parallel_step_time.h"
 #include "configs/config.h"
 #include "core/device_report.h"
 #include "launcher/cli.h"
@@ -92,6 +97,51 @@ Options options_from(const po::variables_map& vm) {
     while (std::getline(ss, item, ',')) o.layouts.push_back(parse_layout(item));
   }
   return o;
+}
+
+// --fabric and the options that override its numbers; none of them: no prediction.
+std::optional<Fabric> fabric_from(const po::variables_map& vm) {
+  struct Override {
+    const char* option;
+    double Fabric::*field;
+    double unit;  // option value x unit = field
+  };
+  const Override overrides[] = {{"peak-tflops", &Fabric::peak_flops, 1e12},
+                                {"mfu", &Fabric::mfu, 1},
+                                {"dp-busbw", &Fabric::dp_busbw, 1e9},
+                                {"tp-busbw", &Fabric::tp_busbw, 1e9},
+                                {"dp-latency-us", &Fabric::dp_latency, 1e-6},
+                                {"tp-latency-us", &Fabric::tp_latency, 1e-6}};
+  bool any = vm.count("achieved-tflops") > 0;
+  for (const Override& o : overrides) any = any || vm.count(o.option);
+  if (!vm.count("fabric")) {
+    if (any)
+      throw std::invalid_argument(
+          "the step-time options override a --fabric preset: add --fabric nvlink-h100 or ib-400g");
+    return std::nullopt;
+  }
+  if (!vm.count("napkin-only")) throw std::invalid_argument("--fabric goes with --napkin-only");
+  Fabric f = fabric_preset(vm["fabric"].as<std::string>());
+  for (const Override& o : overrides)
+    if (vm.count(o.option)) {
+      const double v = vm[o.option].as<double>();
+      const bool latency = std::string(o.option).find("latency") != std::string::npos;
+      if (!(latency ? v >= 0 : v > 0) || (o.field == &Fabric::mfu && v > 1))
+        throw std::invalid_argument("--" + std::string(o.option) + fmt(" %g: expected ", v) +
+                                    (o.field == &Fabric::mfu ? "(0, 1]"
+                                     : latency               ? ">= 0"
+                                                             : "> 0"));
+      f.*o.field = v * o.unit;
+    }
+  if (vm.count("achieved-tflops")) {  // peak x MFU given directly: MFU 1 of that peak
+    const double v = vm["achieved-tflops"].as<double>();
+    if (!(v > 0)) throw std::invalid_argument(fmt("--achieved-tflops %g: expected > 0", v));
+    if (vm.count("peak-tflops") || vm.count("mfu"))
+      throw std::invalid_argument("--achieved-tflops replaces --peak-tflops x --mfu: give one");
+    f.peak_flops = v * 1e12;
+    f.mfu = 1;
+  }
+  return f;
 }
 
 // Sets the OpenMP threads of every rank and prints, on rank 0, the machine, the binding and
@@ -229,7 +279,22 @@ int main(int argc, char** argv) {
       "threads of the 1-rank reference inside an mpirun job (default: every online CPU)")(
       "napkin-only",
       "print the minimum bytes of --layouts for the configs and exit (no training; "
-      "any layout, e.g. dp8,dp4xtp2,dp8+ep4 for a cluster)");
+      "any layout, e.g. dp8,dp4xtp2,dp8+ep4 for a cluster)")(
+      "fabric", po::value<std::string>(),
+      "with --napkin-only, also predict each layout's step time without and with overlap on "
+      "a preset: nvlink-h100 (dp and tp busbw 360 GB/s, 10 us a collective) or ib-400g (dp "
+      "busbw 40 GB/s, 30 us; tp 360 GB/s, 10 us); both 989 TFLOP/s peak x MFU 0.4 per GPU. "
+      "The options below override one number each")(
+      "peak-tflops", po::value<double>(), "peak TFLOP/s per rank, e.g. 989 (H100 SXM, bf16)")(
+      "mfu", po::value<double>(), "share of the peak the compute achieves, (0, 1], e.g. 0.4")(
+      "achieved-tflops", po::value<double>(),
+      "TFLOP/s per rank the compute achieves, instead of --peak-tflops x --mfu")(
+      "dp-busbw", po::value<double>(),
+      "GB/s per rank over dp (and edp, ep), NCCL busbw: an all-reduce of S bytes on n ranks "
+      "takes 2(n-1)/n x S / busbw")(
+      "tp-busbw", po::value<double>(), "GB/s per rank over tp, NCCL busbw")(
+      "dp-latency-us", po::value<double>(), "microseconds per dp, edp or ep collective")(
+      "tp-latency-us", po::value<double>(), "microseconds per tp collective");
   po::variables_map vm;
   try {
     if (!cli::parse(argc, argv,
@@ -245,6 +310,15 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  std::optional<Fabric> fabric;
+  try {
+    fabric = fabric_from(vm);
+  } catch (const std::invalid_argument& e) {
+    if (leader()) std::fprintf(stderr, "parallel_bench: %s\n", e.what());
+    parallel::finalize_world();
+    return 2;
+  }
+
   try {
     const int n = world().size();
     const Options o = options_from(vm);
@@ -253,7 +327,8 @@ int main(int argc, char** argv) {
         for (const std::string& path : vm["config"].as<std::vector<std::string>>()) {
           const modtrain::RunConfig cfg = config::load(resolve(path), cli::overrides(vm));
           print_napkins(
-              cfg, o.layouts.empty() ? default_layouts(n, cfg.model().moe().enabled()) : o.layouts);
+              cfg, o.layouts.empty() ? default_layouts(n, cfg.model().moe().enabled()) : o.layouts,
+              fabric ? &*fabric : nullptr);
         }
       parallel::finalize_world();
       return 0;

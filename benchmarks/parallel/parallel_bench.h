@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "benchmarks/parallel/parallel_napkin.h"
+#include "benchmarks/parallel/parallel_step_time.h"
 #include "configs/modtrain.pb.h"
 #include "core/tensor.h"
 #include "parallel/counting_communicator.h"
@@ -110,7 +111,9 @@ struct Options {
 // printed; one row each.
 std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig& base,
                              const Options& o);
-// --napkin-only: the minimum of each layout that fits the model, with its formulas.
-void print_napkins(const modtrain::RunConfig& cfg, const std::vector<Layout>& layouts);
+// --napkin-only: the minimum of each layout that fits the model, with its formulas; with a
+// fabric (--fabric) also the predicted step time of each, without and with overlap.
+void print_napkins(const modtrain::RunConfig& cfg, const std::vector<Layout>& layouts,
+                   const Fabric* fabric = nullptr);
 
 }  // namespace mod::bench

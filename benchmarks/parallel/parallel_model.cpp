@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "benchmarks/parallel/parallel_bench.h"
+#include "model/flops.h"
 #include "model/routing_schedule.h"
 #include "model/transformer.h"
 #include "parallel/mesh.h"
@@ -278,13 +279,15 @@ std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig&
 
 // Token choice is counted as if every slot held a token (valid = 1: no measurement without
 // training).
-void print_napkins(const modtrain::RunConfig& cfg, const std::vector<Layout>& layouts) {
+void print_napkins(const modtrain::RunConfig& cfg, const std::vector<Layout>& layouts,
+                   const Fabric* fabric) {
   const auto& m = cfg.model();
   std::printf(
       "\n== %s: D %d, %d layers, F %d, V %d, T %d, global batch %d x %d micro-batches "
       "==\n",
       cfg.name().c_str(), m.d_model(), m.n_layers(), m.d_ff(), m.vocab_size(), m.seq_len(),
       cfg.train().batch_size(), cfg.train().grad_accum());
+  std::vector<std::pair<Layout, StepTime>> times;
   for (const Layout& l : layouts) {
     if (const std::string why = misfit(cfg, l); !why.empty()) {
       std::printf("%-14s does not fit: %s\n", l.label().c_str(), why.c_str());
@@ -299,7 +302,39 @@ void print_napkins(const modtrain::RunConfig& cfg, const std::vector<Layout>& la
     if (nk.edp > 1 && nk.expert > 0) std::printf("    edp: %s\n", nk.edp_formula.c_str());
     if (l.tp > 1) std::printf("    tp:  %s\n", nk.tp_formula.c_str());
     if (l.ep > 1) std::printf("    ep:  %s\n", nk.ep_formula.c_str());
+    if (!fabric) continue;
+    const StepTime t = predict_step(cfg, l, nk, *fabric);
+    times.emplace_back(l, t);
+    std::printf(
+        "    time: compute %.2f ms (the last micro-batch's backward %.2f ms); %d gradient "
+        "bucket%s of parallel.bucket_mb %g MiB: %.2f ms, %.2f ms of it after backward with "
+        "overlap",
+        1e3 * t.compute, 1e3 * t.last_backward, t.buckets, t.buckets == 1 ? "" : "s",
+        cfg.parallel().bucket_mb(), 1e3 * t.grad_comm, 1e3 * t.exposed_grad);
+    if (l.zero1) std::printf("; ZeRO-1 all-gather %.2f ms", 1e3 * t.gather);
+    if (l.tp > 1) std::printf("; tp %.2f ms in %d calls", 1e3 * t.tp, t.tp_calls);
+    if (l.ep > 1) std::printf("; ep %.2f ms in %d calls", 1e3 * t.ep, t.ep_calls);
+    std::printf("\n");
   }
+  if (!fabric || times.empty()) return;
+  const model::FlopCount flops = model::count_flops(m);
+  std::printf(
+      "\npredicted per step and rank, %s: %.4g training FLOPs a token x %.0f tokens a step; "
+      "%s\n",
+      cfg.name().c_str(), flops.training_per_token, tokens_per_step(cfg),
+      fabric->describe().c_str());
+  std::printf("%-14s %-7s %9s %10s %9s %10s %10s\n", "layout", "overlap", "step ms", "compute ms",
+              "comm ms", "exposed ms", "tok/s/GPU");
+  for (const auto& [l, t] : times)
+    for (bool overlap : {false, true})
+      std::printf("%-14s %-7s %9.2f %10.2f %9.2f %10.2f %10.0f\n", l.label().c_str(),
+                  overlap ? "yes" : "no", 1e3 * t.step(overlap), 1e3 * t.compute, 1e3 * t.comm(),
+                  1e3 * t.exposed(overlap), tokens_per_step(cfg) / t.step(overlap) / (l.dp * l.tp));
+  std::printf(
+      "(predictions, not measurements: compute = FLOPs / (dp x tp) / (peak x MFU); comm = bytes "
+      "/ busbw + latency per collective; with overlap the gradient buckets travel during the "
+      "last micro-batch's backward, one at a time in launch order; tp, ep and ZeRO-1's "
+      "all-gather are always exposed)\n");
 }
 
 }  // namespace mod::bench

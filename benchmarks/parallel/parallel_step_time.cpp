@@ -1,0 +1,178 @@
+// Predicted step time of a layout on an assumed cluster (see parallel_step_time.h).
+#include "benchmarks/parallel/parallel_step_time.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "model/flops.h"
+#include "model/parameter_shapes.h"
+#include "model/routing_schedule.h"
+
+namespace mod::bench {
+
+namespace {
+
+// The presets. Bus bandwidths are what NCCL all-reduce reaches on large messages: 8 H100 SXM
+// over NVLink 4 / NVSwitch (450 GB/s per direction) about 360-450 GB/s; one 400 Gb/s NIC per GPU
+// (50 GB/s raw) about 40-45 GB/s between nodes. The lower ends are taken.
+const Fabric kFabrics[] = {
+    {"nvlink-h100", 360e9, 360e9, 10e-6, 10e-6, 989e12, 0.4},
+    {"ib-400g", 40e9, 360e9, 30e-6, 10e-6, 989e12, 0.4},
+};
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Split by tp (parallel/parallelize.cpp parallelize_tensor): the attention and dense-MLP matrices,
+// the embedding and an untied LM head.
+bool tp_split(const std::string& name) {
+  if (name == "embed.weight" || name == "lm_head.weight") return true;
+  for (const char* w : {".attn.wq.weight", ".attn.wk.weight", ".attn.wv.weight", ".attn.wo.weight",
+                        ".mlp.up.weight", ".mlp.gate.weight", ".mlp.down.weight"})
+    if (ends_with(name, w)) return true;
+  return false;
+}
+
+// "blocks.7.attn.wq.weight" -> 7; -1 for anything outside the blocks.
+int block_of(const std::string& name) {
+  if (!starts_with(name, "blocks.")) return -1;
+  return std::stoi(name.substr(7));
+}
+
+}  // namespace
+
+std::string Fabric::describe() const {
+  return name +
+         fmt(": dp busbw %.0f GB/s, tp busbw %.0f GB/s, latency %.0f us (dp) / %.0f us (tp) per "
+             "collective; ",
+             dp_busbw / 1e9, tp_busbw / 1e9, dp_latency * 1e6, tp_latency * 1e6) +
+         fmt("%.0f TFLOP/s x MFU %.2f = %.1f TFLOP/s per rank", peak_flops / 1e12, mfu,
+             achieved() / 1e12);
+}
+
+std::vector<std::string> fabric_names() {
+  std::vector<std::string> out;
+  for (const Fabric& f : kFabrics) out.push_back(f.name);
+  return out;
+}
+
+Fabric fabric_preset(const std::string& name) {
+  std::string known;
+  for (const Fabric& f : kFabrics) {
+    if (f.name == name) return f;
+    known += (known.empty() ? "" : ", ") + f.name;
+  }
+  throw std::invalid_argument("--fabric '" + name + "': expected one of " + known);
+}
+
+Overlap overlap_buckets(const std::vector<BucketTime>& buckets, double backward) {
+  if (backward < 0) throw std::invalid_argument(fmt("overlap: backward %g s < 0", backward));
+  Overlap o;
+  double free_at = 0;  // when the comm stream finishes the previous transfer
+  for (const BucketTime& b : buckets) {
+    if (b.ready < 0 || b.transfer < 0 || b.ready > backward * (1 + 1e-12))
+      throw std::invalid_argument(fmt("overlap: a bucket ready at %g s taking %g s, backward %g s",
+                                      b.ready, b.transfer, backward));
+    free_at = std::max(free_at, b.ready) + b.transfer;
+    o.comm += b.transfer;
+  }
+  o.end = free_at;
+  o.exposed = std::max(0.0, free_at - backward);
+  return o;
+}
+
+std::vector<GradBucket> grad_buckets(const modtrain::RunConfig& cfg, const Layout& l) {
+  const auto& m = cfg.model();
+  const model::FlopCount flops = model::count_flops(m);
+  // Backward done when block b's gradients are final: the LM head and blocks L-1 .. b.
+  std::vector<double> done(m.n_layers() + 1, 0);
+  done[m.n_layers()] = flops.lm_head_per_token;
+  for (int b = m.n_layers() - 1; b >= 0; --b)
+    done[b] = done[b + 1] + flops.blocks[b].forward_per_token;
+  const double total = flops.forward_per_token;
+
+  const int edp = l.dp / l.ep * l.tp;
+  const double cap = static_cast<double>(
+      std::max<int64_t>(1, static_cast<int64_t>(cfg.parallel().bucket_mb() * 1024 * 1024)));
+  std::vector<GradBucket> dense, expert;
+  double dense_filled = 0, expert_filled = 0;
+  const auto shapes = model::parameter_shapes(m);
+  for (auto it = shapes.rbegin(); it != shapes.rend(); ++it) {  // GradBucketer's order
+    const std::string& name = it->first;
+    double numel = 1;
+    for (int64_t s : it->second) numel *= static_cast<double>(s);
+    const bool is_expert = name.find(".mlp.experts.") != std::string::npos;
+    const double bytes = 4 * numel / (is_expert ? l.ep : tp_split(name) ? l.tp : 1);
+    const int blk = block_of(name);
+    const double ready = name == "embed.weight" ? 1.0
+                         : blk >= 0             ? done[blk] / total
+                                                : done[m.n_layers()] / total;
+    auto& list = is_expert ? expert : dense;
+    double& filled = is_expert ? expert_filled : dense_filled;
+    if (list.empty() || filled >= cap) {
+      list.push_back({0, is_expert ? edp : l.dp, 0, 0, is_expert});
+      filled = 0;
+    }
+    list.back().bytes += bytes;
+    list.back().ready_fraction = std::max(list.back().ready_fraction, ready);
+    ++list.back().params;
+    filled += bytes;
+  }
+  std::vector<GradBucket> out;
+  if (l.dp > 1) out = dense;
+  if (edp > 1) out.insert(out.end(), expert.begin(), expert.end());
+  return out;
+}
+
+StepTime predict_step(const modtrain::RunConfig& cfg, const Layout& l, const Napkin& nk,
+                      const Fabric& f) {
+  const auto& m = cfg.model();
+  const double a = cfg.train().grad_accum();
+  const double tokens = static_cast<double>(cfg.train().batch_size()) * a * m.seq_len();
+  StepTime s;
+  s.compute = model::count_flops(m).training_per_token * tokens / (l.dp * l.tp) / f.achieved();
+  s.last_backward = s.compute * 2 / 3 / a;  // forward : backward = 1 : 2
+
+  // Gradient buckets: dense and expert ones on one comm stream, in the order they become ready.
+  std::vector<GradBucket> buckets = grad_buckets(cfg, l);
+  std::stable_sort(buckets.begin(), buckets.end(), [](const GradBucket& x, const GradBucket& y) {
+    return x.ready_fraction < y.ready_fraction;
+  });
+  std::vector<BucketTime> times;
+  for (const GradBucket& b : buckets)
+    times.push_back({b.ready_fraction * s.last_backward,
+                     2.0 * (b.ranks - 1) / b.ranks * b.bytes / f.dp_busbw + f.dp_latency});
+  const Overlap o = overlap_buckets(times, s.last_backward);
+  s.buckets = static_cast<int>(buckets.size());
+  s.grad_comm = o.comm;
+  s.exposed_grad = o.exposed;
+
+  // ZeRO-1: one all-gather per sharded optimizer (dense over dp, experts over edp), half the
+  // all-reduce's bytes (the napkin counts them with it: 3 (n-1)/n).
+  if (l.zero1) {
+    s.gather = (nk.dp_bytes + nk.edp_bytes) / 3 / f.dp_busbw;
+    s.gather += ((l.dp > 1 ? 1 : 0) + (nk.expert > 0 && nk.edp > 1 ? 1 : 0)) * f.dp_latency;
+  }
+  // tp: per micro-batch 4 collectives per block (parallel_napkin.cpp), 2 for the embedding and
+  // the LM head's input, 2 in the vocabulary-parallel cross-entropy; once a step the gradient
+  // norm.
+  if (l.tp > 1) {
+    s.tp_calls = static_cast<int>(a) * (4 * m.n_layers() + 4) + 1;
+    s.tp = nk.tp_bytes / f.tp_busbw + s.tp_calls * f.tp_latency;
+  }
+  // ep: 4 all-to-alls per MoE block per micro-batch, across the dp fabric.
+  if (l.ep > 1) {
+    int n_moe = 0;
+    for (bool x : model::moe_blocks(m)) n_moe += x;
+    s.ep_calls = static_cast<int>(a) * 4 * n_moe;
+    s.ep = nk.ep_bytes / f.dp_busbw + s.ep_calls * f.dp_latency;
+  }
+  return s;
+}
+
+}  // namespace mod::bench

@@ -1,0 +1,177 @@
+// parallel_bench's step-time prediction (benchmarks/parallel/parallel_step_time.h): the overlap
+// schedule on hand-made buckets, the gradient buckets against the napkin's bytes, and the
+// prediction's compute and communication terms against their formulas.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "benchmarks/parallel/parallel_napkin.h"
+#include "benchmarks/parallel/parallel_step_time.h"
+#include "configs/config.h"
+#include "model/flops.h"
+
+namespace {
+
+using mod::bench::BucketTime;
+using mod::bench::Layout;
+using mod::bench::overlap_buckets;
+
+modtrain::RunConfig recipe(const std::string& name, const std::vector<std::string>& sets = {}) {
+  return mod::config::load(std::string(MOD_SOURCE_DIR) + "/configs/recipes/" + name + ".textproto",
+                           sets);
+}
+
+// n buckets, bucket i ready at (i + 1) / n of backward, each taking `transfer`.
+std::vector<BucketTime> uniform(int n, double backward, double transfer) {
+  std::vector<BucketTime> b;
+  for (int i = 0; i < n; ++i) b.push_back({backward * (i + 1) / n, transfer});
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("overlap: comm much shorter than backward exposes the last bucket only", "[bench]") {
+  const auto o = overlap_buckets(uniform(10, 1.0, 0.01), 1.0);
+  CHECK(o.comm == Approx(0.1));
+  CHECK(o.end == Approx(1.01));
+  CHECK(o.exposed == Approx(0.01));
+}
+
+TEST_CASE("overlap: comm much longer than backward exposes comm - backward + the first wait",
+          "[bench]") {
+  // Bucket 0 is ready at 0.1 and the stream never idles after: end = 0.1 + 10 x 1.
+  const auto o = overlap_buckets(uniform(10, 1.0, 1.0), 1.0);
+  CHECK(o.comm == Approx(10.0));
+  CHECK(o.end == Approx(10.1));
+  CHECK(o.exposed == Approx(10.0 - 1.0 + 0.1));
+}
+
+TEST_CASE("overlap: one bucket ready at the end of backward does not overlap at all", "[bench]") {
+  const auto o = overlap_buckets({{2.0, 0.7}}, 2.0);
+  CHECK(o.exposed == Approx(0.7));
+  CHECK(o.exposed == Approx(o.comm));
+}
+
+TEST_CASE("overlap: a bucket waits for the previous transfer and for its own readiness",
+          "[bench]") {
+  // Ready 1, 2, 3; 1.5 each: [1, 2.5], [2.5, 4], [4, 5.5]. Then an idle gap: ready 1 and 3,
+  // 0.5 each: [1, 1.5], [3, 3.5].
+  const auto busy = overlap_buckets({{1, 1.5}, {2, 1.5}, {3, 1.5}}, 3.0);
+  CHECK(busy.end == Approx(5.5));
+  CHECK(busy.exposed == Approx(2.5));
+  const auto idle = overlap_buckets({{1, 0.5}, {3, 0.5}}, 3.0);
+  CHECK(idle.end == Approx(3.5));
+  CHECK(idle.exposed == Approx(0.5));
+  CHECK(overlap_buckets({}, 1.0).exposed == 0);
+}
+
+TEST_CASE("overlap: exposed lies between the last transfer and the whole comm", "[bench]") {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int trial = 0; trial < 200; ++trial) {
+    const double backward = 0.1 + u(rng);
+    std::vector<BucketTime> b(1 + trial % 9);
+    for (auto& x : b) x = {u(rng) * backward, u(rng) * (trial % 2 ? 0.01 : 1.0)};
+    std::sort(b.begin(), b.end(),
+              [](const BucketTime& x, const BucketTime& y) { return x.ready < y.ready; });
+    b.back().ready = backward;  // the embedding is final last
+    const auto o = overlap_buckets(b, backward);
+    CHECK(o.exposed >= b.back().transfer * (1 - 1e-12));
+    CHECK(o.exposed <= o.comm * (1 + 1e-12));
+  }
+}
+
+TEST_CASE("overlap: a bucket ready after backward or a negative time is an error", "[bench]") {
+  CHECK_THROWS_AS(overlap_buckets({{1.5, 0.1}}, 1.0), std::invalid_argument);
+  CHECK_THROWS_AS(overlap_buckets({{0.5, -0.1}}, 1.0), std::invalid_argument);
+  CHECK_THROWS_AS(overlap_buckets({}, -1.0), std::invalid_argument);
+}
+
+TEST_CASE("grad_buckets hold the napkin's gradient bytes, packed as GradBucketer packs them",
+          "[bench]") {
+  const double cap = 25.0 * 1024 * 1024;
+  for (const char* name : {"gpt2_small_dense", "gpt2_small_mod", "tiny_moe"}) {
+    const auto cfg = recipe(name);
+    for (const char* text : {"dp8", "dp4xtp2", "dp2xtp4", "dp8+ep2", "dp8+ep4+zero1"}) {
+      const Layout l = mod::bench::parse_layout(text);
+      if (l.ep > 1 && !cfg.model().moe().enabled()) continue;
+      INFO(name << " " << text);
+      const auto nk = mod::bench::napkin(cfg, l);
+      const auto buckets = mod::bench::grad_buckets(cfg, l);
+      double sent = 0;
+      for (const auto& b : buckets) sent += 2.0 * (b.ranks - 1) / b.ranks * b.bytes;
+      CHECK(sent * (l.zero1 ? 1.5 : 1.0) == Approx(nk.dp_bytes + nk.edp_bytes).epsilon(1e-12));
+      // Every bucket but the last of its group is at least bucket_mb; the last dense one holds
+      // the embedding, final when backward ends.
+      int dense = 0;
+      for (const auto& b : buckets) dense += !b.expert;
+      for (int i = 0; i + 1 < dense; ++i) CHECK(buckets[i].bytes >= cap);
+      REQUIRE(dense > 0);
+      CHECK(buckets[dense - 1].ready_fraction == 1.0);
+      for (int i = 1; i < dense; ++i)
+        CHECK(buckets[i].ready_fraction >= buckets[i - 1].ready_fraction);
+      CHECK(buckets[0].ready_fraction > 0);
+      if (dense > 1) CHECK(buckets[0].ready_fraction < 1);
+    }
+  }
+  // No data parallelism, no buckets; dp2 of a model under 25 MiB, one bucket.
+  CHECK(mod::bench::grad_buckets(recipe("gpt2_small_dense"), Layout{1, 8, 1, false}).empty());
+  CHECK(mod::bench::grad_buckets(recipe("tiny_dense"), Layout{2, 1, 1, false}).size() == 1);
+}
+
+TEST_CASE("predict_step: compute from the FLOP count, comm from bytes / busbw + latency",
+          "[bench]") {
+  mod::bench::Fabric f = mod::bench::fabric_preset("ib-400g");
+  const auto cfg = recipe("gpt2_small_dense");
+  const double tokens = 64.0 * 8 * 1024;
+  const double flops = mod::model::count_flops(cfg.model()).training_per_token * tokens;
+  for (const char* text : {"dp64", "dp8", "dp4xtp2+zero1"}) {
+    INFO(text);
+    const Layout l = mod::bench::parse_layout(text);
+    const auto nk = mod::bench::napkin(cfg, l);
+    const auto t = mod::bench::predict_step(cfg, l, nk, f);
+    CHECK(t.compute == Approx(flops / (l.dp * l.tp) / (989e12 * 0.4)));
+    CHECK(t.last_backward == Approx(t.compute * 2 / 3 / 8));
+    const double grad_bytes = nk.dp_bytes * (l.zero1 ? 2.0 / 3 : 1.0);
+    CHECK(t.grad_comm == Approx(grad_bytes / 40e9 + t.buckets * 30e-6));
+    CHECK(t.gather == Approx(l.zero1 ? nk.dp_bytes / 3 / 40e9 + 30e-6 : 0.0));
+    CHECK(t.tp == Approx(l.tp > 1 ? nk.tp_bytes / 360e9 + (8 * (4 * 12 + 4) + 1) * 10e-6 : 0.0));
+    CHECK(t.exposed_grad <= t.grad_comm);
+    CHECK(t.step(true) <= t.step(false));
+    CHECK(t.step(false) == Approx(t.compute + t.comm()));
+  }
+  // Micro-batches: compute scales with them, the gradient comm and the overlap window do not.
+  const Layout dp8{8, 1, 1, false};
+  const auto one = mod::bench::predict_step(cfg, dp8, mod::bench::napkin(cfg, dp8), f);
+  const auto cfg16 = recipe("gpt2_small_dense", {"train.grad_accum=16"});
+  const auto two = mod::bench::predict_step(cfg16, dp8, mod::bench::napkin(cfg16, dp8), f);
+  CHECK(two.compute == Approx(2 * one.compute));
+  CHECK(two.last_backward == Approx(one.last_backward));
+  CHECK(two.grad_comm == Approx(one.grad_comm));
+  CHECK(two.exposed_grad == Approx(one.exposed_grad));
+  // A slower network exposes more; faster compute overlaps less.
+  f.dp_busbw /= 10;
+  const auto slow = mod::bench::predict_step(cfg, dp8, mod::bench::napkin(cfg, dp8), f);
+  CHECK(slow.exposed_grad > one.exposed_grad);
+}
+
+TEST_CASE("fabric presets: the documented numbers, and an unknown name lists them", "[bench]") {
+  const auto nv = mod::bench::fabric_preset("nvlink-h100");
+  CHECK(nv.dp_busbw == 360e9);
+  CHECK(nv.peak_flops == 989e12);
+  CHECK(nv.mfu == 0.4);
+  const auto ib = mod::bench::fabric_preset("ib-400g");
+  CHECK(ib.dp_busbw == 40e9);
+  CHECK(ib.tp_busbw == 360e9);
+  try {
+    mod::bench::fabric_preset("ethernet");
+    FAIL("no error");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()) == "--fabric 'ethernet': expected one of nvlink-h100, ib-400g");
+  }
+}
