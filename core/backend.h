@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -368,6 +369,12 @@ class Backend {
   // throw there.
   virtual void begin_capture();
   virtual std::unique_ptr<CapturedWork> end_capture();
+  // Runs body's work only when some entry of flags (i64 [N] on this device) is nonzero, without
+  // reading flags on the host: inside a capture the body becomes a conditional (IF) node of the
+  // graph, its condition set by a kernel from flags (CUDA 12.3+). Elsewhere body() simply runs,
+  // so the body must be right whether or not a flag is set (decoding's masked updates are): a
+  // skipped body is the same as one that ran with every flag zero.
+  virtual void run_if_any(const Tensor& flags, const std::function<void()>& body);
 };
 
 // The backend for a device. Throws a clear error for CUDA in a build without CUDA.

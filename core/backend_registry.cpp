@@ -26,6 +26,11 @@ std::unique_ptr<CapturedWork> Backend::end_capture() {
                            " backend has no graphs to capture work into (CUDA only)");
 }
 
+void Backend::run_if_any(const Tensor& flags, const std::function<void()>& body) {
+  (void)flags;
+  body();
+}
+
 void set_cuda_backend_for_testing(Backend* b) {
   cuda_for_testing = b;
 }

@@ -103,8 +103,9 @@ DecodeState Transformer::make_decode_state(const std::vector<std::vector<int64_t
 // decision (predictor, or router logit for AUX_BCE) admits per sequence, and admitted sequences
 // alone write their cache and take x + g(r) * f; then the head, the draw and the advance. On a
 // device every sequence runs every block and the update is masked (static shapes, no host
-// read); on the CPU, where reading the flags costs nothing, a routed block runs only its
-// admitted sequences (gathered, through routed_update) and is skipped when none enters.
+// read), and a captured step skips the block when none enters (Backend::run_if_any); on the
+// CPU, where reading the flags costs nothing, a routed block runs only its admitted sequences
+// (gathered, through routed_update) and is skipped when none enters.
 void Transformer::decode_batch_step(DecodeState& s, const SampleArgs& args) const {
   NoGradGuard no_grad;
   const int64_t b_n = s.batch;
@@ -139,8 +140,14 @@ void Transformer::decode_batch_step(DecodeState& s, const SampleArgs& args) cons
         continue;
       }
     }
+    // On a device the block's work sits behind its flags: in a captured step it runs only when
+    // some sequence enters (a conditional graph node), so a turned-away token skips the block's
+    // weights and cache, as on the CPU. x is updated in place: a skipped body leaves it as is.
     const Tensor g = apply_gate(cfg_.mod().router().gate(), reshape(r, {b_n, 1, 1}));
-    x = masked_add(x, mul(blk.delta(x, pos, &cache, RoutingMode::Causal), g), cache.admit);
+    backend_of(x).run_if_any(cache.admit, [&] {
+      x.copy_from(
+          masked_add(x, mul(blk.delta(x, pos, &cache, RoutingMode::Causal), g), cache.admit));
+    });
   }
   const Tensor logits = head(x).view({b_n, cfg_.vocab_size()});
   const Tensor next = sample_tokens(logits, s.pos, args);

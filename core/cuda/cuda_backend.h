@@ -111,6 +111,7 @@ class CudaBackend final : public Backend {
   void clip_factor(const Tensor& sq, double max_norm, Tensor& norm, Tensor& factor) override;
   void begin_capture() override;
   std::unique_ptr<CapturedWork> end_capture() override;
+  void run_if_any(const Tensor& flags, const std::function<void()>& body) override;
 };
 
 // The process's CUDA backend (backend(Device::CUDA) in a CUDA build).

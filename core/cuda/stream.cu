@@ -55,10 +55,22 @@ Context& context() {
   static Context* ctx = new Context;
   return *ctx;
 }
+
+thread_local cudaStream_t stream_override = nullptr;  // StreamOverride's, else none
 }  // namespace
 
 int current_device() { return context().device; }
-cudaStream_t compute_stream() { return context().stream; }
+cudaStream_t compute_stream() { return stream_override ? stream_override : context().stream; }
+
+StreamOverride::StreamOverride(cudaStream_t stream) : previous_(stream_override) {
+  stream_override = stream;
+  cublasSetStream(context().cublas, stream);
+}
+
+StreamOverride::~StreamOverride() {
+  stream_override = previous_;
+  cublasSetStream(context().cublas, compute_stream());
+}
 cublasHandle_t cublas_handle() { return context().cublas; }
 void synchronize() { MOD_CUDA_CHECK(cudaStreamSynchronize(context().stream)); }
 

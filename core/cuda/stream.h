@@ -16,4 +16,17 @@ cublasHandle_t cublas_handle();  // bound to compute_stream(), with its own work
 // Blocks the host until every queued kernel and copy has finished.
 void synchronize();
 
+// While one lives, compute_stream() on this thread is `stream` and cuBLAS is bound to it: the
+// body of a conditional graph node is captured on a stream of its own (graph.cu, run_if_any).
+class StreamOverride {
+ public:
+  explicit StreamOverride(cudaStream_t stream);
+  ~StreamOverride();
+  StreamOverride(const StreamOverride&) = delete;
+  StreamOverride& operator=(const StreamOverride&) = delete;
+
+ private:
+  cudaStream_t previous_;
+};
+
 }  // namespace mod::cuda

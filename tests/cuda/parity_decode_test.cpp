@@ -1,12 +1,15 @@
 // The decode family on the GPU against the CPU (core/ops/decode.h): the masked cache append,
 // decode attention over ragged lengths (an empty cache included), the masked residual add, the
 // admit flags, sample_tokens (greedy, temperature, top-k, top-p; the same draws as the CPU's, so
-// a sequence samples the same tokens on either device) and the step's bookkeeping.
+// a sequence samples the same tokens on either device), the step's bookkeeping, and run_if_any's
+// conditional graph node.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "core/all_ops.h"
 #include "tests/cuda/backend_parity.h"
 
 using namespace mod;
@@ -103,4 +106,44 @@ TEST_CASE("cuda: decode_advance", "[cuda]") {
                [](Backend& be, std::vector<Tensor>& t) {
                  be.decode_advance(t[0], t[1], t[2], 9, t[3], t[4], t[5], t[6]);
                });
+}
+
+// A routed block's work in a captured decode step sits behind run_if_any: the conditional node
+// runs its body (a cuBLAS GEMM and a kernel, captured on the side stream) only at replays where
+// a flag is set; work after it always runs, after the body. Eagerly the body always runs.
+TEST_CASE("cuda: run_if_any in a captured graph runs its body only when a flag is set",
+          "[cuda]") {
+  Backend& be = backend(Device::CUDA);
+  Rng rng(405);
+  const Tensor a = normal({8, 16}, rng).to(DType::F32).to(Device::CUDA);
+  const Tensor b = normal({16, 4}, rng).to(DType::F32).to(Device::CUDA);
+  const std::vector<double> ab = matmul(a, b).to(Device::CPU).to_vector();  // eager reference
+  Tensor flags = Tensor::zeros({3}, DType::I64, Device::CUDA);
+  Tensor product = Tensor::zeros({8, 4}, DType::F32, Device::CUDA);
+  Tensor count = Tensor::zeros({1}, DType::F32, Device::CUDA);
+  const Tensor one = Tensor::full({1}, 1.0, DType::F32, Device::CUDA);
+  be.begin_capture();
+  be.run_if_any(flags, [&] {
+    product.copy_from(matmul(a, b));
+    be.axpy(1.0, one, count);
+  });
+  be.axpy(100.0, count, count);  // after the body: sees its increment
+  const std::unique_ptr<CapturedWork> graph = be.end_capture();
+
+  double want = 0;
+  for (const std::vector<int64_t>& set : std::vector<std::vector<int64_t>>{
+           {0, 0, 0}, {0, 0, 1}, {0, 0, 0}, {1, 1, 1}}) {
+    const bool any = set != std::vector<int64_t>{0, 0, 0};
+    INFO("flags " << set[0] << set[1] << set[2]);
+    flags.copy_from(Tensor::from_indices(set, {3}));
+    graph->replay();
+    want = 101.0 * (want + (any ? 1.0 : 0.0));
+    CHECK(count.to(Device::CPU).to_vector() == std::vector<double>{want});
+    const std::vector<double> got = product.to(Device::CPU).to_vector();
+    if (!any && want == 0) CHECK(got == std::vector<double>(32, 0.0));  // never ran yet
+    if (any) CHECK(got == ab);
+  }
+  Tensor zeros = Tensor::zeros({3}, DType::I64, Device::CUDA);
+  be.run_if_any(zeros, [&] { be.axpy(1.0, one, count); });  // eager: runs regardless
+  CHECK(count.to(Device::CPU).to_vector() == std::vector<double>{want + 1});
 }

@@ -9,6 +9,8 @@
 // throws (on a GPU it would synchronise, failing the capture), and replay() runs the recorded
 // calls again on the same memory. A step that only works because host code ran between its
 // kernels (a value read back, a constant baked in) gives different numbers when replayed.
+// run_if_any inside a capture records its body apart and, at each replay, runs it only when a
+// flag is set, as a conditional graph node does; eagerly the body runs, as on a GPU.
 #pragma once
 
 #include <functional>
@@ -40,6 +42,34 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
     return work;
   }
   int captures() const { return captures_; }  // end_capture calls so far
+  // Conditional bodies that replays ran and skipped so far.
+  int64_t bodies_run() const { return bodies_run_; }
+  int64_t bodies_skipped() const { return bodies_skipped_; }
+
+  void run_if_any(const Tensor& flags, const std::function<void()>& body) override {
+    if (!recording_) return body();
+    auto outer = std::move(recording_);
+    recording_ = std::make_shared<Calls>();
+    try {
+      body();
+    } catch (...) {
+      recording_ = std::move(outer);
+      throw;
+    }
+    auto inner = std::move(recording_);
+    recording_ = std::move(outer);
+    recording_->emplace_back([flags, inner, this] {
+      const int64_t* f = flags.data<int64_t>();
+      bool any = false;
+      for (int64_t i = 0; i < flags.numel(); ++i) any = any || f[i] != 0;
+      if (!any) {
+        ++bodies_skipped_;
+        return;
+      }
+      ++bodies_run_;
+      for (auto& call : *inner) call();
+    });
+  }
   // Host work in stream order, as a GPU runs an NCCL kernel: now, or at every replay when
   // called inside a capture (host_staging_communicator.h's collectives).
   void enqueue_host_task(std::function<void()> task) { run(std::move(task)); }
@@ -306,6 +336,7 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
 
   std::shared_ptr<Calls> recording_;  // non-null while capturing
   int captures_ = 0;
+  int64_t bodies_run_ = 0, bodies_skipped_ = 0;
 };
 
 // Installed for the whole program: device tensors may outlive any one test case.
