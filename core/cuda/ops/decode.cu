@@ -146,10 +146,13 @@ __device__ int64_t block_count(int64_t v, int64_t* scratch) {
   return block_sum<int64_t>(v, scratch);
 }
 
-// Row `blockIdx.x` of logits [B,V] -> next[row]. Sums run in double, as the CPU's do.
+// Row `blockIdx.x` of logits [B,V] -> next[row]. Sums run in double, as the CPU's do. Each
+// weight exp((l - max) / temperature) is computed once into scratch [B,V] (double, as the CPU
+// computes it): the top-p search passes over the row 32 times and would otherwise evaluate
+// 32 double exps per token id.
 template <typename T>
 __global__ void sample_tokens_kernel(const T* logits, const int64_t* pos, int64_t v,
-                                     SampleArgs a, int64_t* next) {
+                                     SampleArgs a, double* scratch, int64_t* next) {
   __shared__ double dscratch[32];
   __shared__ int64_t iscratch[32];
   __shared__ float fscratch[32];
@@ -183,9 +186,11 @@ __global__ void sample_tokens_kernel(const T* logits, const int64_t* pos, int64_
   float m = -INFINITY;
   for (int64_t i = t; i < v; i += blockDim.x) m = fmaxf(m, static_cast<float>(load(l + i)));
   m = block_max(m, fscratch);
-  auto weight = [&](int64_t i) {
-    return exp((static_cast<double>(load(l + i)) - m) / a.temperature);
-  };
+  double* w = scratch + b * v;
+  for (int64_t i = t; i < v; i += blockDim.x)
+    w[i] = exp((static_cast<double>(load(l + i)) - m) / a.temperature);
+  __syncthreads();  // the chunk pass below reads weights other threads wrote
+  auto weight = [&](int64_t i) { return w[i]; };
   // The k-th largest key: the largest key with at least top_k logits at or above it.
   uint32_t kth = 0;
   if (a.top_k > 0 && a.top_k < v)
@@ -342,8 +347,11 @@ void CudaBackend::sample_tokens(const Tensor& logits, const Tensor& pos, const S
   const int64_t b_n = logits.size(0), v = logits.size(1);
   dispatch_float(logits.dtype(), "sample_tokens", [&](auto z) {
     using T = decltype(z);
+    Tensor scratch = Tensor::empty({args.temperature > 0 ? b_n * v : 0}, DType::F64,
+                                   Device::CUDA);
     sample_tokens_kernel<<<static_cast<unsigned>(b_n), kSampleThreads, 0, compute_stream()>>>(
-        logits.data<T>(), pos.data<int64_t>(), v, args, next.data<int64_t>());
+        logits.data<T>(), pos.data<int64_t>(), v, args, scratch.data<double>(),
+        next.data<int64_t>());
     MOD_CUDA_CHECK_LAUNCH();
   });
 }
