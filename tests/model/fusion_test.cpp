@@ -12,6 +12,7 @@
 #include "core/autograd.h"
 #include "core/cpu/op_trace.h"
 #include "model/transformer.h"
+#include "tests/support/step_outcome.h"
 #include "tests/support/tiny_configs.h"
 
 using namespace mod;
@@ -30,42 +31,13 @@ modtrain::ModelConfig recipe_model(const std::string& recipe, const std::string&
       .model();
 }
 
-struct Outcome {
-  std::vector<double> losses, routed_idx;
-  std::map<std::string, std::vector<double>> grads;
-};
-
-// Two micro-batches accumulated as the trainer does (each loss scaled by 1/2).
-Outcome train_step(const modtrain::ModelConfig& cfg, bool fused, Recompute mode,
-                   const std::vector<int>& blocks = {}) {
+test::StepOutcome train_step(const modtrain::ModelConfig& cfg, bool fused, Recompute mode,
+                             const std::vector<int>& blocks = {}) {
   Fusions fusions;
   fusions.add_norm = fused;
   Transformer model(cfg, 42, DType::F32, fusions);
   model.set_recompute(mode, blocks);
-  Outcome out;
-  for (int micro = 0; micro < 2; ++micro) {
-    const Tensor tokens = test::tokens_for(2, cfg.seq_len(), cfg.vocab_size(), 100 + micro);
-    const Tensor targets = test::tokens_for(2, cfg.seq_len(), cfg.vocab_size(), 200 + micro);
-    ForwardResult r = model.forward(tokens, targets);
-    backward(scale(r.loss, 0.5));
-    out.losses.push_back(r.loss.item());
-    for (const Tensor& idx : r.routed_idx)
-      for (double i : idx.to_vector()) out.routed_idx.push_back(i);
-  }
-  for (const auto& [name, p] : model.named_parameters())
-    out.grads[name] = p.grad().defined() ? p.grad().to_vector() : std::vector<double>{};
-  return out;
-}
-
-void check_same(const Outcome& got, const Outcome& want) {
-  CHECK(got.losses == want.losses);
-  CHECK(got.routed_idx == want.routed_idx);
-  REQUIRE(got.grads.size() == want.grads.size());
-  for (const auto& [name, g] : want.grads) {
-    INFO("gradient of " << name);
-    CHECK_FALSE(g.empty());
-    CHECK(got.grads.at(name) == g);
-  }
+  return test::two_micro_batch_step(model, cfg);
 }
 
 // How many times the CPU ran each kernel in one forward and backward.
@@ -88,11 +60,11 @@ TEST_CASE("the fused add + norm trains tiny_dense and tiny_mod as the separate o
   for (const char* recipe : {"tiny_dense", "tiny_mod"})
     for (const char* norm : {"RMS", "LAYER"}) {
       const modtrain::ModelConfig cfg = recipe_model(recipe, norm);
-      const Outcome unfused = train_step(cfg, false, TrainConfig::NONE);
+      const test::StepOutcome unfused = train_step(cfg, false, TrainConfig::NONE);
       for (Recompute mode : {TrainConfig::NONE, TrainConfig::SELECTIVE, TrainConfig::FULL}) {
         INFO(recipe << ", model.norm " << norm << ", train.recompute "
                     << TrainConfig::Recompute_Name(mode));
-        check_same(train_step(cfg, true, mode), unfused);
+        test::check_same(train_step(cfg, true, mode), unfused);
       }
     }
 }
@@ -101,10 +73,10 @@ TEST_CASE("the fused add + norm trains tiny_dense and tiny_mod as the separate o
 // region takes x alone), block 2's region outputs block 3's norm1 beside x.
 TEST_CASE("the fused add + norm around a recomputed block among kept ones", "[model][fusion]") {
   const modtrain::ModelConfig cfg = recipe_model("tiny_dense", "RMS");
-  const Outcome unfused = train_step(cfg, false, TrainConfig::NONE);
+  const test::StepOutcome unfused = train_step(cfg, false, TrainConfig::NONE);
   for (Recompute mode : {TrainConfig::SELECTIVE, TrainConfig::FULL}) {
     INFO("train.recompute " << TrainConfig::Recompute_Name(mode) << " of block 2");
-    check_same(train_step(cfg, true, mode, {2}), unfused);
+    test::check_same(train_step(cfg, true, mode, {2}), unfused);
   }
 }
 

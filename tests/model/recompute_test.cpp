@@ -12,6 +12,7 @@
 #include "core/backend.h"
 #include "core/autograd.h"
 #include "model/transformer.h"
+#include "tests/support/step_outcome.h"
 #include "tests/support/tiny_configs.h"
 
 using namespace mod;
@@ -20,47 +21,11 @@ using modtrain::TrainConfig;
 
 namespace {
 
-struct Outcome {
-  std::vector<std::vector<double>> losses, routed_idx;
-  std::vector<double> moe_stats;  // per MoE layer run: block, noop fraction, selection counts
-  std::map<std::string, std::vector<double>> grads;
-};
-
-// Two micro-batches accumulated as the trainer does (each loss scaled by 1/2).
-Outcome train_step(const modtrain::ModelConfig& cfg, Recompute mode, DType dtype,
-                   const std::vector<int>& blocks = {}) {
+test::StepOutcome train_step(const modtrain::ModelConfig& cfg, Recompute mode, DType dtype,
+                             const std::vector<int>& blocks = {}) {
   Transformer model(cfg, 42, dtype);
   model.set_recompute(mode, blocks);
-  Outcome out;
-  for (int micro = 0; micro < 2; ++micro) {
-    const Tensor tokens = test::tokens_for(2, cfg.seq_len(), cfg.vocab_size(), 100 + micro);
-    const Tensor targets = test::tokens_for(2, cfg.seq_len(), cfg.vocab_size(), 200 + micro);
-    ForwardResult r = model.forward(tokens, targets);
-    backward(scale(r.loss, 0.5));
-    out.losses.push_back(
-        {r.loss.item(), r.lm_loss.item(), r.aux_loss.defined() ? r.aux_loss.item() : -1.0});
-    for (const Tensor& idx : r.routed_idx) out.routed_idx.push_back(idx.to_vector());
-    for (const MoeStats& s : r.moe_stats) {
-      out.moe_stats.push_back(s.block);
-      out.moe_stats.push_back(s.noop_fraction);
-      for (double c : s.counts.to_vector()) out.moe_stats.push_back(c);
-    }
-  }
-  for (const auto& [name, p] : model.named_parameters())
-    out.grads[name] = p.grad().defined() ? p.grad().to_vector() : std::vector<double>{};
-  return out;
-}
-
-void check_same(const Outcome& got, const Outcome& want) {
-  CHECK(got.losses == want.losses);
-  CHECK(got.routed_idx == want.routed_idx);
-  CHECK(got.moe_stats == want.moe_stats);
-  REQUIRE(got.grads.size() == want.grads.size());
-  for (const auto& [name, g] : want.grads) {
-    INFO("gradient of " << name);
-    CHECK_FALSE(g.empty());
-    CHECK(got.grads.at(name) == g);
-  }
+  return test::two_micro_batch_step(model, cfg);
 }
 
 std::map<std::string, modtrain::ModelConfig> configs() {
@@ -91,10 +56,10 @@ std::map<std::string, modtrain::ModelConfig> configs() {
 TEST_CASE("FULL and SELECTIVE recomputation match NONE bitwise", "[model][recompute]") {
   for (const auto& [name, cfg] : configs()) {
     for (DType dtype : {DType::F32, DType::F64}) {
-      const Outcome none = train_step(cfg, TrainConfig::NONE, dtype);
+      const test::StepOutcome none = train_step(cfg, TrainConfig::NONE, dtype);
       for (Recompute mode : {TrainConfig::FULL, TrainConfig::SELECTIVE}) {
         INFO(name << ", " << dtype_name(dtype) << ", " << TrainConfig::Recompute_Name(mode));
-        check_same(train_step(cfg, mode, dtype), none);
+        test::check_same(train_step(cfg, mode, dtype), none);
       }
     }
   }
@@ -102,10 +67,10 @@ TEST_CASE("FULL and SELECTIVE recomputation match NONE bitwise", "[model][recomp
 
 TEST_CASE("recompute_blocks limits recomputation to the listed blocks", "[model][recompute]") {
   const modtrain::ModelConfig cfg = test::tiny_moe(true);
-  const Outcome none = train_step(cfg, TrainConfig::NONE, DType::F32);
+  const test::StepOutcome none = train_step(cfg, TrainConfig::NONE, DType::F32);
   for (const std::vector<int>& blocks : {std::vector<int>{0}, std::vector<int>{1}}) {
     INFO("block " << blocks[0]);
-    check_same(train_step(cfg, TrainConfig::FULL, DType::F32, blocks), none);
+    test::check_same(train_step(cfg, TrainConfig::FULL, DType::F32, blocks), none);
   }
   Transformer model(cfg, 1);
   model.set_recompute(TrainConfig::SELECTIVE, {1});
