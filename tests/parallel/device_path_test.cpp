@@ -328,12 +328,12 @@ TEST_CASE("train.cuda_graph resumes: the first step after a checkpoint runs eage
   require_same(resumed, cpu, 4);
 }
 
+// Several processes are captured too (their collectives join the graph: device_parallel_tests).
 TEST_CASE("train.cuda_graph refuses what it cannot capture, naming the field", "[device]") {
   CHECK_THROWS_WITH(test::tiny_recipe("tiny_dense", 1, "", {"train.cuda_graph=true"}),
                     Catch::Contains("train.cuda_graph") && Catch::Contains("train.device"));
-  CHECK_THROWS_WITH(test::tiny_recipe("tiny_mod", 1, "dp=2",
-                                      {"train.cuda_graph=true", "train.device=CUDA"}),
-                    Catch::Contains("train.cuda_graph") && Catch::Contains("parallel.dp"));
+  CHECK_NOTHROW(test::tiny_recipe("tiny_mod", 1, "dp=2",
+                                  {"train.cuda_graph=true", "train.device=CUDA"}));
 }
 
 TEST_CASE("a host read inside a capture fails it, naming the copy", "[device]") {
