@@ -95,7 +95,8 @@ TEST_CASE("grad_sq_sum: one pass, within 2^-24 of the per-gradient path it repla
     for (double v : g.to_vector()) exact += v * v;
   }
   const double got = train::grad_sq_sum(params, Device::CPU).item();
-  INFO("one pass " << got << ", per gradient (f32 slots) " << old_f32 << ", exact " << exact);
+  INFO("relative to the exact sum " << exact << ": one pass " << (got - exact) / exact
+                                    << ", per gradient (f32 slots) " << (old_f32 - exact) / exact);
   CHECK(std::abs(got - exact) <= 1e-12 * exact);
   CHECK(std::abs(got - old_f64) <= 1e-12 * old_f64);
   CHECK(std::abs(got - old_f32) <= std::ldexp(1.0, -24) * got);
