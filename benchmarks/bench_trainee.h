@@ -46,6 +46,7 @@ struct Trainee {
   std::unique_ptr<parallel::AdamW> opt;
   Tensor tokens, targets;
   double last_grad_norm = 0;
+  MultiTensorTable norm_table;  // the gradient norm's device table, kept as the trainer keeps it
   Timing timing;
 
   Trainee(std::string name, const modtrain::RunConfig& c, Rng& rng)
@@ -71,7 +72,8 @@ struct Trainee {
     // Clipped as the trainer clips: the factor goes to the update, not a pass of its own.
     const std::vector<Tensor> params = model->parameters();
     const train::ClipFactor clip = train::clip_factor_for(
-        params, train::grad_sq_sum(params, params.front().device()), cfg.optimizer().grad_clip());
+        params, train::grad_sq_sum(params, params.front().device(), norm_table),
+        cfg.optimizer().grad_clip());
     last_grad_norm = clip.norm.item();
     opt->set_learning_rate(cfg.optimizer().lr());
     opt->apply(clip.factor);

@@ -85,7 +85,8 @@ struct AdamWSlot {
 // A multi-tensor update's table on the device: one entry per slot (numel > 0), in slot order.
 // Chunks of kMultiTensorChunk elements are numbered across all slots; entry k's chunks are
 // [first_chunk, first_chunk + ceil(numel / kMultiTensorChunk)), so one launch covers every
-// slot, one block per chunk (apex's multi_tensor_apply, llm.c's multi-tensor AdamW).
+// slot, one block per chunk (apex's multi_tensor_apply, llm.c's multi-tensor AdamW). The
+// norm's table (Backend::sum_squares_multi) uses the same rows with only `grad` set.
 struct MultiTensorEntry {
   void* param;
   const void* grad;
@@ -362,6 +363,16 @@ class Backend {
                                   const std::vector<MultiTensorEntry>& entries, Tensor& table,
                                   bool rewrite) = 0;
   virtual void clip_factor(const Tensor& sq, double max_norm, Tensor& norm, Tensor& factor) = 0;
+  // The global norm's square in one pass: out [1] f64 = the sum of every squared entry of every
+  // tensor of xs (one float dtype, any shapes and numel, views included), accumulated in double.
+  // CUDA: one launch over `table`, rows as adamw_update_multi's (entries: one per tensor with
+  // numel > 0, its address in `grad`, the other pointers null; rewritten first when `rewrite`),
+  // one block per chunk writing its f64 partial, then one pass adding the partials in a fixed
+  // order: no atomics, the same bits on every run. The CPU sums tensor after tensor in order
+  // (each in double, as sum_squares) and ignores the table.
+  virtual void sum_squares_multi(const std::vector<Tensor>& xs,
+                                 const std::vector<MultiTensorEntry>& entries, Tensor& table,
+                                 bool rewrite, Tensor& out) = 0;
 
   // --- capture (CUDA graphs) ---
   // Between begin_capture and end_capture the kernels this backend is given are recorded, not

@@ -42,6 +42,7 @@ enum class Op : uint16_t {
   LogSumExp,
   Cast,
   AdamW,
+  SumSquaresMulti,  // the global gradient norm's square over a list of tensors (core/ops/optim.h)
   // Tensor-parallel collectives (parallel/tp_mappings.h); see OpInfo::collective.
   CopyToTp,
   ReduceFromTp,
@@ -97,6 +98,7 @@ inline constexpr OpInfo kOpInfo[] = {
     {Op::LogSumExp, "logsumexp", true},
     {Op::Cast, "cast", true},
     {Op::AdamW, "adamw", false},
+    {Op::SumSquaresMulti, "sum_squares_multi", false},
     {Op::CopyToTp, "copy_to_tp", true, true},
     {Op::ReduceFromTp, "reduce_from_tp", true, true},
     {Op::GatherFromTp, "gather_from_tp", true, true},

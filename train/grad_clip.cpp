@@ -4,29 +4,26 @@
 #include <stdexcept>
 
 #include "core/backend.h"
+#include "core/ops/optim.h"
 
 namespace mod::train {
 
-Tensor grad_sq_sum(const std::vector<Tensor>& params, Device device) {
+Tensor grad_sq_sum(const std::vector<Tensor>& params, Device device, MultiTensorTable& table) {
   std::vector<Tensor> grads;
   for (const Tensor& p : params)
     if (p.grad().defined()) grads.push_back(p.grad());
-  Tensor total = Tensor::zeros({}, DType::F64, device);
-  if (grads.empty()) return total;
-  // One slot per gradient, its squares summed in one pass (accumulating in double), then the
-  // slots added up in f64 (as the norm's square of a large model must be).
-  const DType dtype = grads.front().dtype();
-  Tensor sums = Tensor::zeros({static_cast<int64_t>(grads.size())}, dtype, device);
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const Tensor& g = grads[i];
-    if (g.dtype() != dtype || g.device() != device)
+  for (const Tensor& g : grads)
+    if (g.dtype() != grads.front().dtype() || g.device() != device)
       throw std::logic_error("grad_sq_sum: gradient " + describe(g) + " differs from " +
                              describe(grads.front()) + " in dtype or device");
-    Tensor slot = sums.narrow0(static_cast<int64_t>(i), 1);
-    backend_of(g).sum_squares(g, slot);
-  }
-  backend(device).sum_all(sums.to(DType::F64), total);
-  return total;
+  // Every gradient's squares in one pass, accumulated in double (as the norm's square of a
+  // large model must be): on a GPU one launch over the table and one over its partials.
+  return sum_squares_multi(grads, device, table);
+}
+
+Tensor grad_sq_sum(const std::vector<Tensor>& params, Device device) {
+  MultiTensorTable table;
+  return grad_sq_sum(params, device, table);
 }
 
 ClipFactor clip_factor_for(const std::vector<Tensor>& params, const Tensor& sq, double max_norm) {

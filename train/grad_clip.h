@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "core/ops/optim.h"
 #include "core/tensor.h"
 
 namespace mod::train {
@@ -18,6 +19,10 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 // scale the gradients by (one element in their dtype), given the global sum. A training step
 // hands the factor to the optimizer, whose update scales each gradient as it reads it (no pass
 // of its own).
+// One pass over every gradient (sum_squares_multi, core/ops/optim.h); `table` kept between
+// steps spares rewriting the device's table of gradients while they stay in place (the
+// overload without one makes a table for the call). Gradients may be views of larger tensors.
+Tensor grad_sq_sum(const std::vector<Tensor>& params, Device device, MultiTensorTable& table);
 Tensor grad_sq_sum(const std::vector<Tensor>& params, Device device);
 struct ClipFactor {
   Tensor norm, factor;

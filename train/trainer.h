@@ -113,6 +113,9 @@ class Trainer {
   // The norm before clipping (f64) and the factor the optimizer scales the gradients by, on the
   // device.
   ClipFactor global_grad_clip();
+  // One per norm group: the device's table of its gradients, kept while they stay in place
+  // (and alive as long as a captured step that reads it).
+  std::vector<MultiTensorTable> norm_tables_;
 
   modtrain::RunConfig cfg_;
   std::string run_dir_;

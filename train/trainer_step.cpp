@@ -63,8 +63,10 @@ constexpr int64_t kGraphWarmupSteps = 1;
 // are already reduced over dp. All on the device.
 ClipFactor Trainer::global_grad_clip() {
   Tensor sq;
+  norm_tables_.resize(plan_.norm_groups.size());
+  auto table = norm_tables_.begin();
   for (const parallel::NormGroup& g : plan_.norm_groups) {
-    Tensor group_sq = grad_sq_sum(g.params, device_);
+    Tensor group_sq = grad_sq_sum(g.params, device_, *table++);
     if (g.sum_over && g.sum_over->size() > 1) g.sum_over->all_reduce(group_sq);
     if (sq.defined())
       backend(device_).axpy(1.0, group_sq, sq);

@@ -106,6 +106,9 @@ class CpuBackend : public Backend {
                           const Tensor& grad_scale, const std::vector<MultiTensorEntry>& entries,
                           Tensor& table, bool rewrite) override;
   void clip_factor(const Tensor& sq, double max_norm, Tensor& norm, Tensor& factor) override;
+  void sum_squares_multi(const std::vector<Tensor>& xs,
+                         const std::vector<MultiTensorEntry>& entries, Tensor& table,
+                         bool rewrite, Tensor& out) override;
 };
 
 }  // namespace mod::cpu

@@ -109,6 +109,9 @@ class CudaBackend final : public Backend {
                           const Tensor& grad_scale, const std::vector<MultiTensorEntry>& entries,
                           Tensor& table, bool rewrite) override;
   void clip_factor(const Tensor& sq, double max_norm, Tensor& norm, Tensor& factor) override;
+  void sum_squares_multi(const std::vector<Tensor>& xs,
+                         const std::vector<MultiTensorEntry>& entries, Tensor& table,
+                         bool rewrite, Tensor& out) override;
   void begin_capture() override;
   std::unique_ptr<CapturedWork> end_capture() override;
   void run_if_any(const Tensor& flags, const std::function<void()>& body) override;

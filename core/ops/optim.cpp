@@ -90,19 +90,36 @@ const std::vector<MultiTensorEntry>& MultiTensorTable::rows_for(const std::vecto
                      chunks});
     chunks += (n + kMultiTensorChunk - 1) / kMultiTensorChunk;
   }
+  commit(slots.empty() ? Device::CPU : slots.front().param.device(), rewrite);
+  return rows_;
+}
+
+const std::vector<MultiTensorEntry>& MultiTensorTable::rows_for(const std::vector<Tensor>& tensors,
+                                                                bool& rewrite) {
+  rows_.clear();
+  int64_t chunks = 0;
+  for (const Tensor& t : tensors) {
+    const int64_t n = t.numel();
+    if (n == 0) continue;
+    rows_.push_back({nullptr, t.raw_data(), nullptr, nullptr, nullptr, nullptr, n, chunks});
+    chunks += (n + kMultiTensorChunk - 1) / kMultiTensorChunk;
+  }
+  commit(tensors.empty() ? Device::CPU : tensors.front().device(), rewrite);
+  return rows_;
+}
+
+void MultiTensorTable::commit(Device device, bool& rewrite) {
   const auto same = [](const MultiTensorEntry& a, const MultiTensorEntry& b) {
     return a.param == b.param && a.grad == b.grad && a.m == b.m && a.v == b.v &&
            a.copy == b.copy && a.consts == b.consts && a.numel == b.numel &&
            a.first_chunk == b.first_chunk;
   };
   rewrite = rows_.size() != last_.size() || !std::equal(rows_.begin(), rows_.end(), last_.begin(), same);
-  const Device device = slots.empty() ? Device::CPU : slots.front().param.device();
   const int64_t words = static_cast<int64_t>(rows_.size() * sizeof(MultiTensorEntry) / sizeof(int64_t));
   if (rewrite && device != Device::CPU &&
       (!table_.defined() || table_.device() != device || table_.numel() < words))
     table_ = Tensor::empty({words}, DType::I64, device);
   last_ = rows_;
-  return rows_;
 }
 
 void adamw_update_multi(const std::vector<AdamWSlot>& slots, const AdamWArgs& args,
@@ -132,6 +149,21 @@ void adamw_update_multi(const std::vector<AdamWSlot>& slots, const AdamWArgs& ar
     else
       s.param.impl()->storage->mark_written();
   }
+}
+
+Tensor sum_squares_multi(const std::vector<Tensor>& xs, Device device, MultiTensorTable& table) {
+  constexpr const char* kNormOp = "sum_squares_multi";
+  for (const Tensor& x : xs) {
+    check::floating(kNormOp, x, "x");
+    check::same_dtype_device(kNormOp, xs.front(), "xs[0]", x, "x");
+  }
+  if (!xs.empty() && xs.front().device() != device)
+    check::fail(kNormOp, "xs[0] is " + describe(xs.front()) + ", not on " + device_name(device));
+  bool rewrite = false;
+  const std::vector<MultiTensorEntry>& rows = table.rows_for(xs, rewrite);
+  Tensor out = Tensor::empty({}, DType::F64, device);
+  backend(device).sum_squares_multi(xs, rows, table.device_rows(), rewrite, out);
+  return out;
 }
 
 AdamWStepConstants::AdamWStepConstants(const AdamWArgs& hyper, Device device)

@@ -1,8 +1,10 @@
 // The AdamW update, in place and outside autograd: m, v moments as param's shape and dtype; per
-// tensor, or multi-tensor (every parameter in one pass, optionally writing weight copies).
+// tensor, or multi-tensor (every parameter in one pass, optionally writing weight copies). And
+// the global norm's square over a list of tensors in one pass (sum_squares_multi).
 // Tested by: tests/core/routing_loss_optim_test.cpp (against naive references, errors, the
-// multi-tensor update against the per-tensor one, weight copies), tests/cuda/parity_nn_test.cpp
-// (CUDA against CPU); no gradient: an update, not a graph op.
+// multi-tensor update against the per-tensor one, weight copies, sum_squares_multi against a
+// double reference), tests/cuda/parity_nn_test.cpp (CUDA against CPU); no gradient: an update
+// and a norm, not graph ops.
 #pragma once
 
 #include <array>
@@ -34,9 +36,14 @@ class MultiTensorTable {
   // device copy must be rewritten: it differs from the last call's.
   const std::vector<MultiTensorEntry>& rows_for(const std::vector<AdamWSlot>& slots,
                                                 bool& rewrite);
+  // The same for tensors that are only read (sum_squares_multi): each row's `grad` is the
+  // tensor's first element (views included), the other pointers null.
+  const std::vector<MultiTensorEntry>& rows_for(const std::vector<Tensor>& tensors, bool& rewrite);
   Tensor& device_rows() { return table_; }
 
  private:
+  // rows_ made: decides `rewrite` against the last call's rows and sizes the device table.
+  void commit(Device device, bool& rewrite);
   std::vector<MultiTensorEntry> rows_, last_;
   Tensor table_;  // i64, at least rows_.size() MultiTensorEntry rows on the slots' device
 };
@@ -50,6 +57,14 @@ class MultiTensorTable {
 // copy not updated with it is stale).
 void adamw_update_multi(const std::vector<AdamWSlot>& slots, const AdamWArgs& args,
                         const Tensor& grad_scale, MultiTensorTable& table);
+
+// The sum of every squared entry of every tensor of xs, accumulated in double: an f64 scalar on
+// `device` (0 for no elements), read nowhere on the host, so a captured step can hold it. xs
+// share one float dtype and `device` (any shapes and sizes; views such as narrow0 slices too).
+// One pass over all of them: on CUDA one launch over `table` (rewritten only when a tensor
+// moved) and one deterministic reduction of its per-chunk partials; on the CPU tensor after
+// tensor. Its order of additions differs from summing per tensor and then over tensors.
+Tensor sum_squares_multi(const std::vector<Tensor>& xs, Device device, MultiTensorTable& table);
 
 // One step's constants on a device for the two weight-decay groups (decayed, not), written
 // from the host before the step: an optimizer sets them, then its update kernels read them.

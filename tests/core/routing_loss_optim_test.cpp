@@ -653,6 +653,79 @@ TEST_CASE("adamw_update_multi names what is wrong with a slot", "[forward]") {
                     Contains("step = 0"));
 }
 
+// The norm's one pass: every list sums to the naive double sum of squares (tensors in order,
+// elements in order), within 1e-12 relative (OpenMP splits the large tensor's sum). The list
+// holds tensors past kParallelElements and past kMultiTensorChunk, zero-sized ones, and narrow0
+// views at non-zero storage offsets, including an empty one. (The CPU has no bf16 kernels:
+// bf16 is tests/cuda/parity_nn_test.cpp's.)
+TEST_CASE("sum_squares_multi matches a naive double reference over lists of tensors and views",
+          "[forward]") {
+  for (DType dtype : {DType::F32, DType::F64}) {
+    INFO(dtype_name(dtype));
+    Rng rng(41);
+    const Tensor big = randn({kMultiTensorChunk + 300, 3}, rng, dtype);
+    const std::vector<std::vector<Tensor>> lists = {
+        {},
+        {Tensor::zeros({0}, dtype), Tensor::zeros({4, 0}, dtype)},
+        {randn({7}, rng, dtype)},
+        {randn({3, 5}, rng, dtype), Tensor::zeros({0}, dtype), randn({100003}, rng, dtype),
+         big.narrow0(5, 2), big.narrow0(kMultiTensorChunk - 1, 300), big.narrow0(17, 0),
+         randn({2, 3, 4}, rng, dtype)},
+        {big, big.narrow0(1, kMultiTensorChunk)},
+    };
+    for (size_t l = 0; l < lists.size(); ++l) {
+      INFO("list " << l);
+      double want = 0;
+      for (const Tensor& x : lists[l]) {
+        const std::vector<double> v = x.to_vector();
+        for (double e : v) want += e * e;
+      }
+      MultiTensorTable table;
+      const Tensor got = sum_squares_multi(lists[l], Device::CPU, table);
+      CHECK(got.dtype() == DType::F64);
+      CHECK(got.numel() == 1);
+      CHECK(got.item() == Approx(want).epsilon(1e-12).margin(0));
+      CHECK(sum_squares_multi(lists[l], Device::CPU, table).item() == got.item());  // again
+    }
+  }
+}
+
+// The table's rows: a tensor's address (a view's own first element), numel and first chunk;
+// rewritten only when the list changed.
+TEST_CASE("sum_squares_multi's table is rewritten only when a tensor moved", "[forward]") {
+  Rng rng(43);
+  const Tensor a = randn({kMultiTensorChunk + 1}, rng), b = randn({10, 4}, rng);
+  const Tensor view = b.narrow0(3, 2);
+  MultiTensorTable table;
+  bool rewrite = false;
+  std::vector<MultiTensorEntry> rows = table.rows_for({a, Tensor::zeros({0}), view}, rewrite);
+  CHECK(rewrite);
+  REQUIRE(rows.size() == 2);  // the empty tensor has no row
+  CHECK(rows[0].grad == a.raw_data());
+  CHECK(rows[0].numel == kMultiTensorChunk + 1);
+  CHECK(rows[0].first_chunk == 0);
+  CHECK(rows[1].grad == static_cast<const float*>(b.raw_data()) + 12);
+  CHECK(rows[1].numel == 8);
+  CHECK(rows[1].first_chunk == 2);
+  CHECK((rows[1].param == nullptr && rows[1].m == nullptr && rows[1].copy == nullptr));
+  table.rows_for({a, Tensor::zeros({0}), view}, rewrite);
+  CHECK_FALSE(rewrite);
+  table.rows_for({a, b.narrow0(4, 2)}, rewrite);
+  CHECK(rewrite);
+  table.rows_for({a}, rewrite);
+  CHECK(rewrite);
+}
+
+TEST_CASE("sum_squares_multi names a tensor of another dtype", "[errors]") {
+  Rng rng(44);
+  MultiTensorTable table;
+  CHECK_THROWS_WITH(sum_squares_multi({randn({3}, rng), randn({3}, rng, DType::F64)}, Device::CPU,
+                                      table),
+                    Contains("sum_squares_multi") && Contains("f64"));
+  CHECK_THROWS_WITH(sum_squares_multi({Tensor::zeros({3}, DType::I64)}, Device::CPU, table),
+                    Contains("sum_squares_multi") && Contains("i64"));
+}
+
 // A weight copy is read only while current: autocast hands out the copy the optimizer wrote, and
 // rewrites it first after any other write of the master (here copy_from, set and a per-tensor
 // update), so what a forward reads always equals cast(master).

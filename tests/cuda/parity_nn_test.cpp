@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "core/all_ops.h"
 #include "core/ops/optim.h"
@@ -530,6 +533,74 @@ TEST_CASE("cuda: adamw_update_multi equals adamw_update bitwise and writes bf16 
     expect_equal("v", v[i].to(Device::CPU), vq[i].to(Device::CPU));
     if (dtype == DType::F32)
       expect_equal("copy", copies[i].to(Device::CPU), p[i].to(DType::BF16).to(Device::CPU));
+  }
+}
+
+// The norm's one pass against the CPU's: 200 small tensors and sizes either side of
+// kMultiTensorChunk (so chunks of one tensor and of the next meet in the table), zero-sized
+// tensors and narrow0 views at non-zero offsets. The GPU sums the dtype's values (bf16 too) in
+// double, as the CPU sums the same values in f32 or f64: within 1e-12 relative. No atomics: a
+// second call, with the kept table or a fresh one, gives the same bits.
+TEST_CASE("cuda: sum_squares_multi against the CPU over many tensors, chunk edges and views",
+          "[cuda]") {
+  const DType dtype = GENERATE(MOD_PARITY_DTYPES);
+  INFO(dtype_name(dtype));
+  const DType cpu_dtype = dtype == DType::F64 ? DType::F64 : DType::F32;
+  Rng rng(212);
+  const int64_t c = kMultiTensorChunk;
+  std::vector<Shape> shapes = {{c - 1}, {c}, {3, 0}, {c + 1}, {2 * c + 5}, {0}, {1}, {7, 131}};
+  for (int i = 0; i < 200; ++i) shapes.push_back({1 + rng.below(3000)});
+  std::vector<Tensor> cpu_xs, gpu_xs;
+  for (const Shape& s : shapes) {
+    const Tensor values = rounded(normal(s, rng), dtype);
+    cpu_xs.push_back(values.to(cpu_dtype));
+    gpu_xs.push_back(to_gpu(values, dtype));
+  }
+  const Tensor buffer = rounded(normal({3 * c, 2}, rng), dtype);
+  const Tensor cpu_buffer = buffer.to(cpu_dtype), gpu_buffer = to_gpu(buffer, dtype);
+  for (const auto& [start, rows] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, c / 2 - 3}, {c / 2 + 7, c + 100}, {5, 0}, {2 * c, c}}) {
+    cpu_xs.push_back(cpu_buffer.narrow0(start, rows));
+    gpu_xs.push_back(gpu_buffer.narrow0(start, rows));
+  }
+  MultiTensorTable cpu_table, gpu_table, fresh;
+  const double want = sum_squares_multi(cpu_xs, Device::CPU, cpu_table).item();
+  const Tensor got = sum_squares_multi(gpu_xs, Device::CUDA, gpu_table);
+  CHECK(got.device() == Device::CUDA);
+  CHECK(got.dtype() == DType::F64);
+  INFO("gpu " << got.item() << ", cpu " << want);
+  CHECK(std::abs(got.item() - want) <= 1e-12 * want);
+  CHECK(sum_squares_multi(gpu_xs, Device::CUDA, gpu_table).item() == got.item());
+  CHECK(sum_squares_multi(gpu_xs, Device::CUDA, fresh).item() == got.item());
+  // One tensor alone, and nothing to sum: 0 for an empty list and for only empty tensors.
+  CHECK(std::abs(sum_squares_multi({gpu_xs[4]}, Device::CUDA, fresh).item() -
+                 sum_squares_multi({cpu_xs[4]}, Device::CPU, cpu_table).item()) <=
+        1e-12 * sum_squares_multi({cpu_xs[4]}, Device::CPU, cpu_table).item());
+  CHECK(sum_squares_multi({}, Device::CUDA, fresh).item() == 0.0);
+  CHECK(sum_squares_multi({gpu_xs[2], gpu_xs[5]}, Device::CUDA, fresh).item() == 0.0);
+}
+
+// Captured, the pass reads the tensors' values at each replay through the table the eager call
+// wrote (no rewrite inside the graph), as a captured training step's norm does.
+TEST_CASE("cuda: sum_squares_multi in a CUDA graph sums the values present at replay", "[cuda]") {
+  Rng rng(213);
+  std::vector<Tensor> xs;
+  for (const Shape& s : std::vector<Shape>{{kMultiTensorChunk + 3}, {17, 5}})
+    xs.push_back(to_gpu(normal(s, rng), DType::F32));
+  MultiTensorTable table;
+  sum_squares_multi(xs, Device::CUDA, table);  // writes the table; fills the allocator's cache
+  gpu().begin_capture();
+  const Tensor out = sum_squares_multi(xs, Device::CUDA, table);
+  const std::unique_ptr<CapturedWork> graph = gpu().end_capture();
+  for (int replay = 0; replay < 2; ++replay) {
+    for (Tensor& x : xs) x.copy_from(normal(x.shape(), rng).to(DType::F32));
+    MultiTensorTable host_table;
+    std::vector<Tensor> host;
+    for (const Tensor& x : xs) host.push_back(x.to(Device::CPU));
+    const double want = sum_squares_multi(host, Device::CPU, host_table).item();
+    graph->replay();
+    INFO("replay " << replay);
+    CHECK(std::abs(out.item() - want) <= 1e-12 * want);
   }
 }
 

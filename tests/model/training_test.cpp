@@ -1,6 +1,7 @@
 // Training-side checks: tiny dense and MoD models overfit a fixed batch; the schedule and the
 // FLOP accounting give hand-computed values; weights round-trip through the weights file.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 
 #include "core/all_ops.h"
@@ -60,6 +61,55 @@ TEST_CASE("clip_grad_norm: the global norm, and the scale only above max_norm", 
     }
     CHECK_FALSE(params[2].grad().defined());
   }
+}
+
+// grad_sq_sum is one pass (sum_squares_multi) where it was one sum_squares per gradient into a
+// slot of the gradients' dtype, then the slots summed in f64. Per gradient both sum the same
+// terms in double; the old path then rounded each gradient's sum to f32, so (all terms positive)
+// the two differ by at most 2^-24 of the sum, and the norms by 2^-25. Without that rounding
+// (slots in f64) the old path's result is within 1e-12 (on the CPU: equal). Gradients that
+// are views (narrow0 slices of one buffer, non-zero offsets) count like any other.
+TEST_CASE("grad_sq_sum: one pass, within 2^-24 of the per-gradient path it replaced", "[train]") {
+  Rng rng(33);
+  const Tensor buffer = randn({5000}, rng);
+  std::vector<Tensor> params;
+  for (const Shape& s : std::vector<Shape>{{3, 5}, {40000}, {7}, {0}, {64, 33}})
+    params.push_back(Tensor::zeros(s).set_requires_grad(true));
+  for (Tensor& p : params) {
+    if (p.numel() == 7) continue;  // a parameter without a gradient
+    p.impl()->grad = randn(p.shape(), rng, DType::F32, 1e-3);
+  }
+  const Tensor view_param = Tensor::zeros({900}).set_requires_grad(true);
+  view_param.impl()->grad = buffer.narrow0(1234, 900);
+  params.push_back(view_param);
+
+  double old_f32 = 0, old_f64 = 0, exact = 0;
+  for (const Tensor& p : params) {
+    const Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    Tensor slot = Tensor::empty({1}, DType::F32), wide = Tensor::empty({1}, DType::F64);
+    backend(Device::CPU).sum_squares(g, slot);
+    backend(Device::CPU).sum_squares(g.to(DType::F64), wide);
+    old_f32 += slot.at(0);
+    old_f64 += wide.at(0);
+    for (double v : g.to_vector()) exact += v * v;
+  }
+  const double got = train::grad_sq_sum(params, Device::CPU).item();
+  INFO("relative to the exact sum " << exact << ": one pass " << (got - exact) / exact
+                                    << ", per gradient (f32 slots) " << (old_f32 - exact) / exact);
+  CHECK(std::abs(got - exact) <= 1e-12 * exact);
+  CHECK(std::abs(got - old_f64) <= 1e-12 * old_f64);
+  CHECK(std::abs(got - old_f32) <= std::ldexp(1.0, -24) * got);
+  CHECK(std::abs(std::sqrt(got) - std::sqrt(old_f32)) <= std::ldexp(1.0, -25) * std::sqrt(got));
+
+  MultiTensorTable table;  // kept between calls, as a training step keeps it
+  CHECK(train::grad_sq_sum(params, Device::CPU, table).item() == got);
+  CHECK(train::grad_sq_sum(params, Device::CPU, table).item() == got);
+  CHECK(train::grad_sq_sum({}, Device::CPU, table).item() == 0.0);
+  params.push_back(Tensor::zeros({2}, DType::F64).set_requires_grad(true));
+  params.back().impl()->grad = Tensor::zeros({2}, DType::F64);
+  CHECK_THROWS_WITH(train::grad_sq_sum(params, Device::CPU),
+                    Contains("grad_sq_sum") && Contains("in dtype or device"));
 }
 
 TEST_CASE("learning rate: linear warm-up, then cosine to min_lr", "[train]") {

@@ -316,6 +316,11 @@ class EmulatedCudaBackend final : public cpu::CpuBackend {
   void clip_factor(const Tensor& sq, double max_norm, Tensor& norm, Tensor& factor) override {
     run([=, this]() mutable { CpuBackend::clip_factor(sq, max_norm, norm, factor); });
   }
+  void sum_squares_multi(const std::vector<Tensor>& xs,
+                         const std::vector<MultiTensorEntry>& entries, Tensor& table,
+                         bool rewrite, Tensor& out) override {
+    run([=, this]() mutable { CpuBackend::sum_squares_multi(xs, entries, table, rewrite, out); });
+  }
 
  private:
   using Calls = std::vector<std::function<void()>>;

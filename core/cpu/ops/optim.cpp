@@ -2,7 +2,7 @@
 // list of them (the multi-tensor update's reference: the same pass per slot, so both agree
 // bitwise). Bias corrections are computed once on the host in double (adamw_step_constants);
 // the per-element math (core/adamw_element.h) runs in the parameter's dtype. And the global-norm
-// clip factor.
+// clip's pieces: the multi-tensor sum of squares and the clip factor.
 #include <cmath>
 
 #include "core/adamw_element.h"
@@ -86,6 +86,27 @@ void CpuBackend::clip_factor(const Tensor& sq, double max_norm, Tensor& norm, Te
     using T = decltype(z);
     factor.data<T>()[0] = static_cast<T>(f);
   });
+}
+
+// The reference of the multi-tensor norm: each tensor's squares summed in double as
+// sum_squares sums them (OpenMP past kParallelElements), then added tensor after tensor.
+void CpuBackend::sum_squares_multi(const std::vector<Tensor>& xs,
+                                   const std::vector<MultiTensorEntry>&, Tensor&, bool,
+                                   Tensor& out) {
+  double total = 0.0;
+  if (!xs.empty())
+    dispatch_float(xs.front().dtype(), "sum_squares_multi", [&](auto z) {
+      using T = decltype(z);
+      for (const Tensor& x : xs) {
+        const T* p = x.data<T>();
+        const int64_t n = x.numel();
+        double s = 0.0;
+#pragma omp parallel for simd reduction(+ : s) if (n > kParallelElements)
+        for (int64_t i = 0; i < n; ++i) s += static_cast<double>(p[i]) * static_cast<double>(p[i]);
+        total += s;
+      }
+    });
+  out.data<double>()[0] = total;
 }
 
 }  // namespace mod::cpu

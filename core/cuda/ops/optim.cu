@@ -7,7 +7,8 @@
 // Work split: per tensor, one grid-stride loop over the flat index (coalesced, any n); the
 // multi-tensor update, one block per chunk of kMultiTensorChunk elements of any tensor in a
 // device table (one launch for a whole model). Each element is read and written by one thread,
-// so in-place updates need no synchronisation.
+// so in-place updates need no synchronisation. The norm's sum of squares over the same kind of
+// table: one block per chunk writes an f64 partial, one block adds the partials (deterministic).
 #include <algorithm>
 #include <cmath>
 
@@ -123,6 +124,27 @@ static_assert(sizeof(TableRows) < 4000, "kernel parameters are limited to 4 KB")
 __global__ void write_table_kernel(MultiTensorEntry* table, TableRows batch) {
   if (static_cast<int>(threadIdx.x) < batch.count) table[threadIdx.x] = batch.rows[threadIdx.x];
 }
+
+// entries -> the device table (ceil(entries / kRowsPerWrite) launches); returns its rows.
+MultiTensorEntry* table_rows(const std::vector<MultiTensorEntry>& entries, Tensor& table,
+                             bool rewrite) {
+  auto* rows = static_cast<MultiTensorEntry*>(table.raw_data());
+  if (!rewrite) return rows;
+  for (size_t first = 0; first < entries.size(); first += kRowsPerWrite) {
+    TableRows batch{};
+    batch.count = static_cast<int>(std::min<size_t>(kRowsPerWrite, entries.size() - first));
+    std::copy_n(entries.begin() + static_cast<std::ptrdiff_t>(first), batch.count, batch.rows);
+    write_table_kernel<<<1, kRowsPerWrite, 0, compute_stream()>>>(rows + first, batch);
+    MOD_CUDA_CHECK_LAUNCH();
+  }
+  return rows;
+}
+
+// Chunks the table's rows cover (entries non-empty).
+int64_t table_chunks(const std::vector<MultiTensorEntry>& entries) {
+  const MultiTensorEntry& last = entries.back();
+  return last.first_chunk + (last.numel + kMultiTensorChunk - 1) / kMultiTensorChunk;
+}
 }  // namespace
 
 void CudaBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
@@ -144,18 +166,8 @@ void CudaBackend::adamw_update_multi(const std::vector<AdamWSlot>& slots, const 
                                      const std::vector<MultiTensorEntry>& entries, Tensor& table,
                                      bool rewrite) {
   if (entries.empty()) return;
-  auto* rows = static_cast<MultiTensorEntry*>(table.raw_data());
-  if (rewrite) {
-    for (size_t first = 0; first < entries.size(); first += kRowsPerWrite) {
-      TableRows batch{};
-      batch.count = static_cast<int>(std::min<size_t>(kRowsPerWrite, entries.size() - first));
-      std::copy_n(entries.begin() + static_cast<std::ptrdiff_t>(first), batch.count, batch.rows);
-      write_table_kernel<<<1, kRowsPerWrite, 0, compute_stream()>>>(rows + first, batch);
-      MOD_CUDA_CHECK_LAUNCH();
-    }
-  }
-  const MultiTensorEntry& last = entries.back();
-  const int64_t chunks = last.first_chunk + (last.numel + kMultiTensorChunk - 1) / kMultiTensorChunk;
+  const MultiTensorEntry* rows = table_rows(entries, table, rewrite);
+  const int64_t chunks = table_chunks(entries);
   const int count = static_cast<int>(entries.size());
   const Tensor* first_copy = nullptr;
   for (const AdamWSlot& s : slots)
@@ -191,6 +203,67 @@ __global__ void clip_factor_kernel(const double* sq, double max_norm, double* no
   *factor = from_acc<T>(static_cast<Acc<T>>(max_norm > 0 && n > max_norm ? max_norm / (n + 1e-6) : 1.0));
 }
 }  // namespace
+
+namespace {
+// Block b finds its entry as adamw_multi_tensor_kernel does and writes the sum of its chunk's
+// squares (in double) to partial[b].
+template <typename T>
+__global__ void sum_squares_multi_tensor_kernel(const MultiTensorEntry* table, int entries,
+                                                double* partial) {
+  __shared__ double scratch[32];
+  const int64_t b = blockIdx.x;
+  int lo = 0, hi = entries - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (table[mid].first_chunk <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  const MultiTensorEntry e = table[lo];
+  const int64_t begin = (b - e.first_chunk) * kMultiTensorChunk;
+  const int64_t end = e.numel < begin + kMultiTensorChunk ? e.numel : begin + kMultiTensorChunk;
+  const T* x = static_cast<const T*>(e.grad);
+  double acc = 0.0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double v = static_cast<double>(load(x + i));
+    acc += v * v;
+  }
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partial[b] = acc;
+}
+
+// partial [n] -> out [1], one block: each thread adds a fixed stride of the partials, then the
+// block's tree; the order depends on n alone (n = 0 writes 0).
+__global__ void sum_partials_kernel(const double* partial, int64_t n, double* out) {
+  __shared__ double scratch[32];
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) *out = acc;
+}
+}  // namespace
+
+void CudaBackend::sum_squares_multi(const std::vector<Tensor>& xs,
+                                    const std::vector<MultiTensorEntry>& entries, Tensor& table,
+                                    bool rewrite, Tensor& out) {
+  if (entries.empty()) {  // no elements: the sum is 0
+    sum_partials_kernel<<<1, kThreads, 0, compute_stream()>>>(nullptr, 0, out.data<double>());
+    MOD_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const MultiTensorEntry* rows = table_rows(entries, table, rewrite);
+  const int64_t chunks = table_chunks(entries);
+  Tensor partial = Tensor::empty({chunks}, DType::F64, Device::CUDA);
+  dispatch_float(xs.front().dtype(), "sum_squares_multi", [&](auto z) {
+    using T = decltype(z);
+    sum_squares_multi_tensor_kernel<T><<<static_cast<unsigned>(chunks), kThreads, 0,
+                                         compute_stream()>>>(
+        rows, static_cast<int>(entries.size()), partial.data<double>());
+    MOD_CUDA_CHECK_LAUNCH();
+  });
+  sum_partials_kernel<<<1, kThreads, 0, compute_stream()>>>(partial.data<double>(), chunks,
+                                                            out.data<double>());
+  MOD_CUDA_CHECK_LAUNCH();
+}
 
 void CudaBackend::clip_factor(const Tensor& sq, double max_norm, Tensor& norm, Tensor& factor) {
   dispatch_float(factor.dtype(), "clip_factor", [&](auto z) {
