@@ -212,10 +212,28 @@ def timed(dec, n, reps, vocab):
     return tokens / seconds, [a / tokens for a in admitted]
 
 
+def no_autograd(compiled, device):
+    """inference_mode (the least work a small op); no_grad around a CUDA graph, which keeps
+    tensors that later steps write in place (inference tensors would refuse that outside it)."""
+    return torch.no_grad() if compiled and device == "cuda" else torch.inference_mode()
+
+
 def build(cfg, device, dtype):
     torch.manual_seed(cfg["train.seed"])
     model = ref.Transformer(cfg, ref.sdpa_builtin).eval().to(device=device, dtype=dtype)
     return model.requires_grad_(False)  # decoding only (calibration moves the biases in place)
+
+
+def same_as_batch_1(dec, first, want, routed):
+    """Whether sequence s of dec's generation from first has the tokens and, where each sequence
+    has its own, the routed blocks' cache lengths of want[s] = (batch-1 tokens, admitted)."""
+    n = dec.t_max
+    got = dec.generate(first, n).cpu()
+    ok = all(torch.equal(got[s], want[s][0]) for s in range(dec.b))
+    if dec.static or dec.b > 1:
+        lens = dec.len.cpu()
+        ok = ok and all(lens[i, s].item() == want[s][1][i] for s in range(dec.b) for i in routed)
+    return ok
 
 
 def self_check(models, args, device, dtype):
@@ -230,12 +248,13 @@ def self_check(models, args, device, dtype):
         model = build(cfg, device, dtype)
         vocab = cfg["model.vocab_size"]
         firsts = torch.randint(0, vocab, (b,), generator=torch.Generator().manual_seed(3))
-        if cfg["model.mod.enabled"]:  # on these greedy texts, so that they see both decisions
-            calibrate(model, cfg["model.mod.capacity"], n, firsts, temperature=0)
-        refs = []  # batch 1, eager: the reference, one prompt at a time
-        for f in firsts.tolist():
-            dec = Decoder(model, 1, n, static=False, temperature=0)
-            refs.append((dec.generate(f, n)[0].cpu(), dec.admitted()))
+        with torch.inference_mode():
+            if cfg["model.mod.enabled"]:  # on these greedy texts, so that they see both decisions
+                calibrate(model, cfg["model.mod.capacity"], n, firsts, temperature=0)
+            refs = []  # batch 1, eager: the reference, one prompt at a time
+            for f in firsts.tolist():
+                dec = Decoder(model, 1, n, static=False, temperature=0)
+                refs.append((dec.generate(f, n)[0].cpu(), dec.admitted()))
         routed = [i for i, blk in enumerate(model.blocks) if blk.routed]
         adm = [refs[0][1][i] for i in routed]
         print(f"  {label}: batch-1 reference of {n} tokens, admitted per routed block {adm}")
@@ -249,24 +268,22 @@ def self_check(models, args, device, dtype):
         for name, static, compiled in setups:
             for batch in (1, b):
                 try:
-                    dec = Decoder(model, batch, n, static, compiled, temperature=0)
-                    cases = [("copies of one prompt", int(firsts[0]), [refs[0]] * batch)]
-                    if batch > 1:
-                        cases.append(("different prompts", firsts, refs))
-                    for what, first, want in cases:
-                        got = dec.generate(first, n).cpu()
-                        per_seq = dec.len.cpu() if (static or batch > 1) else None
-                        ok = all(torch.equal(got[s], want[s][0]) for s in range(batch))
-                        if per_seq is not None:  # each sequence's own cache lengths
-                            ok = ok and all(per_seq[i, s].item() == want[s][1][i]
-                                            for s in range(batch) for i in routed)
-                        print(f"  {label:5s} {name:16s} batch {batch:2d}, {what:20s} "
-                              f"{'ok' if ok else 'MISMATCH'}")
-                        passed, failed = passed + ok, failed + (not ok)
+                    with no_autograd(compiled, device):
+                        dec = Decoder(model, batch, n, static, compiled, temperature=0)
+                        cases = [("copies of one prompt", int(firsts[0]), [refs[0]] * batch)]
+                        if batch > 1:
+                            cases.append(("different prompts", firsts, refs))
+                        results = [(what, same_as_batch_1(dec, first, want, routed))
+                                   for what, first, want in cases]
                 except Exception as e:  # noqa: BLE001 -- report the set-up, check the others
                     print(f"  {label:5s} {name:16s} batch {batch:2d} failed: {type(e).__name__}: "
                           f"{str(e)[:200]}")
                     failed += 1
+                    continue
+                for what, ok in results:
+                    print(f"  {label:5s} {name:16s} batch {batch:2d}, {what:20s} "
+                          f"{'ok' if ok else 'MISMATCH'}")
+                    passed, failed = passed + ok, failed + (not ok)
     print(f"self-check: {passed} passed, {failed} failed")
     return failed == 0
 
@@ -320,25 +337,26 @@ def main():
     for label, cfg in models:
         model = build(cfg, args.device, dtype)
         weight_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1e6
-        with torch.no_grad():
-            if cfg["model.mod.enabled"]:  # 8 sampled texts, as train_bench
+        if cfg["model.mod.enabled"]:  # 8 sampled texts, as train_bench
+            with torch.inference_mode():
                 calibrate(model, cfg["model.mod.capacity"], n,
                           torch.randint(0, vocab, (8,), generator=torch.Generator().manual_seed(1000)))
-            for static in (False, True) if not args.no_compile else (False,):
-                name = "compiled, static cache" if static else "eager, sliced cache"
-                try:
+        for static in (False, True) if not args.no_compile else (False,):
+            name = "compiled, static cache" if static else "eager, sliced cache"
+            try:
+                with no_autograd(static, args.device):
                     dec = Decoder(model, args.batch, n, static, compiled=static)
                     tok_s, frac = timed(dec, n, args.reps, vocab)
-                except Exception as e:  # noqa: BLE001 -- a set-up failing must not hide the others
-                    print(f"  {label:5s} {name:24s} failed: {type(e).__name__}: {str(e)[:200]}",
-                          flush=True)
-                    continue
-                extra = (" | admitted " + " ".join(f"{100 * f:.1f}%" for f in frac)) if frac else ""
-                # Napkin: a step reads every weight once (a lower bound on its bytes).
-                gbs = weight_mb * tok_s / args.batch / 1e3
-                print(f"  {label:5s} {name:24s} {tok_s:9.1f} tok/s | weights {weight_mb:.0f} MB a "
-                      f"step: {gbs:.0f} GB/s{extra}", flush=True)
-                best[label] = max(best.get(label, 0.0), tok_s)
+            except Exception as e:  # noqa: BLE001 -- a set-up failing must not hide the others
+                print(f"  {label:5s} {name:24s} failed: {type(e).__name__}: {str(e)[:200]}",
+                      flush=True)
+                continue
+            extra = (" | admitted " + " ".join(f"{100 * f:.1f}%" for f in frac)) if frac else ""
+            # Napkin: a step reads every weight once (a lower bound on its bytes).
+            gbs = weight_mb * tok_s / args.batch / 1e3
+            print(f"  {label:5s} {name:24s} {tok_s:9.1f} tok/s | weights {weight_mb:.0f} MB a "
+                  f"step: {gbs:.3g} GB/s{extra}", flush=True)
+            best[label] = max(best.get(label, 0.0), tok_s)
     fig = {k: (f"{best[k]:.1f}" if k in best else "n/a") for k in ("dense", "MoD")}
     print(f"RESULT pytorch_sample_tokens_per_s dense {fig['dense']} mod {fig['MoD']} "
           f"batch {args.batch} device {args.device} dtype {dtype_name}")
