@@ -69,9 +69,8 @@ class Decoder:
         shape = (len(model.blocks), batch, self.heads, t_max, self.hd)
         self.k = torch.zeros(shape, device=w.device, dtype=w.dtype)
         self.v = torch.zeros(shape, device=w.device, dtype=w.dtype)
-        self.len = torch.zeros(len(model.blocks), batch, device=w.device, dtype=torch.long)  # [blocks, B]
-        self.slots = torch.arange(t_max, device=w.device)
-        self.positions = torch.arange(t_max, device=w.device)  # pos as a tensor: one graph for all
+        self.len = torch.zeros(len(model.blocks), batch, device=w.device, dtype=torch.long)
+        self.slots = torch.arange(t_max, device=w.device)  # and the positions, as tensors
         self.hlen = [0] * len(model.blocks)  # eager batch 1: the lengths on the host
         self.pred_logits = [[] for _ in model.blocks]
         self.compiled = compiled
@@ -120,7 +119,8 @@ class Decoder:
             self.v[i].scatter_(2, slot, v)
             t = self.t_max if self.static else pos + 1  # eager: no length exceeds pos + 1
             mask = self.slots[:t].view(1, 1, 1, t) <= at.view(b, 1, 1, 1)  # [B,1,1,T]
-            o = F.scaled_dot_product_attention(q, self.k[i, :, :, :t], self.v[i, :, :, :t], attn_mask=mask)
+            o = F.scaled_dot_product_attention(q, self.k[i, :, :, :t], self.v[i, :, :, :t],
+                                               attn_mask=mask)
             at += 1 if admit is None else admit.long()
         a_out = blk.wo(o.transpose(1, 2).reshape(b, 1, -1))
         return a_out + blk.down(F.gelu(blk.up(blk.norm2(x + a_out)), approximate="tanh"))
@@ -160,7 +160,8 @@ class Decoder:
         for pos in range(n):
             if mark:  # the last step's outputs are no longer read: its graph may be replayed
                 torch.compiler.cudagraph_mark_step_begin()
-            out[pos + 1] = self.step(out[pos], self.positions[pos] if self.static else pos)
+            # A static step takes pos as a tensor: one graph for every position.
+            out[pos + 1] = self.step(out[pos], self.slots[pos] if self.static else pos)
         return out.t()
 
     def admitted(self):
@@ -193,8 +194,8 @@ def timed(dec, n, reps, vocab):
     """Tokens/s over `reps` generations of n new tokens, B copies of a random first token each
     (modtrain sample's copies of one prompt), and each routed block's admitted fraction."""
     gen = torch.Generator().manual_seed(7)
-    dec.generate(0, 8)  # warm-up: a compiled step traces, compiles and records its graph here
-    dec.generate(1, 8)
+    dec.generate(0, min(8, n))  # warm-up: a compiled step traces, compiles and records its graph
+    dec.generate(1, min(8, n))
     sync(dec)
     routed = [i for i, b in enumerate(dec.m.blocks) if b.routed]
     admitted = [0] * len(routed)
