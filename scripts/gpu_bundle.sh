@@ -8,6 +8,8 @@
 #   lib/   the shared libraries they load beyond the C/C++ runtime and CUDA's (protobuf,
 #          Boost.Program_options, OpenBLAS and what it needs);
 #   data/  the KJV shards of `modtrain prep --kjv`, byte-level (kjv/) and BPE-8k (kjv_bpe8k/).
+# What runs from source there (scripts/gpu_run.sh, the recipes, the PyTorch twins
+# benchmarks/pytorch/pytorch_gpu.py and pytorch_decode.py) travels with the working tree instead.
 # Usage: scripts/gpu_bundle.sh   (BUILD=dir to build elsewhere than build-gpu-bundle)
 #        BASE=rev scripts/gpu_bundle.sh   also packs revision rev (say, main before a change) as
 #        gpu_bundle_base.tar.xz, from a git worktree in build-gpu-base/: carry both and run

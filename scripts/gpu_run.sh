@@ -5,7 +5,8 @@
 #   scripts/gpu_run.sh tests   cuda_tests (every op against the CPU), gpu_training_tests
 #                              (50-step runs against the CPU, CUDA graphs, checkpoints), nccl_tests
 #   scripts/gpu_run.sh bench   GPT-2-small dense and its MoD twin, bf16: step time, tokens/s and
-#                              MFU, eager and as a CUDA graph; then sampling tokens/s, dense vs MoD
+#                              MFU, eager and as a CUDA graph; then sampling tokens/s, dense vs MoD,
+#                              each beside PyTorch's twin decoding (pytorch_decode.py)
 #   scripts/gpu_run.sh profile where a step's device time goes: modtrain's kernel table
 #                              (train.profile_steps) for both models, then PyTorch's (torch.profiler)
 #   scripts/gpu_run.sh multirank  several ranks on the one GPU without MPI (the bundle has none):
@@ -22,20 +23,25 @@
 #                              plan.csv and the plots come back in $OUT/grid.tar.gz
 #   scripts/gpu_run.sh all     tests and bench in one call (device time is scarce; a start costs
 #                              minutes)
-#   scripts/gpu_run.sh pytorch bench's PyTorch runs alone
+#   scripts/gpu_run.sh pytorch bench's PyTorch runs alone: its decoding's self-check on the GPU
+#                              (batch 4 against batch 1, greedy, f64, eager and compiled), the
+#                              decoding runs, then the training step
+#   scripts/gpu_run.sh pytorch_sample  the decoding self-check and runs alone (with
+#                              SKIP_PYTORCH=1 all, a fresh machine's two calls)
 #   scripts/gpu_run.sh eager   bench's eager runs alone: with GPU_BUNDLE, an older build's figures
 #                              on the same machine (a before-and-after in one call)
 #   scripts/gpu_run.sh modtrain ARGS...   the bundle's modtrain, for a one-off measurement
 #   scripts/gpu_run.sh bin NAME ARGS...   any of the bundle's programs (cuda_tests "cuda: rope*")
 # SKIP_PYTORCH=1 leaves PyTorch's runs out of bench and profile; PYTORCH_COMPILE=1 adds
-# torch.compile to them. GPU_BUNDLE=other.tar.xz runs another bundle (say, main's before a
-# change), its entries named with the prefix TAG.
+# torch.compile to its training step (its decoding always runs eager and compiled).
+# GPU_BUNDLE=other.tar.xz runs another bundle (say, main's before a change), its entries named
+# with the prefix TAG.
 # Every command runs under `timeout` (its LIMIT seconds), so one hang costs one entry, not the
 # call. The device tool brings back at most 8 files, so the logs go into one archive,
 # $OUT/logs.tar.gz, rewritten after every command (a call cut off still returns what ran).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?usage: scripts/gpu_run.sh tests|bench|profile|multirank|grid|all|eager|pytorch|modtrain ARGS...|bin NAME ARGS...}
+stage=${1:?usage: scripts/gpu_run.sh tests|bench|profile|multirank|grid|all|eager|pytorch|pytorch_sample|modtrain ARGS...|bin NAME ARGS...}
 out=${OUT:-$PWD/out}
 mkdir -p "$out"
 summary="$out/summary.txt"
@@ -138,6 +144,37 @@ sample_run() {
   done
 }
 
+# PyTorch's twin decoding the same recipe (benchmarks/pytorch/pytorch_decode.py) as sample_run
+# does: batch 1 and 64, 500 new tokens at temperature 1, f32 weights and caches (modtrain sample
+# reads the f32 masters); eager, and a static cache under torch.compile(mode="reduce-overhead"),
+# warm-up untimed. The twin builds its own random-init model (it cannot read modtrain's
+# checkpoint), its predictors calibrated to admit model.mod.capacity, as train_bench does.
+pytorch_sample_run() {
+  local model=$1 batch name
+  for batch in 1 64; do
+    name=${tag}pytorch_sample_${model}_b$batch
+    LIMIT=150 run "pytorch_sample_${model}_b$batch" python3 benchmarks/pytorch/pytorch_decode.py \
+      --config "configs/recipes/$model.textproto" --models "${model#gpt2_small_}" --device cuda \
+      --batch "$batch" --new-tokens 500 --reps 3
+    grep -E "^  (dense|MoD) |skipping cudagraphs" "$logs/$name.log" | sed "s/^ */  $name: /" |
+      tee -a "$summary"  # Inductor's "skipping cudagraphs": the compiled step ran without them
+  done
+}
+
+# The twin's decoding on the GPU against itself before its figures are read: tiny_mod, greedy,
+# f64, batch 4 (copies of one prompt, and four prompts) against batch 1, eager, static and
+# compiled with CUDA graphs; "self-check: N passed, M failed" goes to the summary.
+pytorch_sample_check() {
+  LIMIT=150 run pytorch_sample_check python3 benchmarks/pytorch/pytorch_decode.py --self-check \
+    --config configs/recipes/tiny_mod.textproto --models mod --device cuda --batch 4
+  grep -hE "^self-check|failed:|MISMATCH" "$logs/${tag}pytorch_sample_check.log" | tee -a "$summary"
+}
+
+pytorch_sample_runs() {
+  pytorch_sample_run gpt2_small_dense
+  pytorch_sample_run gpt2_small_mod
+}
+
 eager() {
   local model
   for model in gpt2_small_dense gpt2_small_mod; do
@@ -152,6 +189,7 @@ bench() {
     train_run "train_${model}_graph" "$model" true NONE "$steps"
     train_run "train_${model}_full" "$model" false FULL 10
     sample_run "$model"
+    [ -n "${SKIP_PYTORCH:-}" ] || pytorch_sample_run "$model"
   done
   [ -z "${SKIP_PYTORCH:-}" ] || return 0
   pytorch_bench
@@ -248,11 +286,12 @@ case $stage in
   grid) grid ;;
   all) tests; bench ;;
   eager) eager ;;
-  pytorch) pytorch_bench ;;
+  pytorch) pytorch_sample_check; pytorch_sample_runs; pytorch_bench ;;
+  pytorch_sample) pytorch_sample_check; pytorch_sample_runs ;;
   modtrain) shift; "$modtrain" "$@" ;;  # one ad-hoc command with the bundle's libraries
   bin) shift; name=$1; shift; "$bundle/bin/$name" "$@" ;;
   *)
-    echo "gpu_run: unknown stage '$stage' (tests, bench, profile, multirank, grid, all, eager, pytorch, modtrain ARGS... or bin NAME ARGS...)" >&2
+    echo "gpu_run: unknown stage '$stage' (tests, bench, profile, multirank, grid, all, eager, pytorch, pytorch_sample, modtrain ARGS... or bin NAME ARGS...)" >&2
     exit 2
     ;;
 esac
