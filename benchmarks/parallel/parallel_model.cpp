@@ -51,7 +51,7 @@ std::string breakdown(const parallel::Stats& d, const std::string& group, int st
     if (!out.empty()) out += ", ";
     out += fmt("%.3g x ", static_cast<double>(s.calls) / steps) + parallel::collective_name(kind) +
            " " + mb(static_cast<double>(s.bytes_sent) / steps);
-    out += kind == Collective::AllReduceAsync
+    out += kind == Collective::AllReduceAsync || kind == Collective::ReduceScatterAsync
                ? fmt(" (launch %.1f ms, waiting %.1f ms)", ms(s.seconds), ms(s.wait_seconds))
                : fmt(" (%.1f ms)", ms(s.seconds));
   }
