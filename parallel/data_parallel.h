@@ -12,7 +12,7 @@
 //   rank-major, [dp x L]: for r in 0..dp-1, for each member, its r-th chunk zero-padded to
 //   chunk = ceil(numel / dp); L = the members' chunks summed. reduce_scatter_async hands rank r
 //   block r summed. Half an all-reduce's bytes; finish() writes the averages into the owned
-//   slice of each gradient only, and the rest of the gradient keeps this rank's local sum.
+//   slice of each gradient only; the rest of the gradient stays this rank's own, unreduced.
 #pragma once
 
 #include <memory>

@@ -181,7 +181,10 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
     (spec.dim < 0 ? replicated_here : spec.expert ? ep_sharded : tp_sharded).params.push_back(t);
   }
   plan.norm_groups = {std::move(tp_sharded), std::move(ep_sharded), std::move(replicated)};
-  if (!replicated_experts.params.empty()) plan.norm_groups.push_back(std::move(replicated_experts));
+  if (cfg.zero1()) {  // each group costs a scalar all-reduce over its shard group: only held ones
+    plan.norm_groups.push_back(std::move(replicated_experts));
+    std::erase_if(plan.norm_groups, [](const NormGroup& g) { return g.params.empty(); });
+  }
   const int dp = mesh.dims().dp;
   const GradReduce reduce = cfg.zero1() ? GradReduce::ReduceScatter : GradReduce::AllReduce;
   if (dp > 1)

@@ -229,11 +229,6 @@ Row bench_layout(const modtrain::RunConfig& base, const Layout& l, const Referen
                   breakdown(f.rank0, g, o.steps).c_str());
       std::printf("        minimum = %s\n", formula.c_str());
     }
-    if (l.zero1)
-      std::printf(
-          "  (a ZeRO-1 that reduce-scattered the gradients instead of all-reducing them "
-          "would send %s, as much as plain dp)\n",
-          mb((nk.dp_bytes + nk.edp_bytes) * 2 / 3).c_str());
     std::printf("  measured / minimum: %.4fx (%s sent of %s)\n", f.sent() / minimum,
                 mb(f.sent()).c_str(), mb(minimum).c_str());
     std::printf(

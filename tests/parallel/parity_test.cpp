@@ -19,7 +19,7 @@ TEST_CASE("tiny_mod: every layout matches one process for 20 steps", "[mpi][pari
 // Many small buckets, each reduce-scattered from backward's grad-ready hook as soon as it is
 // full, against one bucket for the whole model, reduced after backward. At dp = 2 each sum is
 // a + b whatever algorithm MPI picks for a message size, so the runs agree to the bit.
-TEST_CASE("ZeRO-1: buckets reduce-scattered during backward equal one bucket, bitwise",
+TEST_CASE("ZeRO-1: buckets reduce-scattered during backward equal one bucket bitwise",
           "[mpi][parity]") {
   auto& world = parallel::world();
   if (world.size() != 2 && world.size() != 4) {
