@@ -18,7 +18,7 @@ Tensor grad_sq_sum(const std::vector<Tensor>& params, Device device, MultiTensor
 Tensor sq_sum_of_grads(const std::vector<Tensor>& grads, Device device, MultiTensorTable& table) {
   for (const Tensor& g : grads)
     if (g.dtype() != grads.front().dtype() || g.device() != device)
-      throw std::logic_error("sq_sum_of_grads: gradient " + describe(g) + " differs from " +
+      throw std::logic_error("grad_sq_sum: gradient " + describe(g) + " differs from " +
                              describe(grads.front()) + " in dtype or device");
   // Every gradient's squares in one pass, accumulated in double (as the norm's square of a
   // large model must be): on a GPU one launch over the table and one over its partials.
