@@ -198,8 +198,11 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     plan.optimizer = 2 * plan.parameters;
   // dp > 1: every gradient is also packed into a flat all-reduce bucket (parallel/data_parallel);
   // expert gradients too when edp > 1 or they need dividing by dp (parallel/parallelize.cpp).
-  const double buckets =
-      kMaster * ((dp > 1 ? dense_elems : 0) + (dp > 1 || edp > 1 ? expert_elems : 0));
+  // ZeRO-1's buckets also hold this rank's reduce-scattered block: 1/dp (experts 1/edp) more.
+  const double dense_share = opt.layout.zero1 ? 1 + 1.0 / dp : 1,
+               expert_share = opt.layout.zero1 ? 1 + 1.0 / edp : 1;
+  const double buckets = kMaster * ((dp > 1 ? dense_elems * dense_share : 0) +
+                                    (dp > 1 || edp > 1 ? expert_elems * expert_share : 0));
   const double base = plan.parameters + plan.optimizer + buckets;
 
   // Forward: what every block keeps until its backward.

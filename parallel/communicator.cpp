@@ -81,8 +81,8 @@ void check_in_out(const char* collective, const Communicator& comm, const Tensor
 
 }  // namespace
 
-void check_reduce_scatter(const Communicator& comm, const Tensor& in, const Tensor& out) {
-  const char* what = "reduce_scatter";
+void check_reduce_scatter(const Communicator& comm, const Tensor& in, const Tensor& out,
+                          const char* what) {
   check_tensor(what, comm, in, true);
   if (in.dim() >= 1 && in.size(0) % comm.size() != 0)
     throw std::invalid_argument(collective_where(what, comm) + ": in " + describe(in) +
@@ -146,6 +146,12 @@ class LocalCommunicator final : public Communicator {
   void reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp) override {
     detail::check_reduce_scatter(*this, in, out);
     Tensor(out).copy_from(in);
+  }
+  std::unique_ptr<Work> reduce_scatter_async(const Tensor& in, const Tensor& out,
+                                             ReduceOp) override {
+    detail::check_reduce_scatter(*this, in, out, "reduce_scatter_async");
+    Tensor(out).copy_from(in);
+    return std::make_unique<LocalWork>();
   }
   void all_gather(const Tensor& in, const Tensor& out) override {
     detail::check_all_gather(*this, in, out);

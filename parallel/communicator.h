@@ -46,6 +46,10 @@ class Communicator {
   virtual std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
   // in [size * n, ...] -> out [n, ...]: out = op over ranks of in's chunk number rank().
   virtual void reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op = ReduceOp::Sum) = 0;
+  // reduce_scatter started without blocking: out holds the result once the Work is waited;
+  // neither tensor may be touched until then (ZeRO-1's gradient buckets, data_parallel.h).
+  virtual std::unique_ptr<Work> reduce_scatter_async(const Tensor& in, const Tensor& out,
+                                                     ReduceOp op = ReduceOp::Sum) = 0;
   // in [n, ...] -> out [size * n, ...]: chunk r of out is rank r's in.
   virtual void all_gather(const Tensor& in, const Tensor& out) = 0;
   // in, out [size * n, ...]: chunk j of in goes to rank j; chunk j of out came from rank j.
@@ -87,8 +91,10 @@ std::string collective_where(const char* collective, const Communicator& comm);
 // t is defined; a reduction also needs a dtype MPI can reduce (not bf16).
 void check_tensor(const char* collective, const Communicator& comm, const Tensor& t,
                   bool reduction);
-// in [size * n, ...] -> out [n, ...]; same dtype and device; disjoint buffers.
-void check_reduce_scatter(const Communicator& comm, const Tensor& in, const Tensor& out);
+// in [size * n, ...] -> out [n, ...]; same dtype and device; disjoint buffers. `what` names
+// the call in messages.
+void check_reduce_scatter(const Communicator& comm, const Tensor& in, const Tensor& out,
+                          const char* what = "reduce_scatter");
 // in [n, ...] -> out [size * n, ...]; same dtype and device; disjoint buffers.
 void check_all_gather(const Communicator& comm, const Tensor& in, const Tensor& out);
 // in, out [size * n, ...]; same dtype and device; disjoint buffers.

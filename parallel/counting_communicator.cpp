@@ -18,8 +18,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kCollectiveNames[] = {
-    "all_reduce", "all_reduce_async", "reduce_scatter", "all_gather", "all_to_all",
-    "broadcast",  "barrier",          "send",           "recv",       "split"};
+    "all_reduce", "all_reduce_async", "reduce_scatter", "reduce_scatter_async", "all_gather",
+    "all_to_all", "broadcast",        "barrier",        "send",                 "recv",
+    "split"};
 static_assert(std::size(kCollectiveNames) == kCollectiveCount,
               "every Collective needs a name in kCollectiveNames");
 
@@ -45,6 +46,7 @@ int64_t bytes_sent(Collective c, int64_t s, int n, bool root) {
     case Collective::AllReduceAsync:
       return 2 * (n - 1) * s / n;
     case Collective::ReduceScatter:
+    case Collective::ReduceScatterAsync:
     case Collective::AllGather:
     case Collective::AllToAll:
       return (n - 1) * s / n;
@@ -139,13 +141,14 @@ struct CountingCommunicator::Table {
 
 namespace {
 
-// Times Work::wait into all_reduce_async's wait_seconds. A Work destroyed unwaited waits in the
+// Times Work::wait into its collective's wait_seconds. A Work destroyed unwaited waits in the
 // wrapped Work's destructor; that wait is timed too.
 class CountingWork final : public Work {
  public:
   CountingWork(std::unique_ptr<Work> inner, std::shared_ptr<CountingCommunicator::Table> table,
-               std::string group, int size)
-      : inner_(std::move(inner)), table_(std::move(table)), group_(std::move(group)), size_(size) {}
+               std::string group, int size, Collective kind)
+      : inner_(std::move(inner)), table_(std::move(table)), group_(std::move(group)), size_(size),
+        kind_(kind) {}
   ~CountingWork() override {
     if (waited_) return;
     const auto t0 = Clock::now();
@@ -158,18 +161,20 @@ class CountingWork final : public Work {
     waited_ = true;
     add_wait(seconds_since(t0));
   }
+  bool test() override { return inner_->test(); }  // lets MPI progress it, as unwrapped
 
  private:
   void add_wait(double seconds) {
     CollectiveStats s;
     s.wait_seconds = seconds;
-    table_->add(group_, size_, Collective::AllReduceAsync, s);
+    table_->add(group_, size_, kind_, s);
   }
 
   std::unique_ptr<Work> inner_;
   std::shared_ptr<CountingCommunicator::Table> table_;
   std::string group_;
   int size_;
+  Collective kind_;
   bool waited_ = false;
 };
 
@@ -210,13 +215,23 @@ std::unique_ptr<Work> CountingCommunicator::all_reduce_async(const Tensor& t, Re
   const auto t0 = Clock::now();
   std::unique_ptr<Work> work = inner_->all_reduce_async(t, op);
   record(Collective::AllReduceAsync, bytes_of(t), seconds_since(t0));
-  return std::make_unique<CountingWork>(std::move(work), table_, name(), size());
+  return std::make_unique<CountingWork>(std::move(work), table_, name(), size(),
+                                        Collective::AllReduceAsync);
 }
 
 void CountingCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
   const auto t0 = Clock::now();
   inner_->reduce_scatter(in, out, op);
   record(Collective::ReduceScatter, bytes_of(in), seconds_since(t0));
+}
+
+std::unique_ptr<Work> CountingCommunicator::reduce_scatter_async(const Tensor& in,
+                                                                 const Tensor& out, ReduceOp op) {
+  const auto t0 = Clock::now();
+  std::unique_ptr<Work> work = inner_->reduce_scatter_async(in, out, op);
+  record(Collective::ReduceScatterAsync, bytes_of(in), seconds_since(t0));
+  return std::make_unique<CountingWork>(std::move(work), table_, name(), size(),
+                                        Collective::ReduceScatterAsync);
 }
 
 void CountingCommunicator::all_gather(const Tensor& in, const Tensor& out) {

@@ -1,6 +1,6 @@
 // A Communicator decorator that forwards every call to the communicator it wraps and counts,
 // per group ("world", "dp", "tp") and per collective: calls, the bytes handed in, the bytes this
-// rank sends, seconds inside the call and, for all_reduce_async, seconds blocked in Work::wait.
+// rank sends, seconds inside the call and, for the async ones, seconds blocked in Work::wait.
 // Benchmarks wrap the world in one to see what a training step moves and where it waits.
 //
 // Invariants:
@@ -16,7 +16,7 @@
 // so measured bytes compare directly with napkin math; they are not necessarily what Open MPI's
 // chosen algorithm moves (for n = 2, ring and recursive doubling move exactly this):
 //   all_reduce, all_reduce_async   2 (n - 1) / n x S    S = bytes of t
-//   reduce_scatter                 (n - 1) / n x S      S = bytes of in  (n x out)
+//   reduce_scatter(_async)         (n - 1) / n x S      S = bytes of in  (n x out)
 //   all_gather                     (n - 1) / n x S      S = bytes of out (n x in)
 //   all_to_all                     (n - 1) / n x S      S = bytes of in  (own chunk stays)
 //   broadcast                      S on the root, 0 elsewhere (what the root must send at least)
@@ -39,6 +39,7 @@ enum class Collective {
   AllReduce,
   AllReduceAsync,
   ReduceScatter,
+  ReduceScatterAsync,
   AllGather,
   AllToAll,
   Broadcast,
@@ -59,8 +60,8 @@ struct CollectiveStats {
   int64_t calls = 0;
   int64_t tensor_bytes = 0;  // sum of S (the table above)
   int64_t bytes_sent = 0;    // sum of the table's volume for this rank
-  double seconds = 0;        // inside the call; for all_reduce_async the launch only
-  double wait_seconds = 0;   // all_reduce_async: blocked in Work::wait (or an unwaited destructor)
+  double seconds = 0;        // inside the call; for the async ones the launch only
+  double wait_seconds = 0;   // async ones: blocked in Work::wait (or an unwaited destructor)
 
   CollectiveStats& operator+=(const CollectiveStats& o);
   CollectiveStats& operator-=(const CollectiveStats& o);
@@ -107,6 +108,8 @@ class CountingCommunicator final : public Communicator {
   void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::Sum) override;
   std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op = ReduceOp::Sum) override;
   void reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op = ReduceOp::Sum) override;
+  std::unique_ptr<Work> reduce_scatter_async(const Tensor& in, const Tensor& out,
+                                             ReduceOp op = ReduceOp::Sum) override;
   void all_gather(const Tensor& in, const Tensor& out) override;
   void all_to_all(const Tensor& in, const Tensor& out) override;
   void broadcast(const Tensor& t, int root) override;

@@ -1,14 +1,15 @@
-// Bucketed, overlapped gradient all-reduce (see data_parallel.h).
+// Bucketed, overlapped gradient all-reduce or reduce-scatter (see data_parallel.h).
 #include "parallel/data_parallel.h"
 
 #include "core/backend.h"
+#include "parallel/zero1.h"
 
 namespace mod::parallel {
 
 GradBucketer::GradBucketer(std::vector<std::pair<std::string, Tensor>> params, Communicator& group,
-                           double bucket_mb, int average_over)
+                           double bucket_mb, int average_over, GradReduce reduce)
     : params_(std::move(params)), bucket_of_(params_.size()), dp_(group),
-      inv_average_(1.0 / (average_over > 0 ? average_over : group.size())) {
+      inv_average_(1.0 / (average_over > 0 ? average_over : group.size())), reduce_(reduce) {
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024));
   int64_t filled = 0;
   for (size_t k = params_.size(); k-- > 0;) {
@@ -23,11 +24,19 @@ GradBucketer::GradBucketer(std::vector<std::pair<std::string, Tensor>> params, C
   }
   for (size_t k = 0; k < params_.size(); ++k) index_[params_[k].second.impl()] = k;
   for (Bucket& b : buckets_) {
+    const Tensor& first = params_[b.members.front()].second;
+    b.pending = static_cast<int>(b.members.size());
+    if (reduce_ == GradReduce::ReduceScatter) {
+      int64_t len = 0;  // L
+      for (size_t k : b.members) len += zero1_chunk(params_[k].second.numel(), dp_.size());
+      // Zeroed once: the padding past each gradient's last chunk is never written.
+      b.flat = Tensor::zeros({dp_.size() * len}, first.dtype(), first.device());
+      b.shard = Tensor::empty({len}, first.dtype(), first.device());
+      continue;
+    }
     int64_t n = 0;
     for (size_t k : b.members) n += params_[k].second.numel();
-    const Tensor& first = params_[b.members.front()].second;
     b.flat = Tensor::empty({n}, first.dtype(), first.device());
-    b.pending = static_cast<int>(b.members.size());
   }
 }
 
@@ -54,6 +63,12 @@ void GradBucketer::launch_ready() {
 }
 
 void GradBucketer::launch(Bucket& b) {
+  if (reduce_ == GradReduce::ReduceScatter) {
+    pack_rank_major(b);
+    bytes_reduced_ += static_cast<int64_t>(b.flat.nbytes());
+    b.work = dp_.reduce_scatter_async(b.flat, b.shard);
+    return;
+  }
   int64_t at = 0;
   for (size_t k : b.members) {
     const Tensor& p = params_[k].second;
@@ -68,6 +83,43 @@ void GradBucketer::launch(Bucket& b) {
   b.work = dp_.all_reduce_async(b.flat);
 }
 
+// Block r of flat: chunk r of each member in turn, each padded to its chunk length.
+void GradBucketer::pack_rank_major(Bucket& b) {
+  const int64_t len = b.shard.numel();
+  for (int r = 0; r < dp_.size(); ++r) {
+    int64_t at = r * len;
+    for (size_t k : b.members) {
+      const Tensor& p = params_[k].second;
+      const int64_t n = p.numel(), c = zero1_chunk(n, dp_.size());
+      const auto [begin, end] = zero1_owned(n, r, dp_.size());
+      if (end > begin) {
+        Tensor dst = b.flat.narrow0(at, end - begin);
+        if (p.grad().defined())
+          dst.copy_from(p.grad().view({n}).narrow0(begin, end - begin));
+        else
+          backend_of(dst).fill(dst, 0.0);
+      }
+      at += c;
+    }
+  }
+}
+
+void GradBucketer::unpack_owned(Bucket& b) {
+  backend_of(b.shard).scale(b.shard, inv_average_, b.shard);
+  int64_t at = 0;
+  for (size_t k : b.members) {
+    const Tensor& p = params_[k].second;
+    const int64_t n = p.numel();
+    const auto [begin, end] = zero1_owned(n, dp_.rank(), dp_.size());
+    if (!p.grad().defined()) p.impl()->grad = Tensor::zeros(p.shape(), p.dtype(), p.device());
+    if (end > begin) {
+      Tensor mine = p.grad().view({n}).narrow0(begin, end - begin);
+      mine.copy_from(b.shard.narrow0(at, end - begin));
+    }
+    at += zero1_chunk(n, dp_.size());
+  }
+}
+
 void GradBucketer::finish() {
   for (Bucket& b : buckets_) b.pending = 0;  // whatever was not final is final now
   launch_ready();
@@ -75,6 +127,11 @@ void GradBucketer::finish() {
   for (Bucket& b : buckets_) {
     b.work->wait();
     b.work.reset();
+    if (reduce_ == GradReduce::ReduceScatter) {
+      unpack_owned(b);
+      b.pending = static_cast<int>(b.members.size());
+      continue;
+    }
     backend_of(b.flat).scale(b.flat, inv, b.flat);
     int64_t at = 0;
     for (size_t k : b.members) {

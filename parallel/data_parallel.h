@@ -1,8 +1,18 @@
 // Data-parallel gradient averaging in buckets, overlapped with backward. Parameters are packed
 // into buckets of about bucket_mb in reverse registration order (the order backward finishes
-// them); a bucket's all-reduce starts as soon as its last gradient is final, while backward
+// them); a bucket's collective starts as soon as its last gradient is final, while backward
 // goes on. Buckets start strictly in index order, so every dp rank issues the same sequence of
 // collectives.
+//
+// Two ways to reduce a bucket:
+// - AllReduce (plain dp): the bucket is the members' gradients end to end, all-reduced; every
+//   rank gets every averaged gradient.
+// - ReduceScatter (ZeRO-1, as Megatron's distributed optimizer and DeepSpeed): each rank needs
+//   only the slice of each gradient it updates (zero1_owned, zero1.h), so the bucket is packed
+//   rank-major, [dp x L]: for r in 0..dp-1, for each member, its r-th chunk zero-padded to
+//   chunk = ceil(numel / dp); L = the members' chunks summed. reduce_scatter_async hands rank r
+//   block r summed. Half an all-reduce's bytes; finish() writes the averages into the owned
+//   slice of each gradient only; the rest of the gradient stays this rank's own, unreduced.
 #pragma once
 
 #include <memory>
@@ -16,36 +26,42 @@
 
 namespace mod::parallel {
 
+enum class GradReduce { AllReduce, ReduceScatter };
+
 class GradBucketer {
  public:
   // Sums gradients over `group` and divides by average_over (0: the group's size). Expert
   // weights sum over their expert data-parallel group and divide by dp, since the all-to-all
-  // already summed the other ep ranks' tokens into them.
+  // already summed the other ep ranks' tokens into them. `reduce`: see the top of this file.
   GradBucketer(std::vector<std::pair<std::string, Tensor>> params, Communicator& group,
-               double bucket_mb, int average_over = 0);
+               double bucket_mb, int average_over = 0,
+               GradReduce reduce = GradReduce::AllReduce);
   ~GradBucketer();
 
   // Pass to backward() on the micro-batch that ends the step (earlier micro-batches only
   // accumulate locally, as with DDP's no_sync).
   LeafGradReady ready_hook();
-  // Starts what is left, waits for every bucket, and leaves each gradient summed over the
-  // group and divided by average_over.
+  // Starts what is left, waits for every bucket, and leaves each gradient (ReduceScatter: this
+  // rank's owned slice of it) summed over the group and divided by average_over.
   // A parameter that got no gradient this step contributes zeros.
   void finish();
 
   size_t num_buckets() const { return buckets_.size(); }
-  // Bytes this rank handed to all-reduce in the last finish() (for the benchmarks).
+  // Bytes this rank handed to its collectives so far (for the benchmarks).
   int64_t bytes_reduced() const { return bytes_reduced_; }
 
  private:
   struct Bucket {
     std::vector<size_t> members;  // indices into params_
-    Tensor flat;                  // [sum of numel]
+    Tensor flat;                  // AllReduce: [sum of numel]; ReduceScatter: [dp x L], padded
+    Tensor shard;                 // ReduceScatter: [L], this rank's block of flat, reduced
     int pending = 0;              // members whose gradient is not final yet
     std::unique_ptr<Work> work;
   };
   void launch_ready();
   void launch(Bucket& b);
+  void pack_rank_major(Bucket& b);   // ReduceScatter's layout of flat
+  void unpack_owned(Bucket& b);      // shard's averages into the owned gradient slices
 
   std::vector<std::pair<std::string, Tensor>> params_;
   std::unordered_map<TensorImpl*, size_t> index_;  // parameter -> its position in params_
@@ -54,6 +70,7 @@ class GradBucketer {
   size_t next_launch_ = 0;
   Communicator& dp_;
   double inv_average_;
+  GradReduce reduce_;
   int64_t bytes_reduced_ = 0;
 };
 

@@ -66,17 +66,18 @@ int count_of(const Tensor& t) {
   return static_cast<int>(t.numel());
 }
 
+// A non-blocking collective `what` in flight; holds its tensors (in and out) until complete.
 class MpiWork final : public Work {
  public:
-  MpiWork(MpiCommunicator& comm, MPI_Request request, Tensor t)
-      : comm_(comm), request_(request), t_(std::move(t)) {}
+  MpiWork(MpiCommunicator& comm, MPI_Request request, const char* what, Tensor t, Tensor t2 = {})
+      : comm_(comm), request_(request), what_(what), t_(std::move(t)), t2_(std::move(t2)) {}
   ~MpiWork() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) wait();
   }
   void wait() override {
-    if (request_ != MPI_REQUEST_NULL) comm_.wait(request_, "all_reduce_async");
+    if (request_ != MPI_REQUEST_NULL) comm_.wait(request_, what_);
   }
   bool test() override {
     if (request_ == MPI_REQUEST_NULL) return true;
@@ -88,7 +89,8 @@ class MpiWork final : public Work {
  private:
   MpiCommunicator& comm_;
   MPI_Request request_;  // MPI_REQUEST_NULL once complete
-  Tensor t_;             // keeps the buffer alive while MPI writes it
+  const char* what_;
+  Tensor t_, t2_;        // keep the buffers alive while MPI reads and writes them
 };
 
 }  // namespace
@@ -203,7 +205,7 @@ std::unique_ptr<Work> MpiCommunicator::all_reduce_async(const Tensor& t, ReduceO
   check(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), count_of(t), mpi_type(t.dtype()), mpi_op(op),
                        comm_, &request),
         "MPI_Iallreduce");
-  return std::make_unique<MpiWork>(*this, request, t);
+  return std::make_unique<MpiWork>(*this, request, "all_reduce_async", t);
 }
 
 void MpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
@@ -215,6 +217,19 @@ void MpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, Reduce
                                   mpi_type(in.dtype()), mpi_op(op), comm_, &request),
         "MPI_Ireduce_scatter_block");
   wait(request, "reduce_scatter");
+}
+
+std::unique_ptr<Work> MpiCommunicator::reduce_scatter_async(const Tensor& in, const Tensor& out,
+                                                            ReduceOp op) {
+  const char* what = "reduce_scatter_async";
+  detail::check_reduce_scatter(*this, in, out, what);
+  check_host(what, *this, in, out.numel());
+  check_host(what, *this, out, out.numel());
+  MPI_Request request;
+  check(MPI_Ireduce_scatter_block(in.raw_data(), out.raw_data(), count_of(out),
+                                  mpi_type(in.dtype()), mpi_op(op), comm_, &request),
+        "MPI_Ireduce_scatter_block");
+  return std::make_unique<MpiWork>(*this, request, what, in, out);
 }
 
 void MpiCommunicator::all_gather(const Tensor& in, const Tensor& out) {

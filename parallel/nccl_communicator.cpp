@@ -84,12 +84,13 @@ bool overlap(const Tensor& a, const Tensor& b) {
 
 // detail::check_reduce_scatter without its bf16 rule (MPI cannot reduce bf16; NCCL can), with
 // the same messages. Both tensors are defined here.
-void check_reduce_scatter_nccl(const Communicator& comm, const Tensor& in, const Tensor& out) {
+void check_reduce_scatter_nccl(const Communicator& comm, const Tensor& in, const Tensor& out,
+                               const char* what = "reduce_scatter") {
   if (in.dtype() != DType::BF16 && out.dtype() != DType::BF16) {
-    detail::check_reduce_scatter(comm, in, out);
+    detail::check_reduce_scatter(comm, in, out, what);
     return;
   }
-  const std::string where = detail::collective_where("reduce_scatter", comm);
+  const std::string where = detail::collective_where(what, comm);
   const std::string both = "in " + describe(in) + ", out " + describe(out);
   const std::string size = std::to_string(comm.size());
   if (in.dim() >= 1 && in.size(0) % comm.size() != 0)
@@ -234,7 +235,7 @@ std::unique_ptr<Work> NcclCommunicator::all_reduce_async(const Tensor& t, Reduce
                    ncclAllReduce(t.raw_data(), t.raw_data(), count_of(t), nccl_type(t.dtype()),
                                  nccl_op(op), s.comm, s.stream));
   });
-  return std::make_unique<NcclWork>(std::move(done), t, capturing());
+  return std::make_unique<NcclWork>(std::move(done), capturing(), t);
 }
 
 void NcclCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
@@ -247,6 +248,24 @@ void NcclCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, Reduc
                    ncclReduceScatter(in.raw_data(), out.raw_data(), count_of(out),
                                      nccl_type(in.dtype()), nccl_op(op), s.comm, s.stream));
   }));
+}
+
+std::unique_ptr<Work> NcclCommunicator::reduce_scatter_async(const Tensor& in, const Tensor& out,
+                                                             ReduceOp op) {
+  const char* what = "reduce_scatter_async";
+  if (on_host(what, in, out)) return host_->reduce_scatter_async(in, out, op);
+  check_reduce_scatter_nccl(*this, in, out, what);
+  if (!nccl_) {
+    Tensor(out).copy_from(in);
+    return std::make_unique<DoneWork>();
+  }
+  if (out.numel() == 0) return std::make_unique<DoneWork>();
+  auto done = launch(what, [&](NcclState& s) {
+    MOD_NCCL_CHECK(s, what,
+                   ncclReduceScatter(in.raw_data(), out.raw_data(), count_of(out),
+                                     nccl_type(in.dtype()), nccl_op(op), s.comm, s.stream));
+  });
+  return std::make_unique<NcclWork>(std::move(done), capturing(), in, out);
 }
 
 void NcclCommunicator::all_gather(const Tensor& in, const Tensor& out) {

@@ -63,6 +63,8 @@ class NcclCommunicator final : public Communicator {
   void all_reduce(const Tensor& t, ReduceOp op) override;
   std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) override;
   void reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) override;
+  std::unique_ptr<Work> reduce_scatter_async(const Tensor& in, const Tensor& out,
+                                             ReduceOp op) override;
   void all_gather(const Tensor& in, const Tensor& out) override;
   void all_to_all(const Tensor& in, const Tensor& out) override;
   void broadcast(const Tensor& t, int root) override;

@@ -36,13 +36,14 @@ class DoneWork final : public Work {
   bool test() override { return true; }
 };
 
-// all_reduce_async over NCCL: wait() orders the compute stream after the collective; the
-// tensor is held until then (or until test() has seen it finish). A collective captured into a
-// CUDA graph has not run yet, and its event may not be queried: test() says false.
+// all_reduce_async and reduce_scatter_async over NCCL: wait() orders the compute stream after
+// the collective; its tensors are held until then (or until test() has seen it finish). A
+// collective captured into a CUDA graph has not run yet, and its event may not be queried:
+// test() says false.
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<Event> done, Tensor t, bool captured)
-      : done_(std::move(done)), t_(std::move(t)), captured_(captured) {}
+  NcclWork(std::shared_ptr<Event> done, bool captured, Tensor t, Tensor t2 = {})
+      : done_(std::move(done)), t_(std::move(t)), t2_(std::move(t2)), captured_(captured) {}
   ~NcclWork() override {
     if (done_) cudaStreamWaitEvent(cuda::compute_stream(), done_->get(), 0);  // as wait(), no throw
   }
@@ -65,9 +66,10 @@ class NcclWork final : public Work {
   void release() {
     done_.reset();
     t_ = Tensor();
+    t2_ = Tensor();
   }
   std::shared_ptr<Event> done_;  // null once waited
-  Tensor t_;                     // keeps the buffer alive while NCCL writes it
+  Tensor t_, t2_;                // keep the buffers alive while NCCL reads and writes them
   bool captured_;                // enqueued while the compute stream captured
 };
 

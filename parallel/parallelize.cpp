@@ -167,21 +167,34 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
   const auto params = model.named_parameters();
   std::vector<std::pair<std::string, Tensor>> dense, experts;
   std::vector<bool> is_expert;
-  NormGroup tp_sharded{{}, &mesh.tp()}, ep_sharded{{}, &mesh.ep()}, replicated;
+  // ZeRO-1 shards dense parameters over dp and experts over edp; replicated ones split in two,
+  // since the two halves' slices sum over different groups.
+  Communicator* dense_shard = cfg.zero1() ? &mesh.dp() : nullptr;
+  Communicator* expert_shard = cfg.zero1() ? &mesh.edp() : nullptr;
+  NormGroup tp_sharded{{}, &mesh.tp(), dense_shard}, ep_sharded{{}, &mesh.ep(), expert_shard},
+      replicated{{}, nullptr, dense_shard}, replicated_experts{{}, nullptr, expert_shard};
   for (const auto& [name, t] : params) {
     const ShardSpec& spec = plan.shards.at(name);
     (spec.expert ? experts : dense).emplace_back(name, t);
     is_expert.push_back(spec.expert);
-    (spec.dim < 0 ? replicated : spec.expert ? ep_sharded : tp_sharded).params.push_back(t);
+    NormGroup& replicated_here = cfg.zero1() && spec.expert ? replicated_experts : replicated;
+    (spec.dim < 0 ? replicated_here : spec.expert ? ep_sharded : tp_sharded).params.push_back(t);
   }
   plan.norm_groups = {std::move(tp_sharded), std::move(ep_sharded), std::move(replicated)};
+  if (cfg.zero1()) {  // each group costs a scalar all-reduce over its shard group: only held ones
+    plan.norm_groups.push_back(std::move(replicated_experts));
+    std::erase_if(plan.norm_groups, [](const NormGroup& g) { return g.params.empty(); });
+  }
   const int dp = mesh.dims().dp;
+  const GradReduce reduce = cfg.zero1() ? GradReduce::ReduceScatter : GradReduce::AllReduce;
   if (dp > 1)
-    plan.dense_buckets = std::make_unique<GradBucketer>(dense, mesh.dp(), cfg.bucket_mb());
+    plan.dense_buckets =
+        std::make_unique<GradBucketer>(dense, mesh.dp(), cfg.bucket_mb(), 0, reduce);
   // Expert gradients: the all-to-all summed the ep group's tokens in; the edp group (dp / ep
   // replicas times the tp shares of the slots) sums the rest; dividing by dp makes the mean.
   if (!experts.empty() && (dp > 1 || mesh.edp().size() > 1))
-    plan.expert_buckets = std::make_unique<GradBucketer>(experts, mesh.edp(), cfg.bucket_mb(), dp);
+    plan.expert_buckets =
+        std::make_unique<GradBucketer>(experts, mesh.edp(), cfg.bucket_mb(), dp, reduce);
   if (cfg.zero1()) {
     std::vector<ShardedAdamW::Param> zp;
     for (const auto& [name, t] : params)
@@ -208,6 +221,20 @@ LeafGradReady ParallelPlan::grad_ready_hook() const {
 void ParallelPlan::finish_grad_sync() const {
   if (dense_buckets) dense_buckets->finish();
   if (expert_buckets) expert_buckets->finish();
+}
+
+std::vector<Tensor> NormGroup::grads() const {
+  std::vector<Tensor> out;
+  for (const Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    if (!shard_over) {
+      out.push_back(p.grad());
+      continue;
+    }
+    const auto [begin, end] = zero1_owned(p.numel(), shard_over->rank(), shard_over->size());
+    if (end > begin) out.push_back(p.grad().view({p.numel()}).narrow0(begin, end - begin));
+  }
+  return out;
 }
 
 Communicator& group_of(const ShardSpec& spec, const Mesh& mesh) {

@@ -74,15 +74,23 @@ Tensor slice_dim(const Tensor& t, int dim, int64_t offset, int64_t len);
 // Parameters whose squared gradient norms clipping sums over one group: tp-sharded ones over
 // tp, ep-sharded experts over ep, and replicated ones (equal wherever they are held) nowhere, so
 // each parameter counts once. Their gradients are already reduced over dp (experts: edp).
+// Under ZeRO-1 a rank holds reduced gradients only on the slices it owns (zero1.h): it adds the
+// squares of those, and shard_over (dp; experts edp) sums them first.
 struct NormGroup {
   std::vector<Tensor> params;
-  Communicator* sum_over = nullptr;  // null: replicated
+  Communicator* sum_over = nullptr;    // null: replicated
+  Communicator* shard_over = nullptr;  // ZeRO-1's group; null: whole gradients
+
+  // The gradients whose squares this rank adds: whole, or (ZeRO-1) its owned slices of them,
+  // flattened; parameters without a gradient (or an empty slice) are left out.
+  std::vector<Tensor> grads() const;
 };
 
 // How a parallelized model's gradients are synchronised and clipped and its parameters
 // updated: what a training step runs with.
 struct ParallelPlan {
   ShardMap shards;
+  // Both reduce-scatter under ZeRO-1 (each rank then holds its owned slices), else all-reduce.
   std::unique_ptr<GradBucketer> dense_buckets;   // dense parameters over dp (dp > 1)
   std::unique_ptr<GradBucketer> expert_buckets;  // expert weights over edp
   std::unique_ptr<Optimizer> optimizer;          // AdamW, sharded by ZeRO-1 under parallel.zero1
@@ -92,7 +100,8 @@ struct ParallelPlan {
   // For the backward of a step's last micro-batch: buckets start all-reducing as their
   // gradients become final (each bucketer ignores the other's parameters).
   LeafGradReady grad_ready_hook() const;
-  // Waits for every bucket: gradients are then dp means (experts: summed over edp, / dp).
+  // Waits for every bucket: gradients are then dp means (experts: summed over edp, / dp);
+  // under ZeRO-1 only on the slices this rank owns.
   void finish_grad_sync() const;
 };
 

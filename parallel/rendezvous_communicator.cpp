@@ -86,6 +86,11 @@ class RendezvousCommunicator final : public Communicator {
     const std::string reduced = reduce("reduce_scatter", in, op);
     std::memcpy(out.raw_data(), reduced.data() + rank() * out.nbytes(), out.nbytes());
   }
+  std::unique_ptr<Work> reduce_scatter_async(const Tensor& in, const Tensor& out,
+                                             ReduceOp op) override {
+    reduce_scatter(in, out, op);  // as all_reduce_async: done at once
+    return std::make_unique<DoneWork>();
+  }
   void all_gather(const Tensor& in, const Tensor& out) override {
     detail::check_all_gather(*this, in, out);
     on_host("all_gather", in, false);

@@ -21,15 +21,19 @@ ShardedAdamW::ShardedAdamW(std::vector<Param> params, const AdamWArgs& hyper,
   }
 }
 
+int64_t zero1_chunk(int64_t n, int size) { return (n + size - 1) / size; }
+
+std::pair<int64_t, int64_t> zero1_owned(int64_t n, int rank, int size) {
+  const int64_t c = zero1_chunk(n, size), begin = std::min(n, rank * c);
+  return {begin, std::min(n, begin + c)};
+}
+
 int64_t ShardedAdamW::chunk(size_t i) const {
-  const int64_t n = params_[i].tensor.numel();
-  return (n + dp_.size() - 1) / dp_.size();
+  return zero1_chunk(params_[i].tensor.numel(), dp_.size());
 }
 
 std::pair<int64_t, int64_t> ShardedAdamW::owned(size_t i) const {
-  const int64_t n = params_[i].tensor.numel(), c = chunk(i);
-  const int64_t begin = std::min(n, dp_.rank() * c);
-  return {begin, std::min(n, begin + c)};
+  return zero1_owned(params_[i].tensor.numel(), dp_.rank(), dp_.size());
 }
 
 void ShardedAdamW::set_learning_rate(double lr) { consts_.set(lr, ++step_); }

@@ -1,7 +1,8 @@
 // ZeRO-1: AdamW with its moments sharded over the data-parallel group. Rank r owns elements
 // [r * ceil(n / dp), ...) of every parameter's flattened (tp-local) tensor, keeps m and v for
-// those only, updates them from the dp-averaged gradient, and one all-gather per step brings
-// every rank's updated slices back. Each element sees exactly the AdamW arithmetic of the
+// those only, updates them from the dp-averaged gradient of those elements (the gradient
+// buckets reduce-scatter it there, data_parallel.h; the rest of the gradient is not reduced),
+// and one all-gather per step brings every rank's updated slices back. Each element sees exactly the AdamW arithmetic of the
 // unsharded optimizer, so the result matches it. Zero1Optimizer applies it to a whole model,
 // behind the Optimizer interface (optimizer.h).
 #pragma once
@@ -16,6 +17,12 @@
 #include "parallel/optimizer.h"
 
 namespace mod::parallel {
+
+// ZeRO-1's split of a flattened n-element tensor over a group of `size` ranks: rank r owns
+// [r * chunk, min((r + 1) * chunk, n)), chunk = ceil(n / size) (empty past the end). The
+// optimizer's moments, its update and the reduce-scattered gradient buckets all use it.
+int64_t zero1_chunk(int64_t n, int size);
+std::pair<int64_t, int64_t> zero1_owned(int64_t n, int rank, int size);
 
 class ShardedAdamW : public Optimizer {
  public:

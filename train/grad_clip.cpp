@@ -12,6 +12,10 @@ Tensor grad_sq_sum(const std::vector<Tensor>& params, Device device, MultiTensor
   std::vector<Tensor> grads;
   for (const Tensor& p : params)
     if (p.grad().defined()) grads.push_back(p.grad());
+  return sq_sum_of_grads(grads, device, table);
+}
+
+Tensor sq_sum_of_grads(const std::vector<Tensor>& grads, Device device, MultiTensorTable& table) {
   for (const Tensor& g : grads)
     if (g.dtype() != grads.front().dtype() || g.device() != device)
       throw std::logic_error("grad_sq_sum: gradient " + describe(g) + " differs from " +

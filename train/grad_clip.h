@@ -24,6 +24,8 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 // overload without one makes a table for the call). Gradients may be views of larger tensors.
 Tensor grad_sq_sum(const std::vector<Tensor>& params, Device device, MultiTensorTable& table);
 Tensor grad_sq_sum(const std::vector<Tensor>& params, Device device);
+// The same over gradient tensors given directly (ZeRO-1's owned slices, parallelize.h).
+Tensor sq_sum_of_grads(const std::vector<Tensor>& grads, Device device, MultiTensorTable& table);
 struct ClipFactor {
   Tensor norm, factor;
 };

@@ -60,13 +60,15 @@ constexpr int64_t kGraphWarmupSteps = 1;
 
 // The norm over the whole model: each of the plan's groups sums its squares over its
 // communicator (tp-sharded over tp, experts over ep, replicated ones counted once). Gradients
-// are already reduced over dp. All on the device.
+// are already reduced over dp; under ZeRO-1 only on owned slices, whose squares sum over the
+// shard group first. All on the device.
 ClipFactor Trainer::global_grad_clip() {
   Tensor sq;
   norm_tables_.resize(plan_.norm_groups.size());
   auto table = norm_tables_.begin();
   for (const parallel::NormGroup& g : plan_.norm_groups) {
-    Tensor group_sq = grad_sq_sum(g.params, device_, *table++);
+    Tensor group_sq = sq_sum_of_grads(g.grads(), device_, *table++);
+    if (g.shard_over && g.shard_over->size() > 1) g.shard_over->all_reduce(group_sq);
     if (g.sum_over && g.sum_over->size() > 1) g.sum_over->all_reduce(group_sq);
     if (sq.defined())
       backend(device_).axpy(1.0, group_sq, sq);

@@ -51,7 +51,7 @@ std::string breakdown(const parallel::Stats& d, const std::string& group, int st
     if (!out.empty()) out += ", ";
     out += fmt("%.3g x ", static_cast<double>(s.calls) / steps) + parallel::collective_name(kind) +
            " " + mb(static_cast<double>(s.bytes_sent) / steps);
-    out += kind == Collective::AllReduceAsync
+    out += kind == Collective::AllReduceAsync || kind == Collective::ReduceScatterAsync
                ? fmt(" (launch %.1f ms, waiting %.1f ms)", ms(s.seconds), ms(s.wait_seconds))
                : fmt(" (%.1f ms)", ms(s.seconds));
   }
@@ -229,11 +229,6 @@ Row bench_layout(const modtrain::RunConfig& base, const Layout& l, const Referen
                   breakdown(f.rank0, g, o.steps).c_str());
       std::printf("        minimum = %s\n", formula.c_str());
     }
-    if (l.zero1)
-      std::printf(
-          "  (a ZeRO-1 that reduce-scattered the gradients instead of all-reducing them "
-          "would send %s, as much as plain dp)\n",
-          mb((nk.dp_bytes + nk.edp_bytes) * 2 / 3).c_str());
     std::printf("  measured / minimum: %.4fx (%s sent of %s)\n", f.sent() / minimum,
                 mb(f.sent()).c_str(), mb(minimum).c_str());
     std::printf(

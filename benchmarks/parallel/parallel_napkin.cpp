@@ -115,23 +115,23 @@ Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l, double valid_shar
 
   // dp: dense gradients (and ZeRO-1's all-gather of updated dense parameters).
   const double dp = l.dp, tp = l.tp, ep = l.ep, edp = n.edp;
-  n.dp_bytes = (2 + (l.zero1 ? 1 : 0)) * (dp - 1) / dp * 4 * n.local;
-  n.dp_formula = l.zero1 ? fmt("(2 + 1)(dp - 1) / dp x 4 B x P_local = 3 x %.0f / %.0f x 4 x %.0f "
-                               "= %.3f MB (all-reduce + all-gather)",
+  n.dp_bytes = 2 * (dp - 1) / dp * 4 * n.local;  // ZeRO-1: reduce-scatter + all-gather, as much
+  n.dp_formula = l.zero1 ? fmt("(1 + 1)(dp - 1) / dp x 4 B x P_local = 2 x %.0f / %.0f x 4 x %.0f "
+                               "= %.3f MB (reduce-scatter + all-gather)",
                                dp - 1, dp, n.local, n.dp_bytes / 1e6)
                          : fmt("2 (dp - 1) / dp x 4 B x P_local = 2 x %.0f / %.0f x 4 x %.0f = "
                                "%.3f MB",
                                dp - 1, dp, n.local, n.dp_bytes / 1e6);
 
   // edp: expert gradients over the ranks holding the same experts (summed there, divided by dp).
-  n.edp_bytes = (2 + (l.zero1 ? 1 : 0)) * (edp - 1) / edp * 4 * n.expert_local;
+  n.edp_bytes = 2 * (edp - 1) / edp * 4 * n.expert_local;
   n.edp_formula =
-      std::string(l.zero1 ? "(2 + 1)" : "2") +
+      std::string(l.zero1 ? "(1 + 1)" : "2") +
       fmt(" (edp - 1) / edp x 4 B x P_expert / ep = %.0f x %.0f / %.0f x 4 x %.0f / %.0f = %.3f MB",
-          2 + (l.zero1 ? 1 : 0), edp - 1, edp, static_cast<double>(n.expert), ep,
+          2.0, edp - 1, edp, static_cast<double>(n.expert), ep,
           n.edp_bytes / 1e6) +
       fmt(", edp = dp / ep x tp = %.0f / %.0f x %.0f = %.0f", dp, ep, tp, edp) +
-      (l.zero1 ? " (all-reduce + all-gather)" : "");
+      (l.zero1 ? " (reduce-scatter + all-gather)" : "");
 
   // tp: per block, attention 2 all-reduces of [B/dp, T_b, D]; a dense MLP 2 more; an MoE MLP
   // 2 all-gathers of its [E, B/dp x K_b, D] slots (combine forward, dispatch backward).

@@ -171,7 +171,7 @@ StepFigures per_step(const Run& a, const Run& b, int steps) {
 // ---- the ceiling: the same collectives alone on this machine ----
 
 // Best of 5 blocking calls (after 2 untimed) of `kind` moving `tensor_bytes` of f32 on `comm`
-// (all_gather: that many bytes out; all_to_all: that many bytes in).
+// (all_gather: that many bytes out; all_to_all and reduce_scatter: that many bytes in).
 double collective_seconds(Communicator& comm, Collective kind, int64_t tensor_bytes) {
   const int64_t per_rank = std::max<int64_t>(1, tensor_bytes / 4 / comm.size());
   Tensor a = Tensor::zeros({kind == Collective::AllGather ? per_rank : per_rank * comm.size()});
@@ -184,6 +184,8 @@ double collective_seconds(Communicator& comm, Collective kind, int64_t tensor_by
       comm.all_gather(a, out);
     else if (kind == Collective::AllToAll)
       comm.all_to_all(a.view({comm.size(), per_rank}), out.view({comm.size(), per_rank}));
+    else if (kind == Collective::ReduceScatterAsync)
+      comm.reduce_scatter(a, out.narrow0(0, per_rank));
     else
       comm.all_reduce(a);
     if (rep >= 2) best = std::min(best, seconds_since(t0));
@@ -197,10 +199,11 @@ Ceiling comm_ceiling(const parallel::Stats& per_run, int steps, const Layout& l)
     const char* group;
     Collective kind;
   };
-  const Item items[] = {{"dp", Collective::AllReduceAsync}, {"dp", Collective::AllReduce},
-                        {"dp", Collective::AllGather},      {"edp", Collective::AllReduceAsync},
-                        {"edp", Collective::AllGather},     {"tp", Collective::AllReduce},
-                        {"tp", Collective::AllGather},      {"ep", Collective::AllToAll}};
+  const Item items[] = {{"dp", Collective::AllReduceAsync},  {"dp", Collective::ReduceScatterAsync},
+                        {"dp", Collective::AllReduce},       {"dp", Collective::AllGather},
+                        {"edp", Collective::AllReduceAsync}, {"edp", Collective::ReduceScatterAsync},
+                        {"edp", Collective::AllGather},      {"tp", Collective::AllReduce},
+                        {"tp", Collective::AllGather},       {"ep", Collective::AllToAll}};
   std::vector<double> v;  // calls per step, mean tensor bytes; rank 0's, sent to all ranks
   for (const Item& it : items) {
     const parallel::CollectiveStats s = per_run.group(it.group)[it.kind];

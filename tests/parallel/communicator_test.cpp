@@ -198,6 +198,35 @@ TEST_CASE("reduce_scatter gives each rank its chunk of the reduction", "[mpi]") 
       }
 }
 
+TEST_CASE("reduce_scatter_async with several works outstanding equals reduce_scatter", "[mpi]") {
+  Communicator& comm = world();
+  const int64_t size = comm.size();
+  std::vector<Tensor> ins, outs, want;
+  std::vector<std::unique_ptr<Work>> works;
+  uint64_t salt = 400;
+  for (DType dtype : {DType::F32, DType::F64})
+    for (int64_t rows : {1, 333, 4096}) {
+      const Shape in_shape = {size * rows};
+      ins.push_back(rank_data(in_shape, dtype, comm.rank(), ++salt));
+      outs.push_back(Tensor::full({rows}, -7, dtype));
+      want.push_back(Tensor::full({rows}, -7, dtype));
+      comm.reduce_scatter(ins.back(), want.back());
+      works.push_back(comm.reduce_scatter_async(ins.back(), outs.back()));
+    }
+  for (auto& w : works) w->test();  // progress without blocking; may or may not be done
+  for (size_t i = works.size(); i-- > 0;) works[i]->wait();  // out of launch order
+  for (size_t i = 0; i < outs.size(); ++i) {
+    CAPTURE(i);
+    CHECK(same_bytes(outs[i], want[i]));
+  }
+  CHECK_THROWS_WITH(comm.reduce_scatter_async(Tensor::zeros({size * 4}), Tensor::zeros({3})),
+                    Contains("reduce_scatter_async on 'world'") && Contains("expected out [4]"));
+  CHECK_THROWS_WITH(comm.reduce_scatter_async(Tensor::zeros({size * 4}, DType::BF16),
+                                              Tensor::zeros({4}, DType::BF16)),
+                    Contains("reduce_scatter_async on 'world'") && Contains("bf16"));
+  comm.barrier();
+}
+
 TEST_CASE("all_gather concatenates every rank's tensor in rank order", "[mpi]") {
   Communicator& comm = world();
   uint64_t salt = 400;
@@ -358,6 +387,9 @@ TEST_CASE("the local communicator is a group of one", "[mpi]") {
   CHECK(same_bytes(out, t));
   out = Tensor::zeros({7});
   local->reduce_scatter(t, out);
+  CHECK(same_bytes(out, t));
+  out = Tensor::zeros({7});
+  local->reduce_scatter_async(t, out)->wait();
   CHECK(same_bytes(out, t));
   out = Tensor::zeros({7});
   local->all_to_all(t, out);

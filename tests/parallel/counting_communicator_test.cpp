@@ -68,6 +68,29 @@ TEST_CASE("counted collectives give the wrapped communicator's results", "[mpi]"
   Tensor c = x.clone();
   counted.all_reduce_async(c)->wait();
   CHECK(same_bytes(a, c));
+  Tensor sa = Tensor::empty({1000 / w.size()}), sb = Tensor::empty({1000 / w.size()});
+  const Tensor in = x.narrow0(0, w.size() * (1000 / w.size()));
+  w.reduce_scatter(in, sa);
+  counted.reduce_scatter_async(in, sb)->wait();
+  CHECK(same_bytes(sa, sb));
+}
+
+TEST_CASE("reduce_scatter_async: counted as reduce_scatter is, its wait apart", "[mpi]") {
+  CountingCommunicator comm(world());
+  const int n = comm.size();
+  const int64_t k = 1000;  // f32 elements per rank out
+  Tensor big = filled(n * k, 1.0), small = filled(k, 0.0);
+  auto work = comm.reduce_scatter_async(big, small);
+  work->wait();
+  CHECK(work->test());  // forwarded to the wrapped Work, which is complete
+  CHECK(small.at(0) == n);
+  const CollectiveStats a = comm.stats().group("world")[Collective::ReduceScatterAsync];
+  CHECK(a.calls == 1);
+  CHECK(a.tensor_bytes == 4 * n * k);
+  CHECK(a.bytes_sent == bytes_sent(Collective::ReduceScatter, 4 * n * k, n));
+  CHECK(a.wait_seconds >= 0);
+  CHECK(comm.stats().group("world")[Collective::ReduceScatter].calls == 0);
+  CHECK(std::string(collective_name(Collective::ReduceScatterAsync)) == "reduce_scatter_async");
 }
 
 TEST_CASE("calls and bytes per collective follow the header's table", "[mpi]") {

@@ -125,6 +125,9 @@ class ShapeOnlyCommunicator final : public Communicator {
   void all_reduce(const Tensor&, ReduceOp) override { fail(); }
   std::unique_ptr<Work> all_reduce_async(const Tensor&, ReduceOp) override { fail(); }
   void reduce_scatter(const Tensor&, const Tensor&, ReduceOp) override { fail(); }
+  std::unique_ptr<Work> reduce_scatter_async(const Tensor&, const Tensor&, ReduceOp) override {
+    fail();
+  }
   void all_gather(const Tensor&, const Tensor&) override { fail(); }
   void all_to_all(const Tensor&, const Tensor&) override { fail(); }
   void broadcast(const Tensor&, int) override { fail(); }

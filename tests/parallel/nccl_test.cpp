@@ -266,6 +266,62 @@ TEST_CASE("NCCL reduce_scatter gives each rank its chunk of the reduction", "[mp
   }
 }
 
+// ZeRO-1's gradient buckets: reduce_scatter_async eager (several outstanding, the input freed
+// by the caller before the wait: the Work holds it), and captured into a CUDA graph, where
+// test() says false and each replay reduces what the kernels before it wrote.
+TEST_CASE("NCCL reduce_scatter_async: outstanding, waited out of order, and captured",
+          "[mpi][cuda]") {
+  if (!have_gpus()) return;
+  for (const auto& comm : nccl_groups()) {
+    CAPTURE(comm->name());
+    const int64_t size = comm->size();
+    std::vector<Tensor> outs;
+    std::vector<std::vector<double>> want;
+    std::vector<std::unique_ptr<Work>> works;
+    int salt = 500;
+    for (DType dtype : {DType::F32, DType::BF16})
+      for (int64_t rows : {1, 100003}) {
+        ++salt;
+        const Shape in_shape = {size * rows};
+        outs.push_back(Tensor::full({rows}, -7, dtype, Device::CUDA));
+        works.push_back(comm->reduce_scatter_async(
+            rank_tensor(in_shape, dtype, comm->rank(), salt), outs.back()));
+        want.push_back(slice(reduced(in_shape, dtype, ReduceOp::Sum, salt, comm->size()),
+                             comm->rank() * rows, rows));
+      }
+    for (size_t i = works.size(); i-- > 0;) works[i]->wait();
+    for (size_t i = 0; i < outs.size(); ++i) {
+      CAPTURE(i);
+      CHECK(mismatches(outs[i], want[i]) == 0);
+    }
+
+    const int64_t n = 4099;
+    const double sum = size * (size + 1) / 2.0;  // of rank + 1 over the group
+    Tensor in = Tensor::empty({n * size}, DType::F32, Device::CUDA);
+    Tensor out = Tensor::empty({n}, DType::F32, Device::CUDA);
+    Tensor step = Tensor::zeros({n * size}, DType::F32, Device::CUDA);  // +1 at every replay
+    const Tensor ones = Tensor::full({n * size}, 1.0, DType::F32, Device::CUDA);
+    Backend& be = backend(Device::CUDA);
+    be.begin_capture();
+    be.axpy(1.0, ones, step);
+    be.fill(in, comm->rank() + 1);
+    be.axpy(1.0, step, in);  // rank + 1 + replay
+    std::unique_ptr<Work> work = comm->reduce_scatter_async(in, out);
+    const bool tested = work->test();
+    work->wait();
+    be.scale(out, 0.5, out);
+    std::unique_ptr<CapturedWork> graph = be.end_capture();
+    CHECK_FALSE(tested);
+    for (int replay = 1; replay <= 3; ++replay) {
+      CAPTURE(replay);
+      graph->replay();
+      comm->watch_enqueued("replayed test graph");
+      const double v = 0.5 * (sum + size * replay);
+      CHECK(mismatches(out, std::vector<double>(static_cast<size_t>(n), v)) == 0);
+    }
+  }
+}
+
 TEST_CASE("NCCL all_gather concatenates every rank's tensor in rank order", "[mpi][cuda]") {
   if (!have_gpus()) return;
   for (const auto& comm : nccl_groups()) {

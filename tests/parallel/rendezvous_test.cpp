@@ -234,6 +234,11 @@ TEST_CASE("the rendezvous communicator reduces bitwise equally on every rank") {
     CHECK(flag.data<double>()[0] == 1);
     Tensor big = Tensor::empty({2}, DType::F32);
     CHECK_THROWS_WITH(comm->all_gather(mine, big), Contains("expected out [4]"));
+    // reduce_scatter_async (ZeRO-1's buckets): rank r gets the sum of everyone's chunk r.
+    Tensor in = Tensor::from_vector({1.f * rank, 2.f * rank, 3.f * rank, 4.f * rank}, {4});
+    Tensor out = Tensor::empty({1}, DType::F32);
+    comm->reduce_scatter_async(in, out)->wait();
+    CHECK(out.data<float>()[0] == 6.f * (rank + 1));  // (rank + 1) x (0 + 1 + 2 + 3)
   });
   for (const auto& e : errors) CHECK(e == "");
   for (int r = 1; r < 4; ++r) CHECK(std::memcmp(results[r].data(), results[0].data(), 12) == 0);

@@ -46,6 +46,11 @@ class HostStagingCommunicator final : public parallel::Communicator {
       back(h, out);
     });
   }
+  std::unique_ptr<parallel::Work> reduce_scatter_async(const Tensor& in, const Tensor& out,
+                                                       parallel::ReduceOp op) override {
+    reduce_scatter(in, out, op);  // staged like all_reduce_async: done (or enqueued) at once
+    return std::make_unique<Done>();
+  }
   void all_gather(const Tensor& in, const Tensor& out) override {
     staged({in, out}, [=, this] {
       Tensor h = host(out);
