@@ -115,7 +115,7 @@ std::vector<GradBucket> grad_buckets(const modtrain::RunConfig& cfg, const Layou
     auto& list = is_expert ? expert : dense;
     double& filled = is_expert ? expert_filled : dense_filled;
     if (list.empty() || filled >= cap) {
-      list.push_back({0, is_expert ? edp : l.dp, 0, 0, is_expert});
+      list.push_back({0, is_expert ? edp : l.dp, 0, 0, is_expert, l.zero1});
       filled = 0;
     }
     list.back().bytes += bytes;
@@ -145,17 +145,17 @@ StepTime predict_step(const modtrain::RunConfig& cfg, const Layout& l, const Nap
   });
   std::vector<BucketTime> times;
   for (const GradBucket& b : buckets)
-    times.push_back({b.ready_fraction * s.last_backward,
-                     2.0 * (b.ranks - 1) / b.ranks * b.bytes / f.dp_busbw + f.dp_latency});
+    times.push_back({b.ready_fraction * s.last_backward, b.sent() / f.dp_busbw + f.dp_latency});
   const Overlap o = overlap_buckets(times, s.last_backward);
   s.buckets = static_cast<int>(buckets.size());
   s.grad_comm = o.comm;
   s.exposed_grad = o.exposed;
 
-  // ZeRO-1: one all-gather per sharded optimizer (dense over dp, experts over edp), half the
-  // all-reduce's bytes (the napkin counts them with it: 3 (n-1)/n).
+  // ZeRO-1: after the buckets' reduce-scatter, one all-gather of the updated parameters per
+  // sharded optimizer (dense over dp, experts over edp), as many bytes (the napkin counts both:
+  // 2 (n-1)/n).
   if (l.zero1) {
-    s.gather = (nk.dp_bytes + nk.edp_bytes) / 3 / f.dp_busbw;
+    s.gather = (nk.dp_bytes + nk.edp_bytes) / 2 / f.dp_busbw;
     s.gather += ((l.dp > 1 ? 1 : 0) + (nk.expert > 0 && nk.edp > 1 ? 1 : 0)) * f.dp_latency;
   }
   // tp: per micro-batch 4 collectives per block (parallel_napkin.cpp), 2 for the embedding and

@@ -55,10 +55,13 @@ Overlap overlap_buckets(const std::vector<BucketTime>& buckets, double backward)
 // shapes, closed once it holds parallel.bucket_mb MiB; dense over dp, experts over edp.
 struct GradBucket {
   double bytes = 0;           // S: the bucket's gradient bytes on the rank
-  int ranks = 1;              // n of the group it is all-reduced over (dp or edp)
+  int ranks = 1;              // n of the group it is reduced over (dp or edp)
   double ready_fraction = 0;  // share of backward done when its last gradient is final
   int params = 0;             // parameters in it
   bool expert = false;        // expert weights (over edp) rather than dense ones (over dp)
+  bool reduce_scatter = false;  // ZeRO-1: reduce-scattered, (n-1)/n x S; else all-reduced
+  // Bytes the rank sends for it (NCCL's bus-bandwidth convention).
+  double sent() const { return (reduce_scatter ? 1.0 : 2.0) * (ranks - 1) / ranks * bytes; }
 };
 // Dense buckets then expert buckets, each list in launch order; none for a group of one.
 // Backward runs the LM head, then the blocks from last to first, then the embedding, each for a

@@ -104,8 +104,12 @@ TEST_CASE("grad_buckets hold the napkin's gradient bytes, packed as GradBucketer
       const auto nk = mod::bench::napkin(cfg, l);
       const auto buckets = mod::bench::grad_buckets(cfg, l);
       double sent = 0;
-      for (const auto& b : buckets) sent += 2.0 * (b.ranks - 1) / b.ranks * b.bytes;
-      CHECK(sent * (l.zero1 ? 1.5 : 1.0) == Approx(nk.dp_bytes + nk.edp_bytes).epsilon(1e-12));
+      for (const auto& b : buckets) {
+        CHECK(b.reduce_scatter == l.zero1);
+        sent += b.sent();
+      }
+      // ZeRO-1's reduce-scatter and all-gather send as much as each other.
+      CHECK(sent * (l.zero1 ? 2.0 : 1.0) == Approx(nk.dp_bytes + nk.edp_bytes).epsilon(1e-12));
       // Every bucket but the last of its group is at least bucket_mb; the last dense one holds
       // the embedding, final when backward ends.
       int dense = 0;
@@ -137,9 +141,9 @@ TEST_CASE("predict_step: compute from the FLOP count, comm from bytes / busbw + 
     const auto t = mod::bench::predict_step(cfg, l, nk, f);
     CHECK(t.compute == Approx(flops / (l.dp * l.tp) / (989e12 * 0.4)));
     CHECK(t.last_backward == Approx(t.compute * 2 / 3 / 8));
-    const double grad_bytes = nk.dp_bytes * (l.zero1 ? 2.0 / 3 : 1.0);
+    const double grad_bytes = nk.dp_bytes * (l.zero1 ? 1.0 / 2 : 1.0);
     CHECK(t.grad_comm == Approx(grad_bytes / 40e9 + t.buckets * 30e-6));
-    CHECK(t.gather == Approx(l.zero1 ? nk.dp_bytes / 3 / 40e9 + 30e-6 : 0.0));
+    CHECK(t.gather == Approx(l.zero1 ? nk.dp_bytes / 2 / 40e9 + 30e-6 : 0.0));
     CHECK(t.tp == Approx(l.tp > 1 ? nk.tp_bytes / 360e9 + (8 * (4 * 12 + 4) + 1) * 10e-6 : 0.0));
     CHECK(t.exposed_grad <= t.grad_comm);
     CHECK(t.step(true) <= t.step(false));
