@@ -88,12 +88,13 @@ __global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, AdamWParam
     adamw_at<T, T>(i, p, g, m, v, nullptr, c);
 }
 
-// Every tensor of `table` in one launch: block b finds its entry (the last whose first_chunk
-// <= b, by bisection over the entries), then its threads stride over that chunk.
-template <typename T, typename C>
-__global__ void adamw_multi_tensor_kernel(const MultiTensorEntry* table, int entries,
-                                          AdamWParams<Acc<T>> h, const T* scale) {
-  const int64_t b = blockIdx.x;
+// Block b's chunk of a multi-tensor table: its entry (the last whose first_chunk <= b, by
+// bisection over the entries) and the element range [begin, end) of that entry it covers.
+struct TableChunk {
+  MultiTensorEntry e;
+  int64_t begin, end;
+};
+__device__ TableChunk table_chunk(const MultiTensorEntry* table, int entries, int64_t b) {
   int lo = 0, hi = entries - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -101,9 +102,17 @@ __global__ void adamw_multi_tensor_kernel(const MultiTensorEntry* table, int ent
     else hi = mid - 1;
   }
   const MultiTensorEntry e = table[lo];
-  const auto c = element_consts<T>(h, e.consts, scale);
   const int64_t begin = (b - e.first_chunk) * kMultiTensorChunk;
-  const int64_t end = e.numel < begin + kMultiTensorChunk ? e.numel : begin + kMultiTensorChunk;
+  return {e, begin, e.numel < begin + kMultiTensorChunk ? e.numel : begin + kMultiTensorChunk};
+}
+
+// Every tensor of `table` in one launch: block b takes its chunk (table_chunk), its threads
+// stride over it.
+template <typename T, typename C>
+__global__ void adamw_multi_tensor_kernel(const MultiTensorEntry* table, int entries,
+                                          AdamWParams<Acc<T>> h, const T* scale) {
+  const auto [e, begin, end] = table_chunk(table, entries, blockIdx.x);
+  const auto c = element_consts<T>(h, e.consts, scale);
   T* p = static_cast<T*>(e.param);
   const T* g = static_cast<const T*>(e.grad);
   T *m = static_cast<T*>(e.m), *v = static_cast<T*>(e.v);
@@ -205,22 +214,13 @@ __global__ void clip_factor_kernel(const double* sq, double max_norm, double* no
 }  // namespace
 
 namespace {
-// Block b finds its entry as adamw_multi_tensor_kernel does and writes the sum of its chunk's
-// squares (in double) to partial[b].
+// Block b writes the sum of its chunk's squares (in double) to partial[b].
 template <typename T>
 __global__ void sum_squares_multi_tensor_kernel(const MultiTensorEntry* table, int entries,
                                                 double* partial) {
   __shared__ double scratch[32];
   const int64_t b = blockIdx.x;
-  int lo = 0, hi = entries - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (table[mid].first_chunk <= b) lo = mid;
-    else hi = mid - 1;
-  }
-  const MultiTensorEntry e = table[lo];
-  const int64_t begin = (b - e.first_chunk) * kMultiTensorChunk;
-  const int64_t end = e.numel < begin + kMultiTensorChunk ? e.numel : begin + kMultiTensorChunk;
+  const auto [e, begin, end] = table_chunk(table, entries, b);
   const T* x = static_cast<const T*>(e.grad);
   double acc = 0.0;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
