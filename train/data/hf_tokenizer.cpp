@@ -6,10 +6,9 @@
 #include "train/data/hf_tokenizer.h"
 
 #include "core/util/json_nesting.h"
+#include "train/data/hf_json.h"
+#include "train/data/hf_regex.h"
 #include "train/data/unicode.h"
-
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
 
 #include <array>
 #include <atomic>
@@ -24,198 +23,15 @@
 namespace mod::data {
 
 using nlohmann::json;
+using hf::Json;
+using hf::MatchScratch;
+using hf::Regex;
 
 namespace {
-
-const char* const kWhiteSpaceClass =
-    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
-    "\\x{202F}\\x{205F}\\x{3000}";
 
 uint64_t pair_key(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(a) << 32) | b; }
 
 std::atomic<uint64_t> g_next_instance{1};
-
-// ---- JSON access with errors that name the field ----
-
-struct Json {
-  const std::string& name;
-  [[noreturn]] void fail(const std::string& msg) const {
-    throw std::runtime_error(name + ": " + msg);
-  }
-  const json& field(const json& obj, const char* key, const std::string& path) const {
-    if (!obj.is_object()) fail(path + " must be an object");
-    auto it = obj.find(key);
-    if (it == obj.end()) fail("missing field " + (path.empty() ? "" : path + ".") + key);
-    return *it;
-  }
-  std::string str(const json& obj, const char* key, const std::string& path) const {
-    const json& v = field(obj, key, path);
-    if (!v.is_string()) fail(path + "." + key + " must be a string");
-    return v.get<std::string>();
-  }
-  bool boolean(const json& obj, const char* key, const std::string& path, bool dflt) const {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return dflt;
-    if (!it->is_boolean()) fail(path + "." + key + " must be true or false");
-    return it->get<bool>();
-  }
-  // A string field that must be null, absent, or one of `ok` (empty `ok`: only null/absent).
-  void null_or(const json& obj, const char* key, const std::string& path,
-               const std::vector<std::string>& ok, const std::string& supported) const {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return;
-    if (it->is_string())
-      for (const auto& s : ok)
-        if (it->get<std::string>() == s) return;
-    fail(path + "." + key + " " + it->dump() + " is not supported (supported: " + supported + ")");
-  }
-};
-
-// Rewrites \s and \S to Oniguruma's (= Unicode White_Space) set; PCRE2's \s adds U+180E.
-std::string onig_compatible(const std::string& p, const Json& j, const std::string& path) {
-  std::string out;
-  bool in_class = false;
-  for (size_t i = 0; i < p.size(); ++i) {
-    const char c = p[i];
-    if (c == '\\' && i + 1 < p.size()) {
-      const char e = p[++i];
-      if (e == 's') {
-        if (!in_class) out += '[';
-        out += kWhiteSpaceClass;
-        if (!in_class) out += ']';
-      } else if (e == 'S') {
-        if (in_class) j.fail(path + ": \\S inside a character class is not supported");
-        out += "[^";
-        out += kWhiteSpaceClass;
-        out += ']';
-      } else {
-        out += c;
-        out += e;
-      }
-    } else if (c == '[' && !in_class) {
-      in_class = true;
-      out += c;
-      if (i + 1 < p.size() && p[i + 1] == '^') out += p[++i];
-      if (i + 1 < p.size() && p[i + 1] == ']') out += p[++i];  // a leading ] is literal
-    } else if (c == '[' && in_class && i + 1 < p.size() && p[i + 1] == ':') {
-      const size_t end = p.find(":]", i + 2);  // POSIX class such as [:alpha:]
-      if (end == std::string::npos) j.fail(path + ": unterminated [: in the pattern");
-      out += p.substr(i, end + 2 - i);
-      i = end + 1;
-    } else {
-      if (c == ']' && in_class) in_class = false;
-      out += c;
-    }
-  }
-  return out;
-}
-
-// PCRE2's limits on one match: Oniguruma's default retry limit (the library's engine), and a
-// JIT stack that patterns with nested repeats need on 64 KiB pieces (PCRE2's default is 32 KiB).
-constexpr uint32_t kMatchLimit = 10'000'000;
-constexpr size_t kJitStackBytes = 4 << 20;
-
-// A sample for the trial match at load: words, digits, punctuation, whitespace runs, non-ASCII
-// and a long run, so a pattern that cannot run (a JIT or limit error) is refused at load.
-std::string trial_text() {
-  std::string t =
-      "Hello, world! It's 1234 \xc3\xa9t\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 --- \n\n\t  x\r\n";
-  for (int i = 0; i < 64; ++i) t += "word 42, ";
-  return t + std::string(4096, 'a') + std::string(1024, ' ');
-}
-
-// The per-thread part of matching: the JIT stack and the match context that carries it and the
-// limits; one serves every regex of a thread (a match returns before its callback runs).
-struct MatchScratch {
-  pcre2_match_context* context = pcre2_match_context_create(nullptr);
-  pcre2_jit_stack* jit_stack = pcre2_jit_stack_create(32 << 10, kJitStackBytes, nullptr);
-  MatchScratch() {
-    if (!context || !jit_stack) {
-      pcre2_jit_stack_free(jit_stack);
-      pcre2_match_context_free(context);
-      throw std::bad_alloc();
-    }
-    pcre2_set_match_limit(context, kMatchLimit);
-    pcre2_jit_stack_assign(context, nullptr, jit_stack);
-  }
-  ~MatchScratch() {
-    pcre2_jit_stack_free(jit_stack);
-    pcre2_match_context_free(context);
-  }
-  MatchScratch(const MatchScratch&) = delete;
-  MatchScratch& operator=(const MatchScratch&) = delete;
-};
-
-// A compiled PCRE2 pattern; matching is read-only, so one instance serves every thread. Errors
-// name the file and the field the pattern came from.
-class Regex {
- public:
-  Regex(const std::string& pattern, const Json& j, const std::string& path)
-      : where_(j.name + ": " + path) {
-    const std::string p = onig_compatible(pattern, j, path);
-    int err = 0;
-    PCRE2_SIZE off = 0;
-    // MULTILINE: in Oniguruma's Ruby syntax ^ and $ always match at line boundaries.
-    code_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(),
-                              PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &err, &off, nullptr));
-    if (!code_)
-      j.fail(path + ": pattern does not compile at offset " + std::to_string(off) + ": " +
-             error_text(err));
-    jit_ = pcre2_jit_compile(code_.get(), PCRE2_JIT_COMPLETE) == 0;
-    MatchScratch scratch;
-    const std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(
-        pcre2_match_data_create(1, nullptr), pcre2_match_data_free);
-    try {
-      find_iter(trial_text(), md.get(), scratch, [](size_t, size_t) {});
-    } catch (const std::runtime_error& e) {
-      throw std::runtime_error(std::string(e.what()) + " (a trial match at load, on a sample text)");
-    }
-  }
-  Regex(const Regex&) = delete;
-  Regex& operator=(const Regex&) = delete;
-
-  // Calls f(start, end) for each match, in order, as the onig crate's find_iter does: an empty
-  // match right where the previous match ended is skipped by stepping one character.
-  template <class F>
-  void find_iter(std::string_view s, pcre2_match_data* md, MatchScratch& scratch, F&& f) const {
-    size_t last_end = 0;
-    size_t last_match_end = SIZE_MAX;
-    const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
-    while (last_end <= s.size()) {
-      const int rc =
-          jit_ ? pcre2_jit_match(code_.get(), subject, s.size(), last_end, 0, md, scratch.context)
-               : pcre2_match(code_.get(), subject, s.size(), last_end, PCRE2_NO_UTF_CHECK, md,
-                             scratch.context);
-      if (rc == PCRE2_ERROR_NOMATCH) return;
-      if (rc < 0)
-        throw std::runtime_error(where_ + ": the regex failed on a piece of " +
-                                 std::to_string(s.size()) + " bytes at byte " +
-                                 std::to_string(last_end) + ": PCRE2 error " + std::to_string(rc) +
-                                 " (" + error_text(rc) + ")");
-      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-      const size_t st = ov[0], en = ov[1];
-      if (st == en && last_match_end == en) {
-        size_t len = 1;
-        if (last_end < s.size()) decode_char(s, last_end, &len);
-        last_end += len;
-        continue;
-      }
-      last_end = last_match_end = en;
-      f(st, en);
-    }
-  }
-
- private:
-  static std::string error_text(int code) {
-    PCRE2_UCHAR msg[256];
-    if (pcre2_get_error_message(code, msg, sizeof msg) < 0) return "unknown error";
-    return reinterpret_cast<const char*>(msg);
-  }
-
-  std::string where_;  // "<file>: <field>"
-  std::unique_ptr<pcre2_code, void (*)(pcre2_code*)> code_{nullptr, pcre2_code_free};
-  bool jit_ = false;
-};
 
 const char* const kGpt2Pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
