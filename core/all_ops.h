@@ -9,6 +9,7 @@
 #include "core/ops/embedding.h"
 #include "core/ops/loss.h"
 #include "core/ops/matmul.h"
+#include "core/ops/mlp.h"
 #include "core/ops/norm.h"
 #include "core/ops/optim.h"
 #include "core/ops/reduce.h"

@@ -154,6 +154,17 @@ class Backend {
 
   // --- matmul family (ops/matmul) ---
   virtual void gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) = 0;
+  // GEMMs with GELU (gelu_forward's tanh approximation) in the epilogue: a GELU MLP's up
+  // projection and the backward through its down projection (core/ops/mlp.h). One matrix
+  // (batch 1), alpha 1, no accumulate; pre, out and c share a's dtype.
+  // pre = op(A) op(B) and out = gelu(pre). The default runs gemm, then gelu_forward; a CUDA
+  // backend writes both from the GEMM (cuBLASLt's GELU_AUX epilogue).
+  virtual void gemm_gelu(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& pre,
+                         Tensor& out);
+  // out = (op(A) op(B)) * gelu'(pre). The default runs gemm into out, then gelu_backward in
+  // place (dx over dy); a CUDA backend multiplies in the GEMM (the DGELU epilogue).
+  virtual void gemm_dgelu(const GemmArgs& args, const Tensor& a, const Tensor& b,
+                          const Tensor& pre, Tensor& out);
 
   // --- elementwise family (ops/elementwise) ---
   // out = a (op) b, b broadcast as described; out has a's shape.

@@ -29,6 +29,8 @@ enum class Op : uint16_t {
   GELU,
   SiLU,
   SwiGLU,
+  // A GELU MLP's up projection, GELU and down projection as one op (core/ops/mlp.h).
+  GeluMlp,
   Sigmoid,
   Softmax,
   CrossEntropy,
@@ -85,6 +87,7 @@ inline constexpr OpInfo kOpInfo[] = {
     {Op::GELU, "gelu", true},
     {Op::SiLU, "silu", true},
     {Op::SwiGLU, "swiglu", true},
+    {Op::GeluMlp, "gelu_mlp", true},
     {Op::Sigmoid, "sigmoid", true},
     {Op::Softmax, "softmax", true},
     {Op::CrossEntropy, "cross_entropy", true},

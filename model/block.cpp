@@ -66,7 +66,7 @@ Block::Block(const modtrain::ModelConfig& cfg, bool routed, Rng& rng, DType dtyp
   if (moe)
     moe_ = register_module("mlp", std::make_shared<MoeMlp>(cfg, rng, dtype));
   else
-    mlp_ = register_module("mlp", std::make_shared<Mlp>(cfg, rng, dtype));
+    mlp_ = register_module("mlp", std::make_shared<Mlp>(cfg, rng, dtype, fusions.gelu_mlp));
   if (!routed) return;
   const auto& mod = cfg.mod();
   router_ = register_module(

@@ -11,12 +11,16 @@ struct Fusions {
   // A residual add and the norm after it as one op (core/ops/norm.h add_rmsnorm): in a block,
   // x + attn then norm2; between blocks, x + mlp then the next block's norm1 or the final norm.
   bool add_norm = true;
+  // A GELU MLP's up GEMM, GELU and down GEMM as one op with GELU in the GEMMs' epilogues
+  // (core/ops/mlp.h gelu_mlp). SwiGLU MLPs and MoE experts run unfused.
+  bool gelu_mlp = true;
 };
 
 // The switches a run's train.fusions sets.
 inline Fusions fusions_from(const modtrain::TrainConfig& train) {
   Fusions f;
   f.add_norm = train.fusions().add_norm();
+  f.gelu_mlp = train.fusions().gelu_mlp();
   return f;
 }
 

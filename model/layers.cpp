@@ -60,8 +60,8 @@ Tensor Attention::forward(const Tensor& x, const Tensor& pos, KvCache* cache) co
   return wo_->forward(reshape(a, {b, t, local_heads * head_dim_}));
 }
 
-Mlp::Mlp(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype)
-    : swiglu_(cfg.mlp() == modtrain::ModelConfig::SWIGLU) {
+Mlp::Mlp(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype, bool fuse_gelu)
+    : swiglu_(cfg.mlp() == modtrain::ModelConfig::SWIGLU), fuse_gelu_(fuse_gelu && !swiglu_) {
   const int64_t d = cfg.d_model(), ff = cfg.d_ff();
   const double std = cfg.init_std(), out_std = std / std::sqrt(2.0 * cfg.n_layers());
   up_ = register_module("up", std::make_shared<nn::Linear>(d, ff, false, rng, std, dtype));
@@ -71,6 +71,9 @@ Mlp::Mlp(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype)
 }
 
 Tensor Mlp::forward(const Tensor& x) const {
+  if (fuse_gelu_)
+    return down_->output(gelu_mlp(autocast(up_->input(x)), autocast(up_->weight()),
+                                  autocast(down_->weight())));
   Tensor h = swiglu_ ? swiglu(gate_->forward(x), up_->forward(x)) : gelu(up_->forward(x));
   return down_->forward(h);
 }

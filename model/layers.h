@@ -46,13 +46,16 @@ class Attention : public nn::Module {
   std::shared_ptr<nn::Linear> wq_, wk_, wv_, wo_;
 };
 
+// up, GELU (or SwiGLU with gate), down. fuse_gelu: a GELU MLP runs as one op, gelu_mlp
+// (train.fusions.gelu_mlp); up's input hook and down's output hook (tensor parallelism's column
+// and row splits) stay around it.
 class Mlp : public nn::Module {
  public:
-  Mlp(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype);
+  Mlp(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype, bool fuse_gelu = false);
   Tensor forward(const Tensor& x) const;
 
  private:
-  bool swiglu_;
+  bool swiglu_, fuse_gelu_;
   std::shared_ptr<nn::Linear> up_, gate_, down_;
 };
 

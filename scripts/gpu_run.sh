@@ -7,6 +7,8 @@
 #   scripts/gpu_run.sh bench   GPT-2-small dense and its MoD twin, bf16: step time, tokens/s and
 #                              MFU, eager and as a CUDA graph; then sampling tokens/s, dense vs MoD,
 #                              each beside PyTorch's twin decoding (pytorch_decode.py)
+#   scripts/gpu_run.sh fusions each fusion's own gain: the graphed MoD step with one
+#                              train.fusions switch off at a time (compare with bench's graph run)
 #   scripts/gpu_run.sh profile where a step's device time goes: modtrain's kernel table
 #                              (train.profile_steps) for both models, then PyTorch's (torch.profiler)
 #   scripts/gpu_run.sh multirank  several ranks on the one GPU without MPI (the bundle has none):
@@ -206,6 +208,15 @@ pytorch_bench() {
   grep -E "^PyTorch|^  (dense|MoD)" "$logs/pytorch_gpu.log" | tee -a "$summary"
 }
 
+# Each fusion's own gain: bench's graphed MoD step with one train.fusions switch off at a time.
+fusions() {
+  local steps=${STEPS:-20} f
+  for f in optimizer_weight_copies classifier add_norm gelu_mlp; do
+    train_run "train_gpt2_small_mod_graph_no_$f" gpt2_small_mod true NONE "$steps" \
+      --set "train.fusions.$f=false"
+  done
+}
+
 profile() {
   local model
   for model in gpt2_small_dense gpt2_small_mod; do
@@ -282,6 +293,7 @@ case $stage in
   tests) tests ;;
   bench) bench ;;
   profile) profile ;;
+  fusions) fusions ;;
   multirank) multirank ;;
   grid) grid ;;
   all) tests; bench ;;
@@ -291,7 +303,7 @@ case $stage in
   modtrain) shift; "$modtrain" "$@" ;;  # one ad-hoc command with the bundle's libraries
   bin) shift; name=$1; shift; "$bundle/bin/$name" "$@" ;;
   *)
-    echo "gpu_run: unknown stage '$stage' (tests, bench, profile, multirank, grid, all, eager, pytorch, pytorch_sample, modtrain ARGS... or bin NAME ARGS...)" >&2
+    echo "gpu_run: unknown stage '$stage' (tests, bench, fusions, profile, multirank, grid, all, eager, pytorch, pytorch_sample, modtrain ARGS... or bin NAME ARGS...)" >&2
     exit 2
     ;;
 esac

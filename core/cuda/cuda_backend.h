@@ -1,4 +1,4 @@
-// The CUDA backend: cuBLAS for GEMM, cuDNN for bf16 attention, modtrain kernels for the rest.
+// The CUDA backend: cuBLAS for GEMM (cuBLASLt where an epilogue fuses an activation), cuDNN for bf16 attention, modtrain kernels for the rest.
 // Methods are defined family by family in core/cuda/ops/<family>.cu beside the CPU's
 // core/cpu/ops/<family>.cpp; memory, copies and conversions in cuda_backend.cu. Every kernel
 // takes f32, f64 and bf16 (accumulating bf16 in f32), runs on compute_stream() and never
@@ -23,6 +23,10 @@ class CudaBackend final : public Backend {
   void copy_rows(const Tensor& src, size_t src_offset, size_t src_pitch, Tensor& dst,
                  size_t dst_offset, size_t dst_pitch, size_t rows, size_t width) override;
   void gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) override;
+  void gemm_gelu(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& pre,
+                 Tensor& out) override;
+  void gemm_dgelu(const GemmArgs& args, const Tensor& a, const Tensor& b, const Tensor& pre,
+                  Tensor& out) override;
   void binary(BinaryKind kind, Broadcast bcast, int64_t outer, int64_t inner, const Tensor& a,
               const Tensor& b, Tensor& out) override;
   void scale(const Tensor& x, double alpha, Tensor& out) override;

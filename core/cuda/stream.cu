@@ -1,4 +1,5 @@
-// The process's device, compute stream and cuBLAS handle, made on first use.
+// The process's device, compute stream and cuBLAS handles, made on first use.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -27,6 +28,8 @@ struct Context {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   void* cublas_workspace = nullptr;
+  cublasLtHandle_t cublaslt = nullptr;
+  void* cublaslt_workspace = nullptr;
 
   Context() {
     int count = 0;
@@ -47,6 +50,9 @@ struct Context {
     constexpr size_t kWorkspace = 32u << 20;
     MOD_CUDA_CHECK(cudaMalloc(&cublas_workspace, kWorkspace));
     cublasSetWorkspace(cublas, cublas_workspace, kWorkspace);
+    if (cublasLtCreate(&cublaslt) != CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error("CUDA: cublasLtCreate failed on device " + std::to_string(device));
+    MOD_CUDA_CHECK(cudaMalloc(&cublaslt_workspace, kCublasLtWorkspaceBytes));
   }
 };
 
@@ -72,6 +78,8 @@ StreamOverride::~StreamOverride() {
   cublasSetStream(context().cublas, compute_stream());
 }
 cublasHandle_t cublas_handle() { return context().cublas; }
+cublasLtHandle_t cublaslt_handle() { return context().cublaslt; }
+void* cublaslt_workspace() { return context().cublaslt_workspace; }
 void synchronize() { MOD_CUDA_CHECK(cudaStreamSynchronize(context().stream)); }
 
 }  // namespace mod::cuda

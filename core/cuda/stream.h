@@ -3,6 +3,7 @@
 // gradient buckets use their own stream ordered by events (parallel/nccl_communicator.cpp).
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -13,6 +14,11 @@ namespace mod::cuda {
 int current_device();
 cudaStream_t compute_stream();
 cublasHandle_t cublas_handle();  // bound to compute_stream(), with its own workspace
+// cuBLASLt (GEMMs with epilogues) takes the stream per call; its workspace is fixed, so a
+// captured graph never allocates, and used on the compute stream only.
+cublasLtHandle_t cublaslt_handle();
+constexpr size_t kCublasLtWorkspaceBytes = 32u << 20;
+void* cublaslt_workspace();
 // Blocks the host until every queued kernel and copy has finished.
 void synchronize();
 

@@ -96,8 +96,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Rng& rng, d
 }
 
 Tensor Linear::forward(const Tensor& x) const {
-  Tensor y = linear(autocast(input_ ? input_(x) : x), autocast(weight_));
-  if (output_) y = output_(y);
+  const Tensor y = output(linear(autocast(input(x)), autocast(weight_)));
   return bias_.defined() ? bias_add(y, autocast(bias_)) : y;
 }
 

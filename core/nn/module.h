@@ -76,6 +76,10 @@ class Linear : public Module {
   Tensor forward(const Tensor& x) const;
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
+  // The hooks alone, for an op that fuses this layer's product with its neighbours' (the MLP's
+  // gelu_mlp): forward multiplies input(x) and returns output(product) (+ bias).
+  Tensor input(const Tensor& x) const { return input_ ? input_(x) : x; }
+  Tensor output(const Tensor& y) const { return output_ ? output_(y) : y; }
   // Replaces weight and bias by this rank's shards (bias may be undefined) and sets the hooks.
   void shard(Tensor weight, Tensor bias, TensorHook input, TensorHook output);
 

@@ -1,4 +1,4 @@
-// Gradient cases for matmul, elementwise arithmetic and reductions. Sizes are deliberately not
+// Gradient cases for matmul, the fused GELU MLP, elementwise arithmetic and reductions. Sizes are deliberately not
 // multiples of the SIMD width.
 #include "core/all_ops.h"
 #include "tests/support/grad_check.h"
@@ -20,7 +20,20 @@ GradCase binary_case(const char* name, Op op, Shape a, Shape b,
           [=](const std::vector<Tensor>& in) { return f(in[0], in[1]); }};
 }
 
+// x [.., D], w_up [F, D], w_down [D, F]: pre-activations of a few units of spread, so GELU's
+// curved part (where its derivative is not 0 or 1) carries the check.
+GradCase gelu_mlp_case(const char* name, Shape x, int64_t f) {
+  const int64_t d = x.back();
+  return {name, Op::GeluMlp,
+          [=](Rng& rng) {
+            return std::vector<Tensor>{leaf(x, rng), leaf({f, d}, rng), leaf({d, f}, rng)};
+          },
+          [](const std::vector<Tensor>& in) { return gelu_mlp(in[0], in[1], in[2]); }};
+}
+
 const bool registered = register_grad_cases({
+    gelu_mlp_case("gelu_mlp [2,3,5] F 7", {2, 3, 5}, 7),
+    gelu_mlp_case("gelu_mlp one row [1,9] F 4", {1, 9}, 4),
     matmul_case("matmul nn [5,7]x[7,3]", {5, 7}, {7, 3}, false, false),
     matmul_case("matmul nt [5,7]x[3,7]^T", {5, 7}, {3, 7}, false, true),
     matmul_case("matmul tn [7,5]^Tx[7,3]", {7, 5}, {7, 3}, true, false),

@@ -1,4 +1,5 @@
-// CUDA against CPU, part 1: memory (allocate, copy, convert, fill, the caching allocator), GEMM,
+// CUDA against CPU, part 1: memory (allocate, copy, convert, fill, the caching allocator), GEMM
+// (with and without GELU epilogues),
 // the elementwise family and the reductions, plus zero-sized calls. Tolerances and the
 // harness: backend_parity.h.
 #include <catch2/catch.hpp>
@@ -216,6 +217,45 @@ TEST_CASE("cuda: gemm of bf16 operands into an f32 C, accumulating over calls", 
                  [&](Backend& be, std::vector<Tensor>& t) {
                    be.gemm(g, t[0], t[1], t[2]);
                    be.gemm(g, t[0], t[1], t[2]);  // a second chunk's share onto the first's
+                 });
+  }
+}
+
+// The GELU MLP's epilogue GEMMs (core/ops/mlp.h): through cuBLASLt's GELU_AUX and DGELU where n
+// is a multiple of 8 (f32, bf16), through the GEMM and the GELU kernels elsewhere (f64, odd n);
+// both against the CPU's GEMM then GELU. The shapes are those gelu_mlp gives them: the up
+// projection x W^T, and dy W_down in backward.
+TEST_CASE("cuda: gemm_gelu and gemm_dgelu against the CPU's GEMM then GELU", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  Rng rng(105);
+  struct Case {
+    const char* what;
+    int64_t m, n, k;
+  };
+  for (const Case& c : {Case{"aligned (cuBLASLt)", 96, 64, 48}, Case{"one row", 1, 256, 64},
+                        Case{"n not a multiple of 8 (fallback)", 33, 17, 65},
+                        Case{"long k", 64, 128, 3072}}) {
+    INFO(c.what << ": m " << c.m << ", n " << c.n << ", k " << c.k);
+    GemmArgs up;
+    up.m = c.m;
+    up.n = c.n;
+    up.k = c.k;
+    up.trans_b = true;
+    up.stride_a = c.m * c.k;
+    up.stride_c = c.m * c.n;
+    // Inputs of unit spread over k terms: pre-activations of a few units, GELU's curved part.
+    const double std = 1.5 / std::sqrt(static_cast<double>(c.k));
+    check_parity(p,
+                 {in("a", normal({c.m * c.k}, rng)), in("b", normal({c.n * c.k}, rng, std)),
+                  out("pre", {c.m * c.n}), out("out", {c.m * c.n})},
+                 [&](Backend& be, std::vector<Tensor>& t) { be.gemm_gelu(up, t[0], t[1], t[2], t[3]); });
+    GemmArgs down = up;
+    down.trans_b = false;
+    check_parity(p,
+                 {in("a", normal({c.m * c.k}, rng)), in("b", normal({c.k * c.n}, rng, std)),
+                  in("pre", normal({c.m * c.n}, rng, 1.5)), out("out", {c.m * c.n})},
+                 [&](Backend& be, std::vector<Tensor>& t) {
+                   be.gemm_dgelu(down, t[0], t[1], t[2], t[3]);
                  });
   }
 }

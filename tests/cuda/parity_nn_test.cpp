@@ -1,5 +1,6 @@
 // CUDA against CPU, part 2: embedding, norms, activations, softmax, logsumexp, cross-entropy
-// (and the fused classifier, its kernel and its op), BCE and AdamW, forward and backward.
+// (and the fused classifier, its kernel and its op), the fused GELU MLP, BCE and AdamW, forward
+// and backward.
 // Backward cases take the forward's cached statistics from the CPU's f64 forward on the rounded
 // inputs (backend_parity.h), so each kernel is tested alone.
 #include <catch2/catch.hpp>
@@ -383,6 +384,41 @@ TEST_CASE("cuda: linear_cross_entropy loss and gradients against the CPU (f32, b
     expect_close("loss", host(loss_g), loss_c, p.rtol);
     expect_close("dx", host(xg.grad()), xc.grad(), p.rtol);
     expect_close("dW", host(wg.grad()), wc.grad(), p.rtol);
+  }
+}
+
+// The fused GELU MLP on the GPU (cuBLASLt epilogues at F 128, the fallback at F 36) against the
+// CPU's fused op (equal to linear, gelu, linear there), twice to add into the weights' gradients.
+TEST_CASE("cuda: gelu_mlp output and gradients against the CPU (f32, bf16)", "[cuda]") {
+  const DType dtype = GENERATE(DType::F32, DType::BF16);
+  const Precision p = precision(dtype);
+  Rng rng(211);
+  for (int64_t f : {int64_t{128}, int64_t{36}}) {
+    INFO(dtype_name(dtype) << ", F " << f);
+    const int64_t n = 70, d = 64;
+    const Tensor x = rounded(normal({2, n / 2, d}, rng), dtype);
+    const Tensor up = rounded(normal({f, d}, rng, 0.2), dtype);
+    const Tensor down = rounded(normal({d, f}, rng, 0.1), dtype);
+    const Tensor r = rounded(normal({2, n / 2, d}, rng), dtype);
+    Tensor xc = x.to(DType::F32).set_requires_grad(true);
+    Tensor uc = up.to(DType::F32).set_requires_grad(true);
+    Tensor dc = down.to(DType::F32).set_requires_grad(true);
+    Tensor xg = to_gpu(x, dtype).set_requires_grad(true);
+    Tensor ug = to_gpu(up, dtype).set_requires_grad(true);
+    Tensor dg = to_gpu(down, dtype).set_requires_grad(true);
+    const Tensor rg = to_gpu(r, dtype), rc = r.to(DType::F32);
+    Tensor yc, yg;
+    for (int pass = 0; pass < 2; ++pass) {
+      yc = gelu_mlp(xc, uc, dc);
+      sum(mul(yc, rc)).backward();
+      yg = gelu_mlp(xg, ug, dg);
+      sum(mul(yg, rg)).backward();
+    }
+    auto host = [](const Tensor& t) { return t.to(DType::F32).to(Device::CPU); };
+    expect_close("y", host(yg), yc, p.rtol);
+    expect_close("dx", host(xg.grad()), xc.grad(), p.rtol);
+    expect_close("dW_up", host(ug.grad()), uc.grad(), p.rtol);
+    expect_close("dW_down", host(dg.grad()), dc.grad(), p.rtol);
   }
 }
 

@@ -237,6 +237,29 @@ TEST_CASE("train.fusions.add_norm on the GPU: the fused add + norm tracks the se
       }
 }
 
+// train.fusions.gelu_mlp: on the GPU the fused MLP's GELU comes from cuBLASLt's epilogue, not
+// the GELU kernel, and its derivative multiplies in the GEMM's f32 accumulator before the one
+// rounding to the output dtype (the unfused ops round dy W_down first). f32 runs agree to
+// rounding; bf16 runs to bf16 noise. Fused runs are graphed, to capture cuBLASLt too; SELECTIVE
+// recomputation redoes GELU from the kept pre-activation with the GELU kernel.
+TEST_CASE("train.fusions.gelu_mlp on the GPU: the fused MLP tracks the separate ops (f32, bf16)",
+          "[gpu]") {
+  if (!have_gpu()) return;
+  for (const char* recipe : {"tiny_dense", "tiny_mod"})
+    for (const char* recompute : {"NONE", "SELECTIVE"})
+      for (const auto& precision : {kGpu, kGpuBf16}) {
+        const bool bf16 = precision.size() > 1;
+        INFO(recipe << ", train.recompute " << recompute << (bf16 ? ", bf16" : ", f32"));
+        const auto sets = with(precision, std::string("train.recompute=") + recompute);
+        const Run unfused = train_run(recipe, with(sets, "train.fusions.gelu_mlp=false"), "", 20);
+        const Run fused = train_run(recipe, with(sets, "train.cuda_graph=true"), "", 20);
+        if (bf16)
+          require_close(fused, unfused, 0.0, 0.02);
+        else
+          require_close(fused, unfused, 1e-4, 0.0);
+      }
+}
+
 // train.profile_steps records the device's activity through CUPTI over steps 2-4: the table
 // holds our kernels under their short names, every kernel launched a whole number of times a
 // step (the window is exactly three steps, eager or replayed from a graph), and tracing leaves

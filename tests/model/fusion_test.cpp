@@ -1,10 +1,13 @@
-// train.fusions.add_norm: the transformer with the residual add fused into the norm after it
-// gives the unfused model's losses, routing and gradients bit for bit on the CPU, for tiny_dense
-// and tiny_mod, RMSNorm and LayerNorm, under every train.recompute mode and a partial
-// recompute_blocks; and it runs the fused op where the plan says (docs/gpu.md "Fused ops").
+// train.fusions.add_norm and gelu_mlp: the transformer with the residual add fused into the norm
+// after it, or with its GELU MLPs as one op, gives the unfused model's losses, routing and
+// gradients bit for bit on the CPU, for tiny_dense and tiny_mod, RMSNorm and LayerNorm, under
+// every train.recompute mode and a partial recompute_blocks; and it runs the fused ops where the
+// plan says (docs/gpu.md "Fused ops").
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <map>
+#include <memory>
+#include <set>
 #include <string>
 
 #include "configs/config.h"
@@ -31,19 +34,27 @@ modtrain::ModelConfig recipe_model(const std::string& recipe, const std::string&
       .model();
 }
 
+test::StepOutcome train_step(const modtrain::ModelConfig& cfg, Fusions fusions, Recompute mode,
+                             const std::vector<int>& blocks = {}) {
+  Transformer model(cfg, 42, DType::F32, fusions);
+  model.set_recompute(mode, blocks);
+  return test::two_micro_batch_step(model, cfg);
+}
+
+// Every fusion off but add_norm = fused.
 test::StepOutcome train_step(const modtrain::ModelConfig& cfg, bool fused, Recompute mode,
                              const std::vector<int>& blocks = {}) {
   Fusions fusions;
   fusions.add_norm = fused;
-  Transformer model(cfg, 42, DType::F32, fusions);
-  model.set_recompute(mode, blocks);
-  return test::two_micro_batch_step(model, cfg);
+  fusions.gelu_mlp = false;
+  return train_step(cfg, fusions, mode, blocks);
 }
 
 // How many times the CPU ran each kernel in one forward and backward.
 std::map<std::string, int> kernel_counts(const modtrain::ModelConfig& cfg, bool fused) {
   Fusions fusions;
   fusions.add_norm = fused;
+  fusions.gelu_mlp = false;
   Transformer model(cfg, 42, DType::F32, fusions);
   const Tensor tokens = test::tokens_for(1, 16, cfg.vocab_size(), 1);
   cpu::start_op_trace();
@@ -100,4 +111,59 @@ TEST_CASE("the transformer fuses every residual add that a norm follows", "[mode
     CHECK(on["binary add"] == off["binary add"] - e.fused);
     CHECK(on["axpy"] < off["axpy"]);  // the sums of s's gradients went into the fused backward
   }
+}
+
+// Nodes recorded for `op` in the graph that produced t.
+int count_nodes(const Tensor& t, Op op) {
+  std::set<const Node*> seen;
+  std::vector<std::shared_ptr<Node>> todo = {t.grad_fn()};
+  int n = 0;
+  while (!todo.empty()) {
+    std::shared_ptr<Node> node = todo.back();
+    todo.pop_back();
+    if (!node || !seen.insert(node.get()).second) continue;
+    n += node->op == op;
+    for (const Edge& e : node->inputs) todo.push_back(e.node);
+  }
+  return n;
+}
+
+TEST_CASE("the fused GELU MLP trains tiny_dense and tiny_mod as the separate ops, bit for bit",
+          "[model][fusion]") {
+  for (const char* recipe : {"tiny_dense", "tiny_mod"}) {
+    const modtrain::ModelConfig cfg = recipe_model(recipe, "RMS");
+    Fusions off, on;
+    off.gelu_mlp = false;
+    const test::StepOutcome unfused = train_step(cfg, off, TrainConfig::NONE);
+    for (Recompute mode : {TrainConfig::NONE, TrainConfig::SELECTIVE, TrainConfig::FULL}) {
+      INFO(recipe << ", train.recompute " << TrainConfig::Recompute_Name(mode));
+      test::check_same(train_step(cfg, on, mode), unfused);
+    }
+  }
+}
+
+// Every dense MLP runs as one gelu_mlp: tiny_dense's 6 blocks, tiny_mod's 6 (3 of them on the
+// routed rows); a SwiGLU model keeps its separate ops.
+TEST_CASE("the transformer runs every GELU MLP as gelu_mlp, and SwiGLU ones unfused",
+          "[model][fusion]") {
+  for (const char* recipe : {"tiny_dense", "tiny_mod"}) {
+    INFO(recipe);
+    const modtrain::ModelConfig cfg = recipe_model(recipe, "RMS");
+    for (bool fused : {true, false}) {
+      Fusions fusions;
+      fusions.gelu_mlp = fused;
+      Transformer model(cfg, 42, DType::F32, fusions);
+      const Tensor tokens = test::tokens_for(1, 16, cfg.vocab_size(), 1);
+      const Tensor loss = model.forward(tokens, tokens).loss;
+      CHECK(count_nodes(loss, Op::GeluMlp) == (fused ? cfg.n_layers() : 0));
+      CHECK(count_nodes(loss, Op::GELU) == (fused ? 0 : cfg.n_layers()));
+    }
+  }
+  modtrain::ModelConfig swiglu = recipe_model("tiny_dense", "RMS");
+  swiglu.set_mlp(modtrain::ModelConfig::SWIGLU);
+  Transformer model(swiglu, 42, DType::F32, Fusions{});
+  const Tensor tokens = test::tokens_for(1, 16, swiglu.vocab_size(), 1);
+  const Tensor loss = model.forward(tokens, tokens).loss;
+  CHECK(count_nodes(loss, Op::GeluMlp) == 0);
+  CHECK(count_nodes(loss, Op::SwiGLU) == swiglu.n_layers());
 }

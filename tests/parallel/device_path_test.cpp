@@ -280,11 +280,13 @@ TEST_CASE("the multi-tensor optimizer update trains as the per-parameter one (em
 // The clip factor reaches the update through the optimizer (no pass of its own over the
 // gradients): a run that clips every step must leave the trajectory of one that never clips.
 // Adam's first step is scale-free, so the losses part from the third step on. Eager and ZeRO-1.
-// train.fusions.add_norm on the device path: steps captured and replayed with the fused add +
-// norm give the CPU's eager steps with the separate ops, bitwise. tiny_dense has every fusion
-// site (in blocks, between blocks, before the final norm), tiny_mod the routed blocks' delta;
-// LayerNorm and both recompute modes, whose regions output the fused norm.
-TEST_CASE("a CUDA-graph step with the fused add + norm replays exactly as unfused CPU steps",
+// train.fusions.add_norm and gelu_mlp on the device path: steps captured and replayed with the
+// fused add + norm and the fused GELU MLP give the CPU's eager steps with the separate ops,
+// bitwise. tiny_dense has every add + norm site (in blocks, between blocks, before the final
+// norm), tiny_mod the routed blocks' delta; LayerNorm and both recompute modes, whose regions
+// output the fused norm and replay (SELECTIVE) the MLP's kept products.
+TEST_CASE("a CUDA-graph step with the fused add + norm and GELU MLP replays exactly as unfused "
+          "CPU steps",
           "[device][fusion]") {
   test::EmulatedCudaBackend& emulated = emulate_cuda();
   const std::vector<std::string> knobs = {"optimizer.warmup_steps=6", "train.grad_accum=2"};
@@ -297,6 +299,7 @@ TEST_CASE("a CUDA-graph step with the fused add + norm replays exactly as unfuse
     unfused.insert(unfused.end(), sets.begin(), sets.end());
     graphed.insert(graphed.end(), sets.begin(), sets.end());
     unfused.push_back("train.fusions.add_norm=false");
+    unfused.push_back("train.fusions.gelu_mlp=false");
     graphed.push_back("train.cuda_graph=true");
     const int before = emulated.captures();
     const Run graph = train_run(recipe, true, "", graphed);
