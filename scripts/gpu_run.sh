@@ -15,6 +15,9 @@
 #                              nccl_tests at 2 and 4 ranks, then tiny_mod dp2, tp2 and dp2 as a
 #                              CUDA graph against one rank, losses to 1e-5; each rank its own
 #                              NCCL_HOSTID, over loopback
+#   scripts/gpu_run.sh overlap GPT-2-small MoD at dp2 on the one GPU, profiled, 25 MB buckets
+#                              against one bucket (no overlap): the collectives' share under
+#                              backward's kernels and the step time of each
 #   scripts/gpu_run.sh grid    the isoFLOP grid configs/grids/gpu_one on the Linux corpus:
 #                              unpack linux_corpus.jsonl.xz (scripts/gpu_corpus.sh; carried
 #                              beside the bundle), prep it on every core with the committed
@@ -115,6 +118,27 @@ multirank() {
   python3 scripts/gpu_run_helpers.py same_losses "/tmp/runs/${tag}mr_1gpu" \
     "/tmp/runs/${tag}mr_dp2" "/tmp/runs/${tag}mr_tp2" "/tmp/runs/${tag}mr_dp2_graph" 2>&1 |
     tee -a "$summary"
+}
+
+# Gradients reduced while backward runs, seen in the kernel profile: GPT-2-small MoD at dp2 on the
+# one GPU (8 x 1024 tokens a rank), 25 MB buckets against one bucket at the end (no overlap);
+# rank 0's table says what share of the collectives ran under other kernels. Both ranks share
+# the GPU and a loopback socket: a function check, not a bandwidth figure.
+overlap() {
+  local mb ranks=(scripts/launch_local_ranks.sh 2 --nccl-hostids --)
+  for mb in 25 65536; do
+    LIMIT=150 run "overlap_dp2_bucket$mb" "${ranks[@]}" "$modtrain" train \
+      --config configs/recipes/gpt2_small_mod.textproto --data "$bundle/data/kjv_bpe8k" \
+      --run-dir "/tmp/runs/${tag}overlap_$mb" --set train.device=CUDA --set train.precision=BF16 \
+      --set parallel.dp=2 --set parallel.tp=1 --set parallel.bucket_mb="$mb" \
+      --set train.batch_size=8 --set train.grad_accum=1 --set train.steps=8 \
+      --set train.eval_every=0 --set train.log_every=1 --set train.profile_from=4 \
+      --set train.profile_steps=3
+    { echo "overlap_dp2_bucket$mb:"; grep -hE "^kernel profile|collectives \(nccl" \
+      "$logs/${tag}overlap_dp2_bucket$mb.log"; } | tee -a "$summary"
+    python3 scripts/gpu_run_helpers.py median "${tag}overlap_dp2_bucket$mb" \
+      "$logs/${tag}overlap_dp2_bucket$mb.log" | tee -a "$summary"
+  done
 }
 
 # train_run NAME MODEL GRAPH RECOMPUTE STEPS [--set ...]: one GPT-2-small run, 64 x 1024 tokens
@@ -294,6 +318,7 @@ case $stage in
   bench) bench ;;
   profile) profile ;;
   fusions) fusions ;;
+  overlap) overlap ;;
   multirank) multirank ;;
   grid) grid ;;
   all) tests; bench ;;
@@ -303,7 +328,7 @@ case $stage in
   modtrain) shift; "$modtrain" "$@" ;;  # one ad-hoc command with the bundle's libraries
   bin) shift; name=$1; shift; "$bundle/bin/$name" "$@" ;;
   *)
-    echo "gpu_run: unknown stage '$stage' (tests, bench, fusions, profile, multirank, grid, all, eager, pytorch, pytorch_sample, modtrain ARGS... or bin NAME ARGS...)" >&2
+    echo "gpu_run: unknown stage '$stage' (tests, bench, fusions, profile, multirank, overlap, grid, all, eager, pytorch, pytorch_sample, modtrain ARGS... or bin NAME ARGS...)" >&2
     exit 2
     ;;
 esac

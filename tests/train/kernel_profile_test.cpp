@@ -1,6 +1,7 @@
 // train.profile_steps' summary: kernel names shortened from CUPTI's mangled ones, time summed
 // by kernel, and the device's busy time as the union of overlapping records (a copy on another
-// stream under a kernel counts once), and the idle gaps between busy stretches.
+// stream under a kernel counts once), and the idle gaps between busy stretches; collectives'
+// overlap with the other kernels (issue: gradients reduced while backward runs).
 #include "train/metrics/kernel_profile.h"
 
 #include <catch2/catch.hpp>
@@ -67,4 +68,32 @@ TEST_CASE("a CPU op profile says what the ops with a FLOP count reach together",
   records.pop_back();
   for (DeviceActivity& r : records) r.flop = 0;  // nothing counted: no such line
   CHECK(format_profile(summarize(records, 1), 3).find("FLOP count") == std::string::npos);
+}
+
+// Two NCCL kernels on the comm stream (overlapping each other) beside compute kernels: the
+// collectives' union is [5,13] ms, compute's [0,10] + [12,20]; both in flight [5,10] + [12,13].
+TEST_CASE("a profile measures how much of the collectives ran under other kernels", "[profile]") {
+  const std::vector<DeviceActivity> records = {
+      {"gemm", 0, 10'000'000},
+      {"ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 5'000'000,
+       11'000'000},
+      {"ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+       9'000'000, 13'000'000},
+      {"norm", 12'000'000, 20'000'000},
+  };
+  const KernelProfile p = summarize(records, 2);
+  CHECK(is_collective_kernel(p.rows.back().name));  // the reduce-scatter, 4 ms
+  CHECK_FALSE(is_collective_kernel(p.rows.front().name));  // the gemm
+  CHECK(p.comm_ms == Approx(8.0));
+  CHECK(p.compute_ms == Approx(18.0));
+  CHECK(p.overlap_ms == Approx(6.0));
+  const std::string text = format_profile(p, 10);
+  INFO(text);
+  CHECK(text.find("collectives (nccl*) 4.000 ms a step, 75.0% of it under other kernels "
+                  "(1.000 ms exposed); the other kernels had one in flight 33.3% of their 9.000 "
+                  "ms") != std::string::npos);
+
+  const KernelProfile none = summarize({records[0], records[3]}, 1);
+  CHECK(none.comm_ms == 0.0);
+  CHECK(format_profile(none, 10).find("collectives") == std::string::npos);
 }

@@ -10,6 +10,8 @@
 #include <map>
 #include <memory>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 namespace mod::train {
 
@@ -33,7 +35,43 @@ size_t parameter_list(const std::string& s) {
   return std::string::npos;
 }
 
+using Interval = std::pair<uint64_t, uint64_t>;
+
+// Disjoint, sorted intervals covering exactly what `in` covers.
+std::vector<Interval> merged(std::vector<Interval> in) {
+  std::sort(in.begin(), in.end());
+  std::vector<Interval> out;
+  for (const Interval& i : in) {
+    if (!out.empty() && i.first <= out.back().second)
+      out.back().second = std::max(out.back().second, i.second);
+    else
+      out.push_back(i);
+  }
+  return out;
+}
+
+uint64_t length(const std::vector<Interval>& v) {
+  uint64_t n = 0;
+  for (const Interval& i : v) n += i.second - i.first;
+  return n;
+}
+
+// The length of the intersection of two merged lists.
+uint64_t overlap(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  uint64_t n = 0;
+  for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+    const uint64_t lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) n += hi - lo;
+    (a[i].second < b[j].second) ? ++i : ++j;
+  }
+  return n;
+}
+
 }  // namespace
+
+bool is_collective_kernel(const std::string& short_name) {
+  return short_name.rfind("nccl", 0) == 0;
+}
 
 std::string short_kernel_name(const std::string& mangled) {
   // Neither mangled nor a signature: "[memcpy HtoD]", a CPU op ("gemm NT 2048x768x256"), an
@@ -98,6 +136,17 @@ KernelProfile summarize(const std::vector<DeviceActivity>& records, int64_t step
   }
   busy += close - open;
   p.busy_ms = static_cast<double>(busy) / 1e6;
+  std::vector<Interval> comm, compute;
+  for (size_t i = 0; i < records.size(); ++i)
+    (is_collective_kernel(*names[i]) ? comm : compute)
+        .push_back({records[i].start_ns, std::max(records[i].start_ns, records[i].end_ns)});
+  if (!comm.empty()) {
+    comm = merged(std::move(comm));
+    compute = merged(std::move(compute));
+    p.comm_ms = static_cast<double>(length(comm)) / 1e6;
+    p.compute_ms = static_cast<double>(length(compute)) / 1e6;
+    p.overlap_ms = static_cast<double>(overlap(comm, compute)) / 1e6;
+  }
   if (!order.empty()) p.span_ms = static_cast<double>(close - records[order.front()].start_ns) / 1e6;
   constexpr size_t kGaps = 8;
   std::sort(p.gaps.begin(), p.gaps.end(),
@@ -144,6 +193,17 @@ std::string format_profile(const KernelProfile& p, size_t top) {
       out += line;
     }
     out += '\n';
+  }
+  if (p.comm_ms > 0) {
+    std::snprintf(line, sizeof line,
+                  "  collectives (nccl*) %.3f ms a step, %.1f%% of it under other kernels "
+                  "(%.3f ms exposed); the other kernels had one in flight %.1f%% of their %.3f "
+                  "ms\n",
+                  p.comm_ms / n, 100.0 * p.overlap_ms / p.comm_ms,
+                  (p.comm_ms - p.overlap_ms) / n,
+                  p.compute_ms > 0 ? 100.0 * p.overlap_ms / p.compute_ms : 0.0,
+                  p.compute_ms / n);
+    out += line;
   }
   std::snprintf(line, sizeof line, "  %6s %9s %8s %9s  %s\n", "share", "ms/step", "calls", "mean us",
                 p.cpu_ops ? "op" : "kernel");

@@ -34,7 +34,14 @@ struct KernelProfile {
   double wall_ms = 0;   // the host's time for the steps (set by the caller)
   bool cpu_ops = false; // records are CPU ops on the main thread (core/cpu/op_trace.h), not kernels
   double sgemm_flops = 0;  // a 1024^3 SGEMM's rate timed just after the window, where known
+  // Collectives (NCCL's kernels, named nccl*) against every other record: the union of each
+  // set's intervals and the time both were in flight at once. A collective on the comm stream
+  // that runs under backward's kernels shows as overlap; exposed = comm_ms - overlap_ms.
+  double comm_ms = 0, compute_ms = 0, overlap_ms = 0;
 };
+
+// NCCL's kernels by their short names (ncclDevKernel_AllReduce_..., ncclKernel_...).
+bool is_collective_kernel(const std::string& short_name);
 
 // "void mod::cuda::(anonymous namespace)::gather_rows_copy<uint4, long>(RowMap<long>, ...)"
 // -> "gather_rows_copy<uint4, long>": demangled, without return type, namespaces or parameters.
