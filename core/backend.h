@@ -165,6 +165,15 @@ class Backend {
   // place (dx over dy); a CUDA backend multiplies in the GEMM (the DGELU epilogue).
   virtual void gemm_dgelu(const GemmArgs& args, const Tensor& a, const Tensor& b,
                           const Tensor& pre, Tensor& out);
+  // One score per row against a weight in a wider dtype (core/ops/matmul.h row_scores: MoD's
+  // router on bf16 activations with f32 weights). x [N,D] in a float dtype no wider than w's;
+  // w [D], r [N] in w's dtype: r[n] = sum_d x[n,d] w[d], summed in w's dtype. The default
+  // converts x to w's dtype and runs gemm, as cast then matmul do; a CUDA backend reads x as is.
+  virtual void row_scores_forward(const Tensor& x, const Tensor& w, Tensor& r);
+  // dx[n,d] = dr[n] w[d] rounded once to x's dtype; dw[d] = sum_n dr[n] x[n,d] in w's dtype,
+  // added into dw when accumulate. dx or dw undefined: not wanted. dr [N] in w's dtype.
+  virtual void row_scores_backward(const Tensor& x, const Tensor& w, const Tensor& dr, Tensor& dx,
+                                   Tensor& dw, bool accumulate);
 
   // --- elementwise family (ops/elementwise) ---
   // out = a (op) b, b broadcast as described; out has a's shape.

@@ -16,4 +16,63 @@ void Backend::gemm_dgelu(const GemmArgs& args, const Tensor& a, const Tensor& b,
   gelu_backward(pre, out, out);  // elementwise, so dx may be dy
 }
 
+namespace {
+// x converted to dtype (a copy when it has it already).
+Tensor widened(Backend& be, const Tensor& x, DType dtype) {
+  Tensor out = Tensor::empty(x.shape(), dtype, x.device());
+  if (x.dtype() == dtype)
+    be.copy(x, out);
+  else
+    be.convert(x, out);
+  return out;
+}
+}  // namespace
+
+// The GEMMs matmul runs for linear(cast(x), w[1,D]) and its backward, with cast's conversions.
+void Backend::row_scores_forward(const Tensor& x, const Tensor& w, Tensor& r) {
+  const int64_t n = x.size(0), d = x.size(1);
+  GemmArgs g;
+  g.m = n;
+  g.k = d;
+  g.n = 1;
+  g.trans_b = true;
+  g.stride_a = n * d;
+  g.stride_c = n;
+  Tensor r2 = r.view({n, 1});
+  gemm(g, widened(*this, x, w.dtype()), w.view({1, d}), r2);
+}
+
+void Backend::row_scores_backward(const Tensor& x, const Tensor& w, const Tensor& dr, Tensor& dx,
+                                  Tensor& dw, bool accumulate) {
+  const int64_t n = x.size(0), d = x.size(1);
+  const Tensor dr2 = dr.view({n, 1});
+  if (dx.defined()) {  // dx = dr w, in w's dtype, then rounded to x's
+    GemmArgs g;
+    g.m = n;
+    g.k = 1;
+    g.n = d;
+    g.stride_a = n;
+    g.stride_c = n * d;
+    Tensor wide = Tensor::empty({n, d}, w.dtype(), w.device());
+    gemm(g, dr2, w.view({1, d}), wide);
+    if (dx.dtype() == w.dtype())
+      copy(wide, dx);
+    else
+      convert(wide, dx);
+  }
+  if (dw.defined()) {  // dw (+)= dr^T x
+    GemmArgs g;
+    g.m = 1;
+    g.k = n;
+    g.n = d;
+    g.trans_a = true;
+    g.stride_a = n;
+    g.stride_b = n * d;
+    g.stride_c = d;
+    g.accumulate = accumulate;
+    Tensor dw2 = dw.view({1, d});
+    gemm(g, dr2, widened(*this, x, w.dtype()), dw2);
+  }
+}
+
 }  // namespace mod

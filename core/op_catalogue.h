@@ -13,6 +13,8 @@ namespace mod {
 enum class Op : uint16_t {
   Reshape,
   MatMul,
+  // x . w in w's wider dtype from x in its own (core/ops/matmul.h row_scores).
+  RowScores,
   Add,
   Sub,
   Mul,
@@ -72,6 +74,7 @@ struct OpInfo {
 inline constexpr OpInfo kOpInfo[] = {
     {Op::Reshape, "reshape", true},
     {Op::MatMul, "matmul", true},
+    {Op::RowScores, "row_scores", true},
     {Op::Add, "add", true},
     {Op::Sub, "sub", true},
     {Op::Mul, "mul", true},

@@ -70,11 +70,13 @@ Block::Block(const modtrain::ModelConfig& cfg, bool routed, Rng& rng, DType dtyp
   if (!routed) return;
   const auto& mod = cfg.mod();
   router_ = register_module(
-      "router", std::make_shared<Router>(d, mod.router().bias(), rng, cfg.init_std(), dtype));
+      "router", std::make_shared<Router>(d, mod.router().bias(), rng, cfg.init_std(), dtype,
+                                         fusions.router_scores));
   if (mod.causal().method() == modtrain::CausalRoutingConfig::PREDICTOR)
     predictor_ =
         register_module("predictor", std::make_shared<Predictor>(d, mod.causal().predictor_hidden(),
-                                                                 rng, cfg.init_std(), dtype));
+                                                                 rng, cfg.init_std(), dtype,
+                                                                 fusions.router_scores));
 }
 
 // The MLP's (or MoE's) output for the normed h.

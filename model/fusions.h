@@ -14,6 +14,9 @@ struct Fusions {
   // A GELU MLP's up GEMM, GELU and down GEMM as one op with GELU in the GEMMs' epilogues
   // (core/ops/mlp.h gelu_mlp). SwiGLU MLPs and MoE experts run unfused.
   bool gelu_mlp = true;
+  // MoD's router scores and the predictor's logit from activations narrower than the master
+  // weights (bf16 under f32) read as they are (core/ops/matmul.h row_scores), not cast first.
+  bool router_scores = true;
 };
 
 // The switches a run's train.fusions sets.
@@ -21,6 +24,7 @@ inline Fusions fusions_from(const modtrain::TrainConfig& train) {
   Fusions f;
   f.add_norm = train.fusions().add_norm();
   f.gelu_mlp = train.fusions().gelu_mlp();
+  f.router_scores = train.fusions().router_scores();
   return f;
 }
 

@@ -78,17 +78,28 @@ Tensor Mlp::forward(const Tensor& x) const {
   return down_->forward(h);
 }
 
-Router::Router(int64_t d_model, bool bias, Rng& rng, double init_std, DType dtype) {
+Tensor master_precision_scores(const nn::Linear& layer, const Tensor& x, bool fused) {
+  return in_master_precision(layer, [&] {
+    const Tensor& w = layer.weight();
+    if (!fused || dtype_size(x.dtype()) >= dtype_size(w.dtype())) return layer.forward(x);
+    const Tensor y = layer.output(row_scores(layer.input(x), w));  // w: the master, no cast
+    return layer.bias().defined() ? bias_add(y, layer.bias()) : y;
+  });
+}
+
+Router::Router(int64_t d_model, bool bias, Rng& rng, double init_std, DType dtype, bool fused)
+    : fused_(fused) {
   proj_ =
       register_module("proj", std::make_shared<nn::Linear>(d_model, 1, bias, rng, init_std, dtype));
 }
 
 Tensor Router::scores(const Tensor& x) const {
-  return in_master_precision(*proj_,
-                             [&] { return reshape(proj_->forward(x), {x.size(0), x.size(1)}); });
+  return reshape(master_precision_scores(*proj_, x, fused_), {x.size(0), x.size(1)});
 }
 
-Predictor::Predictor(int64_t d_model, int64_t hidden, Rng& rng, double init_std, DType dtype) {
+Predictor::Predictor(int64_t d_model, int64_t hidden, Rng& rng, double init_std, DType dtype,
+                     bool fused)
+    : fused_(fused) {
   in_ = register_module("in",
                         std::make_shared<nn::Linear>(d_model, hidden, true, rng, init_std, dtype));
   out_ =
@@ -100,8 +111,7 @@ Predictor::Predictor(int64_t d_model, int64_t hidden, Rng& rng, double init_std,
 // H100). Only the logit, which is thresholded, is summed in the master precision.
 Tensor Predictor::logits(const Tensor& x) const {
   const Tensor h = silu(in_->forward(x));
-  return in_master_precision(*out_,
-                             [&] { return reshape(out_->forward(h), {x.size(0), x.size(1)}); });
+  return reshape(master_precision_scores(*out_, h, fused_), {x.size(0), x.size(1)});
 }
 
 }  // namespace mod::model

@@ -71,25 +71,33 @@ Tensor in_master_precision(const nn::Linear& layer, Fn&& fn) {
   return fn();
 }
 
+// layer(x) [..., 1] for a one-output layer, in its weights' precision (in_master_precision).
+// fused: x narrower than the weights is read as it is (row_scores, train.fusions.router_scores)
+// instead of cast to their dtype first; the same scores, bit for bit on the CPU.
+Tensor master_precision_scores(const nn::Linear& layer, const Tensor& x, bool fused);
+
 // r = w.x (+ b): one scalar per token, in the master weights' precision even under a narrower
 // autocast (top-C ranks these scores; the predictor's logit layer likewise).
 class Router : public nn::Module {
  public:
-  Router(int64_t d_model, bool bias, Rng& rng, double init_std, DType dtype);
+  Router(int64_t d_model, bool bias, Rng& rng, double init_std, DType dtype, bool fused = false);
   Tensor scores(const Tensor& x) const;  // x [B,T,D] -> [B,T]
 
  private:
   std::shared_ptr<nn::Linear> proj_;
+  bool fused_;
 };
 
 // Causal-routing predictor: two layers on the detached block input, logit per token.
 class Predictor : public nn::Module {
  public:
-  Predictor(int64_t d_model, int64_t hidden, Rng& rng, double init_std, DType dtype);
+  Predictor(int64_t d_model, int64_t hidden, Rng& rng, double init_std, DType dtype,
+            bool fused = false);
   Tensor logits(const Tensor& x) const;  // x [B,T,D] (detached by the caller) -> [B,T]
 
  private:
   std::shared_ptr<nn::Linear> in_, out_;
+  bool fused_;
 };
 
 }  // namespace mod::model

@@ -154,6 +154,7 @@ MemoryOptions memory_options(const modtrain::RunConfig& cfg) {
   o.recompute_blocks.assign(cfg.train().recompute_blocks().begin(),
                             cfg.train().recompute_blocks().end());
   o.fused_classifier = cfg.train().fusions().classifier() && o.layout.tp == 1;
+  o.fused_router_scores = cfg.train().fusions().router_scores();
   return o;
 }
 
@@ -237,14 +238,16 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
       bm.kept = block_kept;
     } else {
       // Router (and predictor) matmuls keep the block input, as an f32 copy each under bf16
-      // (routing scores run in master precision); the predictor's hidden layer; g(r) [C,1];
+      // (routing scores run in master precision) unless row_scores reads it as it is
+      // (train.fusions.router_scores); the predictor's hidden layer; g(r) [C,1];
       // r, the top-C indices and the causal losses' inputs. Without recomputation the gate
       // multiply also keeps f [C,D]. The predictor's part hangs off the loss alone (its input
       // is detached), so the backward runs it first and it is gone before the LM head's.
       const double predictor_kept =
           predictor ? (x.bf16 ? n * x.d * kMaster : 0) + 2 * n * causal.predictor_hidden() * kMaster
                     : 0;
-      double around = (x.bf16 ? n * x.d * kMaster : n * x.d * x.a) + predictor_kept;
+      const bool router_copy = x.bf16 && !opt.fused_router_scores;
+      double around = (router_copy ? n * x.d * kMaster : n * x.d * x.a) + predictor_kept;
       around += nb * x.a + n * kStats * 4 + nb * 16;
       if (!bm.recomputed) around += nb * x.d * x.a;
       bm.kept = around + block_kept;

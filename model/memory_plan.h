@@ -39,6 +39,9 @@ struct MemoryOptions {
   // train.fusions.classifier at tp 1: the LM head and its loss as linear_cross_entropy
   // (core/ops/loss.h), which keeps dx and dW instead of logits.
   bool fused_classifier = false;
+  // train.fusions.router_scores: under bf16 the router reads (and keeps) the block input as it
+  // is, not an f32 copy (core/ops/matmul.h row_scores).
+  bool fused_router_scores = false;
 };
 
 // train.batch_size / dp, precision, recomputation and the parallel layout of a run config.

@@ -27,6 +27,9 @@ class CudaBackend final : public Backend {
                  Tensor& out) override;
   void gemm_dgelu(const GemmArgs& args, const Tensor& a, const Tensor& b, const Tensor& pre,
                   Tensor& out) override;
+  void row_scores_forward(const Tensor& x, const Tensor& w, Tensor& r) override;
+  void row_scores_backward(const Tensor& x, const Tensor& w, const Tensor& dr, Tensor& dx,
+                           Tensor& dw, bool accumulate) override;
   void binary(BinaryKind kind, Broadcast bcast, int64_t outer, int64_t inner, const Tensor& a,
               const Tensor& b, Tensor& out) override;
   void scale(const Tensor& x, double alpha, Tensor& out) override;

@@ -2,6 +2,9 @@
 // GEMMs with the transposes arranged so no transposed copy is ever made.
 #include "core/ops/matmul.h"
 
+#include <algorithm>
+#include <string>
+
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops/check.h"
@@ -95,6 +98,48 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
                db = acc ? *acc : db3.view(b_shape);
              }
              return std::vector<Tensor>{da, db};
+           });
+  }
+  return out;
+}
+
+Tensor row_scores(const Tensor& x, const Tensor& w) {
+  constexpr const char* op = "row_scores";
+  check::floating(op, x, "x");
+  check::floating(op, w, "w");
+  check::same_device(op, x, "x", w, "w");
+  if (x.dim() < 1 || w.dim() != 2 || w.size(0) != 1 || w.size(1) != x.size(-1))
+    check::fail(op, "x " + shape_str(x.shape()) + " and w " + shape_str(w.shape()) +
+                        ": expected x [..., D] and w [1, D]");
+  if (dtype_size(x.dtype()) > dtype_size(w.dtype()))
+    check::fail(op, std::string("x is ") + dtype_name(x.dtype()) + ", wider than w's " +
+                        dtype_name(w.dtype()) + ": the scores are summed in w's dtype");
+  const int64_t d = x.size(-1), n = x.numel() / std::max<int64_t>(d, 1);
+  const Tensor x2 = x.view({n, d});
+  Shape out_shape = x.shape();
+  out_shape.back() = 1;
+  Tensor out;
+  if (!replay_costly_outputs(Op::RowScores, {&out})) {
+    out = Tensor::empty(out_shape, w.dtype(), x.device());
+    Tensor r = out.view({n});
+    backend_of(x).row_scores_forward(x2, w.view({d}), r);
+    keep_costly_outputs(Op::RowScores, {out});
+  }
+  if (any_requires_grad({x, w})) {
+    const Tensor w_leaf = w.grad_fn() ? Tensor() : w;
+    record(out, Op::RowScores, {x, w},
+           [x2, w1 = w.view({d}), w_leaf, x_shape = x.shape(), w_shape = w.shape()](
+               const Tensor& g, const NeedsGrad& needs) {
+             const int64_t rows = x2.size(0), cols = x2.size(1);
+             Tensor dx, dw, dw1;
+             if (needs[0]) dx = Tensor::empty({rows, cols}, x2.dtype(), g.device());
+             const Tensor* acc = needs[1] ? accumulating_leaf_grad(w_leaf, g) : nullptr;
+             if (needs[1]) {
+               dw = acc ? *acc : Tensor::empty(w_shape, g.dtype(), g.device());
+               dw1 = dw.view({cols});
+             }
+             backend_of(g).row_scores_backward(x2, w1, g.view({rows}), dx, dw1, acc != nullptr);
+             return std::vector<Tensor>{dx.defined() ? dx.view(x_shape) : Tensor(), dw};
            });
   }
   return out;

@@ -116,6 +116,9 @@ TEST_CASE("train.fusions switches are on by default and --set turns one off", "[
   CHECK_THROWS_WITH(config::load(r, {"train.fusions.add_norm=maybe"}), Contains("add_norm"));
   CHECK(config::load(r, {}).train().fusions().gelu_mlp());
   CHECK_FALSE(config::load(r, {"train.fusions.gelu_mlp=false"}).train().fusions().gelu_mlp());
+  CHECK(config::load(r, {}).train().fusions().router_scores());
+  CHECK_FALSE(
+      config::load(r, {"train.fusions.router_scores=false"}).train().fusions().router_scores());
 }
 
 TEST_CASE("recompute settings parse, and their errors name the field", "[config][errors]") {

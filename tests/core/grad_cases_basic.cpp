@@ -34,6 +34,9 @@ GradCase gelu_mlp_case(const char* name, Shape x, int64_t f) {
 const bool registered = register_grad_cases({
     gelu_mlp_case("gelu_mlp [2,3,5] F 7", {2, 3, 5}, 7),
     gelu_mlp_case("gelu_mlp one row [1,9] F 4", {1, 9}, 4),
+    {"row_scores [2,3,7] . [1,7]", Op::RowScores,
+     [](Rng& rng) { return std::vector<Tensor>{leaf({2, 3, 7}, rng), leaf({1, 7}, rng)}; },
+     [](const std::vector<Tensor>& in) { return row_scores(in[0], in[1]); }},
     matmul_case("matmul nn [5,7]x[7,3]", {5, 7}, {7, 3}, false, false),
     matmul_case("matmul nt [5,7]x[3,7]^T", {5, 7}, {3, 7}, false, true),
     matmul_case("matmul tn [7,5]^Tx[7,3]", {7, 5}, {7, 3}, true, false),

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "core/cuda/allocator.h"
 #include "tests/cuda/backend_parity.h"
@@ -257,6 +259,30 @@ TEST_CASE("cuda: gemm_gelu and gemm_dgelu against the CPU's GEMM then GELU", "[c
                  [&](Backend& be, std::vector<Tensor>& t) {
                    be.gemm_dgelu(down, t[0], t[1], t[2], t[3]);
                  });
+  }
+}
+
+// row_scores' kernels: bf16 rows against an f32 weight (f32 and f64: one dtype), the scores,
+// dx, and dw written and accumulated; d a multiple of 8 (16-byte loads) and not.
+TEST_CASE("cuda: row_scores forward and backward against the CPU's cast then GEMM", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  Rng rng(106);
+  for (const auto& [n, d] : std::vector<std::pair<int64_t, int64_t>>{{300, 64}, {37, 29}, {1, 8}}) {
+    INFO("n " << n << ", d " << d);
+    const Tensor x = normal({n, d}, rng), w = normal({d}, rng, 0.3), dr = normal({n}, rng);
+    check_parity(p, {in("x", x), f32_when_bf16(in("w", w)), f32_when_bf16(out("r", {n}))},
+                 [](Backend& be, std::vector<Tensor>& t) { be.row_scores_forward(t[0], t[1], t[2]); },
+                 Tol::Long);
+    for (bool accumulate : {false, true}) {
+      INFO("accumulate " << accumulate);
+      check_parity(p,
+                   {in("x", x), f32_when_bf16(in("w", w)), f32_when_bf16(in("dr", dr)),
+                    out("dx", {n, d}), f32_when_bf16(inout("dw", normal({d}, rng)))},
+                   [&](Backend& be, std::vector<Tensor>& t) {
+                     be.row_scores_backward(t[0], t[1], t[2], t[3], t[4], accumulate);
+                   },
+                   Tol::Long);
+    }
   }
 }
 

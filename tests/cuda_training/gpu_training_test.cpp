@@ -260,6 +260,21 @@ TEST_CASE("train.fusions.gelu_mlp on the GPU: the fused MLP tracks the separate 
       }
 }
 
+// train.fusions.router_scores: under bf16 the router's scores and the predictor's logit come
+// from the bf16 rows and the f32 weights directly (row_scores' kernels) instead of an f32 copy
+// and cuBLAS's GEMV; the sums differ in order only, so runs agree to bf16 noise (a near-tie in
+// top-C may flip). Graphed, to capture the kernels; predictor and aux-BCE.
+TEST_CASE("train.fusions.router_scores on the GPU tracks cast then linear (bf16)", "[gpu]") {
+  if (!have_gpu()) return;
+  for (const char* method : {"PREDICTOR", "AUX_BCE"}) {
+    INFO("model.mod.causal.method " << method);
+    const auto sets = with(kGpuBf16, std::string("model.mod.causal.method=") + method);
+    const Run unfused = train_run("tiny_mod", with(sets, "train.fusions.router_scores=false"), "", 20);
+    const Run fused = train_run("tiny_mod", with(sets, "train.cuda_graph=true"), "", 20);
+    require_close(fused, unfused, 0.0, 0.02);
+  }
+}
+
 // train.profile_steps records the device's activity through CUPTI over steps 2-4: the table
 // holds our kernels under their short names, every kernel launched a whole number of times a
 // step (the window is exactly three steps, eager or replayed from a graph), and tracing leaves

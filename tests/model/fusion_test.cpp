@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <memory>
 #include <set>
 #include <string>
@@ -14,6 +15,8 @@
 #include "core/all_ops.h"
 #include "core/autograd.h"
 #include "core/cpu/op_trace.h"
+#include "core/random.h"
+#include "model/layers.h"
 #include "model/transformer.h"
 #include "tests/support/step_outcome.h"
 #include "tests/support/tiny_configs.h"
@@ -166,4 +169,48 @@ TEST_CASE("the transformer runs every GELU MLP as gelu_mlp, and SwiGLU ones unfu
   const Tensor loss = model.forward(tokens, tokens).loss;
   CHECK(count_nodes(loss, Op::GeluMlp) == 0);
   CHECK(count_nodes(loss, Op::SwiGLU) == swiglu.n_layers());
+}
+
+// train.fusions.router_scores acts where activations are narrower than the master weights: here
+// f64 weights under an f32 autocast stand for f32 under bf16 (a whole model cannot: its losses
+// would mix f32 and f64). The router's scores (with and without a bias) and the predictor's
+// logit from row_scores equal cast then linear bit for bit, values and every gradient, and the
+// fused op runs only where the input is narrower.
+TEST_CASE("row_scores in the router and predictor equals cast then linear, bit for bit",
+          "[model][fusion]") {
+  for (bool bias : {false, true}) {
+    INFO("router bias " << bias);
+    struct Out {
+      std::vector<double> values, grads;
+      int row_scores_nodes = 0;
+    };
+    auto run = [&](bool fused, bool narrow) {
+      Rng rng(5);
+      Router router(48, bias, rng, 0.2, DType::F64, fused);
+      Predictor predictor(48, 16, rng, 0.2, DType::F64, fused);
+      Tensor x = randn({2, 9, 48}, rng, DType::F64).to(narrow ? DType::F32 : DType::F64);
+      x.set_requires_grad(true);
+      std::optional<AutocastGuard> guard;
+      if (narrow) guard.emplace(DType::F32);
+      const Tensor r = router.scores(x), p = predictor.logits(x);
+      const Tensor loss = add(sum(mul(r, r)), sum(p));
+      Out o;
+      o.row_scores_nodes = count_nodes(loss, Op::RowScores);
+      backward(loss);
+      o.values = r.to_vector();
+      for (double v : p.to_vector()) o.values.push_back(v);
+      for (const Tensor* t : {&x}) o.grads = t->grad().to_vector();
+      for (const auto* m : {static_cast<const nn::Module*>(&router),
+                            static_cast<const nn::Module*>(&predictor)})
+        for (const auto& [name, param] : m->named_parameters())
+          for (double g : param.grad().to_vector()) o.grads.push_back(g);
+      return o;
+    };
+    const Out unfused = run(false, true), fused = run(true, true);
+    CHECK(fused.values == unfused.values);
+    CHECK(fused.grads == unfused.grads);
+    CHECK(fused.row_scores_nodes == 2);  // the router and the predictor's logit layer
+    CHECK(unfused.row_scores_nodes == 0);
+    CHECK(run(true, false).row_scores_nodes == 0);  // not narrower: linear as before
+  }
 }

@@ -180,3 +180,23 @@ TEST_CASE("SELECTIVE recomputation keeps less than NONE and more than FULL", "[m
     CHECK(s.blocks[i].backward_temp < f.blocks[i].backward_temp);  // less to make again
   }
 }
+
+// Under bf16 the unfused router keeps an f32 copy of a routed block's input [B,T,D]; with
+// train.fusions.router_scores it keeps the bf16 input itself: 2 bytes an element less, in
+// routed blocks only.
+TEST_CASE("the fused router keeps the bf16 block input, not an f32 copy", "[memory]") {
+  const modtrain::ModelConfig cfg = test::tiny_model(true);
+  model::MemoryOptions unfused, fused;
+  unfused.batch_per_rank = fused.batch_per_rank = 4;
+  unfused.bf16 = fused.bf16 = true;
+  fused.fused_router_scores = true;
+  const model::MemoryPlan a = model::plan_memory(cfg, unfused), b = model::plan_memory(cfg, fused);
+  const double saved = 2.0 * 4 * cfg.seq_len() * cfg.d_model();
+  int routed = 0;
+  for (size_t i = 0; i < a.blocks.size(); ++i) {
+    INFO("block " << i);
+    CHECK(a.blocks[i].kept - b.blocks[i].kept == Approx(a.blocks[i].routed ? saved : 0.0));
+    routed += a.blocks[i].routed;
+  }
+  CHECK(routed > 0);
+}
