@@ -43,6 +43,43 @@ const Tensor* accumulating_leaf_grad(const Tensor& leaf, const Tensor& grad_out)
              : nullptr;
 }
 
+namespace {
+// The node whose backward rule is running and the engine's gradients, for
+// accumulating_input_grad; saved and restored around each rule (a recompute region's rule runs
+// an engine of its own).
+struct RunningRule {
+  const Node* node = nullptr;
+  std::unordered_map<Node*, Tensor>* grads = nullptr;
+};
+thread_local RunningRule g_running_rule;
+
+class RunningRuleScope {
+ public:
+  RunningRuleScope(const Node* node, std::unordered_map<Node*, Tensor>* grads)
+      : previous_(g_running_rule) {
+    g_running_rule = {node, grads};
+  }
+  ~RunningRuleScope() { g_running_rule = previous_; }
+
+ private:
+  RunningRule previous_;
+};
+}  // namespace
+
+Tensor* accumulating_input_grad(size_t input, DType dtype) {
+  const RunningRule& r = g_running_rule;
+  if (!r.node || !r.grads || input >= r.node->inputs.size()) return nullptr;
+  const Edge& e = r.node->inputs[input];
+  if (!e.node || e.leaf || e.order_only) return nullptr;
+  auto it = r.grads->find(e.node.get());
+  if (it == r.grads->end()) return nullptr;
+  Tensor& acc = it->second;
+  if (!acc.defined() || !acc.sole_owner() || acc.requires_grad() || acc.dtype() != dtype ||
+      acc.shape() != e.shape)
+    return nullptr;
+  return &acc;
+}
+
 AutocastGuard::AutocastGuard(std::optional<DType> dtype) : previous_(g_autocast) { g_autocast = dtype; }
 AutocastGuard::~AutocastGuard() { g_autocast = previous_; }
 std::optional<DType> autocast_dtype() { return g_autocast; }
@@ -220,7 +257,11 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds
     if (found == grads.end()) continue;  // unreachable: every listed node feeds a root
     Tensor g = std::move(found->second);
     grads.erase(found);
-    std::vector<Tensor> input_grads = node->backward(g, node->needs);
+    std::vector<Tensor> input_grads;
+    {
+      RunningRuleScope running(node, &grads);
+      input_grads = node->backward(g, node->needs);
+    }
     node->backward = nullptr;
     node->released = true;
     if (input_grads.size() != node->inputs.size())
@@ -252,7 +293,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& seeds
         if (!fresh) {
           if (!slot->second.defined())
             slot->second = gi;  // an order-only edge got there first
-          else
+          else if (!slot->second.same(gi))  // the same: added in place (accumulating_input_grad)
             slot->second = accumulate(std::move(slot->second), gi);
         }
       }

@@ -8,7 +8,8 @@
 // - A backward rule returns fresh tensors (or grad_out itself); the engine never writes into a
 //   gradient it did not allocate, so aliasing grad_out is safe. One exception, by contract: a
 //   rule may add a leaf's gradient into that leaf's existing grad() in place and return grad()
-//   itself, which the engine then does not add again (accumulating_leaf_grad, below).
+//   itself, which the engine then does not add again (accumulating_leaf_grad, below); likewise
+//   for a non-leaf input's gradient that the engine alone holds (accumulating_input_grad).
 // - After backward a node's saved tensors are freed; a second backward through it is an error.
 // - An op with several outputs (record_outputs) gets one node per output, each of which passes
 //   its gradient to the op's node along an order-only edge; the op's rule sees them all at once.
@@ -105,6 +106,14 @@ bool any_requires_grad(std::initializer_list<Tensor> inputs);
 // may add its contribution into it in place and return it (see the invariants above): matmul's
 // weight and embedding's table do, saving a pass over the parameter's gradient per micro-batch.
 const Tensor* accumulating_leaf_grad(const Tensor& leaf, const Tensor& grad_out);
+
+// The same for an input that is not a leaf, from inside a backward rule: the gradient the engine
+// already holds for input `input` of the node whose rule is running (other consumers' sum so
+// far), when the engine is its only owner and it has `dtype`; else null (no gradient yet, or a
+// shared one). The rule may add its contribution into it in place and return it; the engine
+// then does not add it again. A rule that adds rows or a rank-1 term this way skips a
+// zero-filled full-size gradient and the engine's pass summing it (MoD's gather, the router).
+Tensor* accumulating_input_grad(size_t input, DType dtype);
 
 // Attaches a node for `op` to `output` (call only when any_requires_grad(inputs)).
 void record(Tensor& output, Op op, const std::vector<Tensor>& inputs, BackwardFn backward);

@@ -170,10 +170,11 @@ class Backend {
   // w [D], r [N] in w's dtype: r[n] = sum_d x[n,d] w[d], summed in w's dtype. The default
   // converts x to w's dtype and runs gemm, as cast then matmul do; a CUDA backend reads x as is.
   virtual void row_scores_forward(const Tensor& x, const Tensor& w, Tensor& r);
-  // dx[n,d] = dr[n] w[d] rounded once to x's dtype; dw[d] = sum_n dr[n] x[n,d] in w's dtype,
-  // added into dw when accumulate. dx or dw undefined: not wanted. dr [N] in w's dtype.
+  // dx[n,d] = dr[n] w[d] rounded to x's dtype (then added into dx, one more rounding, when
+  // accumulate_dx); dw[d] = sum_n dr[n] x[n,d] in w's dtype, added into dw when accumulate_dw.
+  // dx or dw undefined: not wanted. dr [N] in w's dtype.
   virtual void row_scores_backward(const Tensor& x, const Tensor& w, const Tensor& dr, Tensor& dx,
-                                   Tensor& dw, bool accumulate);
+                                   bool accumulate_dx, Tensor& dw, bool accumulate_dw);
 
   // --- elementwise family (ops/elementwise) ---
   // out = a (op) b, b broadcast as described; out has a's shape.

@@ -43,7 +43,7 @@ void Backend::row_scores_forward(const Tensor& x, const Tensor& w, Tensor& r) {
 }
 
 void Backend::row_scores_backward(const Tensor& x, const Tensor& w, const Tensor& dr, Tensor& dx,
-                                  Tensor& dw, bool accumulate) {
+                                  bool accumulate_dx, Tensor& dw, bool accumulate_dw) {
   const int64_t n = x.size(0), d = x.size(1);
   const Tensor dr2 = dr.view({n, 1});
   if (dx.defined()) {  // dx = dr w, in w's dtype, then rounded to x's
@@ -55,10 +55,12 @@ void Backend::row_scores_backward(const Tensor& x, const Tensor& w, const Tensor
     g.stride_c = n * d;
     Tensor wide = Tensor::empty({n, d}, w.dtype(), w.device());
     gemm(g, dr2, w.view({1, d}), wide);
+    Tensor rounded = accumulate_dx ? Tensor::empty({n, d}, dx.dtype(), dx.device()) : dx;
     if (dx.dtype() == w.dtype())
-      copy(wide, dx);
+      copy(wide, rounded);
     else
-      convert(wide, dx);
+      convert(wide, rounded);
+    if (accumulate_dx) axpy(1.0, rounded, dx);  // the engine's sum of two gradients
   }
   if (dw.defined()) {  // dw (+)= dr^T x
     GemmArgs g;
@@ -69,7 +71,7 @@ void Backend::row_scores_backward(const Tensor& x, const Tensor& w, const Tensor
     g.stride_a = n;
     g.stride_b = n * d;
     g.stride_c = d;
-    g.accumulate = accumulate;
+    g.accumulate = accumulate_dw;
     Tensor dw2 = dw.view({1, d});
     gemm(g, dr2, widened(*this, x, w.dtype()), dw2);
   }

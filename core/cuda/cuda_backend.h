@@ -29,7 +29,7 @@ class CudaBackend final : public Backend {
                   Tensor& out) override;
   void row_scores_forward(const Tensor& x, const Tensor& w, Tensor& r) override;
   void row_scores_backward(const Tensor& x, const Tensor& w, const Tensor& dr, Tensor& dx,
-                           Tensor& dw, bool accumulate) override;
+                           bool accumulate_dx, Tensor& dw, bool accumulate_dw) override;
   void binary(BinaryKind kind, Broadcast bcast, int64_t outer, int64_t inner, const Tensor& a,
               const Tensor& b, Tensor& out) override;
   void scale(const Tensor& x, double alpha, Tensor& out) override;

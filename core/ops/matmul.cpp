@@ -132,13 +132,20 @@ Tensor row_scores(const Tensor& x, const Tensor& w) {
                const Tensor& g, const NeedsGrad& needs) {
              const int64_t rows = x2.size(0), cols = x2.size(1);
              Tensor dx, dw, dw1;
-             if (needs[0]) dx = Tensor::empty({rows, cols}, x2.dtype(), g.device());
+             // dr w added straight into x's gradient so far, when the engine holds one.
+             Tensor* dx_acc = needs[0] ? accumulating_input_grad(0, x2.dtype()) : nullptr;
+             if (dx_acc)
+               dx = dx_acc->view({rows, cols});
+             else if (needs[0])
+               dx = Tensor::empty({rows, cols}, x2.dtype(), g.device());
              const Tensor* acc = needs[1] ? accumulating_leaf_grad(w_leaf, g) : nullptr;
              if (needs[1]) {
                dw = acc ? *acc : Tensor::empty(w_shape, g.dtype(), g.device());
                dw1 = dw.view({cols});
              }
-             backend_of(g).row_scores_backward(x2, w1, g.view({rows}), dx, dw1, acc != nullptr);
+             backend_of(g).row_scores_backward(x2, w1, g.view({rows}), dx, dx_acc != nullptr,
+                                               dw1, acc != nullptr);
+             if (dx_acc) return std::vector<Tensor>{*dx_acc, dw};
              return std::vector<Tensor>{dx.defined() ? dx.view(x_shape) : Tensor(), dw};
            });
   }

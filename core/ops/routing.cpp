@@ -61,6 +61,12 @@ Tensor gather_rows(const Tensor& x, const Tensor& idx, int64_t runs) {
   backend_of(x).gather_rows(x, idx, out_BCD);
   if (any_requires_grad({x})) {
     record(out_BCD, Op::GatherRows, {x}, [idx, b, t, d, runs](const Tensor& g, const NeedsGrad&) {
+      // The rows straight into x's gradient so far, when the engine holds one (bit for bit
+      // what a zero-filled scatter then the engine's sum give: 0 + g is g).
+      if (Tensor* acc = accumulating_input_grad(0, g.dtype())) {
+        scatter_in_runs(idx, g, *acc, runs);
+        return std::vector<Tensor>{*acc};
+      }
       Tensor dx_BTD = Tensor::zeros({b, t, d}, g.dtype(), g.device());
       scatter_in_runs(idx, g, dx_BTD, runs);
       return std::vector<Tensor>{dx_BTD};

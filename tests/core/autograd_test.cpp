@@ -226,3 +226,34 @@ TEST_CASE("tensor storage is 64-byte aligned and views share it", "[tensor]") {
   CHECK(a.to(DType::F64).at(5) == 42.0);
   CHECK_THROWS_WITH(a.view({4, 2}), Contains("[2, 3]") && Contains("[4, 2]"));
 }
+
+// accumulating_input_grad: MoD's gather of C rows adds its rows into the gradient the engine
+// already holds for the gathered tensor (an intermediate), instead of a zero-filled full-size
+// gradient and the engine's sum of the two (an axpy); when its gradient is the first to arrive
+// it takes the ordinary path. Either way the sum is exact. (A held gradient that is shared is
+// declined by the sole-owner check accumulate() uses, tested above.)
+TEST_CASE("gather_rows adds its rows into an intermediate's gradient in place once one exists",
+          "[autograd]") {
+  const Tensor idx = Tensor::from_indices({1, 3, 0, 4}, {2, 2});
+  const Tensor c1 = random_matrix(10, 3, 21).view({2, 5, 3}),
+               c2 = random_matrix(4, 3, 22).view({2, 2, 3});
+  // d/dx of sum(x * c1) + sum(gather(x) * c2) = c1 + the rows of c2 at idx.
+  std::vector<double> want = c1.to_vector();
+  const std::vector<double> c2v = c2.to_vector();
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t j = 0; j < 3; ++j)
+        want[(b * 5 + static_cast<int64_t>(idx.at(b * 2 + c))) * 3 + j] += c2v[(b * 2 + c) * 3 + j];
+  for (bool gather_second : {true, false}) {
+    INFO((gather_second ? "the gather's gradient arrives second (in place)"
+                        : "the gather's gradient arrives first"));
+    Tensor leaf = random_matrix(10, 3, 20).view({2, 5, 3}).set_requires_grad(true);
+    const Tensor x = scale(leaf, 1.0);
+    const Tensor g = sum(mul(gather_rows(x, idx), c2)), m = sum(mul(x, c1));
+    // The engine runs a root's first input's nodes last: the other path's gradient comes first.
+    const std::vector<DeviceActivity> trace =
+        traced_backward(gather_second ? add(g, m) : add(m, g), Tensor::scalar(1.0, DType::F64));
+    CHECK(count_named(trace, "axpy") == (gather_second ? 0 : 1));
+    check_close(leaf.grad().to_vector(), want);
+  }
+}

@@ -2,7 +2,8 @@
 // with an f32 weight, reading each row once in its own dtype instead of a cast pass, an f32 copy
 // and a GEMV over it (3 passes of 2 bytes and one of 4 per element, against one of 2).
 //   forward   one warp per row, 16-byte loads of bf16 rows where aligned, a warp sum in f32;
-//   dx        dr[n] w[d] in f32, rounded once to x's dtype (what cast's backward rounds);
+//   dx        dr[n] w[d] in f32, rounded to x's dtype (what cast's backward rounds), or added
+//             into x's gradient so far (what the engine's sum would add);
 //   dw        a column sum over rows in two deterministic stages: blocks of kRowsPerChunk rows
 //             write per-chunk partials, one pass adds them in chunk order.
 #include <algorithm>
@@ -45,11 +46,16 @@ __global__ void row_scores_forward_kernel(const TX* x, const TW* w, TW* r, int64
   }
 }
 
+// dx = round(dr w), or dx + round(dr w) rounded again (what the engine's sum of the two
+// gradients computes).
 template <typename TX, typename TW>
-__global__ void row_scores_dx_kernel(const TW* dr, const TW* w, TX* dx, int64_t n, int64_t d) {
+__global__ void row_scores_dx_kernel(const TW* dr, const TW* w, TX* dx, int64_t n, int64_t d,
+                                     bool accumulate) {
   using A = Acc<TW>;
-  for (GridRowCol it(d); it.i < n * d; it.next())
-    dx[it.i] = from_acc<TX>(static_cast<Acc<TX>>(A(load(dr + it.row)) * A(load(w + it.col))));
+  for (GridRowCol it(d); it.i < n * d; it.next()) {
+    const TX v = from_acc<TX>(static_cast<Acc<TX>>(A(load(dr + it.row)) * A(load(w + it.col))));
+    dx[it.i] = accumulate ? from_acc<TX>(to_acc(dx[it.i]) + to_acc(v)) : v;
+  }
 }
 
 // partial[chunk, col] = sum over the chunk's rows of dr[row] x[row, col].
@@ -119,14 +125,15 @@ void CudaBackend::row_scores_forward(const Tensor& x, const Tensor& w, Tensor& r
 }
 
 void CudaBackend::row_scores_backward(const Tensor& x, const Tensor& w, const Tensor& dr,
-                                      Tensor& dx, Tensor& dw, bool accumulate) {
+                                      Tensor& dx, bool accumulate_dx, Tensor& dw,
+                                      bool accumulate_dw) {
   const int64_t n = x.size(0), d = x.size(1);
   dispatch_pair(x, w, "row_scores_backward", [&](auto tx, auto tw) {
     using TX = decltype(tx);
     using TW = decltype(tw);
     if (dx.defined() && n * d > 0) {
       row_scores_dx_kernel<<<grid_for(n * d), kThreads, 0, compute_stream()>>>(
-          dr.data<TW>(), w.data<TW>(), dx.data<TX>(), n, d);
+          dr.data<TW>(), w.data<TW>(), dx.data<TX>(), n, d, accumulate_dx);
       MOD_CUDA_CHECK_LAUNCH();
     }
     if (!dw.defined() || d == 0) return;
@@ -140,7 +147,7 @@ void CudaBackend::row_scores_backward(const Tensor& x, const Tensor& w, const Te
                                                          partial.data<Acc<TW>>(), n, d);
     MOD_CUDA_CHECK_LAUNCH();
     row_scores_dw_sum_kernel<TW><<<grid_for(d), kThreads, 0, compute_stream()>>>(
-        partial.data<Acc<TW>>(), chunks, d, accumulate, dw.data<TW>());
+        partial.data<Acc<TW>>(), chunks, d, accumulate_dw, dw.data<TW>());
     MOD_CUDA_CHECK_LAUNCH();
   });
 }
