@@ -111,8 +111,9 @@ const Tensor* accumulating_leaf_grad(const Tensor& leaf, const Tensor& grad_out)
 // already holds for input `input` of the node whose rule is running (other consumers' sum so
 // far), when the engine is its only owner and it has `dtype`; else null (no gradient yet, or a
 // shared one). The rule may add its contribution into it in place and return it; the engine
-// then does not add it again. A rule that adds rows or a rank-1 term this way skips a
-// zero-filled full-size gradient and the engine's pass summing it (MoD's gather, the router).
+// then does not add it again. A rule that adds rows, a rank-1 term or a GEMM's product (beta =
+// 1) this way skips a separate full-size gradient and the engine's pass summing it (MoD's
+// gather and router, matmul's dA).
 Tensor* accumulating_input_grad(size_t input, DType dtype);
 
 // Attaches a node for `op` to `output` (call only when any_requires_grad(inputs)).

@@ -84,9 +84,22 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
              const Tensor g3 = g.view(
                  {a3.size(0), g.numel() / (a3.size(0) * g.size(-1)), g.size(-1)});
              Tensor da, db;
-             if (needs[0])  // dA = dC op(B)^T, or op(B) dC^T when A was transposed
-               da = (ta ? bmm(b3, g3, tb, true, true) : bmm(g3, b3, false, !tb, batched))
-                        .view(a_shape);
+             if (needs[0]) {  // dA = dC op(B)^T, or op(B) dC^T when A was transposed
+               // Added by the GEMM (beta = 1) into A's gradient so far when the engine holds
+               // one: an activation feeding several GEMMs (the block's normed input feeds q, k
+               // and v) gets no separate dA and no sum pass per further consumer.
+               if (Tensor* acc = accumulating_input_grad(0, g.dtype())) {
+                 Tensor acc3 = acc->view(a3.shape());
+                 if (ta)
+                   bmm_into(b3, g3, tb, true, true, true, acc3);
+                 else
+                   bmm_into(g3, b3, false, !tb, batched, true, acc3);
+                 da = *acc;
+               } else {
+                 da = (ta ? bmm(b3, g3, tb, true, true) : bmm(g3, b3, false, !tb, batched))
+                          .view(a_shape);
+               }
+             }
              if (needs[1]) {  // dB = op(A)^T dC, or dC^T op(A) when B was transposed
                const Tensor* acc = accumulating_leaf_grad(b_leaf, g);
                Tensor db3 =

@@ -257,3 +257,28 @@ TEST_CASE("gather_rows adds its rows into an intermediate's gradient in place on
     check_close(leaf.grad().to_vector(), want);
   }
 }
+
+// The same for a GEMM's input: an activation feeding three linear layers (a block's normed input
+// feeding q, k and v) gets the second and third dA added by their GEMMs (beta = 1) into the
+// gradient the first left: no separate dA, no axpy.
+TEST_CASE("an activation feeding several GEMMs has their input gradients added by the GEMMs",
+          "[autograd]") {
+  Tensor leaf = random_matrix(4, 6, 31).set_requires_grad(true);
+  const Tensor h = scale(leaf, 1.0);
+  const Tensor w1 = random_matrix(5, 6, 32), w2 = random_matrix(3, 6, 33), w3 = random_matrix(2, 6, 34);
+  const Tensor g1 = random_matrix(4, 5, 35), g2 = random_matrix(4, 3, 36), g3 = random_matrix(4, 2, 37);
+  const Tensor loss = add(add(sum(mul(linear(h, w1), g1)), sum(mul(linear(h, w2), g2))),
+                          sum(mul(linear(h, w3), g3)));
+  const std::vector<DeviceActivity> trace = traced_backward(loss, Tensor::scalar(1.0, DType::F64));
+  CHECK(count_named(trace, "axpy") == 0);
+  // dh = g1 w1 + g2 w2 + g3 w3, by loops.
+  std::vector<double> want(4 * 6, 0.0);
+  for (const auto& [g, w] : {std::pair{g1, w1}, {g2, w2}, {g3, w3}}) {
+    const std::vector<double> gv = g.to_vector(), wv = w.to_vector();
+    const int64_t out = w.size(0);
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t j = 0; j < 6; ++j) want[i * 6 + j] += gv[i * out + o] * wv[o * 6 + j];
+  }
+  check_close(leaf.grad().to_vector(), want);
+}
