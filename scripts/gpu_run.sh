@@ -13,8 +13,9 @@
 #                              (train.profile_steps) for both models, then PyTorch's (torch.profiler)
 #   scripts/gpu_run.sh multirank  several ranks on the one GPU without MPI (the bundle has none):
 #                              nccl_tests at 2 and 4 ranks, then tiny_mod dp2, tp2 and dp2 as a
-#                              CUDA graph against one rank, losses to 1e-5; each rank its own
-#                              NCCL_HOSTID, over loopback
+#                              CUDA graph against one rank, losses to 1e-5, and dp2's step-10
+#                              checkpoint resumed on one rank; each rank its own NCCL_HOSTID,
+#                              over loopback
 #   scripts/gpu_run.sh overlap GPT-2-small MoD at dp2 on the one GPU, profiled, 25 MB buckets
 #                              against one bucket (no overlap): the collectives' share under
 #                              backward's kernels and the step time of each
@@ -108,7 +109,11 @@ multirank() {
     --set train.device=CUDA --set train.steps=20 --set train.log_every=1 --set train.eval_every=0)
   LIMIT=120 run multirank_tiny_1gpu "$modtrain" "${tiny[@]}" --run-dir "/tmp/runs/${tag}mr_1gpu"
   LIMIT=150 run multirank_tiny_dp2 "${ranks[@]}" "$modtrain" "${tiny[@]}" \
-    --run-dir "/tmp/runs/${tag}mr_dp2" --set parallel.dp=2 --set parallel.tp=1
+    --run-dir "/tmp/runs/${tag}mr_dp2" --set parallel.dp=2 --set parallel.tp=1 \
+    --set checkpoint.every_steps=10
+  # dp2's step-10 checkpoint resumed on one rank: steps 11-20 as the one-GPU run's.
+  LIMIT=120 run multirank_tiny_dp2_resume_1gpu "$modtrain" "${tiny[@]}" \
+    --run-dir "/tmp/runs/${tag}mr_dp2_resume" --resume "/tmp/runs/${tag}mr_dp2/checkpoints/step_00000010"
   LIMIT=150 run multirank_tiny_tp2 "${ranks[@]}" "$modtrain" "${tiny[@]}" \
     --run-dir "/tmp/runs/${tag}mr_tp2" --set parallel.dp=1 --set parallel.tp=2
   # The collectives captured in the step's CUDA graph, replayed.
@@ -118,6 +123,8 @@ multirank() {
   python3 scripts/gpu_run_helpers.py same_losses "/tmp/runs/${tag}mr_1gpu" \
     "/tmp/runs/${tag}mr_dp2" "/tmp/runs/${tag}mr_tp2" "/tmp/runs/${tag}mr_dp2_graph" 2>&1 |
     tee -a "$summary"
+  python3 scripts/gpu_run_helpers.py same_losses_tail "/tmp/runs/${tag}mr_1gpu" \
+    "/tmp/runs/${tag}mr_dp2_resume" 2>&1 | tee -a "$summary"
 }
 
 # Gradients reduced while backward runs, seen in the kernel profile: GPT-2-small MoD at dp2 on the

@@ -7,6 +7,8 @@
   gpu_run_helpers.py same_losses REF RUN...  each run directory's metrics.csv losses against
                                       REF's, step by step, to the parity suite's relative 1e-5
                                       (tests/support/parity_harness.h); exit 1 on a difference
+  gpu_run_helpers.py same_losses_tail REF RUN...  the same for runs resumed from a checkpoint:
+                                      their steps are REF's last ones
 """
 import glob
 import os
@@ -42,16 +44,22 @@ def losses(run_dir):
     return [(int(r[0]), float(r[1])) for r in rows]  # step, loss: the file's first columns
 
 
-def same_losses(ref_dir, run_dirs, tolerance=1e-5):
-    ref = losses(ref_dir)
+def same_losses(ref_dir, run_dirs, tolerance=1e-5, tail=False):
+    """Every run's losses against REF's at the same steps. A run must have all of REF's steps,
+    or with tail=True (a run resumed from a checkpoint) the last ones, from any step on."""
+    ref = dict(losses(ref_dir))
     ok = bool(ref)
     for run in run_dirs:
         got = losses(run)
-        worst = max((abs(g - r) / abs(r) for (_, g), (_, r) in zip(got, ref)), default=float("inf"))
-        same = len(got) == len(ref) and worst <= tolerance
+        steps = [s for s, _ in got]
+        expected = sorted(ref)[-len(got):] if tail and got else sorted(ref)
+        worst = max((abs(g - ref[s]) / abs(ref[s]) for s, g in got if s in ref),
+                    default=float("inf"))
+        same = bool(got) and steps == expected and worst <= tolerance
         ok &= same
-        print(f"  {os.path.basename(run)}: {len(got)} steps, largest relative difference "
-              f"{worst:.2e} against {os.path.basename(ref_dir)}: {'ok' if same else 'DIFFERS'}")
+        print(f"  {os.path.basename(run)}: {len(got)} steps ({steps[0] if steps else '-'} to "
+              f"{steps[-1] if steps else '-'}), largest relative difference {worst:.2e} against "
+              f"{os.path.basename(ref_dir)}: {'ok' if same else 'DIFFERS'}")
     return ok
 
 
@@ -62,5 +70,7 @@ if __name__ == "__main__":
         median(sys.argv[2], sys.argv[3])
     elif sys.argv[1:2] == ["same_losses"] and len(sys.argv) >= 4:
         sys.exit(0 if same_losses(sys.argv[2], sys.argv[3:]) else 1)
+    elif sys.argv[1:2] == ["same_losses_tail"] and len(sys.argv) >= 4:
+        sys.exit(0 if same_losses(sys.argv[2], sys.argv[3:], tail=True) else 1)
     else:
         sys.exit(__doc__)
