@@ -121,11 +121,17 @@ bool lt_gemm(const GemmArgs& g, const Tensor& a, const Tensor& b, const Tensor& 
   }
   if (!choice.supported) return false;
   const float alpha = 1.0f, beta = 0.0f;
-  lt_check(cublasLtMatmul(cublaslt_handle(), call.desc, &alpha, b.raw_data(), call.first,
-                          a.raw_data(), call.second, &beta, d.raw_data(), call.out, d.raw_data(),
-                          call.out, &choice.algo, cublaslt_workspace(), kCublasLtWorkspaceBytes,
-                          compute_stream()),
-           "cublasLtMatmul");
+  const cublasStatus_t status =
+      cublasLtMatmul(cublaslt_handle(), call.desc, &alpha, b.raw_data(), call.first, a.raw_data(),
+                     call.second, &beta, d.raw_data(), call.out, d.raw_data(), call.out,
+                     &choice.algo, cublaslt_workspace(), kCublasLtWorkspaceBytes,
+                     compute_stream());
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {  // the heuristic's algorithm refused the call
+    std::lock_guard<std::mutex> lock(mutex);
+    choices[key].supported = false;
+    return false;
+  }
+  lt_check(status, "cublasLtMatmul");
   return true;
 }
 
