@@ -83,7 +83,7 @@ std::vector<PointResult> collect_results(const std::vector<GridPoint>& points,
         }
       }
     } else if (r.state.status == RunStatus::Partial) {
-      r.note = r.state.describe();
+      r.note = r.state.details();
     } else {
       r.note = "no run in " + dir;
     }

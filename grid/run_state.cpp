@@ -95,15 +95,19 @@ RunState inspect_run(const std::string& run_dir, int64_t steps, int64_t tokens_p
 }
 
 std::string RunState::describe() const {
-  std::string s = status_name(status);
-  if (status != RunStatus::Partial) return s;
+  const std::string s = status_name(status);
+  return status == RunStatus::Partial ? s + ": " + details() : s;
+}
+
+std::string RunState::details() const {
+  std::string s;
   std::vector<std::string> parts;
   if (checkpoint_step >= 0) parts.push_back("checkpoint at step " + std::to_string(checkpoint_step));
   if (metrics_step >= 0) parts.push_back("metrics to step " + std::to_string(metrics_step));
   if (weights_step >= 0)
     parts.push_back("model.safetensors at step " + std::to_string(weights_step) +
                     " (another step count: was the spec changed?)");
-  for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : ": ") + parts[i];
+  for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
   return s;
 }
 

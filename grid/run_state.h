@@ -27,6 +27,7 @@ struct RunState {
   std::optional<double> final_val_loss_causal;
   double train_seconds = 0;  // sum over metrics rows of tokens_per_step / tokens_per_s
   std::string describe() const;  // e.g. "partial: checkpoint at step 200, metrics to step 230"
+  std::string details() const;   // what describe() says after "partial: "
 };
 
 RunState inspect_run(const std::string& run_dir, int64_t steps, int64_t tokens_per_step);

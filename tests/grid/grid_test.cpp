@@ -406,7 +406,8 @@ TEST_CASE("a run directory's state: weights step, checkpoint, final validation l
   CHECK(st.metrics_step == 8);
   CHECK_FALSE(st.final_val_loss);
   CHECK(st.train_seconds == Approx(7.0));
-  CHECK_THAT(st.describe(), Contains("checkpoint at step 5"));
+  CHECK(st.describe() == "partial: checkpoint at step 5, metrics to step 8");
+  CHECK(st.details() == "checkpoint at step 5, metrics to step 8");  // collect's note
 
   {  // finished: rows to step 10 with a validation loss there, and the weights file at step 10
     std::ofstream m(dir + "/metrics.csv");
