@@ -310,6 +310,13 @@ modtrain::RunConfig load(const std::string& path, const std::vector<std::string>
   return cfg;
 }
 
+bool cuda_graph_on(const modtrain::RunConfig& cfg) {
+  const auto& t = cfg.train();
+  if (t.has_cuda_graph()) return t.cuda_graph();
+  const auto& p = cfg.parallel();
+  return t.device() == modtrain::TrainConfig::CUDA && p.dp() == 1 && p.tp() == 1 && p.ep() == 1;
+}
+
 std::string to_text(const modtrain::RunConfig& cfg) {
   std::string out;
   pb::TextFormat::PrintToString(cfg, &out);

@@ -29,6 +29,10 @@ modtrain::RunConfig load(const std::string& path, const std::vector<std::string>
 
 std::string to_text(const modtrain::RunConfig& cfg);
 
+// Whether training captures its step as a CUDA graph: train.cuda_graph where set, else on for
+// one process on a CUDA device (parallel.dp, tp and ep all 1), off otherwise.
+bool cuda_graph_on(const modtrain::RunConfig& cfg);
+
 // Shared by every text-format file (RunConfig, GridSpec): parses text into out, or throws
 // std::invalid_argument "<kind> <origin>:<line>:<column>: <message>".
 void parse_text_message(const std::string& text, const std::string& origin,

@@ -106,7 +106,8 @@ multirank() {
       "$bundle/bin/nccl_tests"
   done
   local tiny=(train --config configs/recipes/tiny_mod.textproto --data "$bundle/data/kjv"
-    --set train.device=CUDA --set train.steps=20 --set train.log_every=1 --set train.eval_every=0)
+    --set train.device=CUDA --set train.steps=20 --set train.log_every=1 --set train.eval_every=0
+    --set train.cuda_graph=false)
   LIMIT=120 run multirank_tiny_1gpu "$modtrain" "${tiny[@]}" --run-dir "/tmp/runs/${tag}mr_1gpu"
   LIMIT=150 run multirank_tiny_dp2 "${ranks[@]}" "$modtrain" "${tiny[@]}" \
     --run-dir "/tmp/runs/${tag}mr_dp2" --set parallel.dp=2 --set parallel.tp=1 \

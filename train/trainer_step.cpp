@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "configs/config.h"
 #include "core/all_ops.h"
 #include "core/autograd.h"
 #include "core/backend.h"
@@ -168,7 +169,7 @@ StepMetrics Trainer::train_step(int64_t step) {
   load_step(step);
   host_phases_.load += seconds_since(t);
   t = Clock::now();
-  if (!cfg_.train().cuda_graph() || step < start_step_ + kGraphWarmupSteps) {
+  if (!config::cuda_graph_on(cfg_) || step < start_step_ + kGraphWarmupSteps) {
     const StepOutputs out = enqueue_step(step);
     host_phases_.enqueue += seconds_since(t);
     return finish_step(step, out);

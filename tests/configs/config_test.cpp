@@ -144,3 +144,16 @@ TEST_CASE("recompute settings parse, and their errors name the field", "[config]
   CHECK_THROWS_WITH(config::parse_checked(config::to_text(embedded), "weights.meta"),
                     Contains("config weights.meta") && Contains("train.recompute_blocks[2]"));
 }
+
+// train.cuda_graph unset: on for one process on CUDA (graphed one-GPU steps have run on GPUs;
+// graphed multi-rank ones not yet), off on the CPU or across processes; set, as set.
+TEST_CASE("train.cuda_graph defaults to on for one process on CUDA", "[config]") {
+  const std::string r = kRecipes + "tiny_dense.textproto";
+  CHECK_FALSE(config::cuda_graph_on(config::load(r, {})));
+  CHECK(config::cuda_graph_on(config::load(r, {"train.device=CUDA"})));
+  CHECK_FALSE(config::cuda_graph_on(config::load(r, {"train.device=CUDA", "parallel.dp=2"})));
+  CHECK_FALSE(config::cuda_graph_on(config::load(r, {"train.device=CUDA", "parallel.tp=2"})));
+  CHECK_FALSE(config::cuda_graph_on(config::load(r, {"train.device=CUDA", "train.cuda_graph=false"})));
+  CHECK(config::cuda_graph_on(
+      config::load(r, {"train.device=CUDA", "parallel.dp=2", "train.cuda_graph=true"})));
+}

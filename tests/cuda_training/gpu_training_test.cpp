@@ -110,8 +110,10 @@ std::string checkpoint_at(const Run& r, int step) {
   return dir;
 }
 
-const std::vector<std::string> kGpu = {"train.device=CUDA"};
-const std::vector<std::string> kGpuBf16 = {"train.device=CUDA", "train.precision=BF16"};
+// Eager unless a case appends train.cuda_graph=true (one process on CUDA graphs by default).
+const std::vector<std::string> kGpu = {"train.device=CUDA", "train.cuda_graph=false"};
+const std::vector<std::string> kGpuBf16 = {"train.device=CUDA", "train.cuda_graph=false",
+                                           "train.precision=BF16"};
 
 std::vector<std::string> with(std::vector<std::string> a, const std::string& b) {
   a.push_back(b);

@@ -31,7 +31,7 @@ struct Run {
 Run train_run(const std::string& recipe, const std::string& layout, bool on_device,
               bool graphed = false) {
   std::vector<std::string> sets = {std::string("train.device=") + (on_device ? "CUDA" : "CPU")};
-  if (graphed) sets.push_back("train.cuda_graph=true");
+  if (on_device) sets.push_back(std::string("train.cuda_graph=") + (graphed ? "true" : "false"));
   const auto cfg = test::tiny_recipe(recipe, kSteps, layout, sets);
   train::Trainer trainer(cfg, test::temp_dir("device_parallel"), /*quiet=*/true,
                          parallel::world());

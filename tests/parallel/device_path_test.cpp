@@ -33,6 +33,8 @@ struct Run {
 Run train_run(const std::string& recipe, bool on_device, const std::string& resume_from = "",
               std::vector<std::string> extra = {}) {
   emulate_cuda();
+  // Eager unless a case asks for the graph (one process on CUDA graphs by default).
+  if (on_device) extra.insert(extra.begin(), "train.cuda_graph=false");
   extra.push_back(std::string("train.device=") + (on_device ? "CUDA" : "CPU"));
   extra.push_back("checkpoint.every_steps=4");
   const auto cfg = test::tiny_recipe(recipe, kSteps, "", extra);
@@ -306,6 +308,23 @@ TEST_CASE("a CUDA-graph step with the fused add + norm and GELU MLP replays exac
     CHECK(emulated.captures() == before + 1);
     require_same(graph, train_run(recipe, false, "", unfused));
   }
+}
+
+// train.cuda_graph left unset: one process on CUDA captures its step after the warm-up
+// (configs/config.h cuda_graph_on) and trains as the CPU does.
+TEST_CASE("one process on CUDA captures its step by default", "[device][graph]") {
+  test::EmulatedCudaBackend& emulated = emulate_cuda();
+  const auto cfg = test::tiny_recipe("tiny_mod", kSteps, "", {"train.device=CUDA"});
+  REQUIRE_FALSE(cfg.train().has_cuda_graph());
+  const int before = emulated.captures();
+  auto local = parallel::make_local_communicator();
+  train::Trainer trainer(cfg, test::temp_dir("device_default_graph"), /*quiet=*/true, *local);
+  trainer.run();
+  CHECK(emulated.captures() == before + 1);
+  Run graphed;
+  graphed.losses = trainer.losses();
+  graphed.params = trainer.full_parameters();
+  require_same(graphed, train_run("tiny_mod", false));
 }
 
 TEST_CASE("optimizer.grad_clip changes the update, through AdamW and ZeRO-1", "[device]") {
