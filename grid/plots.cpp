@@ -76,11 +76,15 @@ std::string write_plot(const modtrain::GridSpec& spec, const std::vector<Curve>&
   std::ofstream g(gp);
   g << "# " << stem << ".png of grid " << spec.name() << ", written by `modtrain grid collect`.\n"
     << util::gnuplot_png_output(png, 1100, 720)
-    << "set title " << util::gnuplot_quote(by_parameters ? "isoFLOP curves of grid " + spec.name() +
-                                                   " (dense solid, MoD top-C dashed, MoD causal dotted; circles: minima" +
-                                                   (seeded ? "; bars: range over seeds)" : ")")
-                                             : "grid " + spec.name() +
-                                                   ": final validation loss vs forward FLOPs per token")
+    // Two lines: one would run past the plot's left edge (the key takes the right).
+    << "set title "
+    << (by_parameters
+            ? util::gnuplot_quote("isoFLOP curves of grid " + spec.name()) + ".\"\\n\"." +
+                  util::gnuplot_quote(std::string("dense solid, MoD top-C dashed, MoD causal "
+                                                  "dotted; circles: minima") +
+                                      (seeded ? "; bars: range over seeds" : ""))
+            : util::gnuplot_quote("grid " + spec.name() +
+                                  ": final validation loss vs forward FLOPs per token"))
     << "\n"
     << "set xlabel " << util::gnuplot_quote(by_parameters ? "parameters" : "forward FLOPs per token") << "\n"
     << "set ylabel 'final validation loss'\n"
