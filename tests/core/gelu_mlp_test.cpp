@@ -74,7 +74,7 @@ void check_same(const Setup& s) {
 
 }  // namespace
 
-TEST_CASE("gelu_mlp equals linear, gelu, linear bit for bit (f32, f64; small and large rows)",
+TEST_CASE("gelu_mlp equals linear, gelu, linear bit for bit (f32 and f64, small and large rows)",
           "[ops][gelu_mlp]") {
   for (DType dtype : {DType::F32, DType::F64})
     for (const auto& [x, f] : std::vector<std::pair<Shape, int64_t>>{
