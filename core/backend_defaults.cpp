@@ -2,6 +2,8 @@
 // for, in their order, so such a backend's fused op equals the unfused ops bit for bit.
 #include "core/backend.h"
 
+#include "core/gemm_args.h"
+
 namespace mod {
 
 void Backend::gemm_gelu(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& pre,
@@ -30,31 +32,18 @@ Tensor widened(Backend& be, const Tensor& x, DType dtype) {
 
 // The GEMMs matmul runs for linear(cast(x), w[1,D]) and its backward, with cast's conversions.
 void Backend::row_scores_forward(const Tensor& x, const Tensor& w, Tensor& r) {
-  const int64_t n = x.size(0), d = x.size(1);
-  GemmArgs g;
-  g.m = n;
-  g.k = d;
-  g.n = 1;
-  g.trans_b = true;
-  g.stride_a = n * d;
-  g.stride_c = n;
-  Tensor r2 = r.view({n, 1});
-  gemm(g, widened(*this, x, w.dtype()), w.view({1, d}), r2);
+  const Tensor xw = widened(*this, x, w.dtype()), w2 = w.view({1, w.numel()});
+  Tensor r2 = r.view({x.size(0), 1});
+  gemm(gemm_args(xw, w2, false, true), xw, w2, r2);
 }
 
 void Backend::row_scores_backward(const Tensor& x, const Tensor& w, const Tensor& dr, Tensor& dx,
                                   bool accumulate_dx, Tensor& dw, bool accumulate_dw) {
   const int64_t n = x.size(0), d = x.size(1);
-  const Tensor dr2 = dr.view({n, 1});
+  const Tensor dr2 = dr.view({n, 1}), w2 = w.view({1, d});
   if (dx.defined()) {  // dx = dr w, in w's dtype, then rounded to x's
-    GemmArgs g;
-    g.m = n;
-    g.k = 1;
-    g.n = d;
-    g.stride_a = n;
-    g.stride_c = n * d;
     Tensor wide = Tensor::empty({n, d}, w.dtype(), w.device());
-    gemm(g, dr2, w.view({1, d}), wide);
+    gemm(gemm_args(dr2, w2, false, false), dr2, w2, wide);
     Tensor rounded = accumulate_dx ? Tensor::empty({n, d}, dx.dtype(), dx.device()) : dx;
     if (dx.dtype() == w.dtype())
       copy(wide, rounded);
@@ -63,17 +52,9 @@ void Backend::row_scores_backward(const Tensor& x, const Tensor& w, const Tensor
     if (accumulate_dx) axpy(1.0, rounded, dx);  // the engine's sum of two gradients
   }
   if (dw.defined()) {  // dw (+)= dr^T x
-    GemmArgs g;
-    g.m = 1;
-    g.k = n;
-    g.n = d;
-    g.trans_a = true;
-    g.stride_a = n;
-    g.stride_b = n * d;
-    g.stride_c = d;
-    g.accumulate = accumulate_dw;
+    const Tensor xw = widened(*this, x, w.dtype());
     Tensor dw2 = dw.view({1, d});
-    gemm(g, dr2, widened(*this, x, w.dtype()), dw2);
+    gemm(gemm_args(dr2, xw, true, false, true, accumulate_dw), dr2, xw, dw2);
   }
 }
 

@@ -8,6 +8,7 @@
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops/check.h"
+#include "core/gemm_args.h"
 #include "core/recompute.h"
 
 namespace mod {
@@ -19,18 +20,7 @@ constexpr const char* kOp = "matmul";
 // b_batched=false shares b.
 void bmm_into(const Tensor& a, const Tensor& b, bool ta, bool tb, bool b_batched, bool accumulate,
               Tensor& c) {
-  GemmArgs g;
-  g.batch = a.size(0);
-  g.m = ta ? a.size(2) : a.size(1);
-  g.k = ta ? a.size(1) : a.size(2);
-  g.n = tb ? b.size(-2) : b.size(-1);
-  g.trans_a = ta;
-  g.trans_b = tb;
-  g.stride_a = a.size(1) * a.size(2);
-  g.stride_b = b_batched ? b.size(-2) * b.size(-1) : 0;
-  g.stride_c = g.m * g.n;
-  g.accumulate = accumulate;
-  backend_of(c).gemm(g, a, b, c);
+  backend_of(c).gemm(gemm_args(a, b, ta, tb, b_batched, accumulate), a, b, c);
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b, bool ta, bool tb, bool b_batched) {

@@ -8,25 +8,12 @@
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops/check.h"
+#include "core/gemm_args.h"
 #include "core/recompute.h"
 
 namespace mod {
 
 namespace {
-
-// The GEMM matmul runs for op(a) [M,K] @ op(b) [K,N] of 2-D a and b (one shared matrix b).
-GemmArgs gemm_args(const Tensor& a, const Tensor& b, bool ta, bool tb, bool accumulate = false) {
-  GemmArgs g;
-  g.m = ta ? a.size(1) : a.size(0);
-  g.k = ta ? a.size(0) : a.size(1);
-  g.n = tb ? b.size(0) : b.size(1);
-  g.trans_a = ta;
-  g.trans_b = tb;
-  g.stride_a = a.numel();
-  g.stride_c = g.m * g.n;
-  g.accumulate = accumulate;
-  return g;
-}
 
 Tensor gemm(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   const GemmArgs g = gemm_args(a, b, ta, tb);
@@ -41,7 +28,7 @@ Tensor weight_grad(const Tensor& leaf, const Tensor& a, const Tensor& b, const S
   const Tensor* acc = accumulating_leaf_grad(leaf, a);
   Tensor dw = acc ? *acc : Tensor::empty(shape, a.dtype(), a.device());
   Tensor dw2 = dw.view(shape);
-  backend_of(a).gemm(gemm_args(a, b, true, false, acc != nullptr), a, b, dw2);
+  backend_of(a).gemm(gemm_args(a, b, true, false, true, acc != nullptr), a, b, dw2);
   return dw;
 }
 
