@@ -64,6 +64,18 @@ bool lt_gemm(const GemmArgs& g, const Tensor& a, const Tensor& b, const Tensor& 
   const cudaDataType_t type = a.dtype() == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
   const int64_t m = g.m, n = g.n, k = g.k;
 
+  // The heuristic query costs host time, so each shape asks once; a shape known to be refused
+  // returns before any descriptor is made.
+  static std::mutex mutex;
+  static std::map<LtKey, LtChoice> choices;
+  const LtKey key{m, n, k, g.trans_a, g.trans_b, static_cast<int>(type),
+                  static_cast<int>(epilogue)};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto it = choices.find(key);
+    if (it != choices.end() && !it->second.supported) return false;
+  }
+
   LtCall call;
   lt_check(cublasLtMatmulDescCreate(&call.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
            "cublasLtMatmulDescCreate");
@@ -91,11 +103,6 @@ bool lt_gemm(const GemmArgs& g, const Tensor& a, const Tensor& b, const Tensor& 
            "cublasLtMatrixLayoutCreate");
   lt_check(cublasLtMatrixLayoutCreate(&call.out, type, n, m, n), "cublasLtMatrixLayoutCreate");
 
-  // The heuristic query costs host time, so each shape asks once.
-  static std::mutex mutex;
-  static std::map<LtKey, LtChoice> choices;
-  const LtKey key{m, n, k, g.trans_a, g.trans_b, static_cast<int>(type),
-                  static_cast<int>(epilogue)};
   LtChoice choice;
   {
     std::lock_guard<std::mutex> lock(mutex);
