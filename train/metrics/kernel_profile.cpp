@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iomanip>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -235,7 +236,8 @@ std::string format_profile(const KernelProfile& p, size_t top) {
 void write_profile_csv(const KernelProfile& p, const std::string& path) {
   std::ofstream f(path);
   if (!f) throw std::runtime_error("kernel profile: cannot write " + path);
-  f << "kernel,calls,total_ms,per_step_ms,mean_us,share,gflop_per_s\n";
+  // 9 significant digits: the shares of a profile add up to 1 to far better than 1e-6.
+  f << std::setprecision(9) << "kernel,calls,total_ms,per_step_ms,mean_us,share,gflop_per_s\n";
   for (const KernelRow& r : p.rows) {
     std::string quoted = "\"";
     for (char c : r.name) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
