@@ -299,6 +299,18 @@ class Backend {
   virtual void gather_rows(const Tensor& x, const Tensor& idx, Tensor& out) = 0;
   // out [B,T,D] += scatter of src [B,C,D]: out[b, idx[b,c]] += src[b,c] (repeats accumulate).
   virtual void scatter_add_rows(const Tensor& idx, const Tensor& src, Tensor& out) = 0;
+  // A routed block's gated residual update (ops/routing scatter_gated_rows): out[b, idx[b,c]] +=
+  // gate[b,c] * src[b,c], the product rounded to out's dtype before the add; gate [B,C,1]. The
+  // default multiplies into a temporary, then scatter_add_rows; a CUDA backend does both in one
+  // pass over the C rows.
+  virtual void scatter_gated_rows(const Tensor& idx, const Tensor& src, const Tensor& gate,
+                                  Tensor& out);
+  // Its backward from dout [B,T,D]: dsrc[b,c] = gate[b,c] * dout[b, idx[b,c]] and dgate[b,c] =
+  // sum_d src[b,c,d] * dout[b, idx[b,c], d] (either undefined: not wanted). The default gathers
+  // the rows, then multiplies and sums as mul's backward does; a CUDA backend reads each row once.
+  virtual void scatter_gated_rows_backward(const Tensor& dout, const Tensor& idx,
+                                           const Tensor& src, const Tensor& gate, Tensor& dsrc,
+                                           Tensor& dgate);
   // scores [B,T] -> idx [B,k] (i64): the k largest per row, sorted ascending by position;
   // among equal scores the lower position wins.
   virtual void topk_rows(const Tensor& scores, int64_t k, Tensor& idx) = 0;

@@ -58,4 +58,29 @@ void Backend::row_scores_backward(const Tensor& x, const Tensor& w, const Tensor
   }
 }
 
+// mul(src, gate) (gate broadcast over each row), then scatter_add_rows.
+void Backend::scatter_gated_rows(const Tensor& idx, const Tensor& src, const Tensor& gate,
+                                 Tensor& out) {
+  const int64_t rows = gate.numel();
+  Tensor gated = Tensor::empty(src.shape(), src.dtype(), src.device());
+  binary(BinaryKind::Mul, Broadcast::Outer, rows, rows == 0 ? 0 : src.numel() / rows, src, gate,
+         gated);
+  scatter_add_rows(idx, gated, out);
+}
+
+// scatter_add_rows' backward (the rows gathered), then mul's: dsrc = rows * gate, dgate = the
+// row sums of rows * src.
+void Backend::scatter_gated_rows_backward(const Tensor& dout, const Tensor& idx, const Tensor& src,
+                                          const Tensor& gate, Tensor& dsrc, Tensor& dgate) {
+  const int64_t rows = gate.numel(), d = rows == 0 ? 0 : src.numel() / rows;
+  Tensor picked = Tensor::empty(src.shape(), src.dtype(), src.device());
+  gather_rows(dout, idx, picked);
+  if (dsrc.defined()) binary(BinaryKind::Mul, Broadcast::Outer, rows, d, picked, gate, dsrc);
+  if (dgate.defined()) {
+    Tensor products = Tensor::empty(src.shape(), src.dtype(), src.device());
+    binary(BinaryKind::Mul, Broadcast::Same, 1, src.numel(), picked, src, products);
+    sum_inner(rows, d, products, dgate);
+  }
+}
+
 }  // namespace mod

@@ -41,6 +41,8 @@ enum class Op : uint16_t {
   Attention,
   GatherRows,
   ScatterAddRows,
+  // x + the gate-weighted rows scattered at idx (core/ops/routing.h scatter_gated_rows).
+  ScatterGatedRows,
   TopK,
   BCEWithLogits,
   LogSumExp,
@@ -99,6 +101,7 @@ inline constexpr OpInfo kOpInfo[] = {
     {Op::Attention, "attention", true},
     {Op::GatherRows, "gather_rows", true},
     {Op::ScatterAddRows, "scatter_add_rows", true},
+    {Op::ScatterGatedRows, "scatter_gated_rows", true},
     {Op::TopK, "topk", false},
     {Op::BCEWithLogits, "bce_with_logits", true},
     {Op::LogSumExp, "logsumexp", true},

@@ -126,6 +126,8 @@ Tensor routed_update(const Block& blk, const Tensor& x, const Tensor& pos, const
   const Tensor xs = gather_rows(x, idx);                                     // [B,C,D]
   const Tensor xs_pos = gather_positions(pos, idx);                          // [B,C]
   Tensor g = apply_gate(gate, gather_rows(reshape(r, {batch, t, 1}), idx));  // [B,C,1]
+  if (blk.fusions().routed_scatter && recompute == modtrain::TrainConfig::NONE)
+    return scatter_gated_rows(x, idx, blk.delta(xs, xs_pos, cache, mode, result), g);
   // in: the gathered rows, their positions, their router weights -> g * f [B,C,D]
   RegionBody scaled_delta = [&blk, cache, mode](const std::vector<Tensor>& in,
                                                 ForwardResult& local) {

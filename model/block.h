@@ -57,6 +57,7 @@ class Block : public nn::Module {
   const Router* router() const { return router_.get(); }           // null when dense
   const Predictor* predictor() const { return predictor_.get(); }  // null unless PREDICTOR
   MoeMlp* moe() const { return moe_.get(); }                       // null with a dense MLP
+  const Fusions& fusions() const { return fusions_; }
 
  private:
   Tensor mlp(const Tensor& h, RoutingMode mode, ForwardResult* result) const;
@@ -80,7 +81,8 @@ using Recompute = modtrain::TrainConfig::Recompute;
 // positions; scale by g(r); scatter-add into x. Top-C training, causal evaluation and one-token
 // decoding (idx [[0]], with the block's KV cache) differ only in how they choose idx. Under
 // train.recompute the region kept for backward is g(r) * f on the gathered rows: the gathers and
-// the scatter stay outside it, so the routing is never recomputed.
+// the scatter stay outside it, so the routing is never recomputed. A block not recomputed runs
+// the gate multiply, scatter and residual add as one op under fusions().routed_scatter.
 Tensor routed_update(const Block& block, const Tensor& x, const Tensor& pos, const Tensor& r,
                      const Tensor& idx, modtrain::RouterConfig::Gate gate, RoutingMode mode,
                      KvCache* cache = nullptr, ForwardResult* result = nullptr,

@@ -17,6 +17,9 @@ struct Fusions {
   // MoD's router scores and the predictor's logit from activations narrower than the master
   // weights (bf16 under f32) read as they are (core/ops/matmul.h row_scores), not cast first.
   bool router_scores = true;
+  // MoD's gate multiply, scatter and residual add as one op (core/ops/routing.h
+  // scatter_gated_rows), in a routed block that is not recomputed.
+  bool routed_scatter = true;
 };
 
 // The switches a run's train.fusions sets.
@@ -25,6 +28,7 @@ inline Fusions fusions_from(const modtrain::TrainConfig& train) {
   f.add_norm = train.fusions().add_norm();
   f.gelu_mlp = train.fusions().gelu_mlp();
   f.router_scores = train.fusions().router_scores();
+  f.routed_scatter = train.fusions().routed_scatter();
   return f;
 }
 

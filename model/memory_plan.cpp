@@ -237,16 +237,17 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
       // The residual add saves nothing; the block's input is norm1's saved x.
       bm.kept = block_kept;
     } else {
-      // Router (and predictor) matmuls keep the block input, as an f32 copy each under bf16
-      // (routing scores run in master precision) unless row_scores reads it as it is
-      // (train.fusions.router_scores); the predictor's hidden layer; g(r) [C,1];
-      // r, the top-C indices and the causal losses' inputs. Without recomputation the gate
-      // multiply also keeps f [C,D]. The predictor's part hangs off the loss alone (its input
-      // is detached), so the backward runs it first and it is gone before the LM head's.
-      const double predictor_kept =
-          predictor ? (x.bf16 ? n * x.d * kMaster : 0) + 2 * n * causal.predictor_hidden() * kMaster
-                    : 0;
+      // The router keeps the block input, as an f32 copy under bf16 (routing scores run in
+      // master precision) unless row_scores reads it as it is (train.fusions.router_scores).
+      // The predictor's hidden layer runs in the compute dtype on that same input (no copy of
+      // its own) and keeps its pre-activation for SiLU and its output for the logit layer, the
+      // latter as an f32 copy when the router's is; g(r) [C,1]; r, the top-C indices and the
+      // causal losses' inputs. Without recomputation the gate multiply (or scatter_gated_rows)
+      // also keeps f [C,D]. The predictor's part hangs off the loss alone (its input is
+      // detached), so the backward runs it first and it is gone before the LM head's.
       const bool router_copy = x.bf16 && !opt.fused_router_scores;
+      const double predictor_kept =
+          predictor ? n * causal.predictor_hidden() * (x.a + (router_copy ? kMaster : x.a)) : 0;
       double around = (router_copy ? n * x.d * kMaster : n * x.d * x.a) + predictor_kept;
       around += nb * x.a + n * kStats * 4 + nb * 16;
       if (!bm.recomputed) around += nb * x.d * x.a;

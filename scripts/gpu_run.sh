@@ -243,7 +243,7 @@ pytorch_bench() {
 # Each fusion's own gain: bench's graphed MoD step with one train.fusions switch off at a time.
 fusions() {
   local steps=${STEPS:-20} f
-  for f in optimizer_weight_copies classifier add_norm gelu_mlp router_scores; do
+  for f in optimizer_weight_copies classifier add_norm gelu_mlp router_scores routed_scatter; do
     train_run "train_gpt2_small_mod_graph_no_$f" gpt2_small_mod true NONE "$steps" \
       --set "train.fusions.$f=false"
   done

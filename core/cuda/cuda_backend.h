@@ -89,6 +89,10 @@ class CudaBackend final : public Backend {
                           const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override;
   void gather_rows(const Tensor& x, const Tensor& idx, Tensor& out) override;
   void scatter_add_rows(const Tensor& idx, const Tensor& src, Tensor& out) override;
+  void scatter_gated_rows(const Tensor& idx, const Tensor& src, const Tensor& gate,
+                          Tensor& out) override;
+  void scatter_gated_rows_backward(const Tensor& dout, const Tensor& idx, const Tensor& src,
+                                   const Tensor& gate, Tensor& dsrc, Tensor& dgate) override;
   void topk_rows(const Tensor& scores, int64_t k, Tensor& idx) override;
   void routing_summary(const Tensor& r, const Tensor& decision, const Tensor& member,
                        Tensor& out) override;

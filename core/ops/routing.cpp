@@ -102,4 +102,35 @@ Tensor scatter_add_rows(const Tensor& x, const Tensor& idx, const Tensor& src, i
   return out_BTD;
 }
 
+Tensor scatter_gated_rows(const Tensor& x, const Tensor& idx, const Tensor& src,
+                          const Tensor& gate) {
+  constexpr const char* kOp = "scatter_gated_rows";
+  check_rows(kOp, x, idx);
+  check::floating(kOp, src, "src");
+  check::floating(kOp, gate, "gate");
+  check::same_dtype_device(kOp, x, "x", src, "src");
+  check::same_dtype_device(kOp, x, "x", gate, "gate");
+  const Shape want = {x.size(0), idx.size(1), x.size(2)};
+  const Shape want_gate = {x.size(0), idx.size(1), 1};
+  if (src.shape() != want || gate.shape() != want_gate)
+    check::fail(kOp, "src " + shape_str(src.shape()) + " and gate " + shape_str(gate.shape()) +
+                         " must be [B,C,D] = " + shape_str(want) + " and [B,C,1] = " +
+                         shape_str(want_gate) + " from x " + shape_str(x.shape()) + " and idx " +
+                         shape_str(idx.shape()));
+  Tensor out_BTD = x.clone();
+  backend_of(out_BTD).scatter_gated_rows(idx, src, gate, out_BTD);
+  if (any_requires_grad({x, src, gate})) {
+    record(out_BTD, Op::ScatterGatedRows, {x, src, gate},
+           [idx, sv = detach(src), gv = detach(gate)](const Tensor& g, const NeedsGrad& needs) {
+             Tensor dsrc, dgate;
+             if (needs[1]) dsrc = Tensor::empty(sv.shape(), g.dtype(), g.device());
+             if (needs[2]) dgate = Tensor::empty(gv.shape(), g.dtype(), g.device());
+             if (needs[1] || needs[2])
+               backend_of(g).scatter_gated_rows_backward(g, idx, sv, gv, dsrc, dgate);
+             return std::vector<Tensor>{needs[0] ? g : Tensor(), dsrc, dgate};  // x: the identity
+           });
+  }
+  return out_BTD;
+}
+
 }  // namespace mod

@@ -119,6 +119,9 @@ TEST_CASE("train.fusions switches are on by default and --set turns one off", "[
   CHECK(config::load(r, {}).train().fusions().router_scores());
   CHECK_FALSE(
       config::load(r, {"train.fusions.router_scores=false"}).train().fusions().router_scores());
+  CHECK(config::load(r, {}).train().fusions().routed_scatter());
+  CHECK_FALSE(
+      config::load(r, {"train.fusions.routed_scatter=false"}).train().fusions().routed_scatter());
 }
 
 TEST_CASE("recompute settings parse, and their errors name the field", "[config][errors]") {

@@ -1,4 +1,4 @@
-// Gradient cases for embedding, the routing gather/scatter-add, the BCE routing loss and the
+// Gradient cases for embedding, the routing gather/scatter-add (plain and gated), the BCE routing loss and the
 // fused LM head + cross-entropy (chunked, ignored targets, tied to the embedding). Index inputs
 // include repeats and unsorted rows, since those are where scatter gradients go wrong.
 #include "core/all_ops.h"
@@ -38,6 +38,19 @@ GradCase scatter_case(const char* name, Shape x, std::vector<int64_t> idx, Shape
                 leaf(x, rng), Tensor::from_indices(idx, idx_shape, index_dtype), leaf(src, rng)};
           },
           [](const std::vector<Tensor>& in) { return scatter_add_rows(in[0], in[1], in[2]); }};
+}
+
+// x, src and the gate all differentiable; repeated rows where `idx` repeats.
+GradCase scatter_gated_case(const char* name, Shape x, std::vector<int64_t> idx, Shape idx_shape) {
+  const Shape src = {x[0], idx_shape[1], x[2]}, gate = {x[0], idx_shape[1], 1};
+  return {name, Op::ScatterGatedRows,
+          [=](Rng& rng) {
+            return std::vector<Tensor>{leaf(x, rng), Tensor::from_indices(idx, idx_shape),
+                                       leaf(src, rng), leaf(gate, rng)};
+          },
+          [](const std::vector<Tensor>& in) {
+            return scatter_gated_rows(in[0], in[1], in[2], in[3]);
+          }};
 }
 
 // targets fixed (no grad): hard 0/1 labels, or fractional ones in [0, 1].
@@ -101,6 +114,9 @@ const bool registered = register_grad_cases({
                  {5, 1, 5, 5, 0, 8, 3, 0}, {2, 4}),
     scatter_case("scatter_add_rows i32 [3,5,17] by [3,3] unsorted", {3, 5, 17},
                  {4, 0, 2, 1, 1, 3, 0, 4, 2}, {3, 3}, DType::I32),
+    scatter_gated_case("scatter_gated_rows [2,9,13] by [2,4] repeated", {2, 9, 13},
+                       {5, 1, 5, 5, 0, 8, 3, 0}, {2, 4}),
+    scatter_gated_case("scatter_gated_rows [1,7,1] by [1,3]", {1, 7, 1}, {6, 0, 3}, {1, 3}),
     bce_case("bce_with_logits [3,17] hard targets", {3, 17}, true),
     bce_case("bce_with_logits [2,5,13] fractional targets", {2, 5, 13}, false),
 });

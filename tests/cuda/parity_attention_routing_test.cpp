@@ -184,6 +184,50 @@ TEST_CASE("cuda: gather_rows and scatter_add_rows with repeated indices", "[cuda
   }
 }
 
+// MoD's gate multiply, scatter and residual add in one pass, and its backward (the gathered
+// rows times the gate, and the gate's row sums), with top-k's distinct sorted rows; D odd (no
+// bf16 pairs), a routed width, and one row. dsrc or dgate alone as well as both.
+TEST_CASE("cuda: scatter_gated_rows and its backward against the CPU", "[cuda]") {
+  const Precision p = precision(GENERATE(MOD_PARITY_DTYPES));
+  const DType idx_type = GENERATE(DType::I32, DType::I64);
+  Rng rng(307);
+  struct Size {
+    int64_t b, t, c, d;
+  };
+  for (Size s : {Size{3, 50, 20, 71}, Size{2, 512, 64, 768}, Size{1, 1, 1, 1}}) {
+    INFO("B " << s.b << ", T " << s.t << ", C " << s.c << ", D " << s.d << ", idx "
+              << dtype_name(idx_type));
+    std::vector<int64_t> idx;
+    for (int64_t r = 0; r < s.b; ++r) {
+      const auto row = sorted_subset(s.c, s.t, rng);
+      idx.insert(idx.end(), row.begin(), row.end());
+    }
+    const Tensor idx_t = indices(idx, {s.b, s.c}, idx_type);
+    const Tensor src = normal({s.b, s.c, s.d}, rng), gate = normal({s.b, s.c, 1}, rng);
+    check_parity(p,
+                 {in("idx", idx_t), in("src", src), in("gate", gate),
+                  inout("out", normal({s.b, s.t, s.d}, rng))},
+                 [](Backend& b, std::vector<Tensor>& t) {
+                   b.scatter_gated_rows(t[0], t[1], t[2], t[3]);
+                 });
+    const Tensor dout = normal({s.b, s.t, s.d}, rng);
+    for (int want = 1; want <= 3; ++want) {  // bit 0: dsrc, bit 1: dgate
+      INFO("dsrc " << (want & 1) << ", dgate " << (want >> 1));
+      check_parity(p,
+                   {in("dout", dout), in("idx", idx_t), in("src", src), in("gate", gate),
+                    inout("dsrc", normal({s.b, s.c, s.d}, rng)),  // left alone when unwanted
+                    inout("dgate", normal({s.b, s.c, 1}, rng))},
+                   [want](Backend& b, std::vector<Tensor>& t) {
+                     Tensor none_src, none_gate;
+                     b.scatter_gated_rows_backward(t[0], t[1], t[2], t[3],
+                                                   (want & 1) ? t[4] : none_src,
+                                                   (want & 2) ? t[5] : none_gate);
+                   },
+                   Tol::Long);
+    }
+  }
+}
+
 // An MoE's combine and its gather's backward: 8 experts' runs of 512 distinct tokens of 2048,
 // repeats across runs. In runs, every address gets one add per launch, in run order: the CPU's
 // order, so f64 and f32 match bit for bit (one pass would add repeats in any order).

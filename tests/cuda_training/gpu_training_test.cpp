@@ -277,6 +277,21 @@ TEST_CASE("train.fusions.router_scores on the GPU tracks cast then linear (bf16)
   }
 }
 
+// train.fusions.routed_scatter: a routed block's gate multiply, scatter and residual add in one
+// kernel, its backward in one warp a row. The forward rounds as mul then scatter_add_rows do;
+// the gate's gradient sums its row in another order, so runs agree to bf16 noise. Graphed, f32
+// and bf16.
+TEST_CASE("train.fusions.routed_scatter on the GPU tracks mul then scatter_add_rows",
+          "[gpu]") {
+  if (!have_gpu()) return;
+  for (const auto& sets : {kGpu, kGpuBf16}) {
+    const Run unfused =
+        train_run("tiny_mod", with(sets, "train.fusions.routed_scatter=false"), "", 20);
+    const Run fused = train_run("tiny_mod", with(sets, "train.cuda_graph=true"), "", 20);
+    require_close(fused, unfused, 0.0, 0.02);
+  }
+}
+
 // train.profile_steps records the device's activity through CUPTI over steps 2-4: the table
 // holds our kernels under their short names, every kernel launched a whole number of times a
 // step (the window is exactly three steps, eager or replayed from a graph), and tracing leaves

@@ -1,8 +1,9 @@
-// train.fusions.add_norm and gelu_mlp: the transformer with the residual add fused into the norm
-// after it, or with its GELU MLPs as one op, gives the unfused model's losses, routing and
-// gradients bit for bit on the CPU, for tiny_dense and tiny_mod, RMSNorm and LayerNorm, under
-// every train.recompute mode and a partial recompute_blocks; and it runs the fused ops where the
-// plan says (docs/gpu.md "Fused ops").
+// The fused step's switches (train.fusions add_norm, gelu_mlp, router_scores, routed_scatter):
+// the transformer with the residual add fused into the norm after it, its GELU MLPs as one op,
+// or a routed block's gate, scatter and residual add as one op gives the unfused model's losses,
+// routing and gradients bit for bit on the CPU, for tiny_dense and tiny_mod (and MoDE), RMSNorm
+// and LayerNorm, under every train.recompute mode and a partial recompute_blocks; and it runs
+// the fused ops where the plan says (docs/gpu.md "Fused ops").
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <map>
@@ -213,4 +214,52 @@ TEST_CASE("row_scores in the router and predictor equals cast then linear, bit f
     CHECK(unfused.row_scores_nodes == 0);
     CHECK(run(true, false).row_scores_nodes == 0);  // not narrower: linear as before
   }
+}
+
+// train.fusions.routed_scatter: a routed block's gate multiply, scatter and residual add as one
+// scatter_gated_rows gives the separate mul and scatter_add_rows's step bit for bit, for tiny_mod
+// (predictor and aux-BCE) and both MoDE recipes; under recompute the product stays inside the
+// region (the unfused ops), so those steps equal it too.
+TEST_CASE("the routed blocks' fused gate, scatter and residual add train as the separate ops",
+          "[model][fusion]") {
+  for (const char* recipe : {"tiny_mod", "tiny_mode_integrated", "tiny_mode_staged"})
+    for (const char* method : {"PREDICTOR", "AUX_BCE"}) {
+      if (std::string(recipe) != "tiny_mod" && std::string(method) == "AUX_BCE") continue;
+      modtrain::ModelConfig cfg = recipe_model(recipe, "RMS");
+      modtrain::CausalRoutingConfig::Method m;
+      REQUIRE(modtrain::CausalRoutingConfig::Method_Parse(method, &m));
+      cfg.mutable_mod()->mutable_causal()->set_method(m);
+      Fusions off, on;
+      off.routed_scatter = false;
+      const test::StepOutcome unfused = train_step(cfg, off, TrainConfig::NONE);
+      for (Recompute mode : {TrainConfig::NONE, TrainConfig::SELECTIVE, TrainConfig::FULL}) {
+        INFO(recipe << ", " << method << ", train.recompute " << TrainConfig::Recompute_Name(mode));
+        test::check_same(train_step(cfg, on, mode), unfused);
+      }
+    }
+}
+
+// One scatter_gated_rows per routed block where the block is not recomputed, none where it is,
+// and no mul of the gate left beside it.
+TEST_CASE("the transformer runs scatter_gated_rows in every routed block not recomputed",
+          "[model][fusion]") {
+  const modtrain::ModelConfig cfg = recipe_model("tiny_mod", "RMS");
+  int routed = 0;
+  const Transformer plain(cfg, 42, DType::F32, Fusions{});
+  for (int b = 0; b < cfg.n_layers(); ++b) routed += plain.routed(b);
+  REQUIRE(routed > 0);
+  const Tensor tokens = test::tokens_for(1, 16, cfg.vocab_size(), 1);
+  auto nodes = [&](bool fused, Recompute mode, Op op) {
+    Fusions fusions;
+    fusions.routed_scatter = fused;
+    Transformer model(cfg, 42, DType::F32, fusions);
+    model.set_recompute(mode, {});
+    return count_nodes(model.forward(tokens, tokens).loss, op);
+  };
+  CHECK(nodes(true, TrainConfig::NONE, Op::ScatterGatedRows) == routed);
+  CHECK(nodes(true, TrainConfig::NONE, Op::ScatterAddRows) == 0);
+  CHECK(nodes(false, TrainConfig::NONE, Op::ScatterGatedRows) == 0);
+  CHECK(nodes(false, TrainConfig::NONE, Op::ScatterAddRows) == routed);
+  CHECK(nodes(true, TrainConfig::FULL, Op::ScatterGatedRows) == 0);
+  CHECK(nodes(true, TrainConfig::NONE, Op::Mul) + routed == nodes(false, TrainConfig::NONE, Op::Mul));
 }

@@ -181,9 +181,10 @@ TEST_CASE("SELECTIVE recomputation keeps less than NONE and more than FULL", "[m
   }
 }
 
-// Under bf16 the unfused router keeps an f32 copy of a routed block's input [B,T,D]; with
-// train.fusions.router_scores it keeps the bf16 input itself: 2 bytes an element less, in
-// routed blocks only.
+// Under bf16 the unfused router keeps an f32 copy of a routed block's input [B,T,D] (and the
+// predictor's logit layer one of its hidden layer [B,T,hidden]); with
+// train.fusions.router_scores they keep the bf16 tensors themselves: 2 bytes an element less,
+// in routed blocks only.
 TEST_CASE("the fused router keeps the bf16 block input, not an f32 copy", "[memory]") {
   const modtrain::ModelConfig cfg = test::tiny_model(true);
   model::MemoryOptions unfused, fused;
@@ -191,7 +192,9 @@ TEST_CASE("the fused router keeps the bf16 block input, not an f32 copy", "[memo
   unfused.bf16 = fused.bf16 = true;
   fused.fused_router_scores = true;
   const model::MemoryPlan a = model::plan_memory(cfg, unfused), b = model::plan_memory(cfg, fused);
-  const double saved = 2.0 * 4 * cfg.seq_len() * cfg.d_model();
+  REQUIRE(cfg.mod().causal().method() == modtrain::CausalRoutingConfig::PREDICTOR);
+  const double saved =
+      2.0 * 4 * cfg.seq_len() * (cfg.d_model() + cfg.mod().causal().predictor_hidden());
   int routed = 0;
   for (size_t i = 0; i < a.blocks.size(); ++i) {
     INFO("block " << i);

@@ -6,13 +6,15 @@
 // device tensors on the device, or a host access to one throws. Under train.cuda_graph the
 // collectives are captured with the step's kernels and run again at every replay (as NCCL's
 // are in a CUDA graph), so a collective that only happened at capture, or a host value baked
-// into one, shows as a different loss.
+// into one, shows as a different loss. With every fusion on (the default) each layout also
+// trains as with the separate ops.
 #include <catch2/catch.hpp>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "parallel/device_communicator.h"
+#include "tests/support/bitwise.h"
 #include "tests/support/emulated_cuda.h"
 #include "tests/support/host_staging_communicator.h"
 #include "tests/support/tiny_runs.h"
@@ -29,14 +31,29 @@ struct Run {
 };
 
 Run train_run(const std::string& recipe, const std::string& layout, bool on_device,
-              bool graphed = false) {
+              bool graphed = false, const std::vector<std::string>& extra = {}) {
   std::vector<std::string> sets = {std::string("train.device=") + (on_device ? "CUDA" : "CPU")};
   if (on_device) sets.push_back(std::string("train.cuda_graph=") + (graphed ? "true" : "false"));
+  sets.insert(sets.end(), extra.begin(), extra.end());
   const auto cfg = test::tiny_recipe(recipe, kSteps, layout, sets);
   train::Trainer trainer(cfg, test::temp_dir("device_parallel"), /*quiet=*/true,
                          parallel::world());
   trainer.run();
   return {trainer.losses(), trainer.full_parameters()};
+}
+
+void require_same(const Run& got, const Run& want) {
+  REQUIRE(got.losses.size() == want.losses.size());
+  for (size_t s = 0; s < want.losses.size(); ++s) {
+    INFO("step " << s + 1);
+    CHECK(got.losses[s] == want.losses[s]);
+  }
+  REQUIRE(got.params.size() == want.params.size());
+  for (size_t i = 0; i < want.params.size(); ++i) {
+    INFO(want.params[i].first);
+    test::check_bitwise(got.params[i].second.to(Device::CPU).to_vector(),
+                        want.params[i].second.to_vector());
+  }
 }
 
 void install_emulated_gpus() {
@@ -67,18 +84,45 @@ TEST_CASE("every parallel layout trains on the (emulated) device exactly as on t
       const int captures = test::emulate_cuda().captures();
       const Run device = train_run(c.recipe, c.layout, true, graphed);
       CHECK(test::emulate_cuda().captures() == captures + (graphed ? 1 : 0));
-      REQUIRE(device.losses.size() == cpu.losses.size());
-      for (size_t s = 0; s < cpu.losses.size(); ++s) {
-        INFO("step " << s + 1);
-        CHECK(device.losses[s] == cpu.losses[s]);
-      }
-      REQUIRE(device.params.size() == cpu.params.size());
-      for (size_t i = 0; i < cpu.params.size(); ++i) {
-        INFO(cpu.params[i].first);
-        CHECK(device.params[i].second.to(Device::CPU).to_vector() ==
-              cpu.params[i].second.to_vector());
-      }
+      require_same(device, cpu);
     }
+  }
+}
+
+// The fused step (every train.fusions switch on, the default) against the separate ops (every
+// one off) in the parallel layouts: tensor-parallel MoD (whose hooks sit around the fused MLP
+// and router ops) under SELECTIVE recomputation, ZeRO-1 MoD under FULL, expert-parallel staged
+// MoDE, and data-parallel MoD. The fused side runs captured on the emulated device, the unfused
+// side eagerly on the CPU: bitwise, since each fused op's reference runs the ops it replaces in
+// their order (one micro-batch, so the chunked classifier's dW adds as the unfused head's does).
+TEST_CASE("every parallel layout trains with the fusions as with the separate ops", "[device][mpi]") {
+  if (parallel::world().size() != 2) {
+    WARN("the layouts need 2 processes: mpi:device_parallel_tests:np2 runs them");
+    return;
+  }
+  install_emulated_gpus();
+  std::vector<std::string> unfused;
+  for (const char* f : {"optimizer_weight_copies", "classifier", "add_norm", "gelu_mlp",
+                        "router_scores", "routed_scatter"})
+    unfused.push_back(std::string("train.fusions.") + f + "=false");
+  struct Case {
+    const char* recipe;
+    const char* layout;
+    const char* recompute;
+  };
+  for (const Case c : {Case{"tiny_mod", "dp=1 tp=2", "SELECTIVE"},
+                       Case{"tiny_mod", "dp=2 tp=1 zero1=true", "FULL"},
+                       Case{"tiny_mode_staged", "dp=2 ep=2", "NONE"},
+                       Case{"tiny_mod", "dp=2 tp=1", "NONE"}}) {
+    INFO(c.recipe << ", layout " << c.layout << ", train.recompute " << c.recompute);
+    const std::string recompute = std::string("train.recompute=") + c.recompute;
+    std::vector<std::string> separate = unfused;
+    separate.push_back(recompute);
+    const Run want = train_run(c.recipe, c.layout, false, false, separate);
+    const int captures = test::emulate_cuda().captures();
+    const Run fused = train_run(c.recipe, c.layout, true, true, {recompute});
+    CHECK(test::emulate_cuda().captures() == captures + 1);
+    require_same(fused, want);
   }
 }
 

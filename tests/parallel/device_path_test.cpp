@@ -13,6 +13,7 @@
 #include "core/autograd.h"
 #include "model/sampler.h"
 #include "model/transformer.h"
+#include "tests/support/bitwise.h"
 #include "tests/support/emulated_cuda.h"
 #include "tests/support/tiny_runs.h"
 #include "train/checkpoint/checkpoint.h"
@@ -60,13 +61,7 @@ void require_same(const Run& device, const Run& cpu, size_t first_step = 0) {
     INFO(cpu.params[i].first);
     const Tensor& d = device.params[i].second;
     CHECK(d.device() == Device::CUDA);
-    // The first differing element, not the whole vectors: a failure prints one number.
-    const std::vector<double> got = d.to_vector(), want = cpu.params[i].second.to_vector();
-    REQUIRE(got.size() == want.size());
-    size_t first = 0;
-    while (first < got.size() && got[first] == want[first]) ++first;
-    INFO("first difference at element " << first << " of " << got.size());
-    CHECK(first == got.size());
+    test::check_bitwise(d.to_vector(), cpu.params[i].second.to_vector());
   }
 }
 
@@ -119,8 +114,10 @@ TEST_CASE("checkpoints written on the device resume on the CPU, and the reverse"
   }
   for (size_t i = 0; i < cpu.params.size(); ++i) {
     INFO(cpu.params[i].first);
-    CHECK(cpu_from_device.params[i].second.to_vector() == cpu.params[i].second.to_vector());
-    CHECK(device_from_cpu.params[i].second.to_vector() == cpu.params[i].second.to_vector());
+    test::check_bitwise(cpu_from_device.params[i].second.to_vector(),
+                        cpu.params[i].second.to_vector());
+    test::check_bitwise(device_from_cpu.params[i].second.to_vector(),
+                        cpu.params[i].second.to_vector());
   }
 }
 
@@ -279,22 +276,21 @@ TEST_CASE("the multi-tensor optimizer update trains as the per-parameter one (em
   }
 }
 
-// The clip factor reaches the update through the optimizer (no pass of its own over the
-// gradients): a run that clips every step must leave the trajectory of one that never clips.
-// Adam's first step is scale-free, so the losses part from the third step on. Eager and ZeRO-1.
-// train.fusions.add_norm and gelu_mlp on the device path: steps captured and replayed with the
-// fused add + norm and the fused GELU MLP give the CPU's eager steps with the separate ops,
-// bitwise. tiny_dense has every add + norm site (in blocks, between blocks, before the final
-// norm), tiny_mod the routed blocks' delta; LayerNorm and both recompute modes, whose regions
-// output the fused norm and replay (SELECTIVE) the MLP's kept products.
-TEST_CASE("a CUDA-graph step with the fused add + norm and GELU MLP replays exactly as unfused "
-          "CPU steps",
+// train.fusions.add_norm, gelu_mlp and routed_scatter on the device path: steps captured and
+// replayed with the fused add + norm, the fused GELU MLP and the routed blocks' fused gate,
+// scatter and residual add give the CPU's eager steps with the separate ops, bitwise. tiny_dense
+// has every add + norm site (in blocks, between blocks, before the final norm), tiny_mod the
+// routed blocks' delta and (not recomputed) their scatter; LayerNorm and both recompute modes,
+// whose regions output the fused norm and replay (SELECTIVE) the MLP's kept products.
+TEST_CASE("a CUDA-graph step with the fused add + norm, GELU MLP and routed scatter replays "
+          "exactly as unfused CPU steps",
           "[device][fusion]") {
   test::EmulatedCudaBackend& emulated = emulate_cuda();
   const std::vector<std::string> knobs = {"optimizer.warmup_steps=6", "train.grad_accum=2"};
   const GraphCases cases = {{"tiny_dense", {}},
                             {"tiny_dense", {"model.norm=LAYER", "train.recompute=SELECTIVE"}},
-                            {"tiny_mod", {"model.norm=LAYER", "train.recompute=FULL"}}};
+                            {"tiny_mod", {"model.norm=LAYER", "train.recompute=FULL"}},
+                            {"tiny_mod", {}}};
   for (const auto& [recipe, sets] : cases) {
     INFO(recipe << " " << (sets.empty() ? "" : sets.front() + " " + sets.back()));
     std::vector<std::string> unfused = knobs, graphed = knobs;
@@ -302,6 +298,7 @@ TEST_CASE("a CUDA-graph step with the fused add + norm and GELU MLP replays exac
     graphed.insert(graphed.end(), sets.begin(), sets.end());
     unfused.push_back("train.fusions.add_norm=false");
     unfused.push_back("train.fusions.gelu_mlp=false");
+    unfused.push_back("train.fusions.routed_scatter=false");
     graphed.push_back("train.cuda_graph=true");
     const int before = emulated.captures();
     const Run graph = train_run(recipe, true, "", graphed);
@@ -327,6 +324,9 @@ TEST_CASE("one process on CUDA captures its step by default", "[device][graph]")
   require_same(graphed, train_run("tiny_mod", false));
 }
 
+// The clip factor reaches the update through the optimizer (no pass of its own over the
+// gradients): a run that clips every step must leave the trajectory of one that never clips.
+// Adam's first step is scale-free, so the losses part from the third step on. Eager and ZeRO-1.
 TEST_CASE("optimizer.grad_clip changes the update, through AdamW and ZeRO-1", "[device]") {
   for (const char* zero1 : {"parallel.zero1=false", "parallel.zero1=true"}) {
     INFO(zero1);

@@ -1,7 +1,8 @@
 // CUDA routing kernels for Mixture-of-Depths: row gather, row scatter-add and per-row top-k;
 // the semantics of core/cpu/ops/routing.cpp. Shape legend: B batch, T tokens, C selected rows
 // per batch entry, D width.
-// - gather_rows / scatter_add_rows: blocks of (x: columns, y: rows) threads, one row of D per
+// - gather_rows / scatter_add_rows (and scatter_gated_rows, MoD's gate multiply in the same
+//   pass; its backward one warp a row): blocks of (x: columns, y: rows) threads, one row of D per
 //   threadIdx.y, so narrow rows (D = 1 for router weights) still fill the block. Gather copies
 //   raw 2..16-byte words, so any dtype gathers (integer positions too). Scatter-add uses
 //   atomicAdd (bf16 pairs where aligned): an address gets one add per repeat of its index, so
@@ -103,6 +104,64 @@ void launch_scatter_add(RowMap<I> m, const E* src, E* out, int64_t d) {
   const dim3 block = row_block(d);
   scatter_add_rows_atomic<<<row_grid(m.rows, block), block, 0, compute_stream()>>>(m, src, out, d);
   MOD_CUDA_CHECK_LAUNCH();
+}
+
+// out [B*T, d] += round(gate[r] * src[r]) at token_row(r): the product rounded to T as mul
+// rounds it, then added as scatter_add_rows adds.
+template <typename T, typename I>
+__global__ void scatter_gated_rows_atomic(RowMap<I> m, const T* src, const T* gate, T* out,
+                                          int64_t d) {
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; r < m.rows;
+       r += int64_t(gridDim.x) * blockDim.y) {
+    const Acc<T> g = to_acc(gate[r]);
+    T* to = out + m.token_row(r) * d;
+    const T* from = src + r * d;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+      atomicAdd(to + j, from_acc<T>(to_acc(from[j]) * g));
+  }
+}
+// The same over bf16 pairs (`pairs` of them a row).
+template <typename I>
+__global__ void scatter_gated_rows_atomic_pairs(RowMap<I> m, const __nv_bfloat162* src,
+                                                const bf16* gate, __nv_bfloat162* out,
+                                                int64_t pairs) {
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; r < m.rows;
+       r += int64_t(gridDim.x) * blockDim.y) {
+    const float g = __bfloat162float(gate[r]);
+    __nv_bfloat162* to = out + m.token_row(r) * pairs;
+    const __nv_bfloat162* from = src + r * pairs;
+    for (int64_t j = threadIdx.x; j < pairs; j += blockDim.x) {
+      const __nv_bfloat162 s = from[j];
+      atomicAdd(to + j, __floats2bfloat162_rn(__low2float(s) * g, __high2float(s) * g));
+    }
+  }
+}
+
+// One warp a selected row: dsrc[r] = round(gate[r] * dout[token_row(r)]) and dgate[r] = the
+// warp's sum of round(dout * src) over the row (each product rounded as mul's backward rounds
+// it before summing). dsrc or dgate null: not wanted.
+template <typename T, typename I>
+__global__ void scatter_gated_rows_backward_kernel(RowMap<I> m, const T* dout, const T* src,
+                                                   const T* gate, T* dsrc, T* dgate, int64_t d) {
+  using A = Acc<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5); r < m.rows;
+       r += warps) {
+    const T* grad = dout + m.token_row(r) * d;
+    const T* s = src + r * d;
+    const A g = to_acc(gate[r]);
+    A sum = 0;
+    for (int64_t c = lane; c < d; c += 32) {
+      const A go = to_acc(grad[c]);
+      if (dsrc) dsrc[r * d + c] = from_acc<T>(go * g);
+      if (dgate) sum += to_acc(from_acc<T>(go * to_acc(s[c])));
+    }
+    if (dgate) {
+      sum = warp_sum(sum);
+      if (lane == 0) dgate[r] = from_acc<T>(sum);
+    }
+  }
 }
 
 // --- top-k ---
@@ -218,6 +277,61 @@ void CudaBackend::scatter_add_rows(const Tensor& idx, const Tensor& src, Tensor&
         }
       }
       launch_scatter_add(m, src.data<T>(), out.data<T>(), d);
+    });
+  });
+}
+
+// idx [B,C], src [B,C,D], gate [B,C,1], out [B,T,D]: out[b, idx[b,c]] += round(gate * src).
+void CudaBackend::scatter_gated_rows(const Tensor& idx, const Tensor& src, const Tensor& gate,
+                                     Tensor& out) {
+  const int64_t b = out.size(0), t = out.size(1), d = out.size(2), c = idx.size(1);
+  if (b * c * d == 0) return;
+  dispatch_float(out.dtype(), "scatter_gated_rows", [&](auto z) {
+    using T = decltype(z);
+    dispatch_index(idx.dtype(), "scatter_gated_rows", [&](auto zi) {
+      using I = decltype(zi);
+      const RowMap<I> m{idx.data<I>(), b * c, t, c};
+      if constexpr (std::is_same_v<T, bf16>) {
+        const uintptr_t addr = reinterpret_cast<uintptr_t>(src.raw_data()) |
+                               reinterpret_cast<uintptr_t>(out.raw_data());
+        if (d % 2 == 0 && addr % 4 == 0) {
+          const dim3 block = row_block(d / 2);
+          scatter_gated_rows_atomic_pairs<<<row_grid(m.rows, block), block, 0,
+                                            compute_stream()>>>(
+              m, src.data<__nv_bfloat162>(), gate.data<bf16>(), out.data<__nv_bfloat162>(), d / 2);
+          MOD_CUDA_CHECK_LAUNCH();
+          return;
+        }
+      }
+      const dim3 block = row_block(d);
+      scatter_gated_rows_atomic<<<row_grid(m.rows, block), block, 0, compute_stream()>>>(
+          m, src.data<T>(), gate.data<T>(), out.data<T>(), d);
+      MOD_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void CudaBackend::scatter_gated_rows_backward(const Tensor& dout, const Tensor& idx,
+                                              const Tensor& src, const Tensor& gate, Tensor& dsrc,
+                                              Tensor& dgate) {
+  const int64_t b = dout.size(0), t = dout.size(1), d = dout.size(2), c = idx.size(1);
+  if (b * c == 0 || (!dsrc.defined() && !dgate.defined())) return;
+  if (d == 0) {  // no columns: every row sum is 0
+    if (dgate.defined()) fill(dgate, 0.0);
+    return;
+  }
+  dispatch_float(dout.dtype(), "scatter_gated_rows_backward", [&](auto z) {
+    using T = decltype(z);
+    dispatch_index(idx.dtype(), "scatter_gated_rows_backward", [&](auto zi) {
+      using I = decltype(zi);
+      const RowMap<I> m{idx.data<I>(), b * c, t, c};
+      constexpr int64_t kWarps = kThreads / 32;
+      const auto blocks = static_cast<unsigned>(std::min((m.rows + kWarps - 1) / kWarps, kMaxBlocks));
+      scatter_gated_rows_backward_kernel<<<blocks, kThreads, 0, compute_stream()>>>(
+          m, dout.data<T>(), src.data<T>(), gate.data<T>(),
+          dsrc.defined() ? dsrc.data<T>() : nullptr, dgate.defined() ? dgate.data<T>() : nullptr,
+          d);
+      MOD_CUDA_CHECK_LAUNCH();
     });
   });
 }
