@@ -88,53 +88,65 @@ void launch_gather(RowMap<I> m, const void* x, void* out, int64_t row_bytes) {
     launch(uint16_t{});
 }
 
-// out [B*T, d] += src [B*C, d] at token_row(r). E is T, or a bf16 pair (d then counts pairs).
-template <typename E, typename I>
-__global__ void scatter_add_rows_atomic(RowMap<I> m, const E* src, E* out, int64_t d) {
+// src's row times the gate, rounded to the row's dtype as mul rounds it.
+template <typename T>
+__device__ __forceinline__ T gated(T v, Acc<T> g) {
+  return from_acc<T>(to_acc(v) * g);
+}
+__device__ __forceinline__ __nv_bfloat162 gated(__nv_bfloat162 v, float g) {
+  return __floats2bfloat162_rn(__low2float(v) * g, __high2float(v) * g);
+}
+
+// out [B*T, d] += src [B*C, d] at token_row(r), each row first times gate[r] when a gate is
+// given. E is T, or a bf16 pair (d then counts pairs) with G bf16.
+template <typename E, typename G, typename I>
+__global__ void scatter_add_rows_atomic(RowMap<I> m, const E* src, const G* gate, E* out,
+                                        int64_t d) {
   for (int64_t r = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; r < m.rows;
        r += int64_t(gridDim.x) * blockDim.y) {
     E* to = out + m.token_row(r) * d;
     const E* from = src + r * d;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) atomicAdd(to + j, from[j]);
+    if (!gate) {
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) atomicAdd(to + j, from[j]);
+    } else {
+      const Acc<G> g = to_acc(gate[r]);
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) atomicAdd(to + j, gated(from[j], g));
+    }
   }
 }
 
-template <typename E, typename I>
-void launch_scatter_add(RowMap<I> m, const E* src, E* out, int64_t d) {
+template <typename E, typename G, typename I>
+void launch_scatter_add(RowMap<I> m, const E* src, const G* gate, E* out, int64_t d) {
   const dim3 block = row_block(d);
-  scatter_add_rows_atomic<<<row_grid(m.rows, block), block, 0, compute_stream()>>>(m, src, out, d);
+  scatter_add_rows_atomic<<<row_grid(m.rows, block), block, 0, compute_stream()>>>(m, src, gate,
+                                                                                   out, d);
   MOD_CUDA_CHECK_LAUNCH();
 }
 
-// out [B*T, d] += round(gate[r] * src[r]) at token_row(r): the product rounded to T as mul
-// rounds it, then added as scatter_add_rows adds.
-template <typename T, typename I>
-__global__ void scatter_gated_rows_atomic(RowMap<I> m, const T* src, const T* gate, T* out,
-                                          int64_t d) {
-  for (int64_t r = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; r < m.rows;
-       r += int64_t(gridDim.x) * blockDim.y) {
-    const Acc<T> g = to_acc(gate[r]);
-    T* to = out + m.token_row(r) * d;
-    const T* from = src + r * d;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-      atomicAdd(to + j, from_acc<T>(to_acc(from[j]) * g));
-  }
-}
-// The same over bf16 pairs (`pairs` of them a row).
-template <typename I>
-__global__ void scatter_gated_rows_atomic_pairs(RowMap<I> m, const __nv_bfloat162* src,
-                                                const bf16* gate, __nv_bfloat162* out,
-                                                int64_t pairs) {
-  for (int64_t r = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; r < m.rows;
-       r += int64_t(gridDim.x) * blockDim.y) {
-    const float g = __bfloat162float(gate[r]);
-    __nv_bfloat162* to = out + m.token_row(r) * pairs;
-    const __nv_bfloat162* from = src + r * pairs;
-    for (int64_t j = threadIdx.x; j < pairs; j += blockDim.x) {
-      const __nv_bfloat162 s = from[j];
-      atomicAdd(to + j, __floats2bfloat162_rn(__low2float(s) * g, __high2float(s) * g));
-    }
-  }
+// scatter_add_rows (gate undefined) and scatter_gated_rows: idx [B,C], src [B,C,D], gate
+// [B,C,1], out [B,T,D].
+void scatter_rows(const Tensor& idx, const Tensor& src, const Tensor* gate, Tensor& out,
+                  const char* kernel) {
+  const int64_t b = out.size(0), t = out.size(1), d = out.size(2), c = idx.size(1);
+  if (b * c * d == 0) return;
+  dispatch_float(out.dtype(), kernel, [&](auto z) {
+    using T = decltype(z);
+    dispatch_index(idx.dtype(), kernel, [&](auto zi) {
+      using I = decltype(zi);
+      const RowMap<I> m{idx.data<I>(), b * c, t, c};
+      const T* g = gate ? gate->data<T>() : nullptr;
+      if constexpr (std::is_same_v<T, bf16>) {
+        // Pairs halve the atomics where rows are whole, 4-byte-aligned bf16x2 words.
+        const uintptr_t addr = reinterpret_cast<uintptr_t>(src.raw_data()) |
+                               reinterpret_cast<uintptr_t>(out.raw_data());
+        if (d % 2 == 0 && addr % 4 == 0) {
+          launch_scatter_add(m, src.data<__nv_bfloat162>(), g, out.data<__nv_bfloat162>(), d / 2);
+          return;
+        }
+      }
+      launch_scatter_add(m, src.data<T>(), g, out.data<T>(), d);
+    });
+  });
 }
 
 // One warp a selected row: dsrc[r] = round(gate[r] * dout[token_row(r)]) and dgate[r] = the
@@ -260,55 +272,13 @@ void CudaBackend::gather_rows(const Tensor& x, const Tensor& idx, Tensor& out) {
 
 // idx [B,C], src [B,C,D], out [B,T,D]: out[b, idx[b,c]] += src[b,c] (repeats accumulate).
 void CudaBackend::scatter_add_rows(const Tensor& idx, const Tensor& src, Tensor& out) {
-  const int64_t b = out.size(0), t = out.size(1), d = out.size(2), c = idx.size(1);
-  if (b * c * d == 0) return;
-  dispatch_float(out.dtype(), "scatter_add_rows", [&](auto z) {
-    using T = decltype(z);
-    dispatch_index(idx.dtype(), "scatter_add_rows", [&](auto zi) {
-      using I = decltype(zi);
-      const RowMap<I> m{idx.data<I>(), b * c, t, c};
-      if constexpr (std::is_same_v<T, bf16>) {
-        // Pairs halve the atomics where rows are whole, 4-byte-aligned bf16x2 words.
-        const uintptr_t addr = reinterpret_cast<uintptr_t>(src.raw_data()) |
-                               reinterpret_cast<uintptr_t>(out.raw_data());
-        if (d % 2 == 0 && addr % 4 == 0) {
-          launch_scatter_add(m, src.data<__nv_bfloat162>(), out.data<__nv_bfloat162>(), d / 2);
-          return;
-        }
-      }
-      launch_scatter_add(m, src.data<T>(), out.data<T>(), d);
-    });
-  });
+  scatter_rows(idx, src, nullptr, out, "scatter_add_rows");
 }
 
 // idx [B,C], src [B,C,D], gate [B,C,1], out [B,T,D]: out[b, idx[b,c]] += round(gate * src).
 void CudaBackend::scatter_gated_rows(const Tensor& idx, const Tensor& src, const Tensor& gate,
                                      Tensor& out) {
-  const int64_t b = out.size(0), t = out.size(1), d = out.size(2), c = idx.size(1);
-  if (b * c * d == 0) return;
-  dispatch_float(out.dtype(), "scatter_gated_rows", [&](auto z) {
-    using T = decltype(z);
-    dispatch_index(idx.dtype(), "scatter_gated_rows", [&](auto zi) {
-      using I = decltype(zi);
-      const RowMap<I> m{idx.data<I>(), b * c, t, c};
-      if constexpr (std::is_same_v<T, bf16>) {
-        const uintptr_t addr = reinterpret_cast<uintptr_t>(src.raw_data()) |
-                               reinterpret_cast<uintptr_t>(out.raw_data());
-        if (d % 2 == 0 && addr % 4 == 0) {
-          const dim3 block = row_block(d / 2);
-          scatter_gated_rows_atomic_pairs<<<row_grid(m.rows, block), block, 0,
-                                            compute_stream()>>>(
-              m, src.data<__nv_bfloat162>(), gate.data<bf16>(), out.data<__nv_bfloat162>(), d / 2);
-          MOD_CUDA_CHECK_LAUNCH();
-          return;
-        }
-      }
-      const dim3 block = row_block(d);
-      scatter_gated_rows_atomic<<<row_grid(m.rows, block), block, 0, compute_stream()>>>(
-          m, src.data<T>(), gate.data<T>(), out.data<T>(), d);
-      MOD_CUDA_CHECK_LAUNCH();
-    });
-  });
+  scatter_rows(idx, src, &gate, out, "scatter_gated_rows");
 }
 
 void CudaBackend::scatter_gated_rows_backward(const Tensor& dout, const Tensor& idx,
