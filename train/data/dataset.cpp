@@ -3,9 +3,11 @@
 
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
+#include <vector>
 
 #include "configs/config.h"
 #include "core/util/atomic_file.h"
@@ -87,18 +89,16 @@ void ShardSet::read_window(uint64_t w, int64_t seq_len, int64_t* in, int64_t* ta
   const uint64_t s = static_cast<uint64_t>(seq_len);
   for (const TokenFile& f : files_) {
     const uint64_t here = f.tokens() > 0 ? (f.tokens() - 1) / s : 0;
-    if (w < here) {
-      f.read(w * s, s, in);
-      f.read(w * s + 1, s, target);
+    if (w < here) {  // one read of the S + 1 tokens, so the window's pages are mapped once
+      std::vector<int64_t> tokens(s + 1);
+      f.read(w * s, s + 1, tokens.data());
+      std::copy(tokens.begin(), tokens.end() - 1, in);
+      std::copy(tokens.begin() + 1, tokens.end(), target);
       return;
     }
     w -= here;
   }
   throw std::out_of_range("shard set: window past the last of " + std::to_string(windows(seq_len)));
-}
-
-void ShardSet::release() const {
-  for (const TokenFile& f : files_) f.release();
 }
 
 // --- manifests ---

@@ -33,8 +33,6 @@ class ShardSet {
   uint64_t windows(int64_t seq_len) const;
   // Window w: inputs to in[0, S), targets to target[0, S).
   void read_window(uint64_t w, int64_t seq_len, int64_t* in, int64_t* target) const;
-  // Drops every file's mapped pages (TokenFile::release).
-  void release() const;
 
  private:
   std::vector<TokenFile> files_;

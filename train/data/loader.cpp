@@ -11,10 +11,6 @@
 namespace mod::data {
 
 namespace {
-// Mapped pages a rank may keep before it drops them: resident memory stays bounded however much
-// of the dataset a long run reads (the pages stay in the page cache).
-constexpr uint64_t kResidentBytes = 64ull << 20;
-
 Batch read_windows(const ShardSet& shards, int64_t seq_len, int64_t rows,
                    const std::function<uint64_t(int64_t)>& window_of_row) {
   Batch b{Tensor::empty({rows, seq_len}, DType::I64), Tensor::empty({rows, seq_len}, DType::I64)};
@@ -80,11 +76,6 @@ Batch WindowLoader::next(int64_t row_begin, int64_t row_end) {
     b = read_windows(shards_, seq_len_, rows, [&](int64_t r) { return w[r]; });
   }
   ++state_.batches_drawn;
-  bytes_since_release_ += static_cast<uint64_t>(rows * (seq_len_ + 1)) * 4;
-  if (bytes_since_release_ > kResidentBytes) {
-    shards_.release();  // pages a read in flight touches fault back in from the page cache
-    bytes_since_release_ = 0;
-  }
   // The next batch, same rows, read while the caller works.
   prefetch_ = Prefetch{state_, row_begin, row_end, {}};
   prefetch_->batch = std::async(std::launch::async,

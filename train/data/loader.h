@@ -57,7 +57,6 @@ class WindowLoader {
   ShardSet shards_;
   int64_t seq_len_, global_batch_, batches_per_epoch_;
   LoaderState state_;
-  uint64_t bytes_since_release_ = 0;
   struct Prefetch {
     LoaderState state;  // the state whose next batch this is
     int64_t row_begin = 0, row_end = 0;

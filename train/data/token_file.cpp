@@ -178,6 +178,21 @@ TokenFile TokenFile::open(const std::string& path, TokenFormat format, uint32_t 
   return f;
 }
 
+namespace {
+// The span a fault may have mapped around a read: a kernel with large page-cache folios (ext4
+// and xfs on Linux 6.x) maps a whole folio, up to a 2 MiB huge page, on one fault, so a
+// 1 KiB window can add 2 MiB to the resident set.
+constexpr uint64_t kFolioBytes = 2ull << 20;
+}  // namespace
+
+void TokenFile::unmap(uint64_t offset, uint64_t bytes) const {
+  if (!map_->base || bytes == 0) return;
+  const uint64_t from = offset / kFolioBytes * kFolioBytes;
+  const uint64_t to = std::min(map_->bytes, (offset + bytes + kFolioBytes - 1) / kFolioBytes *
+                                                kFolioBytes);
+  ::madvise(const_cast<unsigned char*>(map_->base) + from, to - from, MADV_DONTNEED);
+}
+
 void TokenFile::read(uint64_t begin, uint64_t n, int64_t* out) const {
   if (begin > tokens_ || n > tokens_ - begin)
     fail(path_, "read of tokens [" + std::to_string(begin) + ", " + std::to_string(begin + n) +
@@ -197,6 +212,7 @@ void TokenFile::read(uint64_t begin, uint64_t n, int64_t* out) const {
       out[i] = t;
     }
   }
+  unmap(data_offset_ + begin * width_, n * width_);
   if (worst >= vocab_)
     for (uint64_t i = 0; i < n; ++i)
       if (out[i] >= vocab_)
@@ -209,14 +225,23 @@ uint32_t TokenFile::sample_crc() const {
   if (file_bytes_ <= kBlock * kBlocks) return full_crc();
   uint32_t crc = crc32c(map_->base, data_offset_);
   const uint64_t stride = (file_bytes_ - kBlock) / (kBlocks - 1);
-  for (uint64_t b = 0; b < kBlocks; ++b) crc = crc32c(map_->base + b * stride, kBlock, crc);
+  for (uint64_t b = 0; b < kBlocks; ++b) {
+    crc = crc32c(map_->base + b * stride, kBlock, crc);
+    unmap(b * stride, kBlock);
+  }
   return crc;
 }
 
-uint32_t TokenFile::full_crc() const { return crc32c(map_->base, file_bytes_); }
-
-void TokenFile::release() const {
-  if (map_->base) ::madvise(const_cast<unsigned char*>(map_->base), map_->bytes, MADV_DONTNEED);
+// In pieces, each unmapped once summed: a shard of any size leaves at most one mapped.
+uint32_t TokenFile::full_crc() const {
+  constexpr uint64_t kPiece = 16 * kFolioBytes;
+  uint32_t crc = 0;
+  for (uint64_t at = 0; at < file_bytes_; at += kPiece) {
+    const uint64_t n = std::min(kPiece, file_bytes_ - at);
+    crc = crc32c(map_->base + at, n, crc);
+    unmap(at, n);
+  }
+  return crc;
 }
 
 std::vector<uint32_t> read_all(const TokenFile& f) {

@@ -41,7 +41,10 @@ class TokenFile {
   uint32_t vocab_size() const { return vocab_; }
   uint64_t file_bytes() const { return file_bytes_; }
 
-  // Copies tokens [begin, begin + n) into out, checking each against the vocabulary.
+  // Copies tokens [begin, begin + n) into out, checking each against the vocabulary. Every read
+  // (and each CRC below) drops this process's mapping of the pages it touched once done (they
+  // stay in the page cache), so resident memory does not grow with the share of the dataset
+  // seen.
   void read(uint64_t begin, uint64_t n, int64_t* out) const;
   // CRC-32C of the file's header and of 16 blocks of 4 KiB spread evenly over it (the whole
   // file when it is at most 64 KiB): a fingerprint read in 64 KiB from a shard of any size,
@@ -49,11 +52,10 @@ class TokenFile {
   uint32_t sample_crc() const;
   // CRC-32C of the whole file (reads all of it).
   uint32_t full_crc() const;
-  // Drops this process's mapping of the pages it has read (they stay in the page cache), so
-  // resident memory does not grow with the share of the dataset seen.
-  void release() const;
-
  private:
+  // Drops the mapping of the folios around bytes [offset, offset + bytes) of the file.
+  void unmap(uint64_t offset, uint64_t bytes) const;
+
   struct Map;
   std::shared_ptr<const Map> map_;
   std::string path_;
