@@ -175,6 +175,7 @@ TokenFile TokenFile::open(const std::string& path, TokenFormat format, uint32_t 
                    " bytes after a " + std::to_string(f.data_offset_) +
                    "-byte header: truncated or corrupt");
   f.map_ = std::move(map);
+  f.unmap(0, f.data_offset_);  // the header's pages, read above
   return f;
 }
 
