@@ -149,31 +149,52 @@ void scatter_rows(const Tensor& idx, const Tensor& src, const Tensor* gate, Tens
   });
 }
 
+// a * b rounded to the dtype as mul rounds it, in the accumulation type; a bf16 pair's two.
+template <typename T>
+__device__ __forceinline__ Acc<T> rounded_product(T a, T b) {
+  return to_acc(from_acc<T>(to_acc(a) * to_acc(b)));
+}
+__device__ __forceinline__ float rounded_product(__nv_bfloat162 a, __nv_bfloat162 b) {
+  return rounded_product(__low2bfloat16(a), __low2bfloat16(b)) +
+         rounded_product(__high2bfloat16(a), __high2bfloat16(b));
+}
+
 // One warp a selected row: dsrc[r] = round(gate[r] * dout[token_row(r)]) and dgate[r] = the
 // warp's sum of round(dout * src) over the row (each product rounded as mul's backward rounds
-// it before summing). dsrc or dgate null: not wanted.
-template <typename T, typename I>
-__global__ void scatter_gated_rows_backward_kernel(RowMap<I> m, const T* dout, const T* src,
-                                                   const T* gate, T* dsrc, T* dgate, int64_t d) {
-  using A = Acc<T>;
+// it before summing). dsrc or dgate null: not wanted. E is T, or a bf16 pair (d then counts
+// pairs: 4-byte loads, where single bf16 ones left a warp's reads at 64 bytes) with G bf16.
+template <typename E, typename G, typename I>
+__global__ void scatter_gated_rows_backward_kernel(RowMap<I> m, const E* dout, const E* src,
+                                                   const G* gate, E* dsrc, G* dgate, int64_t d) {
+  using A = Acc<G>;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
   for (int64_t r = blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5); r < m.rows;
        r += warps) {
-    const T* grad = dout + m.token_row(r) * d;
-    const T* s = src + r * d;
+    const E* grad = dout + m.token_row(r) * d;
+    const E* s = src + r * d;
     const A g = to_acc(gate[r]);
     A sum = 0;
     for (int64_t c = lane; c < d; c += 32) {
-      const A go = to_acc(grad[c]);
-      if (dsrc) dsrc[r * d + c] = from_acc<T>(go * g);
-      if (dgate) sum += to_acc(from_acc<T>(go * to_acc(s[c])));
+      const E go = grad[c];
+      if (dsrc) dsrc[r * d + c] = gated(go, g);
+      if (dgate) sum += rounded_product(go, s[c]);
     }
     if (dgate) {
       sum = warp_sum(sum);
-      if (lane == 0) dgate[r] = from_acc<T>(sum);
+      if (lane == 0) dgate[r] = from_acc<G>(sum);
     }
   }
+}
+
+template <typename E, typename G, typename I>
+void launch_scatter_gated_backward(RowMap<I> m, const E* dout, const E* src, const G* gate,
+                                   E* dsrc, G* dgate, int64_t d) {
+  constexpr int64_t kWarps = kThreads / 32;
+  const auto blocks = static_cast<unsigned>(std::min((m.rows + kWarps - 1) / kWarps, kMaxBlocks));
+  scatter_gated_rows_backward_kernel<<<blocks, kThreads, 0, compute_stream()>>>(m, dout, src, gate,
+                                                                                dsrc, dgate, d);
+  MOD_CUDA_CHECK_LAUNCH();
 }
 
 // --- top-k ---
@@ -295,13 +316,20 @@ void CudaBackend::scatter_gated_rows_backward(const Tensor& dout, const Tensor& 
     dispatch_index(idx.dtype(), "scatter_gated_rows_backward", [&](auto zi) {
       using I = decltype(zi);
       const RowMap<I> m{idx.data<I>(), b * c, t, c};
-      constexpr int64_t kWarps = kThreads / 32;
-      const auto blocks = static_cast<unsigned>(std::min((m.rows + kWarps - 1) / kWarps, kMaxBlocks));
-      scatter_gated_rows_backward_kernel<<<blocks, kThreads, 0, compute_stream()>>>(
-          m, dout.data<T>(), src.data<T>(), gate.data<T>(),
-          dsrc.defined() ? dsrc.data<T>() : nullptr, dgate.defined() ? dgate.data<T>() : nullptr,
-          d);
-      MOD_CUDA_CHECK_LAUNCH();
+      T* ds = dsrc.defined() ? dsrc.data<T>() : nullptr;
+      T* dg = dgate.defined() ? dgate.data<T>() : nullptr;
+      if constexpr (std::is_same_v<T, bf16>) {
+        const uintptr_t addr = reinterpret_cast<uintptr_t>(dout.raw_data()) |
+                               reinterpret_cast<uintptr_t>(src.raw_data()) |
+                               reinterpret_cast<uintptr_t>(ds);
+        if (d % 2 == 0 && addr % 4 == 0) {
+          using P = __nv_bfloat162;
+          launch_scatter_gated_backward(m, dout.data<P>(), src.data<P>(), gate.data<T>(),
+                                        reinterpret_cast<P*>(ds), dg, d / 2);
+          return;
+        }
+      }
+      launch_scatter_gated_backward(m, dout.data<T>(), src.data<T>(), gate.data<T>(), ds, dg, d);
     });
   });
 }
