@@ -12,6 +12,7 @@
 #include "core/all_ops.h"
 #include "core/autograd.h"
 #include "model/transformer.h"
+#include "tests/support/bitwise.h"
 #include "tests/support/tiny_configs.h"
 
 namespace mod::test {
@@ -54,7 +55,7 @@ inline void check_same(const StepOutcome& got, const StepOutcome& want) {
   for (const auto& [name, g] : want.grads) {
     INFO("gradient of " << name);
     CHECK_FALSE(g.empty());
-    CHECK(got.grads.at(name) == g);
+    check_bitwise(got.grads.at(name), g);
   }
 }
 
