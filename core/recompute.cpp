@@ -201,4 +201,6 @@ void keep_costly_outputs(Op op, std::initializer_list<Tensor> outputs) {
   if (g_keeping) g_keeping->entries.emplace_back(op, std::vector<Tensor>(outputs));
 }
 
+bool keeping_costly_outputs() { return g_keeping != nullptr; }
+
 }  // namespace mod

@@ -45,5 +45,8 @@ std::vector<Tensor> recompute_region(const RegionFn& fn, const std::vector<Tenso
 // skips its kernel but records its node as usual. Elsewhere both do nothing.
 bool replay_costly_outputs(Op op, std::initializer_list<Tensor*> outputs);
 void keep_costly_outputs(Op op, std::initializer_list<Tensor> outputs);
+// True in a keeping forward: what an op computes besides its kept outputs will be recomputed
+// from them, so it must compute it the way the recomputation will.
+bool keeping_costly_outputs();
 
 }  // namespace mod

@@ -245,8 +245,10 @@ Tensor gather_parameter(const Tensor& local, const ShardSpec& spec, Communicator
   if (spec.dim < 0 || tp.size() == 1) return local;
   Shape parts_shape = local.shape();
   parts_shape.insert(parts_shape.begin(), tp.size());
-  Tensor parts = Tensor::empty(parts_shape, local.dtype());
+  // Gathered where the shards live (NCCL carries device tensors), reassembled on the host.
+  Tensor parts = Tensor::empty(parts_shape, local.dtype(), local.device());
   tp.all_gather(local.view({1, local.numel()}), parts.view({tp.size(), local.numel()}));
+  if (parts.device() != Device::CPU) parts = parts.to(Device::CPU);
   Tensor full = Tensor::empty(spec.global_shape, local.dtype());
   // Rank r's part goes to [r * len, (r + 1) * len) along spec.dim.
   int64_t outer = 1, inner = 1;

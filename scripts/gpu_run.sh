@@ -16,6 +16,8 @@
 #                              CUDA graph against one rank, losses to 1e-5, and dp2's step-10
 #                              checkpoint resumed on one rank; each rank its own NCCL_HOSTID,
 #                              over loopback
+#   scripts/gpu_run.sh recompute  tiny_dense and tiny_mod in bf16, FULL and SELECTIVE against NONE
+#                              with each fusion off in turn (which fusion a replay disagrees with)
 #   scripts/gpu_run.sh overlap GPT-2-small MoD at dp2 on the one GPU, profiled, 25 MB buckets
 #                              against one bucket (no overlap): the collectives' share under
 #                              backward's kernels and the step time of each
@@ -32,6 +34,8 @@
 #   scripts/gpu_run.sh pytorch bench's PyTorch runs alone: its decoding's self-check on the GPU
 #                              (batch 4 against batch 1, greedy, f64, eager and compiled), the
 #                              decoding runs, then the training step
+#   scripts/gpu_run.sh pytorch_train  bench's PyTorch training step alone (after
+#                              SKIP_PYTORCH=1 bench in the same call, for the same-call ratios)
 #   scripts/gpu_run.sh pytorch_sample  the decoding self-check and runs alone (with
 #                              SKIP_PYTORCH=1 all, a fresh machine's two calls)
 #   scripts/gpu_run.sh eager   bench's eager runs alone: with GPU_BUNDLE, an older build's figures
@@ -41,7 +45,9 @@
 # SKIP_PYTORCH=1 leaves PyTorch's runs out of bench and profile; PYTORCH_COMPILE=1 adds
 # torch.compile to its training step (its decoding always runs eager and compiled).
 # GPU_BUNDLE=other.tar.xz runs another bundle (say, main's before a change), its entries named
-# with the prefix TAG.
+# with the prefix TAG. GPU_UNTIL=epoch-seconds is the call's deadline: each command's limit is cut
+# to the time left, and one with under MIN_SECONDS (20) left is skipped and said so, so stages
+# can be queued in order of worth and the call still returns its logs.
 # Every command runs under `timeout` (its LIMIT seconds), so one hang costs one entry, not the
 # call. The device tool brings back at most 8 files, so the logs go into one archive,
 # $OUT/logs.tar.gz, rewritten after every command (a call cut off still returns what ran).
@@ -74,8 +80,16 @@ archive() { tar -C "$logs" -czf "$out/logs.tar.gz" . ; }
 run() {  # run NAME command...: output to $logs/TAG+NAME.log, exit status to the summary
   local name=$tag$1
   shift
-  local t0=$SECONDS
-  timeout -k 10 "${LIMIT:-150}" "$@" > "$logs/$name.log" 2>&1
+  local t0=$SECONDS limit=${LIMIT:-150}
+  if [ -n "${GPU_UNTIL:-}" ]; then  # the call's deadline: a command that cannot fit is left out
+    local left=$((GPU_UNTIL - $(date +%s)))
+    if [ "$left" -lt "${MIN_SECONDS:-20}" ]; then
+      printf '%-32s left out (%ds to the deadline)\n' "$name" "$left" | tee -a "$summary"
+      return 0
+    fi
+    [ "$left" -ge "$limit" ] || limit=$left
+  fi
+  timeout -k 10 "$limit" "$@" > "$logs/$name.log" 2>&1
   local rc=$?
   printf '%-32s rc %-3d %4ds\n' "$name" "$rc" $((SECONDS - t0)) | tee -a "$summary"
   [ $rc -eq 0 ] || tail -15 "$logs/$name.log"
@@ -84,8 +98,8 @@ run() {  # run NAME command...: output to $logs/TAG+NAME.log, exit status to the
 }
 
 probe() {  # what the machine is, and whether every library the binaries need resolves
-  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader |
-    tee -a "$summary"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem,clocks.sm,power.limit \
+    --format=csv,noheader | tee -a "$summary"
   local missing
   missing=$(ldd "$bundle"/bin/* | grep "not found" | sort -u)
   [ -z "$missing" ] || { echo "gpu_run: unresolved libraries:"; echo "$missing"; } | tee -a "$summary"
@@ -126,6 +140,29 @@ multirank() {
     tee -a "$summary"
   python3 scripts/gpu_run_helpers.py same_losses_tail "/tmp/runs/${tag}mr_1gpu" \
     "/tmp/runs/${tag}mr_dp2_resume" 2>&1 | tee -a "$summary"
+}
+
+# Recomputation against NONE with one fusion off at a time: tiny_dense and tiny_mod, bf16, eager,
+# 20 steps; a FULL or SELECTIVE run off NONE by more than 1e-5 names the fusion that breaks the
+# replay ("ok" lines are runs that track NONE).
+recompute() {
+  local recipe off mode dirs
+  for recipe in tiny_dense tiny_mod; do
+    for off in none add_norm classifier optimizer_weight_copies gelu_mlp; do
+      dirs=()
+      for mode in NONE FULL SELECTIVE; do
+        local name="recompute_${recipe}_${mode}_no_$off" sets=()
+        [ "$off" = none ] || sets=(--set "train.fusions.$off=false")
+        LIMIT=60 run "$name" "$modtrain" train --config "configs/recipes/$recipe.textproto" \
+          --data "$bundle/data/kjv" --run-dir "/tmp/runs/$tag$name" --set train.device=CUDA \
+          --set train.precision=BF16 --set train.steps=20 --set train.eval_every=0 \
+          --set train.log_every=1 --set train.cuda_graph=false --set train.recompute=$mode \
+          "${sets[@]}"
+        dirs+=("/tmp/runs/$tag$name")
+      done
+      python3 scripts/gpu_run_helpers.py same_losses "${dirs[@]}" 2>&1 | tee -a "$summary"
+    done
+  done
 }
 
 # Gradients reduced while backward runs, seen in the kernel profile: GPT-2-small MoD at dp2 on the
@@ -328,15 +365,17 @@ case $stage in
   fusions) fusions ;;
   overlap) overlap ;;
   multirank) multirank ;;
+  recompute) recompute ;;
   grid) grid ;;
   all) tests; bench ;;
   eager) eager ;;
   pytorch) pytorch_sample_check; pytorch_sample_runs; pytorch_bench ;;
+  pytorch_train) pytorch_bench ;;
   pytorch_sample) pytorch_sample_check; pytorch_sample_runs ;;
   modtrain) shift; "$modtrain" "$@" ;;  # one ad-hoc command with the bundle's libraries
   bin) shift; name=$1; shift; "$bundle/bin/$name" "$@" ;;
   *)
-    echo "gpu_run: unknown stage '$stage' (tests, bench, fusions, profile, multirank, overlap, grid, all, eager, pytorch, pytorch_sample, modtrain ARGS... or bin NAME ARGS...)" >&2
+    echo "gpu_run: unknown stage '$stage' (tests, bench, fusions, profile, multirank, recompute, overlap, grid, all, eager, pytorch, pytorch_train, pytorch_sample, modtrain ARGS... or bin NAME ARGS...)" >&2
     exit 2
     ;;
 esac

@@ -23,6 +23,8 @@ int env_int(const char* name, int fallback) {
   return static_cast<int>(n);
 }
 
+constexpr size_t kCublasWorkspaceBytes = 32u << 20;
+
 struct Context {
   int device = 0;
   cudaStream_t stream = nullptr;
@@ -45,14 +47,21 @@ struct Context {
     MOD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS)
       throw std::runtime_error("CUDA: cublasCreate failed on device " + std::to_string(device));
-    cublasSetStream(cublas, stream);
     // A fixed workspace keeps cuBLAS from allocating inside a captured CUDA graph.
-    constexpr size_t kWorkspace = 32u << 20;
-    MOD_CUDA_CHECK(cudaMalloc(&cublas_workspace, kWorkspace));
-    cublasSetWorkspace(cublas, cublas_workspace, kWorkspace);
+    MOD_CUDA_CHECK(cudaMalloc(&cublas_workspace, kCublasWorkspaceBytes));
+    bind_cublas(stream);
     if (cublasLtCreate(&cublaslt) != CUBLAS_STATUS_SUCCESS)
       throw std::runtime_error("CUDA: cublasLtCreate failed on device " + std::to_string(device));
     MOD_CUDA_CHECK(cudaMalloc(&cublaslt_workspace, kCublasLtWorkspaceBytes));
+  }
+
+  // cuBLAS documents that cublasSetStream "unconditionally resets the cuBLAS library workspace
+  // back to the default workspace pool" (cuBLAS guide, cublasSetStream), so every stream change
+  // sets the fixed workspace again: without it a GEMM captured after a StreamOverride (graphed
+  // decode's conditional bodies) would allocate inside the capture.
+  void bind_cublas(cudaStream_t s) const {
+    cublasSetStream(cublas, s);
+    cublasSetWorkspace(cublas, cublas_workspace, kCublasWorkspaceBytes);
   }
 };
 
@@ -70,12 +79,12 @@ cudaStream_t compute_stream() { return stream_override ? stream_override : conte
 
 StreamOverride::StreamOverride(cudaStream_t stream) : previous_(stream_override) {
   stream_override = stream;
-  cublasSetStream(context().cublas, stream);
+  context().bind_cublas(stream);
 }
 
 StreamOverride::~StreamOverride() {
   stream_override = previous_;
-  cublasSetStream(context().cublas, compute_stream());
+  context().bind_cublas(compute_stream());
 }
 cublasHandle_t cublas_handle() { return context().cublas; }
 cublasLtHandle_t cublaslt_handle() { return context().cublaslt; }

@@ -47,15 +47,22 @@ Tensor gelu_mlp(const Tensor& x, const Tensor& w_up, const Tensor& w_down) {
   const int64_t d = x.size(-1), f = w_up.size(0), n = x.numel() / d;
   const Tensor x2 = x.view({n, d});
   Tensor pre, h, y;
-  // Selective recomputation hands back the GEMMs' products; GELU is redone from pre, as the
-  // unfused ops redo it.
+  // Selective recomputation hands back the GEMMs' products and GELU is redone from pre with the
+  // GELU kernel, so a keeping forward computes h that way too: the epilogue's GELU of the f32
+  // accumulator differs from it by an ulp in bf16, and backward's dW_down must see the h the
+  // forward used.
   if (replay_costly_outputs(Op::GeluMlp, {&pre, &y})) {
     h = Tensor::empty(pre.shape(), pre.dtype(), pre.device());
     backend_of(pre).gelu_forward(pre, h);
   } else {
-    pre = Tensor::empty({n, f}, x.dtype(), x.device());
     h = Tensor::empty({n, f}, x.dtype(), x.device());
-    backend_of(x).gemm_gelu(gemm_args(x2, w_up, false, true), x2, w_up, pre, h);
+    if (keeping_costly_outputs()) {
+      pre = gemm(x2, w_up, false, true);
+      backend_of(pre).gelu_forward(pre, h);
+    } else {
+      pre = Tensor::empty({n, f}, x.dtype(), x.device());
+      backend_of(x).gemm_gelu(gemm_args(x2, w_up, false, true), x2, w_up, pre, h);
+    }
     y = gemm(h, w_down, false, true);
     keep_costly_outputs(Op::GeluMlp, {pre, y});
   }

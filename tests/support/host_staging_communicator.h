@@ -4,7 +4,10 @@
 // on machines without a GPU. Host tensors pass straight through.
 //
 // A collective of device tensors is a task on the emulated device's stream: inside a captured
-// step it is recorded and runs at every replay, as NCCL's kernels in a CUDA graph do.
+// step it is recorded and runs at every replay, as NCCL's kernels in a CUDA graph do. The
+// tensors are checked as given, before staging, so a CPU tensor beside a device one is refused
+// as NCCL's communicator refuses it (an H200 run found tp2's parameter gather mixing them,
+// 2026-11-28, where staging both to the host had hidden it).
 #pragma once
 
 #include <cstdlib>
@@ -40,6 +43,7 @@ class HostStagingCommunicator final : public parallel::Communicator {
     return std::make_unique<Done>();
   }
   void reduce_scatter(const Tensor& in, const Tensor& out, parallel::ReduceOp op) override {
+    parallel::detail::check_reduce_scatter(*this, in, out);
     staged({in, out}, [=, this] {
       Tensor h = host(out);
       inner_->reduce_scatter(host(in), h, op);
@@ -52,6 +56,7 @@ class HostStagingCommunicator final : public parallel::Communicator {
     return std::make_unique<Done>();
   }
   void all_gather(const Tensor& in, const Tensor& out) override {
+    parallel::detail::check_all_gather(*this, in, out);
     staged({in, out}, [=, this] {
       Tensor h = host(out);
       inner_->all_gather(host(in), h);
@@ -59,6 +64,7 @@ class HostStagingCommunicator final : public parallel::Communicator {
     });
   }
   void all_to_all(const Tensor& in, const Tensor& out) override {
+    parallel::detail::check_all_to_all(*this, in, out);
     staged({in, out}, [=, this] {
       Tensor h = host(out);
       inner_->all_to_all(host(in), h);

@@ -123,6 +123,26 @@ TEST_CASE("metrics.csv starts with step and loss and drops rows past a resume po
   fs::remove(path);
 }
 
+TEST_CASE("metrics.csv writes 9 significant digits, enough for any float", "[metrics]") {
+  const fs::path path =
+      fs::temp_directory_path() / ("modtrain_csv9_" + std::to_string(::getpid()) + ".csv");
+  fs::remove(path);
+  const float loss = 3.14159274f, lr = 2.00150003e-4f;  // 6 digits would round both
+  {
+    metrics::CsvWriter csv(path.string(), {"lr"});
+    csv.row(1, loss, {{"lr", lr}});
+  }
+  std::ifstream in(path);
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  CHECK(row == "1,3.14159274,0.000200149996");
+  const size_t a = row.find(','), b = row.find(',', a + 1);
+  CHECK(std::stof(row.substr(a + 1, b - a - 1)) == loss);
+  CHECK(std::stof(row.substr(b + 1)) == lr);
+  fs::remove(path);
+}
+
 TEST_CASE("metrics.csv continued by a version with a new column keeps the file's own columns",
           "[metrics]") {
   const fs::path path =

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iomanip>
 #include <iterator>
 #include <sstream>
 #include <stdexcept>
@@ -146,6 +147,9 @@ CsvWriter::CsvWriter(const std::string& path, std::vector<std::string> columns)
   }
   out_.open(path, std::ios::app);
   if (!out_) throw std::runtime_error("metrics: cannot open " + path);
+  // 9 significant digits hold every float exactly, so a run can be checked from outside to
+  // float32 rounding (the stream's default 6 capped such a check at 5e-6).
+  out_ << std::setprecision(9);
   if (fresh) {
     out_ << "step,loss";
     for (const auto& c : columns_) out_ << "," << c;

@@ -5,9 +5,15 @@
 //
 // Where cuBLASLt cannot serve a call (f64, an aux leading dimension not a multiple of 8, a
 // pointer off a 16-byte boundary, or no algorithm for the shape) the backend's default runs the
-// GEMM and the GELU kernel instead; what cuBLASLt refused is remembered per shape.
+// GEMM and the GELU kernel instead. The algorithm is chosen per shape and per alignment of the
+// pointers: the heuristic is told each operand's alignment (PREF_MIN_ALIGNMENT_*_BYTES, which
+// cuBLASLt otherwise assumes to be 256), so the algorithm it returns takes the call, and a
+// refusal disables only that (shape, alignment). epilogue_gemm_calls() counts the calls
+// cuBLASLt ran, so tests can tell the epilogue from the fallback.
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <map>
@@ -17,6 +23,7 @@
 #include <tuple>
 
 #include "core/cuda/cuda_backend.h"
+#include "core/cuda/device.h"
 #include "core/cuda/stream.h"
 
 namespace mod::cuda {
@@ -29,10 +36,20 @@ void lt_check(cublasStatus_t status, const char* call) {
                              std::to_string(static_cast<int>(status)));
 }
 
-bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+std::atomic<int64_t> lt_calls{0};
 
-// One call's shape, types and epilogue: the key of the algorithm cache.
-using LtKey = std::tuple<int64_t, int64_t, int64_t, bool, bool, int, int>;
+// The largest power of two up to 256 that divides p's address.
+uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t bytes = 256;
+  while (bytes > 1 && a % bytes != 0) bytes /= 2;
+  return bytes;
+}
+
+// One call's shape, types, epilogue and its four pointers' alignments: the key of the
+// algorithm cache.
+using LtKey = std::tuple<int64_t, int64_t, int64_t, bool, bool, int, int, uint32_t, uint32_t,
+                         uint32_t, uint32_t>;
 struct LtChoice {
   bool supported = false;
   cublasLtMatmulAlgo_t algo{};
@@ -58,9 +75,10 @@ bool lt_gemm(const GemmArgs& g, const Tensor& a, const Tensor& b, const Tensor& 
   if (a.dtype() != DType::F32 && a.dtype() != DType::BF16) return false;
   if (b.dtype() != a.dtype() || d.dtype() != a.dtype() || aux.dtype() != a.dtype()) return false;
   if (g.m > INT_MAX || g.n > INT_MAX || g.k > INT_MAX || g.n % 8 != 0) return false;
-  if (!aligned(a.raw_data()) || !aligned(b.raw_data()) || !aligned(d.raw_data()) ||
-      !aligned(aux.raw_data()))
-    return false;
+  // cuBLASLt's A is our op(B), its B our op(A), C and D ours; the aux matrix is d's shape.
+  const uint32_t align_a = alignment(b.raw_data()), align_b = alignment(a.raw_data()),
+                 align_d = alignment(d.raw_data()), align_aux = alignment(aux.raw_data());
+  if (std::min({align_a, align_b, align_d, align_aux}) < 16) return false;
   const cudaDataType_t type = a.dtype() == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
   const int64_t m = g.m, n = g.n, k = g.k;
 
@@ -69,7 +87,7 @@ bool lt_gemm(const GemmArgs& g, const Tensor& a, const Tensor& b, const Tensor& 
   static std::mutex mutex;
   static std::map<LtKey, LtChoice> choices;
   const LtKey key{m, n, k, g.trans_a, g.trans_b, static_cast<int>(type),
-                  static_cast<int>(epilogue)};
+                  static_cast<int>(epilogue), align_a, align_b, align_d, align_aux};
   {
     std::lock_guard<std::mutex> lock(mutex);
     const auto it = choices.find(key);
@@ -113,6 +131,13 @@ bool lt_gemm(const GemmArgs& g, const Tensor& a, const Tensor& b, const Tensor& 
       const size_t workspace = kCublasLtWorkspaceBytes;
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                            &workspace, sizeof(workspace));
+      const uint32_t align_c = align_d;
+      for (const auto& [attr, bytes] :
+           {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a},
+            std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b},
+            std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c},
+            std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d}})
+        cublasLtMatmulPreferenceSetAttribute(pref, attr, bytes, sizeof(uint32_t));
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
@@ -139,10 +164,13 @@ bool lt_gemm(const GemmArgs& g, const Tensor& a, const Tensor& b, const Tensor& 
     return false;
   }
   lt_check(status, "cublasLtMatmul");
+  lt_calls.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
 }  // namespace
+
+int64_t epilogue_gemm_calls() { return lt_calls.load(std::memory_order_relaxed); }
 
 void CudaBackend::gemm_gelu(const GemmArgs& g, const Tensor& a, const Tensor& b, Tensor& pre,
                             Tensor& out) {

@@ -2,7 +2,11 @@
 // alone or fused with the residual add before them (llm.c's fused_residual_forward): the
 // forward's first pass reads x and a, writes s = x + a rounded to T and takes its statistics
 // from that rounded s, and later passes reread s (the row the same thread just wrote, from
-// cache); the backward adds ds to the norm's dx in Acc before the one rounding.
+// cache); the backward rounds the norm's dx to T and then adds ds, as the separate ops do
+// (norm backward, then the autograd's sum of s's two gradients), so the fused op is bitwise the
+// separate ones: a recomputed block, which runs them separately at its boundary, matches a kept
+// one (on an H200 in bf16, 2026-11-28, one rounding made tiny_dense's FULL and SELECTIVE runs
+// drift from NONE by 3e-4 in 20 steps).
 // Forward and the dx half of backward: one block per row (grid-stride over rows), its threads
 // striding the row's D columns (coalesced), row sums combined with block_sum. Forward caches
 // rstd (and mean) per row in the dtype the caller allocated: x's dtype, or f32 for bf16 x
@@ -133,6 +137,12 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 
 // --- backward: dx per row ---
 
+// ds + dx for the fused add's backward, dx rounded to T first (see the header comment).
+template <typename T>
+__device__ __forceinline__ T add_rounded(T ds, Acc<T> dx) {
+  return from_acc<T>(to_acc<T>(ds) + to_acc<T>(from_acc<T>(dx)));
+}
+
 // dy, x, dx [n,d], weight [d], mean (LayerNorm only) and rstd [n]; fused: ds [n,d] added to dx.
 template <typename T, typename S>
 struct NormBackwardParams {
@@ -177,7 +187,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       for (int e = 0; e < V; ++e) {
         const A xhat = to_acc<T>(xv.v[e]) * r;
         const A v = r * (to_acc<T>(dv.v[e]) * to_acc<T>(wv.v[e]) - xhat * c);
-        out.v[e] = from_acc<T>(dsr ? to_acc<T>(sv.v[e]) + v : v);
+        out.v[e] = dsr ? add_rounded(sv.v[e], v) : from_acc<T>(v);
       }
       dxr[k] = out;
     }
@@ -207,7 +217,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) {
       const A xhat = (load(xr + i) - m) * r;
       const A v = r * (load(dyr + i) * load(p.weight + i) - c_g - xhat * c_gx);
-      dxr[i] = from_acc<T>(dsr ? load(dsr + i) + v : v);
+      dxr[i] = dsr ? add_rounded(dsr[i], v) : from_acc<T>(v);
     }
   }
 }
