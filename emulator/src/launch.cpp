@@ -104,6 +104,8 @@ bool register_dynamic_shared(void* (*buffer)()) {
   return true;
 }
 
+bool tls_anchor() { return true; }
+
 Status run_grid(const LaunchConfig& c, const void* kernel, KernelBody body) {
   const std::string name = c.kernel_name ? c.kernel_name : symbol_name(kernel);
   Block& block = this_thread_block();

@@ -26,7 +26,7 @@ inline __nv_bfloat16 bf16_add(__nv_bfloat16 a, __nv_bfloat16 b) {
 
 #define MOD_EMU_ATOMIC(name, T, expr)                                          \
   inline T name(T* address, T val) {                                          \
-    return emu::detail::atomic_rmw(address, [val](T old) -> T { return expr; }); \
+    return emu::detail::atomic_rmw(address, [val]([[maybe_unused]] T old) -> T { return expr; }); \
   }
 MOD_EMU_ATOMIC(atomicAdd, int, old + val)
 MOD_EMU_ATOMIC(atomicAdd, unsigned int, old + val)

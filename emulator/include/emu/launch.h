@@ -34,6 +34,8 @@ struct KernelBody {
 Status run_grid(const LaunchConfig& config, const void* kernel, KernelBody body);
 // Records a buffer MOD_EMU_DYNAMIC_SHARED defined, so launches can poison it.
 bool register_dynamic_shared(void* (*buffer)());
+// Opaque, so the thread_local it initialises needs dynamic initialisation (see below).
+bool tls_anchor();
 }  // namespace detail
 
 // Every thread calls kernel with its own copies of the arguments, converted once at launch to
@@ -81,9 +83,13 @@ size_t dynamic_shared_bytes();
 // Defines what `extern __shared__ type name[];` in a kernel refers to: a per-host-thread buffer
 // of the largest dynamic size, at the namespace of the kernel (a block-scope extern names a
 // variable of the enclosing namespace, which C++ requires defined, in the same file when that
-// namespace is anonymous). Launches poison it under Options::poison_shared.
+// namespace is anonymous). Launches poison it under Options::poison_shared. GCC 12 calls
+// __tls_init for a block-scope extern thread_local but defines it only in a file with a
+// dynamically initialised thread_local: the anchor is one.
 #define MOD_EMU_DYNAMIC_SHARED(type, name)                                                 \
   thread_local type name[::emu::kMaxDynamicSharedBytes / sizeof(type)]                     \
       __attribute__((aligned(16)));                                                        \
   [[maybe_unused]] static const bool mod_emu_dynamic_shared_##name =                       \
-      ::emu::detail::register_dynamic_shared([]() -> void* { return name; });
+      ::emu::detail::register_dynamic_shared([]() -> void* { return name; });              \
+  [[maybe_unused]] thread_local const bool mod_emu_tls_anchor_##name =                     \
+      ::emu::detail::tls_anchor();
