@@ -144,17 +144,18 @@ void Block::exit_running() {
              " threads wait at __syncthreads at " + site_text(barrier_site_) +
              " (the barrier needs every thread of the block: a __syncthreads in divergent code)");
   const WarpState& ws = warps_[static_cast<size_t>(w)];
-  for (int j = 0; j < 32; ++j) {
-    const Thread& u = lane(w, j);
-    if (!(ws.waiting & bit(j)) || !(u.mask & bit(l))) continue;
-    if (!setup_->options->excuse_exited_lanes)
-      fail(ErrorCode::kSynccheck,
-           "lane " + std::to_string(l) + " (thread " + thread_text(t.idx) + ") exited while lane " +
-               std::to_string(j) + " (thread " + thread_text(u.idx) + ") waits for it in " +
-               collective_name(u.kind) + "(mask " + mask_text(u.mask) + ") at " +
-               site_text(u.site));
-    try_complete(w, u.mask);
+  uint32_t waiting_for_it = 0;
+  for (int j = 0; j < 32; ++j)
+    if ((ws.waiting & bit(j)) && (lane(w, j).mask & bit(l))) waiting_for_it |= bit(j);
+  if (waiting_for_it && !setup_->options->excuse_exited_lanes) {
+    const Thread& u = lane(w, __builtin_ctz(waiting_for_it));
+    fail(ErrorCode::kSynccheck,
+         "lane " + std::to_string(l) + " (thread " + thread_text(t.idx) + ") exited while lanes " +
+             lanes_text(waiting_for_it) + " of warp " + std::to_string(w) + " wait for it in " +
+             collective_name(u.kind) + "(mask " + mask_text(u.mask) + ") at " + site_text(u.site));
   }
+  for (int j = 0; j < 32; ++j)
+    if ((waiting_for_it & bit(j)) && (ws.waiting & bit(j))) try_complete(w, lane(w, j).mask);
   context_switch(t.context, scheduler_);
   __builtin_unreachable();
 }

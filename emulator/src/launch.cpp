@@ -1,6 +1,7 @@
 // Launching a grid: checks the configuration as CUDA does (sm_90 limits, launch.h), then runs
 // its blocks one after another on the calling host thread, in order or in a seeded random
-// order, poisoning dynamic shared memory before each block when asked.
+// order. Poisoning fills every dynamic shared buffer whole before the first block (reads past
+// the launch's size show too) and the launch's bytes again before each later block.
 #include <cxxabi.h>
 #include <dlfcn.h>
 
@@ -133,7 +134,7 @@ Status run_grid(const LaunchConfig& c, const void* kernel, KernelBody body) {
     blockIdx = uint3{static_cast<unsigned>(b % gx), static_cast<unsigned>(b / gx % gy),
                      static_cast<unsigned>(b / (gx * gy))};
     for (void* (*buffer)() : buffers)
-      std::memset(buffer(), kPoisonByte, c.dynamic_shared_bytes);
+      std::memset(buffer(), kPoisonByte, i == 0 ? kMaxDynamicSharedBytes : c.dynamic_shared_bytes);
     const BlockSetup setup{name.c_str(), body, c.block, &options, mix64(options.seed ^ mix64(b))};
     status = block.run(setup);
   }
