@@ -25,7 +25,8 @@ std::string lanes_text(uint32_t lanes) {
     int end = j;
     while (end + 1 < 32 && (lanes >> (end + 1) & 1u)) ++end;
     if (!out.empty()) out += ",";
-    out += std::to_string(j) + (end > j ? "-" + std::to_string(end) : "");
+    out += std::to_string(j);
+    if (end > j) out += '-' + std::to_string(end);
     j = end + 1;
   }
   return out.empty() ? "none" : out;
@@ -38,8 +39,10 @@ std::string mask_text(unsigned mask) {
 }
 
 std::string thread_text(uint3 idx) {
-  return "(" + std::to_string(idx.x) + "," + std::to_string(idx.y) + "," + std::to_string(idx.z) +
-         ")";
+  // Appends only: GCC 12 at -O3 warns (-Wrestrict, falsely) on "literal" + std::string.
+  std::string out = "(";
+  out += std::to_string(idx.x) + ',' + std::to_string(idx.y) + ',' + std::to_string(idx.z) + ')';
+  return out;
 }
 
 std::string threads_text(const Block& block, const std::vector<int>& linear) {
@@ -56,7 +59,7 @@ std::string threads_text(const Block& block, const std::vector<int>& linear) {
     }
     if (!out.empty()) out += ", ";
     out += thread_text(threads[static_cast<size_t>(linear[i])].idx);
-    if (end > i) out += "-" + thread_text(threads[static_cast<size_t>(linear[end])].idx);
+    if (end > i) out += '-' + thread_text(threads[static_cast<size_t>(linear[end])].idx);
     i = end + 1;
   }
   return out;

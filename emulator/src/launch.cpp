@@ -52,9 +52,7 @@ std::string symbol_name(const void* kernel) {
   return std::string("at ") + buf;
 }
 
-std::string dims_text(dim3 d) {
-  return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
-}
+std::string dims_text(dim3 d) { return thread_text(uint3{d.x, d.y, d.z}); }
 
 Status check_config(const LaunchConfig& c, const void* kernel, const std::string& name) {
   const auto bad = [&](ErrorCode code, const std::string& what) {

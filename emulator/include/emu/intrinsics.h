@@ -62,7 +62,7 @@ inline double __fma_rn(double x, double y, double z) { return std::fma(x, y, z);
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
 
-// CUDA declares these overloads at global scope; std::max would not take mixed int widths.
+// CUDA declares min and max at global scope for device code, which calls them unqualified.
 #define MOD_EMU_MINMAX(T)                             \
   inline T min(T a, T b) { return b < a ? b : a; }    \
   inline T max(T a, T b) { return a < b ? b : a; }

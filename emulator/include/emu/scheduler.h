@@ -1,4 +1,4 @@
-// The calls the intrinsics make into the block scheduler (src/block.cpp). Each may suspend the
+// The calls the intrinsics make into the block scheduler (emulator/src/block.cpp). Each may suspend the
 // calling fiber until its partners arrive; each records its call site so an error names it.
 // Only valid inside a kernel launched by emu::launch.
 #pragma once

@@ -4,7 +4,7 @@
 // conditional evaluates identically across the entire thread block". The emulator enforces it
 // as written: a barrier completes when every thread of the block waits at the same __syncthreads
 // call site; a thread that exits, or waits at another site or a warp collective, while others
-// wait is a kSynccheck error naming both (src/block.cpp).
+// wait is a kSynccheck error naming both (emulator/src/block.cpp).
 #pragma once
 
 #include <atomic>
