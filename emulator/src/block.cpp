@@ -13,7 +13,9 @@ namespace {
 
 thread_local Block* tls_block = nullptr;  // the block this host thread is running, if any
 
-uint32_t bit(int lane) { return uint32_t{1} << lane; }
+uint32_t bit(int lane) {
+  return uint32_t{1} << lane;
+}
 
 // PTX ISA shfl.sync, with CUDA's c operand: segmask = 32 - width; up clamps at the segment's
 // first lane, down/xor/idx at its last. A lane out of bounds reads its own value.
@@ -21,11 +23,16 @@ int source_lane(Collective kind, int lane, int arg, int width) {
   const int segmask = 32 - width, first = lane & segmask, last = first | (31 & ~segmask);
   const int b = arg & 31;
   switch (kind) {
-    case Collective::kShflIdx: return first | (b & ~segmask);
-    case Collective::kShflUp: return lane - b >= first ? lane - b : lane;
-    case Collective::kShflDown: return lane + b <= last ? lane + b : lane;
-    case Collective::kShflXor: return (lane ^ b) <= last ? lane ^ b : lane;
-    default: return lane;
+    case Collective::kShflIdx:
+      return first | (b & ~segmask);
+    case Collective::kShflUp:
+      return lane - b >= first ? lane - b : lane;
+    case Collective::kShflDown:
+      return lane + b <= last ? lane + b : lane;
+    case Collective::kShflXor:
+      return (lane ^ b) <= last ? lane ^ b : lane;
+    default:
+      return lane;
   }
 }
 
@@ -102,7 +109,9 @@ Status Block::run(const BlockSetup& setup) {
   return std::move(status_);
 }
 
-void Block::fiber_entry() { tls_block->thread_main(); }
+void Block::fiber_entry() {
+  tls_block->thread_main();
+}
 
 void Block::thread_main() {
   // The message is taken out of the handler before failing: a fiber must not leave a catch
@@ -123,7 +132,9 @@ void Block::thread_main() {
   exit_running();
 }
 
-void Block::suspend() { context_switch(running_->context, scheduler_); }
+void Block::suspend() {
+  context_switch(running_->context, scheduler_);
+}
 
 void Block::fail(ErrorCode code, const std::string& message) {
   failed_ = true;
@@ -167,8 +178,8 @@ uint64_t Block::collective(Collective kind, unsigned mask, uint64_t value, int a
   const WarpState& ws = warps_[static_cast<size_t>(w)];
   const auto call = [&] {  // formatted only on failure: this path runs per shuffle
     return std::string(collective_name(kind)) + "(mask " + mask_text(mask) + ") at " +
-           site_text(site) + " in thread " + thread_text(t.idx) + " (warp " +
-           std::to_string(w) + " lane " + std::to_string(l) + ")";
+           site_text(site) + " in thread " + thread_text(t.idx) + " (warp " + std::to_string(w) +
+           " lane " + std::to_string(l) + ")";
   };
   if (!(mask & bit(l)))
     fail(ErrorCode::kSynccheck, call() + ": the mask does not name the calling lane");
@@ -208,10 +219,10 @@ void Block::try_complete(int w, unsigned mask) {
     const Thread& u = lane(w, j);
     if (u.mask != mask || u.kind != first.kind) return;  // a lane waits in another call
     if (u.width != first.width)
-      fail(ErrorCode::kSynccheck,
-           "lanes of warp " + std::to_string(w) + " meet in " + collective_name(u.kind) +
-               " at " + site_text(u.site) + " with widths " + std::to_string(first.width) +
-               " and " + std::to_string(u.width));
+      fail(ErrorCode::kSynccheck, "lanes of warp " + std::to_string(w) + " meet in " +
+                                      collective_name(u.kind) + " at " + site_text(u.site) +
+                                      " with widths " + std::to_string(first.width) + " and " +
+                                      std::to_string(u.width));
   }
   uint32_t votes = 0;
   for (int j = 0; j < 32; ++j)
@@ -220,10 +231,18 @@ void Block::try_complete(int w, unsigned mask) {
     if (!(arrived & bit(j))) continue;
     Thread& u = lane(w, j);
     switch (u.kind) {
-      case Collective::kSyncwarp: u.result = 0; break;
-      case Collective::kBallot: u.result = votes; break;
-      case Collective::kAny: u.result = votes != 0; break;
-      case Collective::kAll: u.result = votes == arrived; break;
+      case Collective::kSyncwarp:
+        u.result = 0;
+        break;
+      case Collective::kBallot:
+        u.result = votes;
+        break;
+      case Collective::kAny:
+        u.result = votes != 0;
+        break;
+      case Collective::kAll:
+        u.result = votes == arrived;
+        break;
       default: {
         const int src = source_lane(u.kind, j, u.arg, u.width);
         // A source outside the mask (or exited) is undefined in the Guide: poison.
@@ -269,10 +288,17 @@ int Block::barrier(BarrierOp op, int predicate, const std::source_location& site
   if (barrier_waiting_ == n_) {
     int result = 0;
     switch (op) {
-      case BarrierOp::kSync: break;
-      case BarrierOp::kCount: result = barrier_true_; break;
-      case BarrierOp::kAnd: result = barrier_true_ == n_; break;
-      case BarrierOp::kOr: result = barrier_true_ > 0; break;
+      case BarrierOp::kSync:
+        break;
+      case BarrierOp::kCount:
+        result = barrier_true_;
+        break;
+      case BarrierOp::kAnd:
+        result = barrier_true_ == n_;
+        break;
+      case BarrierOp::kOr:
+        result = barrier_true_ > 0;
+        break;
     }
     for (Thread& u : threads_) {
       u.wait = Wait::kReady;
@@ -349,9 +375,9 @@ void atomic_point() {
 }
 
 void trap(const std::source_location& site) {
-  running_block("__trap").fail(ErrorCode::kLaunchFailure,
-                               "thread " + thread_text(threadIdx) + " called __trap() at " +
-                                   site_text(site));
+  running_block("__trap").fail(
+      ErrorCode::kLaunchFailure,
+      "thread " + thread_text(threadIdx) + " called __trap() at " + site_text(site));
 }
 
 }  // namespace emu::detail

@@ -1,6 +1,7 @@
 // The built-in variables' storage, the process-wide default Options and error names.
 // threadIdx is rewritten by the scheduler at every switch; the others once per block or launch.
 #include "emu/builtins.h"
+
 #include "emu/options.h"
 
 thread_local constinit uint3 threadIdx{};
@@ -17,11 +18,16 @@ Options& default_options() {
 
 const char* error_name(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kSuccess: return "cudaSuccess";
-    case ErrorCode::kInvalidValue: return "cudaErrorInvalidValue";
-    case ErrorCode::kInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case ErrorCode::kLaunchFailure: return "cudaErrorLaunchFailure";
-    case ErrorCode::kSynccheck: return "emulator synccheck error";
+    case ErrorCode::kSuccess:
+      return "cudaSuccess";
+    case ErrorCode::kInvalidValue:
+      return "cudaErrorInvalidValue";
+    case ErrorCode::kInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case ErrorCode::kLaunchFailure:
+      return "cudaErrorLaunchFailure";
+    case ErrorCode::kSynccheck:
+      return "emulator synccheck error";
   }
   return "unknown error";
 }

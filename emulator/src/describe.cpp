@@ -67,14 +67,22 @@ std::string threads_text(const Block& block, const std::vector<int>& linear) {
 
 const char* collective_name(Collective kind) {
   switch (kind) {
-    case Collective::kSyncwarp: return "__syncwarp";
-    case Collective::kShflIdx: return "__shfl_sync";
-    case Collective::kShflUp: return "__shfl_up_sync";
-    case Collective::kShflDown: return "__shfl_down_sync";
-    case Collective::kShflXor: return "__shfl_xor_sync";
-    case Collective::kBallot: return "__ballot_sync";
-    case Collective::kAny: return "__any_sync";
-    case Collective::kAll: return "__all_sync";
+    case Collective::kSyncwarp:
+      return "__syncwarp";
+    case Collective::kShflIdx:
+      return "__shfl_sync";
+    case Collective::kShflUp:
+      return "__shfl_up_sync";
+    case Collective::kShflDown:
+      return "__shfl_down_sync";
+    case Collective::kShflXor:
+      return "__shfl_xor_sync";
+    case Collective::kBallot:
+      return "__ballot_sync";
+    case Collective::kAny:
+      return "__any_sync";
+    case Collective::kAll:
+      return "__all_sync";
   }
   return "a warp collective";
 }
@@ -83,13 +91,17 @@ namespace {
 
 std::string doing(const Thread& t) {
   switch (t.wait) {
-    case Wait::kExited: return "exited";
-    case Wait::kBarrier: return "waits at __syncthreads at " + site_text(t.site);
-    case Wait::kActiveMask: return "waits in __activemask at " + site_text(t.site);
+    case Wait::kExited:
+      return "exited";
+    case Wait::kBarrier:
+      return "waits at __syncthreads at " + site_text(t.site);
+    case Wait::kActiveMask:
+      return "waits in __activemask at " + site_text(t.site);
     case Wait::kWarp:
       return std::string("waits in ") + collective_name(t.kind) + "(mask " + mask_text(t.mask) +
              ") at " + site_text(t.site);
-    case Wait::kReady: break;
+    case Wait::kReady:
+      break;
   }
   return "is runnable";
 }
@@ -139,9 +151,9 @@ std::string deadlock_report(const Block& block) {
         }
         const size_t at = w * 32 + static_cast<size_t>(j);
         out += sep + "lane " + std::to_string(j) +
-               (at < threads.size() ? " (thread " + thread_text(threads[at].idx) + "), which " +
-                                          doing(threads[at])
-                                    : ", which the block does not have");
+               (at < threads.size()
+                    ? " (thread " + thread_text(threads[at].idx) + "), which " + doing(threads[at])
+                    : ", which the block does not have");
         sep = "; ";
       }
     }

@@ -38,7 +38,9 @@ void context_make(Context& context, Stack stack, void (*entry)()) {
   makecontext(&context.uc, entry, 0);
 }
 
-void context_switch(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+void context_switch(Context& from, Context& to) {
+  swapcontext(&from.uc, &to.uc);
+}
 
 #else
 
@@ -100,14 +102,16 @@ void context_make(Context& context, Stack stack, void (*entry)()) {
   asm volatile("stmxcsr %0" : "=m"(mxcsr));
   asm volatile("fnstcw %0" : "=m"(fpucw));
   frame[0] = mxcsr | (uint64_t{fpucw} << 32);
-  frame[1] = frame[2] = frame[3] = 0;                  // r15, r14, r13
-  frame[4] = reinterpret_cast<uint64_t>(entry);        // r12
-  frame[5] = frame[6] = 0;                             // rbx, rbp
+  frame[1] = frame[2] = frame[3] = 0;                     // r15, r14, r13
+  frame[4] = reinterpret_cast<uint64_t>(entry);           // r12
+  frame[5] = frame[6] = 0;                                // rbx, rbp
   frame[7] = reinterpret_cast<uint64_t>(&mod_emu_start);  // return address
   context.sp = frame;
 }
 
-void context_switch(Context& from, Context& to) { mod_emu_switch(&from.sp, to.sp); }
+void context_switch(Context& from, Context& to) {
+  mod_emu_switch(&from.sp, to.sp);
+}
 
 #endif
 

@@ -2,6 +2,8 @@
 // its blocks one after another on the calling host thread, in order or in a seeded random
 // order. Poisoning fills every dynamic shared buffer whole before the first block (reads past
 // the launch's size show too) and the launch's bytes again before each later block.
+#include "emu/launch.h"
+
 #include <cxxabi.h>
 #include <dlfcn.h>
 
@@ -16,7 +18,6 @@
 
 #include "block.h"
 #include "describe.h"
-#include "emu/launch.h"
 #include "rng.h"
 
 namespace emu {
@@ -52,7 +53,9 @@ std::string symbol_name(const void* kernel) {
   return std::string("at ") + buf;
 }
 
-std::string dims_text(dim3 d) { return thread_text(uint3{d.x, d.y, d.z}); }
+std::string dims_text(dim3 d) {
+  return thread_text(uint3{d.x, d.y, d.z});
+}
 
 Status check_config(const LaunchConfig& c, const void* kernel, const std::string& name) {
   const auto bad = [&](ErrorCode code, const std::string& what) {
@@ -62,9 +65,9 @@ Status check_config(const LaunchConfig& c, const void* kernel, const std::string
   const unsigned grid[3] = {c.grid.x, c.grid.y, c.grid.z};
   for (int i = 0; i < 3; ++i) {
     if (block[i] == 0 || grid[i] == 0)
-      return bad(ErrorCode::kInvalidConfiguration,
-                 "grid " + dims_text(c.grid) + " and block " + dims_text(c.block) +
-                     " must have no zero dimension");
+      return bad(ErrorCode::kInvalidConfiguration, "grid " + dims_text(c.grid) + " and block " +
+                                                       dims_text(c.block) +
+                                                       " must have no zero dimension");
     if (block[i] > kMaxBlockDim[i])
       return bad(ErrorCode::kInvalidConfiguration,
                  "block " + dims_text(c.block) + " is over sm_90's 1024 x 1024 x 64");
@@ -74,9 +77,9 @@ Status check_config(const LaunchConfig& c, const void* kernel, const std::string
   }
   const unsigned long long threads = 1ull * c.block.x * c.block.y * c.block.z;
   if (threads > kMaxThreadsPerBlock)
-    return bad(ErrorCode::kInvalidConfiguration,
-               "block " + dims_text(c.block) + " has " + std::to_string(threads) +
-                   " threads; at most 1024");
+    return bad(ErrorCode::kInvalidConfiguration, "block " + dims_text(c.block) + " has " +
+                                                     std::to_string(threads) +
+                                                     " threads; at most 1024");
   size_t limit = kDefaultDynamicSharedBytes;
   {
     Registry& r = registry();
@@ -85,8 +88,10 @@ Status check_config(const LaunchConfig& c, const void* kernel, const std::string
   }
   if (c.dynamic_shared_bytes > limit)
     return bad(ErrorCode::kInvalidValue,
-               std::to_string(c.dynamic_shared_bytes) + " bytes of dynamic shared memory; the "
-               "kernel's limit is " + std::to_string(limit) +
+               std::to_string(c.dynamic_shared_bytes) +
+                   " bytes of dynamic shared memory; the "
+                   "kernel's limit is " +
+                   std::to_string(limit) +
                    (limit == kDefaultDynamicSharedBytes
                         ? " (48 KiB: more needs set_max_dynamic_shared_bytes, as "
                           "cudaFuncSetAttribute)"
@@ -103,15 +108,18 @@ bool register_dynamic_shared(void* (*buffer)()) {
   return true;
 }
 
-bool tls_anchor() { return true; }
+bool tls_anchor() {
+  return true;
+}
 
 Status run_grid(const LaunchConfig& c, const void* kernel, KernelBody body) {
   const std::string name = c.kernel_name ? c.kernel_name : symbol_name(kernel);
   Block& block = this_thread_block();
   if (block.running())
     return Status{ErrorCode::kInvalidValue,
-                  "kernel " + name + " launched from inside a kernel (dynamic parallelism is "
-                  "not emulated)"};
+                  "kernel " + name +
+                      " launched from inside a kernel (dynamic parallelism is "
+                      "not emulated)"};
   if (Status s = check_config(c, kernel, name); !s.ok()) return s;
   const Options& options = c.options ? *c.options : default_options();
   std::vector<void* (*)()> buffers;
@@ -146,15 +154,19 @@ Status run_grid(const LaunchConfig& c, const void* kernel, KernelBody body) {
 
 Status set_max_dynamic_shared_bytes(const void* kernel, size_t bytes) {
   if (bytes > kMaxDynamicSharedBytes)
-    return Status{ErrorCode::kInvalidValue,
-                  std::to_string(bytes) + " bytes of dynamic shared memory requested; sm_90 "
-                  "allows at most " + std::to_string(kMaxDynamicSharedBytes) + " per block"};
+    return Status{ErrorCode::kInvalidValue, std::to_string(bytes) +
+                                                " bytes of dynamic shared memory requested; sm_90 "
+                                                "allows at most " +
+                                                std::to_string(kMaxDynamicSharedBytes) +
+                                                " per block"};
   detail::Registry& r = detail::registry();
   std::lock_guard lock(r.mutex);
   r.max_dynamic[kernel] = bytes;
   return {};
 }
 
-size_t dynamic_shared_bytes() { return detail::tls_dynamic_bytes; }
+size_t dynamic_shared_bytes() {
+  return detail::tls_dynamic_bytes;
+}
 
 }  // namespace emu

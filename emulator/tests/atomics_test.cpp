@@ -1,9 +1,8 @@
 // Atomics from many blocks: every listed type adds up, old values are handed out once each,
 // CAS loops survive interleaving (random schedule with a suspension at every atomic), and bf16
 // adds round each step to nearest even exactly as a sequential reference written here does.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <vector>
 
@@ -116,8 +115,7 @@ TEST_CASE("bf16 atomicAdd rounds each add to nearest even", "[emulator]") {
   const int blocks = 64, threads = 128;
   __nv_bfloat16 ones = __float2bfloat16(0.0f), varied = __float2bfloat16(0.0f);
   __nv_bfloat162 pair = __floats2bfloat162_rn(0.0f, 0.0f);
-  REQUIRE(MOD_EMU_LAUNCH(bf16_atomics, dim3(blocks), dim3(threads), 0, &ones, &varied, &pair)
-              .ok());
+  REQUIRE(MOD_EMU_LAUNCH(bf16_atomics, dim3(blocks), dim3(threads), 0, &ones, &varied, &pair).ok());
   // The default schedule runs threads in order, block after block: the reference adds so.
   float want_ones = 0, want_varied = 0;
   for (int g = 0; g < blocks * threads; ++g) {

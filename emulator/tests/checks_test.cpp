@@ -3,7 +3,6 @@
 // thread wrote gives NaN under poisoned shared memory, a shuffle naming a lane that never
 // comes and a __syncthreads in divergent code are errors naming the threads, never hangs.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <set>
 #include <string>
@@ -71,8 +70,10 @@ __global__ void shuffle_lane_never_comes(float* out) {
 // Planted bug: lane 31 waits at a __syncthreads instead of the shuffle.
 __global__ void shuffle_lane_waits_elsewhere(float* out) {
   float v = static_cast<float>(threadIdx.x);
-  if ((threadIdx.x & 31) != 31) v += __shfl_xor_sync(0xffffffffu, v, 1);
-  else __syncthreads();
+  if ((threadIdx.x & 31) != 31)
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+  else
+    __syncthreads();
   out[threadIdx.x] = v;
 }
 
@@ -96,7 +97,9 @@ __global__ void syncthreads_on_both_branches(float* out) {
 __global__ void mask_without_caller(unsigned* out) {
   out[threadIdx.x] = __ballot_sync(0x0000fffeu, 1);
 }
-__global__ void bad_width(int* out) { out[threadIdx.x] = __shfl_down_sync(~0u, 1, 1, 12); }
+__global__ void bad_width(int* out) {
+  out[threadIdx.x] = __shfl_down_sync(~0u, 1, 1, 12);
+}
 __global__ void full_mask_in_partial_warp(float* out) {
   out[threadIdx.x] = __shfl_down_sync(0xffffffffu, static_cast<float>(threadIdx.x), 16);
 }
@@ -104,7 +107,9 @@ __global__ void traps(int* out) {
   if (threadIdx.x == 5) __trap();
   out[threadIdx.x] = 1;
 }
-__global__ void throws(int) { throw std::runtime_error("index out of range"); }
+__global__ void throws(int) {
+  throw std::runtime_error("index out of range");
+}
 __global__ void record_block_order(unsigned* counter, unsigned* order) {
   if (threadIdx.x == 0) order[atomicAdd(counter, 1u)] = blockIdx.x;
 }
@@ -135,8 +140,7 @@ TEST_CASE("planted: a reduction missing __syncthreads is wrong under the random 
   REQUIRE(caught >= 1);
 }
 
-TEST_CASE("planted: reading shared memory no thread wrote gives NaN under poison",
-          "[emulator]") {
+TEST_CASE("planted: reading shared memory no thread wrote gives NaN under poison", "[emulator]") {
   // 100 threads, 128 slots allocated (the next power of two): slots 100..127 are never written.
   const int threads = 100;
   std::vector<float> in(threads, 1.0f);
@@ -161,8 +165,8 @@ TEST_CASE("planted: a shuffle naming a lane that never comes is an error", "[emu
   std::vector<float> out(64);
   for (uint64_t seed = 0; seed < 4; ++seed) {
     const emu::Options o = seed ? random_schedule(seed) : emu::Options{};
-    const emu::Status exits = run("shuffle_lane_never_comes", o, dim3(2), dim3(64),
-                                  shuffle_lane_never_comes, out.data());
+    const emu::Status exits =
+        run("shuffle_lane_never_comes", o, dim3(2), dim3(64), shuffle_lane_never_comes, out.data());
     INFO(exits.message);
     REQUIRE(exits.code == emu::ErrorCode::kSynccheck);
     REQUIRE_THAT(exits.message, Catch::Contains("kernel shuffle_lane_never_comes, block (") &&
@@ -177,7 +181,8 @@ TEST_CASE("planted: a shuffle naming a lane that never comes is an error", "[emu
     INFO(waits.message);
     REQUIRE(waits.code == emu::ErrorCode::kSynccheck);
     REQUIRE_THAT(waits.message,
-                 Catch::Contains("deadlock") && Catch::Contains("lanes 0-30 wait in __shfl_xor_sync") &&
+                 Catch::Contains("deadlock") &&
+                     Catch::Contains("lanes 0-30 wait in __shfl_xor_sync") &&
                      Catch::Contains("lane 31 (thread (31,0,0)), which waits at __syncthreads"));
   }
 }
@@ -203,14 +208,15 @@ TEST_CASE("planted: __syncthreads in divergent code is an error", "[emulator]") 
 
 TEST_CASE("misused warp masks and widths are errors", "[emulator]") {
   std::vector<unsigned> u(32);
-  const emu::Status caller = run("mask_without_caller", emu::Options{}, dim3(1), dim3(32),
-                                 mask_without_caller, u.data());
+  const emu::Status caller =
+      run("mask_without_caller", emu::Options{}, dim3(1), dim3(32), mask_without_caller, u.data());
   REQUIRE(caller.code == emu::ErrorCode::kSynccheck);
   REQUIRE_THAT(caller.message, Catch::Contains("__ballot_sync(mask 0x0000fffe)") &&
                                    Catch::Contains("thread (0,0,0)") &&
                                    Catch::Contains("does not name the calling lane"));
   std::vector<int> i(32);
-  const emu::Status width = run("bad_width", emu::Options{}, dim3(1), dim3(32), bad_width, i.data());
+  const emu::Status width =
+      run("bad_width", emu::Options{}, dim3(1), dim3(32), bad_width, i.data());
   REQUIRE(width.code == emu::ErrorCode::kSynccheck);
   REQUIRE_THAT(width.message, Catch::Contains("width 12 is not a power of two"));
 
@@ -219,13 +225,14 @@ TEST_CASE("misused warp masks and widths are errors", "[emulator]") {
   const emu::Status partial = run("full_mask_in_partial_warp", emu::Options{}, dim3(1), dim3(48),
                                   full_mask_in_partial_warp, f.data());
   REQUIRE(partial.code == emu::ErrorCode::kSynccheck);
-  REQUIRE_THAT(partial.message, Catch::Contains("names lanes 16-31, which the block does not have"));
+  REQUIRE_THAT(partial.message,
+               Catch::Contains("names lanes 16-31, which the block does not have"));
   // The Guide's reading excuses them; what lanes 0-15 would read from them is poison.
   emu::Options lax;
   lax.excuse_exited_lanes = true;
-  REQUIRE(run("full_mask_in_partial_warp", lax, dim3(1), dim3(48), full_mask_in_partial_warp,
-              f.data())
-              .ok());
+  REQUIRE(
+      run("full_mask_in_partial_warp", lax, dim3(1), dim3(48), full_mask_in_partial_warp, f.data())
+          .ok());
   for (int t = 0; t < 32; ++t)
     REQUIRE(f[static_cast<size_t>(t)] == static_cast<float>(t < 16 ? t + 16 : t));
   for (int t = 32; t < 48; ++t) REQUIRE(std::isnan(f[static_cast<size_t>(t)]));
@@ -246,9 +253,9 @@ TEST_CASE("the random schedule runs blocks in a seeded order", "[emulator]") {
   const auto order_of = [](const emu::Options& o) {
     unsigned counter = 0;
     std::vector<unsigned> order(50);
-    REQUIRE(run("record_block_order", o, dim3(50), dim3(4), record_block_order, &counter,
-                order.data())
-                .ok());
+    REQUIRE(
+        run("record_block_order", o, dim3(50), dim3(4), record_block_order, &counter, order.data())
+            .ok());
     return order;
   };
   std::vector<unsigned> in_order(50);

@@ -1,9 +1,8 @@
 // A project kernel helper runs unchanged on the emulator: core/cuda/kernel_utils.cuh (block_sum,
-// warp_sum, warp_max) is included as it is, after emu/simt.h, and a block sum over it matches
-// the CPU's. Built where the toolkit's headers are (kernel_utils.cuh includes cuda_runtime.h
-// and, through stream.h, cuBLAS's: declarations only, nothing of the toolkit is linked).
+// warp_sum, warp_max) is included as it is, after emulator/include/emu/simt.h, and a block sum
+// over it matches the CPU's. Built where the toolkit's headers are (kernel_utils.cuh includes
+// cuda_runtime.h and, through stream.h, cuBLAS's: declarations only, nothing is linked).
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <vector>
 

@@ -1,12 +1,11 @@
 // The emulator runs kernels with CUDA's semantics: thread and block indices over 1-D, 2-D and
 // 3-D grids, per-thread copies of the arguments, shared-memory block sums with __syncthreads,
 // the __syncthreads predicate forms, extern __shared__ sized at launch, launch-config errors.
-#include <catch2/catch.hpp>
+#include "emu/simt.h"
 
+#include <catch2/catch.hpp>
 #include <numeric>
 #include <vector>
-
-#include "emu/simt.h"
 
 namespace {
 
@@ -98,9 +97,9 @@ TEST_CASE("a shared-memory block sum with __syncthreads matches the CPU", "[emul
     for (int i = 0; i < n; ++i) in[static_cast<size_t>(i)] = static_cast<float>(i % 17);
     const int blocks = (n + threads - 1) / threads;
     std::vector<float> out(static_cast<size_t>(blocks), -1.0f);
-    REQUIRE(MOD_EMU_LAUNCH(block_sum_shared, dim3(blocks), dim3(threads), 0, in.data(),
-                           out.data(), n)
-                .ok());
+    REQUIRE(
+        MOD_EMU_LAUNCH(block_sum_shared, dim3(blocks), dim3(threads), 0, in.data(), out.data(), n)
+            .ok());
     for (int b = 0; b < blocks; ++b) {
       float want = 0;  // small integers: every order of addition is exact
       for (int i = b * threads; i < std::min(n, (b + 1) * threads); ++i)
@@ -126,8 +125,8 @@ TEST_CASE("__syncthreads_count, _and and _or reduce the predicate over the block
 TEST_CASE("extern __shared__ holds the bytes the launch asked for", "[emulator]") {
   const auto run = [](size_t bytes) {
     std::vector<unsigned long long> out(9, 0);
-    const emu::Status s = MOD_EMU_LAUNCH(use_dynamic_shared, dim3(3), dim3(128), bytes, bytes,
-                                         out.data());
+    const emu::Status s =
+        MOD_EMU_LAUNCH(use_dynamic_shared, dim3(3), dim3(128), bytes, bytes, out.data());
     if (!s.ok()) return s;
     for (unsigned b = 0; b < 3; ++b) {
       unsigned long long want = 0;
@@ -149,8 +148,9 @@ TEST_CASE("extern __shared__ holds the bytes the launch asked for", "[emulator]"
   REQUIRE(emu::set_max_dynamic_shared_bytes(use_dynamic_shared, 100 * 1024).ok());
   REQUIRE(run(100 * 1024).ok());
   REQUIRE(run(100 * 1024 + 1).code == emu::ErrorCode::kInvalidValue);
-  REQUIRE(emu::set_max_dynamic_shared_bytes(use_dynamic_shared, emu::kMaxDynamicSharedBytes + 1)
-              .code == emu::ErrorCode::kInvalidValue);
+  REQUIRE(
+      emu::set_max_dynamic_shared_bytes(use_dynamic_shared, emu::kMaxDynamicSharedBytes + 1).code ==
+      emu::ErrorCode::kInvalidValue);
   REQUIRE(emu::set_max_dynamic_shared_bytes(use_dynamic_shared, emu::kMaxDynamicSharedBytes).ok());
   REQUIRE(run(emu::kMaxDynamicSharedBytes).ok());
 }

@@ -2,7 +2,6 @@
 // CPU: warp reductions by __shfl_xor_sync and __shfl_down_sync, every shuffle with sub-warp
 // widths, votes with partial masks, __activemask in divergent code, __syncwarp.
 #include <catch2/catch.hpp>
-
 #include <vector>
 
 #include "emu/simt.h"
@@ -37,9 +36,12 @@ __global__ void shuffles(int width, int src, unsigned delta, int lane_mask, int*
 int want_shuffle(int k, int lane, int width, int src, unsigned delta, int lane_mask) {
   const int group = lane / width * width, in_group = lane % width;
   switch (k) {
-    case 0: return 100 + group + (src % width + width) % width;  // "srcLane modulo width"
-    case 1: return 100 + (in_group >= int(delta) ? lane - int(delta) : lane);  // no wrap
-    case 2: return 100 + (in_group + int(delta) < width ? lane + int(delta) : lane);
+    case 0:
+      return 100 + group + (src % width + width) % width;  // "srcLane modulo width"
+    case 1:
+      return 100 + (in_group >= int(delta) ? lane - int(delta) : lane);  // no wrap
+    case 2:
+      return 100 + (in_group + int(delta) < width ? lane + int(delta) : lane);
     default: {
       const int x = lane ^ lane_mask;  // later groups return the caller's own value
       return 100 + (x / width > lane / width ? lane : x);
@@ -114,7 +116,11 @@ TEST_CASE("warp reductions with __shfl_xor_sync and __shfl_down_sync", "[emulato
 }
 
 TEST_CASE("shuffles honour width, clamping and out-of-range sources", "[emulator]") {
-  struct Case { int width, src; unsigned delta; int lane_mask; };
+  struct Case {
+    int width, src;
+    unsigned delta;
+    int lane_mask;
+  };
   for (Case c : {Case{32, 5, 3, 1}, Case{32, 37, 31, 31}, Case{16, 3, 4, 8}, Case{16, -1, 15, 17},
                  Case{8, 9, 7, 12}, Case{4, 2, 1, 5}, Case{2, 1, 1, 1}, Case{1, 3, 1, 1}}) {
     std::vector<int> out(4 * 64);
@@ -171,6 +177,7 @@ TEST_CASE("__syncwarp orders shared memory within its mask", "[emulator]") {
     REQUIRE(emu::launch(emu::LaunchConfig{dim3(1), dim3(32), 0, "syncwarp_exchange", &random},
                         syncwarp_exchange, out.data())
                 .ok());
-    for (int l = 0; l < 16; ++l) REQUIRE(out[static_cast<size_t>(l)] == (l + 1) % 16 * ((l + 1) % 16));
+    for (int l = 0; l < 16; ++l)
+      REQUIRE(out[static_cast<size_t>(l)] == (l + 1) % 16 * ((l + 1) % 16));
   }
 }

@@ -24,8 +24,8 @@ inline __nv_bfloat16 bf16_add(__nv_bfloat16 a, __nv_bfloat16 b) {
 }
 }  // namespace emu::detail
 
-#define MOD_EMU_ATOMIC(name, T, expr)                                          \
-  inline T name(T* address, T val) {                                          \
+#define MOD_EMU_ATOMIC(name, T, expr)                                                             \
+  inline T name(T* address, T val) {                                                              \
     return emu::detail::atomic_rmw(address, [val]([[maybe_unused]] T old) -> T { return expr; }); \
   }
 MOD_EMU_ATOMIC(atomicAdd, int, old + val)
@@ -48,9 +48,9 @@ MOD_EMU_ATOMIC(atomicMin, int, std::min(old, val))
 MOD_EMU_ATOMIC(atomicMin, unsigned int, std::min(old, val))
 MOD_EMU_ATOMIC(atomicMin, long long, std::min(old, val))
 MOD_EMU_ATOMIC(atomicMin, unsigned long long, std::min(old, val))
-MOD_EMU_ATOMIC(atomicAnd, int, old & val)
-MOD_EMU_ATOMIC(atomicAnd, unsigned int, old & val)
-MOD_EMU_ATOMIC(atomicAnd, unsigned long long, old & val)
+MOD_EMU_ATOMIC(atomicAnd, int, old& val)
+MOD_EMU_ATOMIC(atomicAnd, unsigned int, old& val)
+MOD_EMU_ATOMIC(atomicAnd, unsigned long long, old& val)
 MOD_EMU_ATOMIC(atomicOr, int, old | val)
 MOD_EMU_ATOMIC(atomicOr, unsigned int, old | val)
 MOD_EMU_ATOMIC(atomicOr, unsigned long long, old | val)
@@ -69,9 +69,9 @@ inline __nv_bfloat162 atomicAdd(__nv_bfloat162* address, __nv_bfloat162 val) {
   });
 }
 
-#define MOD_EMU_ATOMIC_CAS(T)                                                    \
-  inline T atomicCAS(T* address, T compare, T val) {                             \
-    return emu::detail::atomic_rmw(address,                                      \
+#define MOD_EMU_ATOMIC_CAS(T)                                                               \
+  inline T atomicCAS(T* address, T compare, T val) {                                        \
+    return emu::detail::atomic_rmw(address,                                                 \
                                    [=](T old) -> T { return old == compare ? val : old; }); \
   }
 MOD_EMU_ATOMIC_CAS(int)

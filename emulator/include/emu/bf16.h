@@ -59,20 +59,42 @@ struct alignas(4) __nv_bfloat162 {
   constexpr __nv_bfloat162(const __nv_bfloat16& a, const __nv_bfloat16& b) : x(a), y(b) {}
 };
 
-inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
-inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
-inline __nv_bfloat16 __double2bfloat16(double d) { return __nv_bfloat16(d); }
-inline float __bfloat162float(__nv_bfloat16 h) { return static_cast<float>(h); }
+inline __nv_bfloat16 __float2bfloat16(float f) {
+  return __nv_bfloat16(f);
+}
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  return __nv_bfloat16(f);
+}
+inline __nv_bfloat16 __double2bfloat16(double d) {
+  return __nv_bfloat16(d);
+}
+inline float __bfloat162float(__nv_bfloat16 h) {
+  return static_cast<float>(h);
+}
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) {
   return static_cast<__nv_bfloat16_raw>(h).x;
 }
-inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { return __nv_bfloat16_raw{u}; }
-inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {a, b}; }
-inline __nv_bfloat162 __halves2bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) { return {a, b}; }
-inline __nv_bfloat16 __low2bfloat16(__nv_bfloat162 p) { return p.x; }
-inline __nv_bfloat16 __high2bfloat16(__nv_bfloat162 p) { return p.y; }
-inline float __low2float(__nv_bfloat162 p) { return p.x; }
-inline float __high2float(__nv_bfloat162 p) { return p.y; }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) {
+  return __nv_bfloat16_raw{u};
+}
+inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
+  return {a, b};
+}
+inline __nv_bfloat162 __halves2bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) {
+  return {a, b};
+}
+inline __nv_bfloat16 __low2bfloat16(__nv_bfloat162 p) {
+  return p.x;
+}
+inline __nv_bfloat16 __high2bfloat16(__nv_bfloat162 p) {
+  return p.y;
+}
+inline float __low2float(__nv_bfloat162 p) {
+  return p.x;
+}
+inline float __high2float(__nv_bfloat162 p) {
+  return p.y;
+}
 
 #define MOD_EMU_BF16_OP(op, name)                                                       \
   inline __nv_bfloat16 name(__nv_bfloat16 a, __nv_bfloat16 b) {                         \
@@ -96,7 +118,7 @@ MOD_EMU_BF16_OP(/, __hdiv)
 inline __nv_bfloat16 operator-(const __nv_bfloat16& a) {
   return __ushort_as_bfloat16(static_cast<unsigned short>(__bfloat16_as_ushort(a) ^ 0x8000u));
 }
-#define MOD_EMU_BF16_CMP(op)                                                  \
+#define MOD_EMU_BF16_CMP(op)                                                \
   inline bool operator op(const __nv_bfloat16& a, const __nv_bfloat16& b) { \
     return static_cast<float>(a) op static_cast<float>(b);                  \
   }

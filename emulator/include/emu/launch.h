@@ -59,8 +59,7 @@ Status launch(const LaunchConfig& config, void (*kernel)(P...), A&&... args) {
 template <typename... P, typename... A>
 Status launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, void (*kernel)(P...),
               A&&... args) {
-  return launch(LaunchConfig{grid, block, dynamic_shared_bytes}, kernel,
-                std::forward<A>(args)...);
+  return launch(LaunchConfig{grid, block, dynamic_shared_bytes}, kernel, std::forward<A>(args)...);
 }
 
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes): raises the
@@ -77,8 +76,9 @@ size_t dynamic_shared_bytes();
 }  // namespace emu
 
 // The launch a rewritten k<<<grid, block, shared>>>(args) becomes, naming the kernel.
-#define MOD_EMU_LAUNCH(kernel, grid, block, shared, ...) \
-  ::emu::launch(::emu::LaunchConfig{grid, block, shared, #kernel}, kernel __VA_OPT__(,) __VA_ARGS__)
+#define MOD_EMU_LAUNCH(kernel, grid, block, shared, ...)           \
+  ::emu::launch(::emu::LaunchConfig{grid, block, shared, #kernel}, \
+                kernel __VA_OPT__(, ) __VA_ARGS__)
 
 // Defines what `extern __shared__ type name[];` in a kernel refers to: a per-host-thread buffer
 // of the largest dynamic size, at the namespace of the kernel (a block-scope extern names a
@@ -86,10 +86,9 @@ size_t dynamic_shared_bytes();
 // namespace is anonymous). Launches poison it under Options::poison_shared. GCC 12 calls
 // __tls_init for a block-scope extern thread_local but defines it only in a file with a
 // dynamically initialised thread_local: the anchor is one.
-#define MOD_EMU_DYNAMIC_SHARED(type, name)                                                 \
-  thread_local type name[::emu::kMaxDynamicSharedBytes / sizeof(type)]                     \
-      __attribute__((aligned(16)));                                                        \
-  [[maybe_unused]] static const bool mod_emu_dynamic_shared_##name =                       \
-      ::emu::detail::register_dynamic_shared([]() -> void* { return name; });              \
-  [[maybe_unused]] thread_local const bool mod_emu_tls_anchor_##name =                     \
-      ::emu::detail::tls_anchor();
+#define MOD_EMU_DYNAMIC_SHARED(type, name)                                    \
+  thread_local type name[::emu::kMaxDynamicSharedBytes / sizeof(type)]        \
+      __attribute__((aligned(16)));                                           \
+  [[maybe_unused]] static const bool mod_emu_dynamic_shared_##name =          \
+      ::emu::detail::register_dynamic_shared([]() -> void* { return name; }); \
+  [[maybe_unused]] thread_local const bool mod_emu_tls_anchor_##name = ::emu::detail::tls_anchor();

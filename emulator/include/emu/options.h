@@ -11,10 +11,10 @@ namespace emu {
 // Codes keep cudaError_t's numbers where CUDA has the error; kSynccheck is the emulator's own.
 enum class ErrorCode : int {
   kSuccess = 0,
-  kInvalidValue = 1,           // cudaErrorInvalidValue: dynamic shared memory over the limit
-  kInvalidConfiguration = 9,   // cudaErrorInvalidConfiguration: grid or block dims
-  kLaunchFailure = 719,        // cudaErrorLaunchFailure: __trap(), or the kernel threw
-  kSynccheck = 100000,         // a barrier or warp collective misused (compute-sanitizer synccheck)
+  kInvalidValue = 1,          // cudaErrorInvalidValue: dynamic shared memory over the limit
+  kInvalidConfiguration = 9,  // cudaErrorInvalidConfiguration: grid or block dims
+  kLaunchFailure = 719,       // cudaErrorLaunchFailure: __trap(), or the kernel threw
+  kSynccheck = 100000,        // a barrier or warp collective misused (compute-sanitizer synccheck)
 };
 
 struct Status {

@@ -1,5 +1,5 @@
-// The calls the intrinsics make into the block scheduler (emulator/src/block.cpp). Each may suspend the
-// calling fiber until its partners arrive; each records its call site so an error names it.
+// The calls the intrinsics make into the block scheduler (emulator/src/block.cpp). Each may suspend
+// the calling fiber until its partners arrive; each records its call site so an error names it.
 // Only valid inside a kernel launched by emu::launch.
 #pragma once
 
@@ -10,7 +10,14 @@
 namespace emu::detail {
 
 enum class Collective : uint8_t {
-  kSyncwarp, kShflIdx, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll
+  kSyncwarp,
+  kShflIdx,
+  kShflUp,
+  kShflDown,
+  kShflXor,
+  kBallot,
+  kAny,
+  kAll
 };
 enum class BarrierOp : uint8_t { kSync, kCount, kAnd, kOr };
 

@@ -4,11 +4,11 @@
 // toolkit's cuda_bf16.h is used).
 #pragma once
 
-#include "emu/cuda_types.h"
+#include "emu/atomics.h"
 #include "emu/builtins.h"
+#include "emu/cuda_types.h"
+#include "emu/intrinsics.h"
+#include "emu/launch.h"
 #include "emu/options.h"
 #include "emu/sync.h"
 #include "emu/warp.h"
-#include "emu/atomics.h"
-#include "emu/intrinsics.h"
-#include "emu/launch.h"

@@ -29,9 +29,15 @@ inline int __syncthreads_or(int predicate,
 }
 
 // Fibers of a block share one host thread, so fences only matter to other host threads.
-inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence_block() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+inline void __threadfence() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+inline void __threadfence_system() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
 
 [[noreturn]] inline void __trap(std::source_location site = std::source_location::current()) {
   emu::detail::trap(site);

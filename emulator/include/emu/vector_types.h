@@ -3,15 +3,31 @@
 // that reinterpret memory as uint4 or float2 see the layout they see on a GPU.
 #pragma once
 
-#define MOD_EMU_VECTOR_TYPES(T, name, a2, a4)                                      \
-  struct name##1 { T x; };                                                         \
-  struct __attribute__((aligned(a2))) name##2 { T x, y; };                         \
-  struct name##3 { T x, y, z; };                                                   \
-  struct __attribute__((aligned(a4))) name##4 { T x, y, z, w; };                   \
-  inline constexpr name##1 make_##name##1(T x) { return {x}; }                     \
-  inline constexpr name##2 make_##name##2(T x, T y) { return {x, y}; }             \
-  inline constexpr name##3 make_##name##3(T x, T y, T z) { return {x, y, z}; }     \
-  inline constexpr name##4 make_##name##4(T x, T y, T z, T w) { return {x, y, z, w}; }
+#define MOD_EMU_VECTOR_TYPES(T, name, a2, a4)                   \
+  struct name##1 {                                              \
+    T x;                                                        \
+  };                                                            \
+  struct __attribute__((aligned(a2))) name##2 {                 \
+    T x, y;                                                     \
+  };                                                            \
+  struct name##3 {                                              \
+    T x, y, z;                                                  \
+  };                                                            \
+  struct __attribute__((aligned(a4))) name##4 {                 \
+    T x, y, z, w;                                               \
+  };                                                            \
+  inline constexpr name##1 make_##name##1(T x) {                \
+    return {x};                                                 \
+  }                                                             \
+  inline constexpr name##2 make_##name##2(T x, T y) {           \
+    return {x, y};                                              \
+  }                                                             \
+  inline constexpr name##3 make_##name##3(T x, T y, T z) {      \
+    return {x, y, z};                                           \
+  }                                                             \
+  inline constexpr name##4 make_##name##4(T x, T y, T z, T w) { \
+    return {x, y, z, w};                                        \
+  }
 
 MOD_EMU_VECTOR_TYPES(signed char, char, 2, 4)
 MOD_EMU_VECTOR_TYPES(unsigned char, uchar, 2, 4)

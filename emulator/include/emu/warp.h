@@ -44,8 +44,8 @@ T __shfl_sync(unsigned mask, T var, int src_lane, int width = warpSize,
 template <typename T>
 T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize,
                  std::source_location site = std::source_location::current()) {
-  return emu::detail::shuffle(emu::detail::Collective::kShflUp, mask, var,
-                              static_cast<int>(delta), width, site);
+  return emu::detail::shuffle(emu::detail::Collective::kShflUp, mask, var, static_cast<int>(delta),
+                              width, site);
 }
 template <typename T>
 T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize,
@@ -56,14 +56,13 @@ T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize,
 template <typename T>
 T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize,
                   std::source_location site = std::source_location::current()) {
-  return emu::detail::shuffle(emu::detail::Collective::kShflXor, mask, var, lane_mask, width,
-                              site);
+  return emu::detail::shuffle(emu::detail::Collective::kShflXor, mask, var, lane_mask, width, site);
 }
 
 inline unsigned __ballot_sync(unsigned mask, int predicate,
                               std::source_location site = std::source_location::current()) {
-  return static_cast<unsigned>(emu::detail::warp_collective(
-      emu::detail::Collective::kBallot, mask, predicate != 0, 0, warpSize, site));
+  return static_cast<unsigned>(emu::detail::warp_collective(emu::detail::Collective::kBallot, mask,
+                                                            predicate != 0, 0, warpSize, site));
 }
 inline int __any_sync(unsigned mask, int predicate,
                       std::source_location site = std::source_location::current()) {
