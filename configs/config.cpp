@@ -280,6 +280,12 @@ void validate(const modtrain::RunConfig& cfg) {
   check_float_ranges(cfg);  // every float field, NaN and infinities included
   if (o.min_lr() > o.lr())
     bad_field("optimizer.min_lr", std::to_string(o.min_lr()) + " must be in [0, optimizer.lr]");
+  if (o.has_decay_policy() && (o.has_decay_norms_and_biases() || o.has_decay_embeddings()))
+    bad_field("optimizer.decay_policy",
+              std::string("and optimizer.") +
+                  (o.has_decay_embeddings() ? "decay_embeddings" : "decay_norms_and_biases") +
+                  " are both set: keep decay_policy alone (MATRICES_AND_EMBEDDING adds the "
+                  "embedding, ALL norms and biases too)");
   // Decay scales every weight by 1 - lr * weight_decay per step: above 1 it flips their signs.
   if (o.lr() * o.weight_decay() > 1)
     bad_field("optimizer.weight_decay",

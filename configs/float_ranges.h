@@ -26,6 +26,7 @@ inline constexpr FloatRange kFloatRanges[] = {
     {"model.mod.block_capacity", 0, 1, true, false},
     {"model.mod.causal.aux_weight", 0, 1000, false, false},
     {"model.mod.causal.predictor_weight", 0, 1000, false, false},
+    {"model.mod.causal.predictor_grad_clip", 0, 1e6, false, false},
     {"model.moe.capacity_factor", 0, 4096, true, false},
     {"model.moe.balance_weight", 0, 1000, false, false},
     {"model.moe.z_weight", 0, 1000, false, false},

@@ -25,7 +25,13 @@ int train(int argc, char** argv) {
       ("init-from", po::value<std::string>(), "start from the parameters of a safetensors file (modtrain export)")
       ("rendezvous", po::value<std::string>()->default_value("auto"), "how the ranks meet: mpi, tcp (MASTER_ADDR:MASTER_PORT), file:DIR (shared storage) or auto (mpi under mpirun, tcp under torchrun-style RANK/WORLD_SIZE or srun --mpi=none); see docs/parallel.md");
   po::variables_map vm;
-  if (!parse(argc, argv, "usage: [mpirun -np N] modtrain train --config FILE --run-dir DIR [--set f=v ...]", o, vm))
+  if (!parse(argc, argv,
+             "usage: [mpirun -np N] modtrain train --config FILE --run-dir DIR [--set f=v ...]\n"
+             "weight decay (--set optimizer.decay_policy=...): MATRICES, the default, decays every\n"
+             "  weight matrix (attn.*, mlp.*, MoE experts and routers, MoD's router.proj and\n"
+             "  predictor.in/out weights, an untied lm_head); MATRICES_AND_EMBEDDING adds\n"
+             "  embed.weight; ALL adds norms and biases (docs/training.md)",
+             o, vm))
     return 0;
   modtrain::RunConfig cfg = load_config(vm);
   if (vm.count("data")) cfg.mutable_data()->set_dir(vm["data"].as<std::string>());

@@ -1,8 +1,12 @@
 // AdamW whole on every rank (see adamw.h).
 #include "parallel/adamw.h"
 
+#include <cstdio>
+
 #include "core/autograd.h"
 #include "core/weight_copy.h"
+#include "model/parameter_roles.h"
+#include "model/parameter_shapes.h"
 
 namespace mod::parallel {
 
@@ -13,6 +17,7 @@ AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params,
       fusion_(fusion) {
   for (auto& [name, p] : named_params) {
     decay_.push_back(takes_weight_decay(name, cfg));
+    detached_.push_back(model::is_causal_predictor(name));
     slots_.push_back({name, p, Tensor::zeros(p.shape(), p.dtype(), p.device()),
                       Tensor::zeros(p.shape(), p.dtype(), p.device())});
     if (fusion_.multi_tensor && fusion_.weight_copies && *fusion_.weight_copies != p.dtype())
@@ -28,26 +33,35 @@ void AdamW::set_learning_rate(double lr) {
   consts_.set(lr, ++step_);
 }
 
-void AdamW::apply(const Tensor& grad_scale) {
+void AdamW::apply(const Tensor& grad_scale, const Tensor& detached_scale) {
   NoGradGuard no_grad;
+  // The causal predictor's gradients take their own clip factor; one scale for all otherwise.
+  const bool split = !detached_scale.same(grad_scale);
+  auto scale_of = [&](size_t i) -> const Tensor& {
+    return split && detached_[i] ? detached_scale : grad_scale;
+  };
   if (fusion_.multi_tensor) {
-    // One pass over every parameter with a gradient; each copy a forward has read so far is
-    // written with its master (allocated_weight_copy: the others are made when first read).
-    std::vector<AdamWSlot> slots;
+    // One pass over every parameter with a gradient (two when the scales differ: the
+    // predictor's its own); each copy a forward has read so far is written with its master
+    // (allocated_weight_copy: the others are made when first read).
+    std::vector<AdamWSlot> slots, detached;
     for (size_t i = 0; i < slots_.size(); ++i) {
       Slot& s = slots_[i];
       if (!s.param.grad().defined()) continue;
-      slots.push_back({s.param, s.param.grad(), s.m, s.v, consts_.tensor(decay_[i]),
-                       allocated_weight_copy(s.param)});
+      (split && detached_[i] ? detached : slots)
+          .push_back({s.param, s.param.grad(), s.m, s.v, consts_.tensor(decay_[i]),
+                      allocated_weight_copy(s.param)});
     }
     adamw_update_multi(slots, consts_.args(true), grad_scale, table_);
+    if (!detached.empty())
+      adamw_update_multi(detached, consts_.args(true), detached_scale, detached_table_);
     return;
   }
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     if (!s.param.grad().defined()) continue;
     adamw_update(s.param, s.param.grad(), s.m, s.v, consts_.args(decay_[i]),
-                 consts_.tensor(decay_[i]), grad_scale);
+                 consts_.tensor(decay_[i]), scale_of(i));
   }
 }
 
@@ -70,15 +84,52 @@ AdamWArgs adamw_hyper(const modtrain::OptimizerConfig& cfg) {
 }
 
 bool takes_weight_decay(const std::string& name, const modtrain::OptimizerConfig& cfg) {
-  auto ends_with = [&](const std::string& s) {
-    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-  };
-  const bool is_bias = ends_with(".bias");
-  const bool is_norm = name.find("norm") != std::string::npos;
-  const bool is_embedding = name.rfind("embed.", 0) == 0;
-  if (is_bias || is_norm) return cfg.decay_norms_and_biases();
-  if (is_embedding) return cfg.decay_embeddings();
-  return true;
+  const model::ParameterRole role = model::parameter_role(name);
+  if (role == model::ParameterRole::Matrix) return true;
+  switch (cfg.decay_policy()) {
+    case modtrain::OptimizerConfig::ALL: return true;
+    case modtrain::OptimizerConfig::MATRICES_AND_EMBEDDING:
+      if (role == model::ParameterRole::Embedding) return true;
+      break;
+    case modtrain::OptimizerConfig::MATRICES: break;
+  }
+  // The older switches (config validation keeps them apart from decay_policy).
+  return role == model::ParameterRole::Embedding ? cfg.decay_embeddings()
+                                                 : cfg.decay_norms_and_biases();
+}
+
+std::string describe_weight_decay(const modtrain::ModelConfig& model,
+                                  const modtrain::OptimizerConfig& cfg) {
+  int64_t decayed = 0, kept = 0;
+  size_t decayed_tensors = 0, kept_tensors = 0;
+  bool embedding = false, norm_or_bias = false;
+  for (const auto& [name, shape] : model::parameter_shapes(model)) {
+    const int64_t n = shape_numel(shape);
+    if (takes_weight_decay(name, cfg)) {
+      decayed += n;
+      ++decayed_tensors;
+      continue;
+    }
+    kept += n;
+    ++kept_tensors;
+    (model::parameter_role(name) == model::ParameterRole::Embedding ? embedding : norm_or_bias) =
+        true;
+  }
+  const std::string policy =
+      cfg.has_decay_norms_and_biases() || cfg.has_decay_embeddings()
+          ? "decay_norms_and_biases " + std::string(cfg.decay_norms_and_biases() ? "true" : "false") +
+                ", decay_embeddings " + (cfg.decay_embeddings() ? "true" : "false")
+          : modtrain::OptimizerConfig::DecayPolicy_Name(cfg.decay_policy());
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "weight decay %g (%s): %.2fM parameters in %zu tensors; not decayed: %.2fM in %zu%s",
+                cfg.weight_decay(), policy.c_str(), static_cast<double>(decayed) / 1e6,
+                decayed_tensors, static_cast<double>(kept) / 1e6, kept_tensors,
+                kept_tensors == 0 ? ""
+                : embedding && norm_or_bias ? " (the embedding, norms and biases)"
+                : embedding                 ? " (the embedding)"
+                                            : " (norms and biases)");
+  return line;
 }
 
 }  // namespace mod::parallel

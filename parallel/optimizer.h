@@ -34,9 +34,11 @@ class Optimizer {
   }
   // step's two halves: the next update's constants, written to the device from the host (done
   // before a captured step replays), and the update itself (the part a step captures), each
-  // gradient multiplied by grad_scale (one element: clip_factor_for's factor) when defined.
+  // gradient multiplied by grad_scale (one element: clip_factor_for's factor) when defined,
+  // the causal predictor's (model::is_causal_predictor) by detached_scale, its own clip factor.
   virtual void set_learning_rate(double lr) = 0;
-  virtual void apply(const Tensor& grad_scale) = 0;
+  virtual void apply(const Tensor& grad_scale, const Tensor& detached_scale) = 0;
+  void apply(const Tensor& grad_scale) { apply(grad_scale, grad_scale); }
 
   // Updates taken so far (bias correction depends on it; checkpoints keep it).
   virtual int64_t steps_taken() const = 0;

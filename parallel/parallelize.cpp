@@ -2,11 +2,13 @@
 // parallelize.h).
 #include "parallel/parallelize.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
 
 #include "core/nn/module.h"
+#include "model/parameter_roles.h"
 #include "parallel/adamw.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/tp_mappings.h"
@@ -171,20 +173,34 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
   // since the two halves' slices sum over different groups.
   Communicator* dense_shard = cfg.zero1() ? &mesh.dp() : nullptr;
   Communicator* expert_shard = cfg.zero1() ? &mesh.edp() : nullptr;
-  NormGroup tp_sharded{{}, &mesh.tp(), dense_shard}, ep_sharded{{}, &mesh.ep(), expert_shard},
-      replicated{{}, nullptr, dense_shard}, replicated_experts{{}, nullptr, expert_shard};
+  // The language model's norm and, apart, the causal predictors' (clipped by their own).
+  auto norm_groups = [&](bool predictor) {
+    NormGroup tp_sharded{{}, &mesh.tp(), dense_shard}, ep_sharded{{}, &mesh.ep(), expert_shard},
+        replicated{{}, nullptr, dense_shard}, replicated_experts{{}, nullptr, expert_shard};
+    for (const auto& [name, t] : params) {
+      if (model::is_causal_predictor(name) != predictor) continue;
+      const ShardSpec& spec = plan.shards.at(name);
+      NormGroup& replicated_here = cfg.zero1() && spec.expert ? replicated_experts : replicated;
+      (spec.dim < 0 ? replicated_here : spec.expert ? ep_sharded : tp_sharded).params.push_back(t);
+    }
+    std::vector<NormGroup> groups{std::move(tp_sharded), std::move(ep_sharded),
+                                  std::move(replicated)};
+    if (cfg.zero1()) {  // each group costs a scalar all-reduce over its shard group: held ones
+      groups.push_back(std::move(replicated_experts));
+      std::erase_if(groups, [](const NormGroup& g) { return g.params.empty(); });
+    }
+    return groups;
+  };
   for (const auto& [name, t] : params) {
     const ShardSpec& spec = plan.shards.at(name);
     (spec.expert ? experts : dense).emplace_back(name, t);
     is_expert.push_back(spec.expert);
-    NormGroup& replicated_here = cfg.zero1() && spec.expert ? replicated_experts : replicated;
-    (spec.dim < 0 ? replicated_here : spec.expert ? ep_sharded : tp_sharded).params.push_back(t);
   }
-  plan.norm_groups = {std::move(tp_sharded), std::move(ep_sharded), std::move(replicated)};
-  if (cfg.zero1()) {  // each group costs a scalar all-reduce over its shard group: only held ones
-    plan.norm_groups.push_back(std::move(replicated_experts));
-    std::erase_if(plan.norm_groups, [](const NormGroup& g) { return g.params.empty(); });
-  }
+  plan.norm_groups = norm_groups(false);
+  const bool has_predictor = std::any_of(params.begin(), params.end(), [](const auto& np) {
+    return model::is_causal_predictor(np.first);
+  });
+  if (has_predictor) plan.predictor_norm_groups = norm_groups(true);
   const int dp = mesh.dims().dp;
   const GradReduce reduce = cfg.zero1() ? GradReduce::ReduceScatter : GradReduce::AllReduce;
   if (dp > 1)
@@ -198,7 +214,7 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
   if (cfg.zero1()) {
     std::vector<ShardedAdamW::Param> zp;
     for (const auto& [name, t] : params)
-      zp.push_back({name, t, takes_weight_decay(name, optimizer)});
+      zp.push_back({name, t, takes_weight_decay(name, optimizer), model::is_causal_predictor(name)});
     plan.optimizer = std::make_unique<Zero1Optimizer>(zp, is_expert, adamw_hyper(optimizer),
                                                       mesh.dp(), mesh.edp(), fusion);
   } else {

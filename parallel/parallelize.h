@@ -94,8 +94,10 @@ struct ParallelPlan {
   std::unique_ptr<GradBucketer> dense_buckets;   // dense parameters over dp (dp > 1)
   std::unique_ptr<GradBucketer> expert_buckets;  // expert weights over edp
   std::unique_ptr<Optimizer> optimizer;          // AdamW, sharded by ZeRO-1 under parallel.zero1
-  // tp-sharded, ep-sharded, replicated: the order the norm's squares are added in.
-  std::vector<NormGroup> norm_groups;
+  // tp-sharded, ep-sharded, replicated: the order the norm's squares are added in. The causal
+  // predictors' parameters are in predictor_norm_groups alone (empty without a predictor):
+  // they are clipped by their own norm (optimizer's detached_scale).
+  std::vector<NormGroup> norm_groups, predictor_norm_groups;
 
   // For the backward of a step's last micro-batch: buckets start all-reducing as their
   // gradients become final (each bucketer ignores the other's parameters).

@@ -38,12 +38,14 @@ std::pair<int64_t, int64_t> ShardedAdamW::owned(size_t i) const {
 
 void ShardedAdamW::set_learning_rate(double lr) { consts_.set(lr, ++step_); }
 
-void ShardedAdamW::apply(const Tensor& grad_scale) {
+void ShardedAdamW::apply(const Tensor& grad_scale, const Tensor& detached_scale) {
   NoGradGuard no_grad;
   const DType dtype = params_.front().tensor.dtype();
   const Device device = params_.front().tensor.device();
   Tensor send = Tensor::zeros({total_chunk_}, dtype, device);
-  std::vector<AdamWSlot> slots;  // multi_tensor_: this rank's slices, updated in one pass
+  const bool split = !detached_scale.same(grad_scale);  // the predictor's own clip factor
+  // multi_tensor_: this rank's slices, updated in one pass (two when the scales differ)
+  std::vector<AdamWSlot> slots, detached;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].tensor;
     const auto [begin, end] = owned(i);
@@ -52,13 +54,18 @@ void ShardedAdamW::apply(const Tensor& grad_scale) {
     Tensor mine = p.view({p.numel()}).narrow0(begin, len);
     Tensor g = p.grad().view({p.numel()}).narrow0(begin, len);
     Tensor m = m_[i].narrow0(0, len), v = v_[i].narrow0(0, len);
-    const bool decays = params_[i].decays;
+    const bool decays = params_[i].decays, own = split && params_[i].detached;
     if (multi_tensor_)
-      slots.push_back({mine, g, m, v, consts_.tensor(decays), Tensor()});
+      (own ? detached : slots).push_back({mine, g, m, v, consts_.tensor(decays), Tensor()});
     else
-      adamw_update(mine, g, m, v, consts_.args(decays), consts_.tensor(decays), grad_scale);
+      adamw_update(mine, g, m, v, consts_.args(decays), consts_.tensor(decays),
+                   own ? detached_scale : grad_scale);
   }
-  if (multi_tensor_) adamw_update_multi(slots, consts_.args(true), grad_scale, table_);
+  if (multi_tensor_) {
+    adamw_update_multi(slots, consts_.args(true), grad_scale, table_);
+    if (!detached.empty())
+      adamw_update_multi(detached, consts_.args(true), detached_scale, detached_table_);
+  }
   int64_t at = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].tensor;
@@ -137,9 +144,9 @@ void Zero1Optimizer::set_learning_rate(double lr) {
   if (experts_) experts_->set_learning_rate(lr);
 }
 
-void Zero1Optimizer::apply(const Tensor& grad_scale) {
-  dense_->apply(grad_scale);
-  if (experts_) experts_->apply(grad_scale);
+void Zero1Optimizer::apply(const Tensor& grad_scale, const Tensor& detached_scale) {
+  dense_->apply(grad_scale, detached_scale);
+  if (experts_) experts_->apply(grad_scale, detached_scale);
 }
 
 void Zero1Optimizer::set_steps_taken(int64_t s) {

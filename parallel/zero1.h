@@ -29,7 +29,8 @@ class ShardedAdamW : public Optimizer {
   struct Param {
     std::string name;
     Tensor tensor;
-    bool decays = true;  // takes weight decay
+    bool decays = true;     // takes weight decay
+    bool detached = false;  // the causal predictor's: scaled by apply's detached_scale
   };
   // hyper: beta1, beta2, eps and the decayed parameters' weight decay (adamw_hyper, adamw.h).
   // multi_tensor: this rank's slices updated in one adamw_update_multi pass.
@@ -38,7 +39,8 @@ class ShardedAdamW : public Optimizer {
 
   void set_learning_rate(double lr) override;
   // Updates this rank's slice of every parameter with a gradient, then all-gathers them.
-  void apply(const Tensor& grad_scale) override;
+  using Optimizer::apply;
+  void apply(const Tensor& grad_scale, const Tensor& detached_scale) override;
   int64_t steps_taken() const override { return step_; }
   void set_steps_taken(int64_t s) override { step_ = s; }
   // Gathered over dp (collective); load_moments keeps this rank's slice.
@@ -60,7 +62,7 @@ class ShardedAdamW : public Optimizer {
   int64_t total_chunk_ = 0;  // sum of chunks: the all-gather's per-rank length
   AdamWStepConstants consts_;
   bool multi_tensor_ = false;
-  MultiTensorTable table_;
+  MultiTensorTable table_, detached_table_;
 };
 
 // ZeRO-1 for a whole model: the moments of dense parameters sharded over dp, of expert weights
@@ -77,7 +79,8 @@ class Zero1Optimizer : public Optimizer {
   ~Zero1Optimizer() override;
 
   void set_learning_rate(double lr) override;
-  void apply(const Tensor& grad_scale) override;
+  using Optimizer::apply;
+  void apply(const Tensor& grad_scale, const Tensor& detached_scale) override;
   int64_t steps_taken() const override { return dense_->steps_taken(); }
   void set_steps_taken(int64_t s) override;
   std::pair<Tensor, Tensor> full_moments(size_t i) const override;

@@ -66,11 +66,18 @@ std::string moe_name(int block, const MoeMetric& m) {
   return "moe_block" + std::to_string(block) + "_" + m.name;
 }
 
+constexpr const char* kPredictorGradNorm = "predictor_grad_norm";
+
 std::vector<std::string> columns(const model::Transformer& model) {
   std::vector<std::string> out;
   for (const RunMetric& m : kRunMetrics) out.push_back(m.name);
   const int blocks = model.config().n_layers();
   const bool causal = model.config().mod().causal().method() != modtrain::CausalRoutingConfig::NONE;
+  bool predictor = false;  // a routed block with the PREDICTOR method has one
+  for (int b = 0; b < blocks; ++b)
+    predictor = predictor || (model.routed(b) && model.config().mod().causal().method() ==
+                                                     modtrain::CausalRoutingConfig::PREDICTOR);
+  if (predictor) out.push_back(kPredictorGradNorm);
   for (int b = 0; b < blocks; ++b)
     if (model.routed(b)) {
       for (const RouterMetric& m : kRouterMetrics) out.push_back(router_name(b, m));
@@ -87,6 +94,7 @@ std::map<std::string, double> values(const StepMetrics& s, const modtrain::MoECo
   std::map<std::string, double> out;
   for (const RunMetric& m : kRunMetrics)
     if (s.*m.value) out[m.name] = *(s.*m.value);
+  if (s.predictor_grad_norm) out[kPredictorGradNorm] = *s.predictor_grad_norm;
   for (const auto& r : s.routed)
     for (const RouterMetric& m : kRouterMetrics) out[router_name(r.block, m)] = r.*m.value;
   for (const auto& [block, share] : s.agreement) out[agreement_name(block)] = share;

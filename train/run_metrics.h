@@ -20,6 +20,8 @@ namespace mod::train {
 // step (an empty cell, no TensorBoard scalar).
 struct StepMetrics {
   std::optional<double> lm_loss, aux_loss, val_loss, lr, grad_norm, tokens_per_s, mfu;
+  // The causal predictors' gradient norm, clipped apart from grad_norm (models with one).
+  std::optional<double> predictor_grad_norm;
   // At the final evaluation of a routed model: the validation loss with causal routing.
   std::optional<double> val_loss_causal;
   // Bytes in use at their highest during the step (the allocator's count, core/backend.h), in

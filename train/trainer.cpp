@@ -18,6 +18,7 @@
 #include "core/util/atomic_file.h"
 #include "model/memory_plan.h"
 #include "model/routing_trace.h"
+#include "parallel/adamw.h"
 #include "parallel/device_communicator.h"
 #include "train/data/loader.h"
 #include "train/lr_schedule.h"
@@ -143,6 +144,7 @@ void Trainer::print_run_header(const model::FlopCount& flops) const {
   std::printf("%s\nmodel %s: %.2fM parameters, %.3g training FLOPs/token\n",
               device_report().c_str(), cfg_.name().c_str(), flops.parameters / 1e6,
               flops.training_per_token);
+  std::printf("%s\n", parallel::describe_weight_decay(cfg_.model(), cfg_.optimizer()).c_str());
   const int world = mesh_->world().size();
   if (device_ == Device::CUDA) {
     std::printf("MFU against the GPUs' dense datasheet peak: %.1f TFLOP/s for %d process%s\n",

@@ -91,6 +91,7 @@ class Trainer {
   struct StepOutputs {
     Tensor loss, aux;  // f64 scalars: means over the micro-batches
     Tensor grad_norm;  // f64 scalar, before clipping
+    Tensor predictor_grad_norm;  // the causal predictors' own (undefined without one)
     std::vector<model::RoutedBlockStats> stats;  // unresolved: device tensors
     std::vector<model::MoeStats> moe_stats;
   };
@@ -110,9 +111,12 @@ class Trainer {
     double load = 0, enqueue = 0, wait = 0, stats = 0, log = 0;
   };
   HostPhases host_phases_;
-  // The norm before clipping (f64) and the factor the optimizer scales the gradients by, on the
-  // device.
-  ClipFactor global_grad_clip();
+  // The norms before clipping (f64) and the factors the optimizer scales the gradients by, on
+  // the device: the language model's, and the causal predictors' own (undefined without one).
+  struct StepClip {
+    ClipFactor model, predictor;
+  };
+  StepClip grad_clips();
   // One per norm group: the device's table of its gradients, kept while they stay in place
   // (and alive as long as a captured step that reads it).
   std::vector<MultiTensorTable> norm_tables_;

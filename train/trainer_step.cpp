@@ -15,6 +15,8 @@
 #include "train/lr_schedule.h"
 #include "train/trainer.h"
 
+#include <optional>
+
 namespace mod::train {
 
 namespace {
@@ -59,24 +61,34 @@ void reduce_over_dp(double& loss, double& aux, StepMetrics& m, parallel::Communi
 constexpr int64_t kGraphWarmupSteps = 1;
 }  // namespace
 
-// The norm over the whole model: each of the plan's groups sums its squares over its
+// The norm over the language model: each of the plan's groups sums its squares over its
 // communicator (tp-sharded over tp, experts over ep, replicated ones counted once). Gradients
 // are already reduced over dp; under ZeRO-1 only on owned slices, whose squares sum over the
-// shard group first. All on the device.
-ClipFactor Trainer::global_grad_clip() {
-  Tensor sq;
-  norm_tables_.resize(plan_.norm_groups.size());
-  auto table = norm_tables_.begin();
-  for (const parallel::NormGroup& g : plan_.norm_groups) {
-    Tensor group_sq = sq_sum_of_grads(g.grads(), device_, *table++);
-    if (g.shard_over && g.shard_over->size() > 1) g.shard_over->all_reduce(group_sq);
-    if (g.sum_over && g.sum_over->size() > 1) g.sum_over->all_reduce(group_sq);
-    if (sq.defined())
-      backend(device_).axpy(1.0, group_sq, sq);
-    else
-      sq = group_sq;
-  }
-  return clip_factor_for(model_->parameters(), sq, cfg_.optimizer().grad_clip());
+// shard group first. All on the device. The causal predictors' norm, apart, clips them alone.
+Trainer::StepClip Trainer::grad_clips() {
+  const size_t n_model = plan_.norm_groups.size();
+  norm_tables_.resize(n_model + plan_.predictor_norm_groups.size());
+  auto sq_over = [&](const std::vector<parallel::NormGroup>& groups, size_t first_table) {
+    Tensor sq;
+    auto table = norm_tables_.begin() + static_cast<std::ptrdiff_t>(first_table);
+    for (const parallel::NormGroup& g : groups) {
+      Tensor group_sq = sq_sum_of_grads(g.grads(), device_, *table++);
+      if (g.shard_over && g.shard_over->size() > 1) g.shard_over->all_reduce(group_sq);
+      if (g.sum_over && g.sum_over->size() > 1) g.sum_over->all_reduce(group_sq);
+      if (sq.defined())
+        backend(device_).axpy(1.0, group_sq, sq);
+      else
+        sq = group_sq;
+    }
+    return sq;
+  };
+  const std::vector<Tensor> params = model_->parameters();
+  StepClip c;
+  c.model = clip_factor_for(params, sq_over(plan_.norm_groups, 0), cfg_.optimizer().grad_clip());
+  if (!plan_.predictor_norm_groups.empty())
+    c.predictor = clip_factor_for(params, sq_over(plan_.predictor_norm_groups, n_model),
+                                  cfg_.model().mod().causal().predictor_grad_clip());
+  return c;
 }
 
 // Under train.precision BF16 the layers compute in bf16 from the f32 master weights.
@@ -132,9 +144,12 @@ Trainer::StepOutputs Trainer::enqueue_step(int64_t step) {
     }
   }
   plan_.finish_grad_sync();
-  const ClipFactor clip = global_grad_clip();
-  out.grad_norm = clip.norm;
-  plan_.optimizer->apply(clip.factor);
+  const StepClip clip = grad_clips();
+  out.grad_norm = clip.model.norm;
+  out.predictor_grad_norm = clip.predictor.norm;  // undefined without a predictor
+  plan_.optimizer->apply(clip.model.factor, clip.predictor.factor.defined()
+                                                ? clip.predictor.factor
+                                                : clip.model.factor);
   return out;
 }
 
@@ -143,6 +158,9 @@ StepMetrics Trainer::finish_step(int64_t step, const StepOutputs& out) {
   auto t = Clock::now();
   double loss = out.loss.item(), aux = out.aux.item();
   const double grad_norm = out.grad_norm.item();
+  const std::optional<double> predictor_grad_norm =
+      out.predictor_grad_norm.defined() ? std::optional(out.predictor_grad_norm.item())
+                                        : std::nullopt;
   host_phases_.wait += seconds_since(t);
   t = Clock::now();
   StepMetrics m;
@@ -154,13 +172,18 @@ StepMetrics Trainer::finish_step(int64_t step, const StepOutputs& out) {
   reduce_over_dp(loss, aux, m, mesh_->dp());
   // Checked after the update (checking before it would wait for the device mid-step); a
   // diverged run stops here and its parameters are never saved.
-  if (!std::isfinite(loss) || !std::isfinite(grad_norm))
-    throw std::runtime_error("training diverged at step " + std::to_string(step + 1) + ": loss " +
-                             std::to_string(loss) + ", gradient norm " + std::to_string(grad_norm) +
-                             " (lower optimizer.lr?)");
+  if (!std::isfinite(loss) || !std::isfinite(grad_norm) ||
+      !std::isfinite(predictor_grad_norm.value_or(0.0)))
+    throw std::runtime_error(
+        "training diverged at step " + std::to_string(step + 1) + ": loss " +
+        std::to_string(loss) + ", gradient norm " + std::to_string(grad_norm) +
+        (predictor_grad_norm ? ", predictor gradient norm " + std::to_string(*predictor_grad_norm)
+                             : std::string()) +
+        " (lower optimizer.lr?)");
   m.lm_loss = loss;
   if (aux != 0) m.aux_loss = aux;
   m.grad_norm = grad_norm;
+  m.predictor_grad_norm = predictor_grad_norm;
   return m;
 }
 

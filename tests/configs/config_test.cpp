@@ -68,6 +68,15 @@ TEST_CASE("config errors name the field and the expectation", "[config][errors]"
   CHECK_THROWS_WITH(config::load(r, {"train.steps=5", "train.profile_steps=4"}),
                     Contains("train.profile_from") && Contains("within train.steps 5"));
   CHECK_NOTHROW(config::load(r, {"train.steps=5", "train.profile_steps=3"}));  // CPU ops
+  CHECK_THROWS_WITH(
+      config::load(r, {"optimizer.decay_policy=ALL", "optimizer.decay_embeddings=true"}),
+      Contains("optimizer.decay_policy") && Contains("optimizer.decay_embeddings"));
+  CHECK_THROWS_WITH(
+      config::load(r, {"optimizer.decay_policy=MATRICES", "optimizer.decay_norms_and_biases=false"}),
+      Contains("optimizer.decay_policy") && Contains("optimizer.decay_norms_and_biases"));
+  CHECK_NOTHROW(config::load(r, {"optimizer.decay_embeddings=true"}));  // the older switch alone
+  CHECK_THROWS_WITH(config::load(r, {"model.mod.causal.predictor_grad_clip=-1"}),
+                    Contains("model.mod.causal.predictor_grad_clip"));
   CHECK_THROWS_WITH(config::parse_text("model { d_model: 64 colour: 3 }", "inline.textproto"),
                     Contains("inline.textproto:1") && Contains("colour"));
   CHECK_THROWS_WITH(config::load_text("/nonexistent/recipe.textproto"),

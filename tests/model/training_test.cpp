@@ -123,15 +123,54 @@ TEST_CASE("learning rate: linear warm-up, then cosine to min_lr", "[train]") {
   CHECK(train::learning_rate(o, 110, 110) == Approx(0.1));
 }
 
-TEST_CASE("weight decay skips biases, norms and embeddings unless configured", "[train]") {
+// optimizer.decay_policy: each policy decays exactly the tensors docs/training.md lists (one of
+// every kind a model has: attention, MLP, MoD router and predictor, MoE router and experts, an
+// untied head, the embedding, norms and biases), and the older switches keep their meaning.
+TEST_CASE("weight decay policies decay exactly their listed tensors", "[train]") {
+  using Policy = modtrain::OptimizerConfig;
+  const std::vector<std::string> matrices = {
+      "blocks.0.attn.wq.weight",       "blocks.0.attn.wo.weight",
+      "blocks.0.mlp.up.weight",        "blocks.0.mlp.down.weight",
+      "blocks.0.mlp.gate.weight",      "blocks.1.router.proj.weight",
+      "blocks.1.predictor.in.weight",  "blocks.1.predictor.out.weight",
+      "blocks.2.mlp.router.weight",    "blocks.2.mlp.experts.up",
+      "lm_head.weight"};
+  const std::vector<std::string> embedding = {"embed.weight"};
+  const std::vector<std::string> norms_and_biases = {
+      "blocks.0.norm1.weight", "blocks.0.norm2.bias",         "final_norm.weight",
+      "blocks.1.router.proj.bias", "blocks.1.predictor.in.bias", "blocks.1.predictor.out.bias"};
+  auto check = [&](const modtrain::OptimizerConfig& o, bool embed, bool rest) {
+    for (const auto& n : matrices) CHECK(parallel::takes_weight_decay(n, o));
+    for (const auto& n : embedding) CHECK(parallel::takes_weight_decay(n, o) == embed);
+    for (const auto& n : norms_and_biases) CHECK(parallel::takes_weight_decay(n, o) == rest);
+  };
   modtrain::OptimizerConfig o;
-  CHECK(parallel::takes_weight_decay("blocks.1.attn.wq.weight", o));
-  CHECK(parallel::takes_weight_decay("blocks.1.router.proj.weight", o));
-  CHECK_FALSE(parallel::takes_weight_decay("blocks.1.norm1.weight", o));
-  CHECK_FALSE(parallel::takes_weight_decay("blocks.1.predictor.in.bias", o));
-  CHECK_FALSE(parallel::takes_weight_decay("embed.weight", o));
-  o.set_decay_embeddings(true);
-  CHECK(parallel::takes_weight_decay("embed.weight", o));
+  SECTION("MATRICES, the default") { check(o, false, false); }
+  SECTION("MATRICES_AND_EMBEDDING") {
+    o.set_decay_policy(Policy::MATRICES_AND_EMBEDDING);
+    check(o, true, false);
+  }
+  SECTION("ALL") {
+    o.set_decay_policy(Policy::ALL);
+    check(o, true, true);
+  }
+  SECTION("the older switches") {
+    o.set_decay_embeddings(true);
+    check(o, true, false);
+    o.set_decay_embeddings(false);
+    o.set_decay_norms_and_biases(true);
+    check(o, false, true);
+  }
+}
+
+TEST_CASE("a run's start line says what weight decay decays", "[train]") {
+  const modtrain::ModelConfig m = test::tiny_model(true);  // tied embedding, RMSNorm, a predictor
+  modtrain::OptimizerConfig o;
+  const std::string line = parallel::describe_weight_decay(m, o);
+  CHECK_THAT(line, Catch::StartsWith("weight decay 0.1 (MATRICES): "));
+  CHECK_THAT(line, Catch::EndsWith("(the embedding, norms and biases)"));
+  o.set_decay_policy(modtrain::OptimizerConfig::ALL);
+  CHECK_THAT(parallel::describe_weight_decay(m, o), Catch::EndsWith("not decayed: 0.00M in 0"));
 }
 
 TEST_CASE("FLOP accounting matches a hand count, and MoD blocks cost their capacity share",

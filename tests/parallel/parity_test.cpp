@@ -1,8 +1,10 @@
 // tiny_dense and tiny_mod (with its predictor) under every dp x tp (x ZeRO-1) layout the world
-// size allows, against one process (see parity_harness.h); and ZeRO-1's overlapped gradient
-// reduce-scatter against a single bucket, bitwise.
+// size allows, against one process (see parity_harness.h); ZeRO-1's overlapped gradient
+// reduce-scatter against a single bucket, bitwise; and the predictor's detachment, bitwise.
 #include <cstring>
 
+#include "model/parameter_roles.h"
+#include "tests/support/bitwise.h"
 #include "tests/support/parity_harness.h"
 
 using namespace mod;
@@ -43,5 +45,46 @@ TEST_CASE("ZeRO-1: buckets reduce-scattered during backward equal one bucket bit
     const Tensor& b = one.params[i].second;
     REQUIRE(a.nbytes() == b.nbytes());
     CHECK(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0);
+  }
+}
+
+// The causal predictor learns from the detached block input and is clipped by its own norm
+// (model.mod.causal.predictor_grad_clip), so the language model trains exactly as if it had
+// none: after 30 steps, every one clipped (optimizer.grad_clip 0.05), tiny_mod's parameters
+// other than the predictors' equal, bit for bit, those of a run whose predictor loss weighs 0
+// (zero predictor gradients), in one process and in the layouts the world size allows.
+TEST_CASE("tiny_mod: the causal predictor leaves the language model's training untouched",
+          "[mpi][parity]") {
+  auto& world = parallel::world();
+  namespace p = test::parity;
+  auto same_lm = [](const p::RunResult& with, const p::RunResult& without) {
+    REQUIRE(with.params.size() == without.params.size());
+    size_t compared = 0;
+    for (size_t i = 0; i < with.params.size(); ++i) {
+      const auto& [name, a] = with.params[i];
+      if (model::is_causal_predictor(name)) continue;
+      INFO(name);
+      test::check_bitwise(a.to_vector(), without.params[i].second.to_vector());
+      ++compared;
+    }
+    CHECK(compared > 0);
+  };
+  auto run = [&](const std::string& layout, double weight, parallel::Communicator& comm) {
+    return p::train(p::recipe("tiny_mod", layout, 30,
+                              {"optimizer.grad_clip=0.05", "model.mod.causal.predictor_grad_clip=0.05",
+                               "model.mod.causal.predictor_weight=" + std::to_string(weight)}),
+                    comm);
+  };
+  if (world.rank() == 0) {
+    INFO("one process");
+    auto local = parallel::make_local_communicator();
+    same_lm(run("", 1.0, *local), run("", 0.0, *local));
+  }
+  std::vector<std::string> layouts;
+  if (world.size() == 2) layouts = {"dp=2 tp=1 zero1=true", "dp=1 tp=2"};
+  if (world.size() == 4) layouts = {"dp=2 tp=2 zero1=true"};
+  for (const std::string& layout : layouts) {
+    INFO("layout " << layout << ", world rank " << world.rank());
+    same_lm(run(layout, 1.0, world), run(layout, 0.0, world));
   }
 }
