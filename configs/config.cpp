@@ -2,6 +2,7 @@
 #include "configs/config.h"
 
 #include "configs/float_ranges.h"
+#include "configs/string_fields.h"
 #include "configs/model_size.h"
 
 #include <google/protobuf/io/tokenizer.h>
@@ -278,6 +279,7 @@ void validate(const modtrain::RunConfig& cfg) {
   if (c.keep_every() < 0)
     bad_field("checkpoint.keep_every", std::to_string(c.keep_every()) + " must be >= 0 (0: none)");
   check_float_ranges(cfg);  // every float field, NaN and infinities included
+  check_string_fields(cfg);  // every string field: NUL bytes, path limits
   if (o.min_lr() > o.lr())
     bad_field("optimizer.min_lr", std::to_string(o.min_lr()) + " must be in [0, optimizer.lr]");
   if (o.has_decay_policy() && (o.has_decay_norms_and_biases() || o.has_decay_embeddings()))

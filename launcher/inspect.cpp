@@ -18,7 +18,8 @@ int inspect(int argc, char** argv) {
                                                              "or a file holding it")(
       "out", po::value<std::string>()->default_value("inspect"),
       "output directory: routing.png, routing.html, routing.csv")(
-      "tokenizer", po::value<std::string>(), "tokenizer file (default: the one of the run's dataset)");
+      "tokenizer", po::value<std::string>(), "tokenizer file (default: the one of the run's dataset)")(
+      "allow-non-finite", po::bool_switch(), "open weights holding NaN or infinities (refused otherwise, naming the tensor)");
   po::variables_map vm;
   if (!parse(argc, argv, "usage: modtrain inspect --checkpoint FILE|DIR --text TEXT [--out DIR]", o,
              vm))
@@ -29,6 +30,7 @@ int inspect(int argc, char** argv) {
   io.weights = vm["checkpoint"].as<std::string>();
   io.out_dir = vm["out"].as<std::string>();
   if (vm.count("tokenizer")) io.tokenizer = vm["tokenizer"].as<std::string>();
+  io.checks.allow_non_finite = vm["allow-non-finite"].as<bool>();
   if (vm.count("text")) {
     io.text = vm["text"].as<std::string>();
   } else {

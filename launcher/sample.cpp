@@ -24,7 +24,8 @@ int sample(int argc, char** argv) {
       ("eot-id", po::value<int64_t>()->default_value(-1), "token id that ends a sequence, e.g. 50256; -1: none")
       ("no-cuda-graph", po::bool_switch(), "on a GPU, launch every step's kernels instead of replaying one captured graph")
       ("device", po::value<std::string>()->default_value("CPU"), "CPU, or CUDA (this process's GPU)")
-      ("tokenizer", po::value<std::string>(), "tokenizer file (default: the one of the run's dataset)");
+      ("tokenizer", po::value<std::string>(), "tokenizer file (default: the one of the run's dataset)")
+      ("allow-non-finite", po::bool_switch(), "open weights holding NaN or infinities (refused otherwise, naming the tensor)");
   po::variables_map vm;
   if (!parse(argc, argv, "usage: modtrain sample --checkpoint FILE|DIR [--prompt TEXT | --prompt-file FILE] [--batch B]", o, vm)) return 0;
   train::SampleOptions so;
@@ -41,6 +42,7 @@ int sample(int argc, char** argv) {
   so.params.cuda_graph = !vm["no-cuda-graph"].as<bool>();
   so.device = vm["device"].as<std::string>();
   if (vm.count("tokenizer")) so.tokenizer = vm["tokenizer"].as<std::string>();
+  so.checks.allow_non_finite = vm["allow-non-finite"].as<bool>();
   const train::Sample s = train::sample_text(so);
   const size_t n = s.generations.size();
   int64_t generated = 0;

@@ -65,12 +65,16 @@ int eval(int argc, char** argv) {
       ("data", po::value<std::string>(), "token shard directory (default: the run's data.dir)")
       ("batches", po::value<int64_t>()->default_value(16), "validation batches")
       ("batch-size", po::value<int64_t>()->default_value(8), "sequences per batch")
-      ("json", po::bool_switch(), "print one JSON object instead of the table");
+      ("json", po::bool_switch(), "print one JSON object instead of the table")
+      ("allow-non-finite", po::bool_switch(), "open weights holding NaN or infinities (refused otherwise, naming the tensor)");
   po::variables_map vm;
   if (!parse(argc, argv, "usage: modtrain eval --checkpoint FILE|DIR [--json]", o, vm)) return 0;
   const std::string data = vm.count("data") ? vm["data"].as<std::string>() : "";
+  train::LoadChecks checks;
+  checks.allow_non_finite = vm["allow-non-finite"].as<bool>();
   const auto r = train::evaluate_weights(vm["checkpoint"].as<std::string>(), data,
-                                         vm["batches"].as<int64_t>(), vm["batch-size"].as<int64_t>());
+                                         vm["batches"].as<int64_t>(), vm["batch-size"].as<int64_t>(),
+                                         checks);
   if (vm["json"].as<bool>()) {
     nlohmann::json j = {{"name", r.name},        {"step", r.step},     {"data_dir", r.data_dir},
                         {"tokens", r.tokens},    {"routed", r.routed}, {"top_c_loss", r.top_c_loss},

@@ -1,6 +1,7 @@
 // Token splits and evaluation (see evaluate.h).
 #include "train/evaluate.h"
 
+#include <cmath>
 #include <stdexcept>
 
 #include "core/autograd.h"
@@ -36,13 +37,25 @@ EvalResult evaluate(const model::Transformer& model, const data::ShardSet& token
   const size_t stride = dp ? dp->size() : 1, first = dp ? dp->rank() : 0;
   Tensor sums = Tensor::zeros({2}, DType::F64);  // loss sum, tokens
   const Device device = model.parameters().front().device();
+  double first_bad = -1;  // the first batch whose loss is not finite, on this rank
   for (size_t i = first; i < batches.size(); i += stride) {
-    sums.data<double>()[0] +=
+    const double loss =
         model.forward(batches[i].inputs.to(device), batches[i].targets.to(device), mode)
             .lm_loss.item();
+    if (!std::isfinite(loss) && first_bad < 0) first_bad = static_cast<double>(i);
+    sums.data<double>()[0] += loss;
     sums.data<double>()[1] += static_cast<double>(batches[i].inputs.numel());
   }
   if (dp) dp->all_reduce(sums);
+  // Every rank learns of a bad batch anywhere, so all of them stop here together.
+  Tensor bad = Tensor::full({1}, first_bad, DType::F64);
+  if (dp) dp->all_reduce(bad, parallel::ReduceOp::Max);
+  if (const double b = bad.data<double>()[0]; b >= 0)
+    throw std::runtime_error(
+        "evaluate: " + tokens.origin() + ": batch " + std::to_string(static_cast<int64_t>(b)) +
+        " of " + std::to_string(batches.size()) + " gives a non-finite loss with " +
+        (mode == model::RoutingMode::TopC ? "top-C" : "causal") +
+        " routing (the model's weights or activations overflow or hold NaN)");
   EvalResult r;
   r.loss = sums.data<double>()[0] / static_cast<double>(batches.size());
   r.tokens = static_cast<int64_t>(sums.data<double>()[1]);

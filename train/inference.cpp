@@ -36,8 +36,8 @@ std::vector<int64_t> encode(const data::Tokenizer& tok, const std::string& text)
 }  // namespace
 
 WeightsEval evaluate_weights(const std::string& weights, const std::string& data_dir,
-                             int64_t batches, int64_t batch_size) {
-  auto loaded = load_model(weights);
+                             int64_t batches, int64_t batch_size, const LoadChecks& checks) {
+  auto loaded = load_model(weights, checks);
   const auto& cfg = loaded.config;
   WeightsEval r;
   r.name = cfg.name();
@@ -100,7 +100,7 @@ Sample sample_text(const SampleOptions& o) {
     if (texts.empty())
       throw std::invalid_argument("--prompt-file " + o.prompt_file + ": no prompt (no non-empty line)");
   }
-  auto loaded = load_model(o.weights);
+  auto loaded = load_model(o.weights, o.checks);
   if (o.device == "CUDA") loaded.model->to(Device::CUDA);
   const auto tok = tokenizer_for(loaded, o.tokenizer);
   Sample s;
@@ -120,7 +120,7 @@ Sample sample_text(const SampleOptions& o) {
 }
 
 Inspection inspect_text(const InspectOptions& o) {
-  const auto loaded = load_model(o.weights);
+  const auto loaded = load_model(o.weights, o.checks);
   const auto tok = tokenizer_for(loaded, o.tokenizer);
   std::vector<int64_t> ids = encode(*tok, o.text);
   if (ids.empty()) throw std::invalid_argument("inspect: the text is empty");

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "train/weights.h"
 #include "model/sampler.h"
 #include "train/inspect.h"
 
@@ -28,7 +29,7 @@ struct WeightsEval {
 // or batch_size 0: the run's train.eval_batches, train.batch_size). weights: whatever
 // load_model (train/weights.h) takes.
 WeightsEval evaluate_weights(const std::string& weights, const std::string& data_dir,
-                             int64_t batches, int64_t batch_size);
+                             int64_t batches, int64_t batch_size, const LoadChecks& checks = {});
 // `modtrain eval`'s table: a title line, then each loss labelled by the routing it ran with
 // ("dense (no routed blocks)" for a dense model's only one), six significant digits.
 std::string eval_table(const WeightsEval& r);
@@ -42,6 +43,7 @@ struct SampleOptions {
   model::SamplingParams params;
   std::string device = "CPU";  // CPU or CUDA (this process's GPU)
   std::string tokenizer;       // empty: the tokenizer of the run's dataset (data.dir)
+  LoadChecks checks;           // what loading the weights checks (train/weights.h)
 };
 struct Sample {
   std::vector<std::string> prompts;        // one per sequence, in batch order
@@ -59,6 +61,7 @@ struct InspectOptions {
   std::string text;       // encoded, then cut to model.seq_len tokens
   std::string out_dir;    // routing.png, routing.html, routing.csv
   std::string tokenizer;  // empty: the tokenizer of the run's dataset (data.dir)
+  LoadChecks checks;      // what loading the weights checks (train/weights.h)
 };
 struct Inspection {
   std::string title;        // run name, step, tokens

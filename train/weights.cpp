@@ -1,6 +1,8 @@
 // Weights file (see weights.h).
 #include "train/weights.h"
 
+#include <cmath>
+
 #include <filesystem>
 #include <stdexcept>
 
@@ -60,7 +62,39 @@ void assign_parameters(model::Transformer& model, const std::string& path) {
   copy_into(model, load_safetensors(path), path);
 }
 
-LoadedModel load_weights(const std::string& path) {
+namespace {
+// The first non-finite value of any parameter is an error naming the source, the tensor, the
+// element and the way to open the file anyway.
+void check_finite(const LoadedModel& m, const LoadChecks& checks) {
+  if (checks.allow_non_finite) return;
+  for (const auto& [name, p] : m.model->named_parameters()) {
+    Tensor host = p.device() == Device::CPU ? p : p.to(Device::CPU);
+    if (host.dtype() != DType::F32 && host.dtype() != DType::F64) host = host.to(DType::F32);
+    const int64_t n = host.numel();
+    auto value = [&](int64_t i) {  // one pass over the storage, no copy of the model
+      return host.dtype() == DType::F32 ? static_cast<double>(host.data<float>()[i])
+                                         : host.data<double>()[i];
+    };
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = value(i);
+      if (std::isfinite(x)) continue;
+      std::string index;
+      int64_t rest = i;
+      for (int d = p.dim() - 1; d >= 0; --d) {
+        index = std::to_string(rest % p.size(d)) + (index.empty() ? "" : ", ") + index;
+        rest /= p.size(d);
+      }
+      throw std::runtime_error(m.source + ": tensor " + name + " holds " +
+                               (std::isnan(x) ? "NaN" : "an infinity") + " at [" + index +
+                               "] (element " + std::to_string(i) + " of " + std::to_string(n) +
+                               "); the weights are damaged or the run diverged "
+                               "(--allow-non-finite opens them anyway)");
+    }
+  }
+}
+}  // namespace
+
+LoadedModel load_weights(const std::string& path, const LoadChecks& checks) {
   // The header first (format, step, config, every tensor's shape): nothing is allocated for a
   // file that does not hold the model its config describes.
   const SafetensorsIndex index = read_safetensors_index(path);
@@ -74,6 +108,7 @@ LoadedModel load_weights(const std::string& path) {
                                                  "weights " + path + ": metadata tokenizer_crc32c");
   out.model = std::make_unique<model::Transformer>(out.config.model(), out.config.train().seed());
   copy_into(*out.model, load_safetensors(path), path);
+  check_finite(out, checks);
   return out;
 }
 
@@ -111,9 +146,9 @@ LoadedModel load_checkpoint_model(const ckpt::CheckpointReader& reader) {
 }
 }  // namespace
 
-LoadedModel load_model(const std::string& path) {
+LoadedModel load_model(const std::string& path, const LoadChecks& checks) {
   namespace fs = std::filesystem;
-  if (!fs::is_directory(path)) return load_weights(path);
+  if (!fs::is_directory(path)) return load_weights(path, checks);
   const std::string weights = path + "/model.safetensors";
   const bool has_weights = fs::is_regular_file(weights);
   const bool has_checkpoint = fs::exists(path + "/" + ckpt::kMetadataFile) ||
@@ -122,10 +157,13 @@ LoadedModel load_model(const std::string& path) {
     throw std::runtime_error(path + ": neither a weights file, a checkpoint directory (no " +
                              std::string(ckpt::kMetadataFile) + ") nor a run directory (no " +
                              "model.safetensors, no checkpoints/latest)");
-  if (!has_checkpoint) return load_weights(weights);
+  if (!has_checkpoint) return load_weights(weights, checks);
   const ckpt::CheckpointReader reader(ckpt::resolve_checkpoint(path));
-  if (has_weights && weights_step(weights) >= reader.state().step) return load_weights(weights);
-  return load_checkpoint_model(reader);
+  if (has_weights && weights_step(weights) >= reader.state().step)
+    return load_weights(weights, checks);
+  LoadedModel out = load_checkpoint_model(reader);
+  check_finite(out, checks);
+  return out;
 }
 
 }  // namespace mod::train

@@ -38,13 +38,19 @@ struct LoadedModel {
   std::string source;  // "weights <file>" or "checkpoint <metadata.pb>", for errors
   std::optional<uint32_t> tokenizer_crc32c;  // the seal of the tokenizer it was trained with
 };
+// What a load checks beyond names and shapes: every value finite, unless allowed (a damaged or
+// diverged model opened on purpose, e.g. `modtrain eval --allow-non-finite` to look at it).
+struct LoadChecks {
+  bool allow_non_finite = false;
+};
+
 // Checks the header (train/weights_header.h) before the model is built, then every tensor.
-LoadedModel load_weights(const std::string& path);
+LoadedModel load_weights(const std::string& path, const LoadChecks& checks = {});
 
 // What eval, sample and inspect take: a weights file; a checkpoint directory; or a run
 // directory, meaning the newer of its model.safetensors and its latest checkpoint (by step; the
 // weights file on a tie). Errors say which of the three was expected.
-LoadedModel load_model(const std::string& path);
+LoadedModel load_model(const std::string& path, const LoadChecks& checks = {});
 
 // Copies tensors into the model's parameters; every parameter must be present with its shape.
 void assign_parameters(model::Transformer& model, const std::string& path);

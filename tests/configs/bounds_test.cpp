@@ -1,5 +1,6 @@
 // The bounds every RunConfig passes: model sizes and the parameter count (configs/model_size.h),
-// and a range for every float field (configs/float_ranges.h). Errors name the field, the value
+// a range for every float field (configs/float_ranges.h) and a kind for every string field
+// (configs/string_fields.h). Errors name the field, the value
 // and the bound; the same checks run for a config file, --set and a config inside another file.
 #include <catch2/catch.hpp>
 
@@ -11,6 +12,7 @@
 #include "configs/config.h"
 #include "configs/float_ranges.h"
 #include "configs/model_size.h"
+#include "configs/string_fields.h"
 #include "tests/support/errors.h"
 
 using namespace mod;
@@ -88,6 +90,48 @@ TEST_CASE("the parameter bound is computed without overflow at the ceilings", "[
                         d + 2.0 * (1 << 24) * d;
   CHECK(static_cast<double>(config::parameter_upper_bound(m)) == Approx(expect));
   CHECK_THROWS_WITH(config::check_model_size(m), Contains("parameters exceed"));
+}
+
+// Every string field's path from RunConfig.
+void string_paths(const google::protobuf::Descriptor* d, const std::string& path,
+                  std::set<std::string>& out) {
+  for (int i = 0; i < d->field_count(); ++i) {
+    const auto* f = d->field(i);
+    const std::string here = path.empty() ? f->name() : path + "." + f->name();
+    if (f->message_type()) string_paths(f->message_type(), here, out);
+    if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_STRING) out.insert(here);
+  }
+}
+
+TEST_CASE("every string field of the schema has exactly one row", "[config]") {
+  std::set<std::string> fields, rows;
+  string_paths(modtrain::RunConfig::descriptor(), "", fields);
+  for (const auto& r : config::kStringFields) {
+    INFO(r.field);
+    CHECK(rows.insert(r.field).second);
+  }
+  CHECK(rows == fields);
+}
+
+// A NUL byte in data.dir used to end the path in a bare "error: data ab"; an over-long one
+// surfaced as std::filesystem's "File name too long" without the field.
+TEST_CASE("string fields with a NUL byte or past the path limits are refused naming the field",
+          "[config][errors]") {
+  auto text_error = [](const std::string& text) {
+    return error_of([&] { config::validate(config::parse_text(text, "t.textproto")); });
+  };
+  CHECK_THAT(text_error("data { dir: \"ab\\000c\" }"),
+             Contains("data.dir: \"ab\\x00c\"") && Contains("NUL byte at offset 2"));
+  CHECK_THAT(set_error({"data.dir=" + std::string(5000, 'a')}),
+             Contains("data.dir") && Contains("(5000 bytes)") && Contains("PATH_MAX"));
+  CHECK_THAT(set_error({"data.dir=/tmp/" + std::string(300, 'b') + "/x"}),
+             Contains("data.dir") && Contains("component of 300 bytes") && Contains("NAME_MAX"));
+  CHECK_THAT(set_error({"data.dir="}), Contains("data.dir") && Contains("is empty"));
+  CHECK_THAT(text_error("name: \"two\\nlines\""), Contains("name") && Contains("line break"));
+  CHECK_THAT(set_error({"name=" + std::string(300, 'n')}),
+             Contains("name") && Contains("longer than 256 bytes"));
+  CHECK(set_error({"data.dir=/tmp/" + std::string(255, 'c'), "name=" + std::string(256, 'n')}) ==
+        "no error");
 }
 
 TEST_CASE("every float field of the schema has exactly one range row", "[config]") {

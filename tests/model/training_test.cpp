@@ -10,6 +10,8 @@
 #include "parallel/adamw.h"
 #include "tests/support/overfit.h"
 #include "tests/support/tiny_configs.h"
+#include "train/data/token_file.h"
+#include "train/evaluate.h"
 #include "train/grad_clip.h"
 #include "train/lr_schedule.h"
 #include "train/weights.h"
@@ -209,5 +211,55 @@ TEST_CASE("weights round-trip through the weights file, and bad files are named"
   }
   fs::resize_file(path, fs::file_size(path) - 8);
   CHECK_THROWS_WITH(train::load_weights(path), Contains("model.safetensors"));
+  fs::remove_all(dir);
+}
+
+// Well-formed weights holding NaN used to load silently: eval printed "-nan" and exited 0, and
+// greedy sampling repeated the argmax of NaN. Loading refuses them naming the tensor and the
+// element, and --allow-non-finite opens them for a look; evaluation then names the batch.
+TEST_CASE("weights holding NaN or infinities are refused naming the tensor and the element",
+          "[train]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("modtrain_nan_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  modtrain::RunConfig cfg;
+  *cfg.mutable_model() = test::tiny_model(true);
+  model::Transformer m(cfg.model(), 5);
+  Tensor wq = m.parameter("blocks.0.attn.wq.weight");
+  wq.data<float>()[1 * wq.size(1) + 2] = std::nanf("");
+  const std::string path = (dir / "model.safetensors").string();
+  train::save_weights(path, m, cfg, 7);
+  CHECK_THROWS_WITH(train::load_weights(path),
+                    Contains("weights " + path) && Contains("blocks.0.attn.wq.weight") &&
+                        Contains("NaN at [1, 2]") && Contains("--allow-non-finite"));
+  CHECK_THROWS_WITH(train::load_model(dir.string()), Contains("blocks.0.attn.wq.weight"));
+  train::LoadChecks allow;
+  allow.allow_non_finite = true;
+  auto loaded = train::load_weights(path, allow);
+  CHECK(std::isnan(loaded.model->parameter("blocks.0.attn.wq.weight").to_vector()[wq.size(1) + 2]));
+  wq.data<float>()[1 * wq.size(1) + 2] = -INFINITY;
+  train::save_weights(path, m, cfg, 7);
+  CHECK_THROWS_WITH(train::load_weights(path), Contains("an infinity at [1, 2]"));
+  fs::remove_all(dir);
+}
+
+// A non-finite loss in evaluation used to be averaged into "-nan" and printed; it stops the
+// evaluation, naming the split, the batch and the routing.
+TEST_CASE("evaluation stops at a non-finite loss, naming the batch and the routing", "[train]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("modtrain_evalnan_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::vector<uint32_t> tokens(4000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>((i * 7) % 32);
+  data::write_shard((dir / "train.bin").string(), tokens, 32);
+  data::write_shard((dir / "val.bin").string(), tokens, 32);
+  const data::Dataset d = train::load_dataset(dir.string(), 32);
+  model::Transformer m(test::tiny_model(false), 5);  // vocab 32, seq_len 12
+  const auto ok = train::evaluate(m, d.val, 12, 2, 3, model::RoutingMode::TopC);
+  CHECK(std::isfinite(ok.loss));
+  m.parameter("final_norm.weight").data<float>()[0] = std::nanf("");
+  CHECK_THROWS_WITH(train::evaluate(m, d.val, 12, 2, 3, model::RoutingMode::TopC),
+                    Contains("batch 0 of 3") && Contains("non-finite loss with top-C routing") &&
+                        Contains("val"));
   fs::remove_all(dir);
 }
