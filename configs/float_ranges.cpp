@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "configs/field_walk.h"
+
 namespace mod::config {
 
 namespace {
@@ -33,31 +35,6 @@ void check_value(const std::string& at, const FloatRange& r, double v, bool in_u
   }
 }
 
-// in_use: the ranges apply (false under a disabled model.moe).
-void walk(const pb::Message& msg, const std::string& path, bool in_use, bool moe_on) {
-  const pb::Descriptor* d = msg.GetDescriptor();
-  const pb::Reflection* refl = msg.GetReflection();
-  for (int i = 0; i < d->field_count(); ++i) {
-    const pb::FieldDescriptor* f = d->field(i);
-    const std::string here = path.empty() ? f->name() : path + "." + f->name();
-    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
-      if (f->is_repeated()) throw std::logic_error("config: " + here + ": repeated message");
-      walk(refl->GetMessage(msg, f), here, in_use && (moe_on || here != "model.moe"), moe_on);
-      continue;
-    }
-    const bool is_double = f->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE;
-    if (!is_double && f->cpp_type() != pb::FieldDescriptor::CPPTYPE_FLOAT) continue;
-    const FloatRange& r = row_of(here);
-    if (!f->is_repeated()) {
-      check_value(here, r, is_double ? refl->GetDouble(msg, f) : refl->GetFloat(msg, f), in_use);
-      continue;
-    }
-    for (int k = 0; k < refl->FieldSize(msg, f); ++k)
-      check_value(here + "[" + std::to_string(k) + "]", r,
-                  is_double ? refl->GetRepeatedDouble(msg, f, k) : refl->GetRepeatedFloat(msg, f, k),
-                  in_use);
-  }
-}
 }  // namespace
 
 std::string range_text(const FloatRange& r) {
@@ -65,7 +42,22 @@ std::string range_text(const FloatRange& r) {
 }
 
 void check_float_ranges(const modtrain::RunConfig& cfg) {
-  walk(cfg, "", true, cfg.model().moe().enabled());
+  const bool moe_on = cfg.model().moe().enabled();
+  for_each_scalar_field(cfg, [&](const pb::Message& msg, const pb::FieldDescriptor* f,
+                                 const std::string& here) {
+    const bool is_double = f->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE;
+    if (!is_double && f->cpp_type() != pb::FieldDescriptor::CPPTYPE_FLOAT) return;
+    const FloatRange& r = row_of(here);
+    const bool in_use = moe_on || here.rfind("model.moe.", 0) != 0;  // ranges wait for MoE
+    const pb::Reflection* refl = msg.GetReflection();
+    if (!f->is_repeated())
+      return check_value(here, r, is_double ? refl->GetDouble(msg, f) : refl->GetFloat(msg, f),
+                         in_use);
+    for (int k = 0; k < refl->FieldSize(msg, f); ++k)
+      check_value(here + "[" + std::to_string(k) + "]", r,
+                  is_double ? refl->GetRepeatedDouble(msg, f, k) : refl->GetRepeatedFloat(msg, f, k),
+                  in_use);
+  });
 }
 
 }  // namespace mod::config

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "configs/field_walk.h"
+
 namespace mod::config {
 
 namespace {
@@ -64,28 +66,18 @@ const StringField& row_of(const std::string& field) {
                          ": no row in kStringFields (configs/string_fields.h)");
 }
 
-void walk(const pb::Message& msg, const std::string& path) {
-  const pb::Descriptor* d = msg.GetDescriptor();
-  const pb::Reflection* refl = msg.GetReflection();
-  for (int i = 0; i < d->field_count(); ++i) {
-    const pb::FieldDescriptor* f = d->field(i);
-    const std::string here = path.empty() ? f->name() : path + "." + f->name();
-    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
-      if (!f->is_repeated()) walk(refl->GetMessage(msg, f), here);
-      continue;
-    }
-    if (f->cpp_type() != pb::FieldDescriptor::CPPTYPE_STRING) continue;
-    const StringField& r = row_of(here);
-    if (!f->is_repeated()) {
-      check_value(here, r.kind, refl->GetString(msg, f));
-      continue;
-    }
-    for (int k = 0; k < refl->FieldSize(msg, f); ++k)
-      check_value(here + "[" + std::to_string(k) + "]", r.kind, refl->GetRepeatedString(msg, f, k));
-  }
-}
 }  // namespace
 
-void check_string_fields(const modtrain::RunConfig& cfg) { walk(cfg, ""); }
+void check_string_fields(const modtrain::RunConfig& cfg) {
+  for_each_scalar_field(cfg, [](const pb::Message& msg, const pb::FieldDescriptor* f,
+                                const std::string& here) {
+    if (f->cpp_type() != pb::FieldDescriptor::CPPTYPE_STRING) return;
+    const StringField& r = row_of(here);
+    const pb::Reflection* refl = msg.GetReflection();
+    if (!f->is_repeated()) return check_value(here, r.kind, refl->GetString(msg, f));
+    for (int k = 0; k < refl->FieldSize(msg, f); ++k)
+      check_value(here + "[" + std::to_string(k) + "]", r.kind, refl->GetRepeatedString(msg, f, k));
+  });
+}
 
 }  // namespace mod::config
