@@ -73,11 +73,12 @@ std::vector<std::string> columns(const model::Transformer& model) {
   for (const RunMetric& m : kRunMetrics) out.push_back(m.name);
   const int blocks = model.config().n_layers();
   const bool causal = model.config().mod().causal().method() != modtrain::CausalRoutingConfig::NONE;
-  bool predictor = false;  // a routed block with the PREDICTOR method has one
-  for (int b = 0; b < blocks; ++b)
-    predictor = predictor || (model.routed(b) && model.config().mod().causal().method() ==
-                                                     modtrain::CausalRoutingConfig::PREDICTOR);
-  if (predictor) out.push_back(kPredictorGradNorm);
+  bool any_routed = false;
+  for (int b = 0; b < blocks; ++b) any_routed = any_routed || model.routed(b);
+  // Every routed block has a predictor under the PREDICTOR method.
+  if (any_routed &&
+      model.config().mod().causal().method() == modtrain::CausalRoutingConfig::PREDICTOR)
+    out.push_back(kPredictorGradNorm);
   for (int b = 0; b < blocks; ++b)
     if (model.routed(b)) {
       for (const RouterMetric& m : kRouterMetrics) out.push_back(router_name(b, m));
