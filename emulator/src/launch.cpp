@@ -101,6 +101,10 @@ Status check_config(const LaunchConfig& c, const void* kernel, const std::string
 
 }  // namespace
 
+Status check_launch(const LaunchConfig& c, const void* kernel) {
+  return check_config(c, kernel, c.kernel_name ? c.kernel_name : symbol_name(kernel));
+}
+
 bool register_dynamic_shared(void* (*buffer)()) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);

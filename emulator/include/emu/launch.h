@@ -32,6 +32,9 @@ struct KernelBody {
   const void* state;
 };
 Status run_grid(const LaunchConfig& config, const void* kernel, KernelBody body);
+// The configuration checks run_grid makes first, alone: a runtime that queues or captures a
+// launch reports a bad configuration when the launch is issued, as CUDA's cudaGetLastError does.
+Status check_launch(const LaunchConfig& config, const void* kernel);
 // Records a buffer MOD_EMU_DYNAMIC_SHARED defined, so launches can poison it.
 bool register_dynamic_shared(void* (*buffer)());
 // Opaque, so the thread_local it initialises needs dynamic initialisation (see below).

@@ -41,5 +41,9 @@ bool device_range(const void* ptr, size_t bytes);
 // Makes `code` the process's sticky error with `message` (printed once to stderr), as a
 // device-side fault is on a GPU: every later runtime call returns it.
 void fail_sticky(cudaError_t code, const std::string& message);
+const std::string& sticky_message();  // the first sticky error's message, else empty
+
+// Tests only: forgets the sticky error, so one process can check several planted faults.
+void reset_for_tests();
 
 }  // namespace emu::rt

@@ -1,0 +1,270 @@
+// Device memory: every cudaMalloc is its own mapping, the allocation's end (rounded to 256
+// bytes, cudaMalloc's alignment) against a guard page and another guard page below it, so a
+// kernel that runs off either end faults at once instead of reading a neighbour. New memory is
+// filled with 0xFF (a NaN as f32, bf16 or f64; -1 as an integer): cudaMalloc does not clear
+// memory, and a kernel reading what nothing wrote gives NaN rather than a plausible zero. The
+// device's size is MOD_EMU_DEVICE_MEMORY bytes (default 16 GiB), so out-of-memory paths run.
+//
+// Copies and memsets follow the API's synchronization rules (CUDA Runtime API, "API
+// synchronization behavior"): a copy involving pageable host memory synchronises with the host,
+// which is why it is prohibited while its stream is captured (Programming Guide, "CUDA Graphs",
+// "Prohibited and Unhandled Operations").
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "emu/runtime.h"
+#include "state.h"
+
+namespace emu::rt::detail {
+namespace {
+
+struct Allocation {
+  size_t bytes = 0;
+  void* mapping = nullptr;
+  size_t mapping_bytes = 0;
+};
+
+struct Memory {
+  std::map<uintptr_t, Allocation> device;  // by start address
+  std::map<uintptr_t, size_t> pinned;      // cudaMallocHost blocks
+  size_t in_use = 0;
+  size_t capacity = 0;
+};
+
+Memory& memory() {
+  static Memory* m = [] {
+    auto* mem = new Memory;
+    const char* v = std::getenv("MOD_EMU_DEVICE_MEMORY");
+    mem->capacity = v && *v ? std::strtoull(v, nullptr, 10) : size_t{16} << 30;
+    return mem;
+  }();
+  return *m;
+}
+
+size_t page() {
+  static const size_t p = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return p;
+}
+
+size_t round_up(size_t n, size_t unit) {
+  return (n + unit - 1) / unit * unit;
+}
+
+// The allocation holding [p, p + bytes), else nullptr.
+const std::pair<const uintptr_t, Allocation>* find(const std::map<uintptr_t, Allocation>& m,
+                                                    const void* p, size_t bytes) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = m.upper_bound(a);
+  if (it == m.begin()) return nullptr;
+  --it;
+  if (a + bytes > it->first + it->second.bytes || (bytes == 0 && a > it->first + it->second.bytes))
+    return nullptr;
+  return &*it;
+}
+
+bool pinned(const void* p, size_t bytes) {
+  const Memory& m = memory();
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = m.pinned.upper_bound(a);
+  if (it == m.pinned.begin()) return false;
+  --it;
+  return a + bytes <= it->first + it->second;
+}
+
+enum class Side { kDevice, kPinned, kPageable };
+
+Side side(const void* p, size_t bytes) {
+  if (find(memory().device, p, bytes)) return Side::kDevice;
+  return pinned(p, bytes) ? Side::kPinned : Side::kPageable;
+}
+
+cudaError_t allocate(void** ptr, size_t bytes) {
+  Memory& m = memory();
+  const size_t data = round_up(bytes == 0 ? 1 : bytes, 256);
+  if (m.in_use + data > m.capacity) return cudaErrorMemoryAllocation;
+  const size_t pages = round_up(data, page());
+  const size_t total = pages + 2 * page();
+  void* map = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (map == MAP_FAILED) return cudaErrorMemoryAllocation;
+  char* first = static_cast<char*>(map) + page();
+  if (mprotect(first, pages, PROT_READ | PROT_WRITE) != 0) {
+    munmap(map, total);
+    return cudaErrorMemoryAllocation;
+  }
+  char* p = first + pages - data;
+  std::memset(p, 0xFF, data);
+  m.device[reinterpret_cast<uintptr_t>(p)] = {bytes, map, total};
+  m.in_use += data;
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                       cudaStream_t stream, const char* what) {
+  const Side to = side(dst, bytes), from = side(src, bytes);
+  // cudaMemcpyDefault infers the direction from the pointers (unified addressing); an explicit
+  // kind that does not match them is undefined behaviour in CUDA, an error here.
+  const bool dev_dst = to == Side::kDevice, dev_src = from == Side::kDevice;
+  bool matches = true;
+  switch (kind) {
+    case cudaMemcpyHostToDevice: matches = !dev_src && dev_dst; break;
+    case cudaMemcpyDeviceToHost: matches = dev_src && !dev_dst; break;
+    case cudaMemcpyDeviceToDevice: matches = dev_src && dev_dst; break;
+    case cudaMemcpyHostToHost: matches = !dev_src && !dev_dst; break;
+    case cudaMemcpyDefault: break;
+    default: return record_error(cudaErrorInvalidMemcpyDirection);
+  }
+  if (!matches) {
+    fail_sticky(cudaErrorInvalidValue,
+                std::string(what) + ": the pointers do not match the copy's kind " +
+                    std::to_string(static_cast<int>(kind)) + " (a device pointer must lie in " +
+                    "one live cudaMalloc allocation, " + std::to_string(bytes) + " bytes long)");
+    return cudaErrorInvalidValue;
+  }
+  if ((to == Side::kPageable || from == Side::kPageable) && (dev_dst || dev_src) &&
+      capturing(stream))
+    return capture_violation(stream, std::string(what) + " with pageable host memory");
+  return cudaSuccess;
+}
+
+}  // namespace
+}  // namespace emu::rt::detail
+
+namespace emu::rt {
+
+cudaError_t device_malloc(void** ptr, size_t bytes, const char* what) {
+  std::lock_guard lock(detail::mutex());
+  if (detail::unsafe_call_prohibited()) return detail::unsafe_call(what);
+  return detail::record_error(detail::allocate(ptr, bytes));
+}
+
+bool device_range(const void* ptr, size_t bytes) {
+  std::lock_guard lock(detail::mutex());
+  return detail::find(detail::memory().device, ptr, bytes) != nullptr;
+}
+
+}  // namespace emu::rt
+
+using namespace emu::rt;
+using namespace emu::rt::detail;
+
+extern "C" {
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  if (ptr == nullptr) return record_error(cudaErrorInvalidValue);
+  std::lock_guard lock(mutex());
+  if (sticky_error() != cudaSuccess) return sticky_error();
+  if (unsafe_call_prohibited()) return unsafe_call("cudaMalloc");
+  return record_error(allocate(ptr, bytes));
+}
+
+cudaError_t cudaFree(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  std::lock_guard lock(mutex());
+  if (unsafe_call_prohibited()) return unsafe_call("cudaFree");
+  Memory& m = memory();
+  const auto it = m.device.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == m.device.end()) return record_error(cudaErrorInvalidDevicePointer);
+  m.in_use -= round_up(it->second.bytes == 0 ? 1 : it->second.bytes, 256);
+  munmap(it->second.mapping, it->second.mapping_bytes);
+  m.device.erase(it);
+  return sticky_error();
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
+  if (ptr == nullptr) return record_error(cudaErrorInvalidValue);
+  std::lock_guard lock(mutex());
+  if (unsafe_call_prohibited()) return unsafe_call("cudaMallocHost");
+  void* p = std::aligned_alloc(256, round_up(bytes == 0 ? 1 : bytes, 256));
+  if (p == nullptr) return record_error(cudaErrorMemoryAllocation);
+  memory().pinned[reinterpret_cast<uintptr_t>(p)] = bytes;
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int /*flags*/) {
+  return cudaMallocHost(ptr, bytes);
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  std::lock_guard lock(mutex());
+  if (memory().pinned.erase(reinterpret_cast<uintptr_t>(ptr)) == 0)
+    return record_error(cudaErrorInvalidValue);
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  std::lock_guard lock(mutex());
+  *free_bytes = memory().capacity - memory().in_use;
+  *total_bytes = memory().capacity;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  std::lock_guard lock(mutex());
+  if (sticky_error() != cudaSuccess) return sticky_error();
+  if (bytes == 0) return cudaSuccess;
+  if (const cudaError_t e = check_copy(dst, src, bytes, kind, stream, "cudaMemcpyAsync");
+      e != cudaSuccess)
+    return e;
+  return enqueue(stream, "cudaMemcpyAsync", [=] { std::memmove(dst, src, bytes); });
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  std::lock_guard lock(mutex());
+  if (unsafe_call_prohibited()) return unsafe_call("cudaMemcpy");
+  return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+}
+
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind kind,
+                              cudaStream_t stream) {
+  std::lock_guard lock(mutex());
+  if (sticky_error() != cudaSuccess) return sticky_error();
+  if (width > dpitch || width > spitch) return record_error(cudaErrorInvalidPitchValue);
+  if (width == 0 || height == 0) return cudaSuccess;
+  // Each side's extent: height - 1 pitches and one row.
+  const size_t dst_bytes = (height - 1) * dpitch + width, src_bytes = (height - 1) * spitch + width;
+  const Side to = side(dst, dst_bytes), from = side(src, src_bytes);
+  if ((kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice) && to != Side::kDevice)
+    return record_error(cudaErrorInvalidValue);
+  if ((kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost) &&
+      from != Side::kDevice)
+    return record_error(cudaErrorInvalidValue);
+  if ((to == Side::kPageable || from == Side::kPageable) &&
+      (to == Side::kDevice || from == Side::kDevice) && capturing(stream))
+    return capture_violation(stream, "cudaMemcpy2DAsync with pageable host memory");
+  return enqueue(stream, "cudaMemcpy2DAsync", [=] {
+    for (size_t r = 0; r < height; ++r)
+      std::memmove(static_cast<char*>(dst) + r * dpitch,
+                   static_cast<const char*>(src) + r * spitch, width);
+  });
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
+  std::lock_guard lock(mutex());
+  if (sticky_error() != cudaSuccess) return sticky_error();
+  if (bytes == 0) return cudaSuccess;
+  if (!find(memory().device, ptr, bytes)) {
+    fail_sticky(cudaErrorInvalidValue, "cudaMemsetAsync: " + std::to_string(bytes) +
+                                           " bytes do not lie in one cudaMalloc allocation");
+    return cudaErrorInvalidValue;
+  }
+  return enqueue(stream, "cudaMemsetAsync", [=] { std::memset(ptr, value, bytes); });
+}
+
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+  std::lock_guard lock(mutex());
+  if (unsafe_call_prohibited()) return unsafe_call("cudaMemset");
+  return cudaMemsetAsync(ptr, value, bytes, nullptr);
+}
+
+}  // extern "C"
