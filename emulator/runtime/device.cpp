@@ -7,6 +7,10 @@
 #include "emu/launch.h"
 #include "state.h"
 
+namespace emu::rt {
+bool options_from_environment();
+}
+
 namespace {
 constexpr int kSms = 132;
 constexpr int kClockKhz = 1980000;
@@ -20,6 +24,7 @@ cudaError_t check_device(int device) {
 extern "C" {
 
 cudaError_t cudaGetDeviceCount(int* count) {
+  (void)emu::rt::options_from_environment();
   if (count == nullptr) return emu::rt::detail::record_error(cudaErrorInvalidValue);
   *count = 1;
   return cudaSuccess;

@@ -136,9 +136,9 @@ def rewrite_launches(text):
         name = re.sub(r"\s+", " ", kernel)
         new = ('::emu::rt::launch_kernel(::emu::rt::launch_args(%s), "%s", '
                '[=](const auto&... p) { %s(p...); }, '
-               '[=]<class... A>() -> const void* { if constexpr (requires { '
-               'static_cast<void (*)(A...)>(%s); }) return reinterpret_cast<const void*>('
-               'static_cast<void (*)(A...)>(%s)); else return nullptr; }%s)') % (
+               '[=]<class... ModEmuArgs>() -> const void* { if constexpr (requires { '
+               'static_cast<void (*)(ModEmuArgs...)>(%s); }) return reinterpret_cast<const void*>('
+               'static_cast<void (*)(ModEmuArgs...)>(%s)); else return nullptr; }%s)') % (
             config, name, kernel, kernel, kernel, (", " + args) if args.strip() else "")
         # Keep the line count: newlines dropped from between the pieces go after the call.
         lost = text[start:close + 1].count("\n") - new.count("\n")

@@ -13,7 +13,9 @@
 
 #include <omp.h>
 
+#include "core/backend.h"
 #include "core/cpu/blas.h"
+#include "core/tensor.h"
 
 using Catch::Matchers::Contains;
 using mod::cpu::SgemmLibrary;
@@ -289,5 +291,32 @@ TEST_CASE("blas_gemm with beta 0 overwrites C, leaving row padding alone", "[bla
       }
       for (int64_t j = n; j < ldc; ++j) REQUIRE(std::isnan(c[i * ldc + j]));
     }
+  }
+}
+
+// An empty sum (an expert no token chose, in backward): BLAS refuses lda = k = 0, so the backend
+// writes C = 0 itself, or leaves C when accumulating, as the CUDA backend does. Found when the
+// CUDA suite first ran (under the emulator) against a oneDNN build's CPU reference.
+TEST_CASE("the CPU backend's gemm with k = 0 writes zeros, or keeps C when accumulating",
+          "[blas]") {
+  RestoreLibrary restore;
+  mod::Backend& be = mod::backend(mod::Device::CPU);
+  for (const SgemmLibrary lib : built_libraries()) {
+    mod::cpu::set_sgemm_library(lib);
+    INFO(name(lib));
+    mod::GemmArgs g;
+    g.batch = 2;
+    g.m = 5;
+    g.n = 6;
+    g.k = 0;
+    g.stride_c = 30;
+    const mod::Tensor a = mod::Tensor::zeros({0}), b = mod::Tensor::zeros({0});
+    mod::Tensor c = mod::Tensor::full({60}, 7.0);
+    be.gemm(g, a, b, c);
+    CHECK(c.to_vector() == std::vector<double>(60, 0.0));
+    g.accumulate = true;
+    c = mod::Tensor::full({60}, 7.0);
+    be.gemm(g, a, b, c);
+    CHECK(c.to_vector() == std::vector<double>(60, 7.0));
   }
 }

@@ -13,6 +13,7 @@
 
 #include "core/all_ops.h"
 #include "core/ops/optim.h"
+#include "core/recompute.h"
 #include "tests/cuda/backend_parity.h"
 
 using namespace mod;
@@ -422,6 +423,52 @@ TEST_CASE("cuda: gelu_mlp output and gradients against the CPU (f32, bf16)", "[c
     expect_close("dW_up", host(ug.grad()), uc.grad(), rtol);
     expect_close("dW_down", host(dg.grad()), dc.grad(), rtol);
   }
+}
+
+// SELECTIVE recomputation keeps gelu_mlp's GEMM outputs and recomputes h with the GELU kernel,
+// so its forward computes h that way too (the epilogue's GELU of the f32 accumulator differs by
+// an ulp in bf16): the gradients are then those of the forward that ran. Its output and dW_down
+// are bitwise those of the unfused linear, GELU, linear, which issue the same GEMMs and kernel;
+// a forward through the epilogue (what NONE runs) would not be. NONE stays within Tol::Long.
+TEST_CASE("cuda: gelu_mlp under SELECTIVE recomputation differentiates the forward it ran",
+          "[cuda]") {
+  const DType dtype = DType::BF16;
+  Rng rng(212);
+  const int64_t n = 64, d = 64, f = 256;
+  const Tensor x = to_gpu(normal({n, d}, rng), dtype);
+  const Tensor up = to_gpu(normal({f, d}, rng, 0.2), dtype);
+  const Tensor down = to_gpu(normal({d, f}, rng, 0.1), dtype);
+  const Tensor r = to_gpu(normal({n, d}, rng), dtype);
+  struct Run {
+    Tensor y, dx, dup, ddown;
+  };
+  auto run = [&](auto&& forward) {
+    Tensor xg = x.clone().set_requires_grad(true);
+    Tensor ug = up.clone().set_requires_grad(true);
+    Tensor dg = down.clone().set_requires_grad(true);
+    Tensor y = forward(xg, ug, dg);
+    sum(mul(y, r)).backward();
+    auto host = [](const Tensor& t) { return t.to(DType::F32).to(Device::CPU); };
+    return Run{host(y), host(xg.grad()), host(ug.grad()), host(dg.grad())};
+  };
+  const Run selective = run([](const Tensor& xg, const Tensor& ug, const Tensor& dg) {
+    return recompute_region(
+        [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{gelu_mlp(in[0], ug, dg)}; },
+        {xg}, RegionKeeps::CostlyOpOutputs)[0];
+  });
+  const Run unfused = run([](const Tensor& xg, const Tensor& ug, const Tensor& dg) {
+    return matmul(gelu(matmul(xg, ug, false, true)), dg, false, true);
+  });
+  const Run none = run([](const Tensor& xg, const Tensor& ug, const Tensor& dg) {
+    return gelu_mlp(xg, ug, dg);
+  });
+  CHECK(selective.y.to_vector() == unfused.y.to_vector());
+  CHECK(selective.ddown.to_vector() == unfused.ddown.to_vector());
+  const double rtol = precision(dtype).tolerance(Tol::Long);
+  expect_close("y", selective.y, none.y, rtol);
+  expect_close("dx", selective.dx, none.dx, rtol);
+  expect_close("dW_up", selective.dup, none.dup, rtol);
+  expect_close("dW_down", selective.ddown, none.ddown, rtol);
 }
 
 TEST_CASE("cuda: cross-entropy backward on a vocabulary slice (vocabulary-parallel loss)",

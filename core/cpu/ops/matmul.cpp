@@ -21,6 +21,11 @@ std::string gemm_label(const GemmArgs& g) {
 
 void CpuBackend::gemm(const GemmArgs& g, const Tensor& a, const Tensor& b, Tensor& c) {
   OpTraceScope trace([&] { return gemm_label(g); }, 2.0 * g.batch * g.m * g.n * g.k);
+  if (g.batch == 0 || g.m == 0 || g.n == 0) return;
+  if (g.k == 0) {  // an empty sum (an expert no token chose): BLAS refuses lda = k = 0
+    if (!g.accumulate) fill(c, 0.0);
+    return;
+  }
   dispatch_float(c.dtype(), "gemm", [&](auto z) {
     using T = decltype(z);
     const T* pa = a.data<T>();
