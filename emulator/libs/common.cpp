@@ -1,4 +1,4 @@
-// The stand-ins' shared helpers (common.h) and counters (emu/blas_stats.h).
+// The stand-ins' shared helpers (common.h) and counters (emulator/include/emu/blas_stats.h).
 #include "common.h"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // What the cuBLAS and cuBLASLt stand-ins share: the toolkit's data types mapped to gemm.h's,
 // the operand range check each queued GEMM makes before it runs, and the counters behind
-// emu/blas_stats.h.
+// emulator/include/emu/blas_stats.h.
 #pragma once
 
 #include <library_types.h>

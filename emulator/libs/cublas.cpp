@@ -116,7 +116,7 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// The default pool's buffers stay in the arena (emu/runtime.h has no free); a graph captured
+// The default pool's buffers stay in the arena (emulator/include/emu/runtime.h has no free); a graph captured
 // with one may still run.
 cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;

@@ -4,17 +4,24 @@
 // filled with 0xFF (a NaN as f32, bf16 or f64; -1 as an integer): cudaMalloc does not clear
 // memory, and a kernel reading what nothing wrote gives NaN rather than a plausible zero. The
 // device's size is MOD_EMU_DEVICE_MEMORY bytes (default 16 GiB), so out-of-memory paths run.
+// Outside device work (a kernel, a copy, a library call running) every allocation is PROT_NONE,
+// so the host reading or writing a device pointer faults as on a GPU without unified memory.
+// Device work opens an allocation at its first touch (the fault handler makes it accessible)
+// and closes what it opened when it ends: a launch pays for the allocations it uses, not for
+// all of them. MOD_EMU_PROTECT=0 leaves device memory accessible.
 //
 // Copies and memsets follow the API's synchronization rules (CUDA Runtime API, "API
 // synchronization behavior"): a copy involving pageable host memory synchronises with the host,
 // which is why it is prohibited while its stream is captured (Programming Guide, "CUDA Graphs",
 // "Prohibited and Unhandled Operations").
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <vector>
 #include <string>
 
 #include "emu/runtime.h"
@@ -27,6 +34,8 @@ struct Allocation {
   size_t bytes = 0;
   void* mapping = nullptr;
   size_t mapping_bytes = 0;
+  char* pages = nullptr;  // the accessible part, between the guard pages
+  size_t pages_bytes = 0;
 };
 
 struct Memory {
@@ -34,6 +43,9 @@ struct Memory {
   std::map<uintptr_t, size_t> pinned;      // cudaMallocHost blocks
   size_t in_use = 0;
   size_t capacity = 0;
+  int device_depth = 0;  // device work running (nested: a graph's nodes)
+  bool protect = true;
+  std::vector<const Allocation*> opened;  // by the running device work; capacity kept spare
 };
 
 Memory& memory() {
@@ -41,6 +53,8 @@ Memory& memory() {
     auto* mem = new Memory;
     const char* v = std::getenv("MOD_EMU_DEVICE_MEMORY");
     mem->capacity = v && *v ? std::strtoull(v, nullptr, 10) : size_t{16} << 30;
+    const char* p = std::getenv("MOD_EMU_PROTECT");
+    mem->protect = !(p && std::strcmp(p, "0") == 0);
     return mem;
   }();
   return *m;
@@ -83,6 +97,52 @@ Side side(const void* p, size_t bytes) {
   return pinned(p, bytes) ? Side::kPinned : Side::kPageable;
 }
 
+struct sigaction previous_segv;
+
+void set_access(const Allocation& a, bool open) {
+  mprotect(a.pages, a.pages_bytes, open ? PROT_READ | PROT_WRITE : PROT_NONE);
+}
+
+// Raised synchronously by this thread's own access, never while the maps change. In device work,
+// a touch of a closed allocation opens it; anything else is reported, and the signal handed to
+// whoever had it (Catch2's report, or the default) by returning with the old action restored.
+void on_segv(int, siginfo_t* info, void*) {
+  Memory& m = memory();
+  const auto at = reinterpret_cast<uintptr_t>(info->si_addr);
+  if (m.device_depth > 0 && m.opened.size() < m.opened.capacity()) {
+    auto it = m.device.upper_bound(at);
+    if (it != m.device.begin()) {
+      --it;
+      const Allocation& a = it->second;
+      const auto first = reinterpret_cast<uintptr_t>(a.pages);
+      if (at >= first && at < first + a.pages_bytes) {
+        set_access(a, true);
+        m.opened.push_back(&a);
+        return;
+      }
+    }
+  }
+  static const char text[] =
+      "emulator: segmentation fault: the host touched device memory (only kernels, copies and "
+      "library calls may), or a kernel ran past an allocation into its guard page\n";
+  if (write(2, text, sizeof text - 1) < 0) {
+  }
+  sigaction(SIGSEGV, &previous_segv, nullptr);
+}
+
+// Ours must see a fault first; a test framework may have put its own in front since (Catch2
+// does at every test case), so this is checked whenever device work begins.
+void install_segv_handler() {
+  struct sigaction current {};
+  sigaction(SIGSEGV, nullptr, &current);
+  if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_segv) return;
+  struct sigaction action {};
+  action.sa_sigaction = on_segv;
+  action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGSEGV, &action, &previous_segv);
+}
+
 cudaError_t allocate(void** ptr, size_t bytes) {
   Memory& m = memory();
   const size_t data = round_up(bytes == 0 ? 1 : bytes, 256);
@@ -98,7 +158,9 @@ cudaError_t allocate(void** ptr, size_t bytes) {
   }
   char* p = first + pages - data;
   std::memset(p, 0xFF, data);
-  m.device[reinterpret_cast<uintptr_t>(p)] = {bytes, map, total};
+  const Allocation a{bytes, map, total, first, pages};
+  if (m.protect && m.device_depth == 0) set_access(a, false);
+  m.device[reinterpret_cast<uintptr_t>(p)] = a;
   m.in_use += data;
   *ptr = p;
   return cudaSuccess;
@@ -133,6 +195,22 @@ cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 }
 
 }  // namespace
+
+void enter_device() {
+  Memory& m = memory();
+  // The handler may not allocate: room for every allocation to open.
+  if (m.device_depth++ != 0 || !m.protect) return;
+  install_segv_handler();
+  if (m.opened.capacity() < m.device.size() + 64) m.opened.reserve(2 * m.device.size() + 64);
+}
+
+void leave_device() {
+  Memory& m = memory();
+  if (--m.device_depth != 0) return;
+  for (const Allocation* a : m.opened) set_access(*a, false);
+  m.opened.clear();
+}
+
 }  // namespace emu::rt::detail
 
 namespace emu::rt {
@@ -171,6 +249,7 @@ cudaError_t cudaFree(void* ptr) {
   const auto it = m.device.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == m.device.end()) return record_error(cudaErrorInvalidDevicePointer);
   m.in_use -= round_up(it->second.bytes == 0 ? 1 : it->second.bytes, 256);
+  std::erase(m.opened, &it->second);
   munmap(it->second.mapping, it->second.mapping_bytes);
   m.device.erase(it);
   return sticky_error();

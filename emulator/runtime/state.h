@@ -112,4 +112,14 @@ void run_graph(const GraphImpl& graph);
 
 double now_ms();
 
+// Device work running: device memory is accessible to the host thread only inside (memory.cpp).
+void enter_device();
+void leave_device();
+struct DeviceSection {
+  DeviceSection() { enter_device(); }
+  ~DeviceSection() { leave_device(); }
+  DeviceSection(const DeviceSection&) = delete;
+  DeviceSection& operator=(const DeviceSection&) = delete;
+};
+
 }  // namespace emu::rt::detail

@@ -1,4 +1,4 @@
-// Streams and events. Work runs when it is issued (emu/runtime.h says why that is a schedule
+// Streams and events. Work runs when it is issued (emulator/include/emu/runtime.h says why that is a schedule
 // CUDA allows), so a stream is always idle when the host looks: synchronising returns at once,
 // after checking that it is allowed. Events record the host time at which they were reached.
 #include <chrono>
@@ -59,7 +59,10 @@ cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()>
   // synchronization behavior"); a blocking stream being captured has none it can wait for.
   if (is_legacy(stream))
     if (const cudaError_t e = legacy_use(what); e != cudaSuccess) return e;
-  work();
+  {
+    DeviceSection section;
+    work();
+  }
   return sticky_error();
 }
 

@@ -1,4 +1,4 @@
-// The fake runtime of fake_runtime.h, implementing emu/runtime.h for blas_test.cpp.
+// The fake runtime of fake_runtime.h, implementing emulator/include/emu/runtime.h for blas_test.cpp.
 #include "tests/emulator/fake_runtime.h"
 
 #include <cstdint>
