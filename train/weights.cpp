@@ -2,11 +2,11 @@
 #include "train/weights.h"
 
 #include <cmath>
-
 #include <filesystem>
 #include <stdexcept>
 
 #include "configs/config.h"
+#include "core/util/crc32c.h"
 #include "core/util/safetensors.h"
 #include "model/parameter_shapes.h"
 #include "train/checkpoint/checkpoint.h"
@@ -21,7 +21,7 @@ std::map<std::string, std::string> weights_metadata(const modtrain::RunConfig& c
   std::map<std::string, std::string> m = {{"format", "modtrain-weights-1"},
                                           {"config", config::to_text(cfg)},
                                           {"step", std::to_string(step)}};
-  if (tokenizer_crc32c) m["tokenizer_crc32c"] = data::seal_text(*tokenizer_crc32c);
+  if (tokenizer_crc32c) m["tokenizer_crc32c"] = crc32c_text(*tokenizer_crc32c);
   return m;
 }
 
@@ -104,8 +104,8 @@ LoadedModel load_weights(const std::string& path, const LoadChecks& checks) {
   out.step = header.step;
   out.source = "weights " + path;
   if (index.metadata.count("tokenizer_crc32c"))
-    out.tokenizer_crc32c = data::parse_seal_text(index.metadata.at("tokenizer_crc32c"),
-                                                 "weights " + path + ": metadata tokenizer_crc32c");
+    out.tokenizer_crc32c = parse_crc32c_text(index.metadata.at("tokenizer_crc32c"),
+                                             "weights " + path + ": metadata tokenizer_crc32c");
   out.model = std::make_unique<model::Transformer>(out.config.model(), out.config.train().seed());
   copy_into(*out.model, load_safetensors(path), path);
   check_finite(out, checks);

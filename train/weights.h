@@ -1,7 +1,8 @@
 // The weights file that train writes and eval/sample read (until checkpoints carry more):
 // model.safetensors with every parameter by name and metadata {format: modtrain-weights-1,
 // config: the RunConfig in text format, step: N, and tokenizer_crc32c: the dataset tokenizer's
-// seal (train/data/tokenizer_seal.h) when it has one}. Loading checks every name and shape.
+// seal (train/data/tokenizer_seal.h) when it has one}, and the weights seal (each tensor's CRC-32C,
+// core/util/safetensors.h). Loading checks every name, shape and seal.
 #pragma once
 
 #include <cstdint>

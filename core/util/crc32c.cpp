@@ -2,7 +2,9 @@
 #include "core/util/crc32c.h"
 
 #include <array>
+#include <cstdio>
 #include <cstring>
+#include <stdexcept>
 
 namespace mod {
 
@@ -38,6 +40,19 @@ uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
   }
   while (n--) crc = (crc >> 8) ^ kTable[0][(crc ^ *p++) & 0xFF];
   return ~crc;
+}
+
+std::string crc32c_text(uint32_t crc) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%08x", crc);
+  return b;
+}
+
+uint32_t parse_crc32c_text(const std::string& text, const std::string& where) {
+  if (text.size() != 8 || text.find_first_not_of("0123456789abcdef") != std::string::npos)
+    throw std::runtime_error(where + ": '" + text.substr(0, 20) +
+                             "' is not a CRC-32C (8 lowercase hex digits)");
+  return static_cast<uint32_t>(std::stoul(text, nullptr, 16));
 }
 
 }  // namespace mod

@@ -2,14 +2,18 @@
 // safetensors_header.cpp before any tensor is allocated.
 #include "core/util/safetensors.h"
 
-#include "core/util/atomic_file.h"
-#include "core/util/safetensors_header.h"
-
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
+
+#include "core/util/atomic_file.h"
+#include "core/util/crc32c.h"
+#include "core/util/safetensors_header.h"
 
 namespace mod {
 
@@ -43,11 +47,32 @@ std::string quote(const std::string& s) {
   }
   return out + "\"";
 }
+
+// Once per file and process: grid results evaluate the same files again.
+void note_unsealed(const std::string& path) {
+  static std::mutex mu;
+  static std::set<std::string> noted;
+  const std::lock_guard<std::mutex> lock(mu);
+  if (noted.insert(path).second)
+    std::fprintf(stderr,
+                 "note: safetensors %s has no CRC-32C seal (not written by modtrain): "
+                 "its tensors load unchecked\n",
+                 path.c_str());
+}
 }  // namespace
 
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+                      const std::map<std::string, std::string>& user_metadata) {
+  std::map<std::string, std::string> metadata = user_metadata;
+  for (const auto& [key, value] : user_metadata)
+    if (key.rfind(kSealKeyPrefix, 0) == 0)
+      throw std::invalid_argument("safetensors " + path + ": metadata key '" + key +
+                                  "' is reserved for the seal");
+  for (const auto& [name, t] : tensors) {  // a GPU tensor is copied twice, never held twice
+    const Tensor host = t.to(Device::CPU);
+    metadata[kSealKeyPrefix + name] = crc32c_text(crc32c(host.raw_data(), host.nbytes()));
+  }
   std::ostringstream json;
   json << "{";
   bool first = true;
@@ -85,6 +110,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   const SafetensorsIndex index = read_safetensors_index(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("safetensors " + path + ": cannot open");
+  if (!index.sealed && !index.tensors.empty()) note_unsealed(path);
   SafetensorsFile out;
   out.metadata = index.metadata;
   for (const SafetensorsEntry& e : index.tensors) {
@@ -92,6 +118,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
     in.seekg(static_cast<std::streamoff>(index.data_start + e.begin));
     in.read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(t.nbytes()));
     if (!in) throw std::runtime_error("safetensors " + path + ": tensor " + e.name + ": read failed");
+    check_safetensors_seal(e, t.raw_data(), path);
     out.tensors.emplace(e.name, t);
   }
   return out;

@@ -2,15 +2,16 @@
 // Boost.PropertyTree, whose recursive parser is shielded by a nesting-depth pre-scan.
 #include "core/util/safetensors_header.h"
 
+#include <algorithm>
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 
+#include "core/util/crc32c.h"
 #include "core/util/json_nesting.h"
 
 namespace mod {
@@ -64,7 +65,47 @@ void check_tiling(const std::vector<SafetensorsEntry>& tensors, uint64_t data_by
         " ends at byte " + std::to_string(at) + " of the " + std::to_string(data_bytes) +
         " data bytes: file not fully covered (a wrong header length, or bytes inserted or appended)");
 }
+
+// Moves the seal's keys out of the metadata onto the entries. A seal without its tensor, or a
+// tensor without its seal in a sealed file, is an error naming it.
+void take_seal(SafetensorsIndex& index, const std::string& path) {
+  const std::string prefix = kSealKeyPrefix;
+  std::map<std::string, uint32_t> seals;
+  for (auto it = index.metadata.begin(); it != index.metadata.end();) {
+    if (it->first.rfind(prefix, 0) != 0) {
+      ++it;
+      continue;
+    }
+    seals[it->first.substr(prefix.size())] =
+        parse_crc32c_text(it->second, "safetensors " + path + ": metadata " + it->first);
+    it = index.metadata.erase(it);
+  }
+  if (seals.empty()) return;
+  for (SafetensorsEntry& e : index.tensors) {
+    const auto s = seals.find(e.name);
+    if (s == seals.end())
+      throw std::runtime_error("safetensors " + path + ": tensor '" + e.name +
+                               "' has no seal (metadata " + prefix + e.name +
+                               ") although the file is sealed");
+    e.crc32c = s->second;
+    seals.erase(s);
+  }
+  if (!seals.empty())
+    throw std::runtime_error("safetensors " + path + ": the seal names tensor '" +
+                             seals.begin()->first + "', which the file does not hold");
+  index.sealed = true;
+}
 }  // namespace
+
+void check_safetensors_seal(const SafetensorsEntry& e, const void* data, const std::string& path) {
+  if (!e.crc32c) return;
+  const uint32_t crc = crc32c(data, e.end - e.begin);
+  if (crc != *e.crc32c)
+    throw std::runtime_error("safetensors " + path + ": tensor '" + e.name +
+                             "': its data has CRC-32C " + crc32c_text(crc) + ", its seal says " +
+                             crc32c_text(*e.crc32c) +
+                             " (the file was damaged after it was written)");
+}
 
 uint64_t safetensors_header_length(const unsigned char first8[8], uint64_t file_bytes,
                                    const std::string& path) {
@@ -142,6 +183,7 @@ SafetensorsIndex parse_safetensors_header(const std::string& header_json, uint64
     out.tensors.push_back(std::move(e));
   }
   check_tiling(out.tensors, data_bytes, path);
+  take_seal(out, path);
   return out;
 }
 

@@ -146,8 +146,10 @@ int fuzz_one_safetensors(const uint8_t* data, size_t size) {
   const uint64_t n = safetensors_header_length(first8, size, "fuzz.safetensors");
   const SafetensorsIndex index =
       parse_safetensors_header(text_of(data + 8, n), size, "fuzz.safetensors");
-  for (const SafetensorsEntry& e : index.tensors)  // the bytes a load would copy
+  for (const SafetensorsEntry& e : index.tensors) {  // the bytes a load would copy, and the seal
     crc32c(data + index.data_start + e.begin, e.end - e.begin);
+    check_safetensors_seal(e, data + index.data_start + e.begin, "fuzz.safetensors");
+  }
   // A modtrain weights file: the header checks load_weights makes, and the step a run
   // directory's reader (weights_step) takes from the same header, which must agree.
   const MemFile file(data, size);

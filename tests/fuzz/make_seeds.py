@@ -163,6 +163,13 @@ tiny_config = "model { vocab_size: 4 d_model: 4 n_layers: 1 n_heads: 2 d_ff: 4 s
 tiny_tensors = [(n, "f", "F32", s, [0.25] * (s[0] * (s[1] if len(s) > 1 else 1))) for n, s in tiny]
 put("safetensors", "tiny_model.safetensors", safetensors(tiny_tensors,
     {"format": "modtrain-weights-1", "step": "3", "config": tiny_config}))
+# The same model sealed as modtrain writes it: "crc32c.<name>" per tensor (8 lowercase hex digits).
+sealed_tensors = [(n, f, d, s, [0.25 + i + k / 8 for k in range(len(v))])
+                  for i, (n, f, d, s, v) in enumerate(tiny_tensors)]
+seal = {"crc32c." + n: "%08x" % crc32c(struct.pack("<%d%s" % (len(v), f), *v))
+        for n, f, d, s, v in sealed_tensors}
+put("safetensors", "sealed_tiny_model.safetensors", safetensors(sealed_tensors,
+    dict(seal, format="modtrain-weights-1", step="3", config=tiny_config)))
 spaced = safetensors(tiny_tensors, {"format": "modtrain-weights-1", "step": "3", "config": tiny_config})
 n = struct.unpack("<Q", spaced[:8])[0]
 h = spaced[8:8 + n].replace(b'"step":', b'"step"' + b" " * 4096 + b":")

@@ -4,7 +4,8 @@
 # refuse. The files: the corpus and regressions of tests/fuzz/ and, from every valid one, its
 # mutations in the layout (header length off by a few bytes, bytes inserted, appended or cut,
 # data_offsets and shapes moved by one, entries reordered or repeated), where a reader that
-# trusts the header reads the wrong bytes. Only dtypes modtrain reads appear.
+# trusts the header reads the wrong bytes. Only dtypes modtrain reads appear. modtrain alone
+# checks the weights seal: its refusal of a sealed file whose bytes moved counts as agreement.
 # Usage: safetensors_oracle.py VERDICT_TOOL SOURCE_DIR. Exits 77 (skipped) without the library.
 import glob
 import json
@@ -116,6 +117,8 @@ def main() -> int:
     for (label, data), mine in zip(keep.items(), ours):
         ref = reference(data)
         accepted += ref == "ok"
+        if ref == "ok" and "its seal says" in mine:  # tensors moved under their seal
+            continue
         if (mine == "ok") != (ref == "ok"):
             mismatches += 1
             print(f"MISMATCH {label}: modtrain {mine[:160]!r}, reference {ref[:160]!r}")

@@ -1,7 +1,8 @@
 // Checkpoint -> safetensors: every "model/<param>" tensor, whole (however it was sharded), named
 // <param> like the model's parameters, with the metadata train::save_weights writes
-// (train::weights_metadata: format, config, step, the tokenizer's seal), so `modtrain eval` and
-// `modtrain sample` (train::load_weights) and the Python safetensors package read the file.
+// (train::weights_metadata: format, config, step, the tokenizer's seal) and the weights seal,
+// so `modtrain eval`, `modtrain sample` (train::load_weights) and the Python
+// safetensors package read the file.
 #pragma once
 
 #include <string>

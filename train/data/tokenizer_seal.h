@@ -30,9 +30,6 @@ uint32_t tokenizer_file_crc(const std::string& path);
 void check_tokenizer_seal(const std::string& path, uint32_t crc, const std::string& holder,
                           std::optional<uint32_t> sealed);
 
-// The seal as a weights file's metadata holds it: 8 lowercase hex digits.
-std::string seal_text(uint32_t crc);
-// Its inverse; an error naming `where` unless exactly 8 hex digits.
-uint32_t parse_seal_text(const std::string& text, const std::string& where);
+// The seal as a weights file's metadata holds it: crc32c_text (core/util/crc32c.h).
 
 }  // namespace mod::data

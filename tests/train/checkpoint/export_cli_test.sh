@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `modtrain export` end to end: a checkpoint written by checkpoint_tests' [.export_fixture] case
 # (a tiny model saved in pieces) exports from its run directory; bad --format and a missing
-# checkpoint fail naming the culprit. With --python, the exported file is also read by the
-# Python safetensors package and compared with train::save_weights' file of the same model
-# (exit 77, a CTest skip, when python3 lacks safetensors or numpy).
+# checkpoint fail naming the culprit; a flipped data byte is refused by its seal. With --python,
+# the exported file is also read by the Python safetensors package and compared with
+# train::save_weights' file of the same model, seals included (exit 77, a CTest skip, when
+# python3 lacks safetensors or numpy).
 # Usage: export_cli_test.sh MODTRAIN CHECKPOINT_TESTS [--python]
 set -euo pipefail
 modtrain=$1
@@ -38,6 +39,16 @@ expect_error "'onnx' is not supported (accepted: safetensors)" \
 expect_error "$work/nowhere: neither a checkpoint directory" \
   "$modtrain" export --checkpoint "$work/nowhere" --out "$work/x"
 expect_error "out" "$modtrain" export --checkpoint "$work/run"
+
+# The weights seal: one flipped bit in the last tensor's last byte (still finite) is refused by
+# the loader eval, sample and inspect share, naming the file and the tensor.
+cp "$work/exported.safetensors" "$work/flipped.safetensors"
+size=$(stat -c %s "$work/flipped.safetensors")
+last=$(tail -c 1 "$work/flipped.safetensors" | od -An -tu1 | tr -d ' ')
+printf "\\x$(printf %02x $((last ^ 1)))" \
+  | dd of="$work/flipped.safetensors" bs=1 seek=$((size - 1)) conv=notrunc status=none
+expect_error "safetensors $work/flipped.safetensors: tensor '.*': its data has CRC-32C" \
+  "$modtrain" sample --checkpoint "$work/flipped.safetensors" --max-new-tokens 1
 
 if [ "$mode" = "--python" ]; then
   python3 "$here/export_check.py" "$work/exported.safetensors" "$work/expected.safetensors"

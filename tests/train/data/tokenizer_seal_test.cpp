@@ -76,13 +76,13 @@ TEST_CASE("prep seals its tokenizer, and a one-bit change is refused naming both
   for (int line = 1; line < 6; ++line) at = flipped.find('\n', at) + 1;
   flipped[at - 2] ^= 1;
   write_all(tok, flipped);
-  const std::string now = seal_text(mod::crc32c(flipped.data(), flipped.size()));
+  const std::string now = mod::crc32c_text(mod::crc32c(flipped.data(), flipped.size()));
   REQUIRE(Tokenizer::load(tok.string())->vocab_size() == vocab);  // a valid, different tokenizer
   for (const std::string& error : {error_of([&] { Dataset::open(data.string()); }),
                                    error_of([&] { load_dataset_tokenizer(data.string()); })}) {
     CHECK_THAT(error, Contains("tokenizer " + tok.string() + " has CRC-32C " + now));
     CHECK_THAT(error, Contains("dataset " + manifest.string() + " was made with one of CRC-32C " +
-                               seal_text(sealed)));
+                               mod::crc32c_text(sealed)));
   }
 
   // A manifest older than the seal opens unchecked.
@@ -100,9 +100,9 @@ TEST_CASE("tokenizer seals check only when recorded, and parse strictly", "[data
   CHECK_THROWS_WITH(check_tokenizer_seal("t.json", 7, "weights w", 8u),
                     Contains("tokenizer t.json has CRC-32C 00000007, but weights w was made with "
                              "one of CRC-32C 00000008"));
-  CHECK(seal_text(0x1c9be0a1u) == "1c9be0a1");
-  CHECK(parse_seal_text("1c9be0a1", "w") == 0x1c9be0a1u);
+  CHECK(mod::crc32c_text(0x1c9be0a1u) == "1c9be0a1");
+  CHECK(mod::parse_crc32c_text("1c9be0a1", "w") == 0x1c9be0a1u);
   for (const std::string bad : {"", "1c9be0a", "1C9BE0A1", "1c9be0a1 ", "-c9be0a1", "0x9be0a1"})
-    CHECK_THROWS_WITH(parse_seal_text(bad, "weights w: metadata tokenizer_crc32c"),
+    CHECK_THROWS_WITH(mod::parse_crc32c_text(bad, "weights w: metadata tokenizer_crc32c"),
                       Contains("weights w: metadata tokenizer_crc32c: '"));
 }
