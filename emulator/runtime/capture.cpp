@@ -81,8 +81,9 @@ cudaError_t legacy_use(const char* what) {
   for (const auto& c : active())
     for (CUstream_st* s : c->streams)
       if (!(s->flags & cudaStreamNonBlocking)) {
-        invalidate(*c, std::string(what) + " on the legacy stream while a blocking stream is "
-                                           "captured");
+        invalidate(*c, std::string(what) +
+                           " on the legacy stream while a blocking stream is "
+                           "captured");
         any = true;
       }
   return any ? record_error(cudaErrorStreamCaptureImplicit) : cudaSuccess;
@@ -177,7 +178,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
   std::lock_guard lock(mutex());
   const CUstream_st* s = resolve(stream);
-  *status = !s->capture                    ? cudaStreamCaptureStatusNone
+  *status = !s->capture                     ? cudaStreamCaptureStatusNone
             : s->capture->violation.empty() ? cudaStreamCaptureStatusActive
                                             : cudaStreamCaptureStatusInvalidated;
   return cudaSuccess;
@@ -187,7 +188,8 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* 
 cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatus* status,
                                      unsigned long long* id, cudaGraph_t* graph,
                                      const cudaGraphNode_t** dependencies,
-                                     const cudaGraphEdgeData** edge_data, size_t* num_dependencies) {
+                                     const cudaGraphEdgeData** edge_data,
+                                     size_t* num_dependencies) {
   std::lock_guard lock(mutex());
   if (status == nullptr) return record_error(cudaErrorInvalidValue);
   cudaStreamIsCapturing(stream, status);

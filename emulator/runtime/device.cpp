@@ -84,15 +84,32 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   if (value == nullptr) return emu::rt::detail::record_error(cudaErrorInvalidValue);
   if (const cudaError_t e = check_device(device); e != cudaSuccess) return e;
   switch (attr) {
-    case cudaDevAttrMultiProcessorCount: *value = kSms; break;
-    case cudaDevAttrClockRate: *value = kClockKhz; break;
-    case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
-    case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = emu::kMaxDynamicSharedBytes; break;
-    case cudaDevAttrMaxSharedMemoryPerBlock: *value = emu::kDefaultDynamicSharedBytes; break;
-    case cudaDevAttrWarpSize: *value = 32; break;
-    case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
-    default: return emu::rt::detail::record_error(cudaErrorInvalidValue);
+    case cudaDevAttrMultiProcessorCount:
+      *value = kSms;
+      break;
+    case cudaDevAttrClockRate:
+      *value = kClockKhz;
+      break;
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = 9;
+      break;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = 0;
+      break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *value = emu::kMaxDynamicSharedBytes;
+      break;
+    case cudaDevAttrMaxSharedMemoryPerBlock:
+      *value = emu::kDefaultDynamicSharedBytes;
+      break;
+    case cudaDevAttrWarpSize:
+      *value = 32;
+      break;
+    case cudaDevAttrMaxThreadsPerBlock:
+      *value = 1024;
+      break;
+    default:
+      return emu::rt::detail::record_error(cudaErrorInvalidValue);
   }
   return cudaSuccess;
 }

@@ -40,8 +40,8 @@ void fail_sticky(cudaError_t code, const std::string& message) {
   detail::sticky = code;
   detail::sticky_message = message;
   detail::last_error = code;
-  std::fprintf(stderr, "emulator: %s (%s, sticky: every later CUDA call fails)\n",
-               message.c_str(), cudaGetErrorName(code));
+  std::fprintf(stderr, "emulator: %s (%s, sticky: every later CUDA call fails)\n", message.c_str(),
+               cudaGetErrorName(code));
 }
 
 const std::string& sticky_message() {
@@ -107,25 +107,44 @@ const char* cudaGetErrorName(cudaError_t error) {
 // The toolkit's own wording for the codes the backend's messages show.
 const char* cudaGetErrorString(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    case cudaErrorNotReady: return "device not ready";
-    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
-    case cudaErrorLaunchFailure: return "unspecified launch failure";
-    case cudaErrorNotSupported: return "operation not supported";
-    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
-    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
-    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
-    case cudaErrorStreamCaptureUnmatched: return "capture was not initiated in this stream";
-    case cudaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
-    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
-    case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
-    case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
-    default: return cudaGetErrorName(error);
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    case cudaErrorNotReady:
+      return "device not ready";
+    case cudaErrorIllegalAddress:
+      return "an illegal memory access was encountered";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure";
+    case cudaErrorNotSupported:
+      return "operation not supported";
+    case cudaErrorIllegalState:
+      return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched:
+      return "capture was not initiated in this stream";
+    case cudaErrorStreamCaptureUnjoined:
+      return "capturing stream has unjoined work";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent:
+      return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread";
+    default:
+      return cudaGetErrorName(error);
   }
 }
 

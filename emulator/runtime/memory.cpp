@@ -18,11 +18,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "emu/runtime.h"
 #include "state.h"
@@ -71,7 +72,7 @@ size_t round_up(size_t n, size_t unit) {
 
 // The allocation holding [p, p + bytes), else nullptr.
 const std::pair<const uintptr_t, Allocation>* find(const std::map<uintptr_t, Allocation>& m,
-                                                    const void* p, size_t bytes) {
+                                                   const void* p, size_t bytes) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   auto it = m.upper_bound(a);
   if (it == m.begin()) return nullptr;
@@ -166,6 +167,12 @@ cudaError_t allocate(void** ptr, size_t bytes) {
   return cudaSuccess;
 }
 
+// A call refused for its arguments: an ordinary error (not sticky), said on stderr since the
+// code alone (cudaErrorInvalidValue) does not say which argument.
+void refused(const char* what, const std::string& why) {
+  std::fprintf(stderr, "emulator: %s refused: %s\n", what, why.c_str());
+}
+
 cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                        cudaStream_t stream, const char* what) {
   const Side to = side(dst, bytes), from = side(src, bytes);
@@ -174,19 +181,28 @@ cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   const bool dev_dst = to == Side::kDevice, dev_src = from == Side::kDevice;
   bool matches = true;
   switch (kind) {
-    case cudaMemcpyHostToDevice: matches = !dev_src && dev_dst; break;
-    case cudaMemcpyDeviceToHost: matches = dev_src && !dev_dst; break;
-    case cudaMemcpyDeviceToDevice: matches = dev_src && dev_dst; break;
-    case cudaMemcpyHostToHost: matches = !dev_src && !dev_dst; break;
-    case cudaMemcpyDefault: break;
-    default: return record_error(cudaErrorInvalidMemcpyDirection);
+    case cudaMemcpyHostToDevice:
+      matches = !dev_src && dev_dst;
+      break;
+    case cudaMemcpyDeviceToHost:
+      matches = dev_src && !dev_dst;
+      break;
+    case cudaMemcpyDeviceToDevice:
+      matches = dev_src && dev_dst;
+      break;
+    case cudaMemcpyHostToHost:
+      matches = !dev_src && !dev_dst;
+      break;
+    case cudaMemcpyDefault:
+      break;
+    default:
+      return record_error(cudaErrorInvalidMemcpyDirection);
   }
   if (!matches) {
-    fail_sticky(cudaErrorInvalidValue,
-                std::string(what) + ": the pointers do not match the copy's kind " +
-                    std::to_string(static_cast<int>(kind)) + " (a device pointer must lie in " +
-                    "one live cudaMalloc allocation, " + std::to_string(bytes) + " bytes long)");
-    return cudaErrorInvalidValue;
+    refused(what, std::string("the pointers do not match the copy's kind ") +
+                      std::to_string(static_cast<int>(kind)) + " (a device pointer must lie in " +
+                      "one live cudaMalloc allocation, " + std::to_string(bytes) + " bytes long)");
+    return record_error(cudaErrorInvalidValue);
   }
   if ((to == Side::kPageable || from == Side::kPageable) && (dev_dst || dev_src) &&
       capturing(stream))
@@ -315,16 +331,15 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
   const Side to = side(dst, dst_bytes), from = side(src, src_bytes);
   if ((kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice) && to != Side::kDevice)
     return record_error(cudaErrorInvalidValue);
-  if ((kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost) &&
-      from != Side::kDevice)
+  if ((kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost) && from != Side::kDevice)
     return record_error(cudaErrorInvalidValue);
   if ((to == Side::kPageable || from == Side::kPageable) &&
       (to == Side::kDevice || from == Side::kDevice) && capturing(stream))
     return capture_violation(stream, "cudaMemcpy2DAsync with pageable host memory");
   return enqueue(stream, "cudaMemcpy2DAsync", [=] {
     for (size_t r = 0; r < height; ++r)
-      std::memmove(static_cast<char*>(dst) + r * dpitch,
-                   static_cast<const char*>(src) + r * spitch, width);
+      std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch,
+                   width);
   });
 }
 
@@ -333,9 +348,9 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t str
   if (sticky_error() != cudaSuccess) return sticky_error();
   if (bytes == 0) return cudaSuccess;
   if (!find(memory().device, ptr, bytes)) {
-    fail_sticky(cudaErrorInvalidValue, "cudaMemsetAsync: " + std::to_string(bytes) +
-                                           " bytes do not lie in one cudaMalloc allocation");
-    return cudaErrorInvalidValue;
+    refused("cudaMemsetAsync",
+            std::to_string(bytes) + " bytes do not lie in one cudaMalloc allocation");
+    return record_error(cudaErrorInvalidValue);
   }
   return enqueue(stream, "cudaMemsetAsync", [=] { std::memset(ptr, value, bytes); });
 }

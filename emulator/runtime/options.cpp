@@ -4,12 +4,12 @@
 //   MOD_EMU_POISON=0          leave dynamic shared memory unpoisoned (poisoned by default)
 //   MOD_EMU_YIELD_AT_ATOMICS=1  every atomic a suspension point (with the random schedule)
 // A value other than these is an error naming the variable, and the process exits.
+#include "emu/options.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-
-#include "emu/options.h"
 
 namespace {
 

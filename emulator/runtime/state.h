@@ -28,10 +28,10 @@ struct CUgraph_st {
 // a conditional IF node with its body.
 struct CUgraphNode_st {
   std::string what;
-  std::function<void()> work;                       // empty for a conditional node
-  cudaGraphConditionalHandle handle = 0;            // conditional nodes only
+  std::function<void()> work;                        // empty for a conditional node
+  cudaGraphConditionalHandle handle = 0;             // conditional nodes only
   std::shared_ptr<emu::rt::detail::GraphImpl> body;  // conditional nodes only
-  cudaGraph_t body_handle = nullptr;                // what phGraph_out[0] points at
+  cudaGraph_t body_handle = nullptr;                 // what phGraph_out[0] points at
   ~CUgraphNode_st() { delete body_handle; }
 };
 
@@ -42,8 +42,8 @@ struct CUgraphExec_st {
 struct CUstream_st {
   unsigned flags = 0;
   std::shared_ptr<emu::rt::detail::Capture> capture;  // set while captured
-  uint64_t last_node_seq = 0;    // the capture sequence number of its latest node
-  uint64_t joined_seq = 0;       // the latest of its events another captured stream waited on
+  uint64_t last_node_seq = 0;  // the capture sequence number of its latest node
+  uint64_t joined_seq = 0;     // the latest of its events another captured stream waited on
 };
 
 struct CUevent_st {

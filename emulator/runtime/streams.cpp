@@ -1,6 +1,6 @@
-// Streams and events. Work runs when it is issued (emulator/include/emu/runtime.h says why that is a schedule
-// CUDA allows), so a stream is always idle when the host looks: synchronising returns at once,
-// after checking that it is allowed. Events record the host time at which they were reached.
+// Streams and events. Work runs when it is issued (emulator/include/emu/runtime.h says why that is
+// a schedule CUDA allows), so a stream is always idle when the host looks: synchronising returns at
+// once, after checking that it is allowed. Events record the host time at which they were reached.
 #include <chrono>
 #include <string>
 
@@ -161,7 +161,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
       return record_error(cudaErrorStreamCaptureIsolation);
     }
     if (!s->capture) {  // fork: the stream joins the capture
-      if (is_legacy(stream)) return capture_violation(stream, "the legacy stream joining a capture");
+      if (is_legacy(stream))
+        return capture_violation(stream, "the legacy stream joining a capture");
       s->capture = cap;
       s->last_node_seq = 0;
       s->joined_seq = 0;
@@ -192,7 +193,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   std::lock_guard lock(mutex());
-  if (ms == nullptr || start == nullptr || end == nullptr) return record_error(cudaErrorInvalidValue);
+  if (ms == nullptr || start == nullptr || end == nullptr)
+    return record_error(cudaErrorInvalidValue);
   if (start->captured_in || end->captured_in) return record_error(cudaErrorCapturedEvent);
   if (!start->recorded || !end->recorded) return record_error(cudaErrorInvalidResourceHandle);
   if ((start->flags | end->flags) & cudaEventDisableTiming)

@@ -10,9 +10,10 @@
   the kernel expression may be qualified and carry template arguments.
 - each `extern __shared__ T name[];` gets its definition, `MOD_EMU_DYNAMIC_SHARED(T, name)`, at
   the namespace scope that encloses the kernel declaring it (emulator/README.md says why).
-- `#include "emulator/include/emu/cuda.h"` comes first, and `#line` keeps every line where it was in IN.cu, so
-  compiler messages and debuggers point at the original.
+- `#include "emulator/include/emu/cuda.h"` comes first, and `#line` keeps every line where it
+  was in IN.cu, so compiler messages and debuggers point at the original.
 """
+import os
 import re
 import sys
 
@@ -201,7 +202,6 @@ def main():
               '#include "emulator/include/emu/cuda.h"\n#line 1 "%s"\n' % (source, source))
     with open(target + ".tmp", "w", encoding="utf-8") as f:
         f.write(header + text)
-    import os
     os.replace(target + ".tmp", target)
 
 

@@ -39,8 +39,7 @@ void launch_failed(const Status& status);
 // copies. `resolve<A...>()` is the kernel's address when a `void (*)(A...)` names it exactly,
 // else nullptr: what cudaFuncSetAttribute's opt-ins and messages are keyed by.
 template <typename Call, typename Resolve, typename... A>
-void launch_kernel(const LaunchArgs& a, const char* name, Call call, Resolve resolve,
-                   A&&... args) {
+void launch_kernel(const LaunchArgs& a, const char* name, Call call, Resolve resolve, A&&... args) {
   const void* address = resolve.template operator()<std::decay_t<A>...>();
   const LaunchConfig config{a.grid, a.block, a.shared, name};
   if (Status s = detail::check_launch(config, address); !s.ok()) return launch_refused(s);
