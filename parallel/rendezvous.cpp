@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -94,7 +96,72 @@ std::optional<Published> read_published(const RendezvousOptions& o) {
 }
 
 std::string hello(const RendezvousOptions& o, const std::string& nonce) {
-  return wire::Writer().i64(o.rank).i64(o.size).str(o.token).str(o.host).str(nonce).take();
+  std::string payload =
+      wire::Writer().i64(o.rank).i64(o.size).str(o.token).str(o.host).str(nonce).take();
+  if (payload.size() > wire::kMaxHello)  // rank 0 would drop it as a stranger's
+    throw std::invalid_argument("rendezvous: rank " + std::to_string(o.rank) + "'s hello is " +
+                                std::to_string(payload.size()) + " bytes, more than the " +
+                                std::to_string(wire::kMaxHello) +
+                                " rank 0 reads before it knows a peer; shorten the job token "
+                                "(MOD_RENDEZVOUS_TOKEN) or the host name");
+  return payload;
+}
+
+// Before its hello a connection may be a port scanner or another job: it may send kMaxHello
+// bytes (rendezvous_wire.h) within kHelloWaitS, and at most kMaxWaiting such connections are
+// held at once (~0.5 MiB), all polled together so none delays another.
+constexpr double kHelloWaitS = 2;
+constexpr int kMaxWaiting = 128;
+constexpr int kMaxDropLogs = 100;  // a scan of the port logs this many lines, then one more
+
+// A connection on rank 0's port that has not said a valid hello yet.
+struct Waiting {
+  tcp::Socket socket;
+  Clock::time_point deadline;
+  uint64_t header[3] = {};
+  size_t header_got = 0;
+  std::string payload;  // sized only once the header passed: at most kMaxHello bytes
+  size_t payload_got = 0;
+  bool done = false;  // admitted or dropped: forgotten at the end of the round
+};
+
+// Reads what `w` has sent so far without waiting: true once its whole hello frame is there;
+// `why` says why to drop it instead (garbage, another kind first, an oversized claim, EOF).
+bool read_hello(Waiting& w, std::string& why) {
+  try {
+    if (w.header_got < sizeof w.header) {
+      const long n = w.socket.recv_now(reinterpret_cast<char*>(w.header) + w.header_got,
+                                       sizeof w.header - w.header_got, "hello");
+      if (n == 0) why = "closed the connection before its hello";
+      if (n <= 0) return false;
+      w.header_got += static_cast<size_t>(n);
+      if (w.header_got < sizeof w.header) return false;
+      why = wire::header_problem(w.header, wire::kMaxHello);
+      if (why.empty() && static_cast<uint32_t>(w.header[0]) != static_cast<uint32_t>(Kind::Hello))
+        why = "sent another message before its hello";
+      if (!why.empty()) return false;
+      w.payload.resize(w.header[2]);
+    }
+    while (w.payload_got < w.payload.size()) {
+      const long n = w.socket.recv_now(w.payload.data() + w.payload_got,
+                                       w.payload.size() - w.payload_got, "hello");
+      if (n == 0) why = "closed the connection inside its hello";
+      if (n <= 0) return false;
+      w.payload_got += static_cast<size_t>(n);
+    }
+    return true;
+  } catch (const std::exception& e) {
+    why = e.what();
+    return false;
+  }
+}
+
+// Best effort, 1 s at most: a refused peer may be gone (a small answer never waits in practice).
+void tell(tcp::Socket& socket, const std::string& payload) {
+  try {
+    wire::send_frame(socket, Kind::Welcome, 0, payload, deadline_after(1), "welcome");
+  } catch (const std::exception&) {
+  }
 }
 
 }  // namespace
@@ -116,7 +183,7 @@ std::unique_ptr<Rendezvous> Rendezvous::meet(const RendezvousOptions& o) {
   const bool file = !o.file_dir.empty();
   tcp::Socket listener;
   try {
-    listener = tcp::listen_on("0.0.0.0", file ? 0 : o.master_port, o.size);
+    listener = tcp::listen_on("0.0.0.0", file ? 0 : o.master_port, o.size + kMaxWaiting);
   } catch (const std::exception& e) {
     throw std::runtime_error("rendezvous: rank 0 " + std::string(e.what()) + " (" + o.found_by +
                              ")");
@@ -140,77 +207,135 @@ void Rendezvous::serve(tcp::Socket listener, const std::string& nonce) {
   std::vector<std::optional<Peer>> slots(o.size);
   hosts_.assign(o.size, "");
   hosts_[0] = o.host;
-  std::vector<tcp::Socket> refused;  // processes that may not join, told why
-  auto answer_all = [&](const std::string& welcome) {
-    auto tell = [&](tcp::Socket& socket) {
-      try {
-        wire::send_frame(socket, Kind::Welcome, 0, welcome, deadline_after(1), "welcome");
-      } catch (const std::exception&) {
-      }
-    };
-    for (auto& slot : slots)
-      if (slot) tell(slot->socket);
-    for (tcp::Socket& socket : refused) tell(socket);
+  std::vector<Waiting> waiting;       // connections yet to say a valid hello, oldest first
+  std::vector<std::string> refusals;  // hellos that did not fit, named if the meeting times out
+  int dropped = 0;
+  auto drop = [&](Waiting& w, const std::string& why) {
+    if (dropped < kMaxDropLogs)
+      std::fprintf(stderr, "modtrain: rendezvous: rank 0 dropped %s: %s\n", w.socket.peer().c_str(),
+                   why.c_str());
+    else if (dropped == kMaxDropLogs)
+      std::fprintf(stderr,
+                   "modtrain: rendezvous: rank 0 dropped %d connections; no more are "
+                   "logged\n",
+                   kMaxDropLogs);
+    ++dropped;
+    w.socket = tcp::Socket();
+    w.done = true;
   };
-  auto refuse = [&](const std::string& message) {
-    answer_all(wire::Writer().str(message).take());
-    throw std::runtime_error(message);
+  auto forget_done = [&] {
+    waiting.erase(
+        std::remove_if(waiting.begin(), waiting.end(), [](const Waiting& w) { return w.done; }),
+        waiting.end());
   };
-  for (int arrived = 1; arrived < o.size;) {
-    tcp::Socket s = tcp::accept_until(listener, deadline);
-    if (!s.open()) {
-      std::vector<int> missing;
-      for (int r = 1; r < o.size; ++r)
-        if (!slots[r]) missing.push_back(r);
-      refuse("rendezvous: rank(s) " + rank_list(missing) + " of " + std::to_string(o.size) +
-             " did not reach rank 0 within " + seconds_str(o.timeout_s) + " s (" + o.found_by +
-             "; MOD_RENDEZVOUS_TIMEOUT_S sets the wait)");
-    }
+  // Whether the whole hello in `w` is a rank of this meeting; if so it takes its slot.
+  auto admit = [&](Waiting& w) {
     int rank = -1, size = 0;
     std::string token, host, their_nonce;
-    try {  // a connection that is not a rank of a modtrain job is dropped
-      const wire::Frame f = wire::recv_frame(s, std::min(deadline, deadline_after(5)), "hello");
-      if (f.kind != Kind::Hello) continue;
-      wire::Reader in(f.payload, s.peer());
+    try {
+      wire::Reader in(w.payload, w.socket.peer());
       rank = static_cast<int>(in.i64());
       size = static_cast<int>(in.i64());
       token = in.str();
       host = in.str();
       their_nonce = in.str();
     } catch (const std::exception&) {
-      continue;
+      return drop(w, "sent a malformed hello");
     }
     if (their_nonce != nonce) {  // it read a file an earlier job left: it reads again
-      wire::send_frame(s, Kind::Welcome, 0, wire::Writer().str("stale").take(), deadline, "welcome");
-      continue;
+      tell(w.socket, wire::Writer().str("stale").take());
+      w.socket = tcp::Socket();
+      w.done = true;
+      return;
     }
-    const std::string who = "rank " + std::to_string(rank) + " on " + host + " (" + s.peer() + ")";
+    const std::string who =
+        "rank " + std::to_string(rank) + " on " + host + " (" + w.socket.peer() + ")";
     std::string problem;
     if (token != o.token)
-      problem = "rendezvous: " + who + " belongs to another job: its token is '" + token +
-                "', rank 0's is '" + o.token + "'";
+      problem = who + " belongs to another job: its token is '" + token + "', rank 0's is '" +
+                o.token + "'";
     else if (size != o.size)
-      problem = "rendezvous: " + who + " says the world has " + std::to_string(size) +
-                " ranks, rank 0 says " + std::to_string(o.size) +
-                " (WORLD_SIZE or SLURM_NTASKS differs between ranks)";
+      problem = who + " says the world has " + std::to_string(size) + " ranks, rank 0 says " +
+                std::to_string(o.size) + " (WORLD_SIZE or SLURM_NTASKS differs between ranks)";
     else if (rank < 0 || rank >= o.size)
-      problem = "rendezvous: " + who + " claims a rank outside 0.." + std::to_string(o.size - 1);
+      problem = who + " claims a rank outside 0.." + std::to_string(o.size - 1);
     else if (rank == 0 || slots[rank])
-      problem = "rendezvous: " + who + " claims a rank that " +
-                (rank == 0 ? o.host + " (rank 0)" : hosts_[rank]) +
+      problem = who + " claims a rank that " + (rank == 0 ? o.host + " (rank 0)" : hosts_[rank]) +
                 " already has: every process needs its own RANK";
-    if (!problem.empty()) {
-      refused.push_back(std::move(s));
-      refuse(problem);
+    if (!problem.empty()) {  // its sender learns why now; the meeting does not end for it
+      tell(w.socket, wire::Writer().str("rendezvous: " + problem).take());
+      if (refusals.size() < 4) refusals.push_back(problem);
+      return drop(w, problem);
     }
-    slots[rank] = Peer{rank, std::move(s)};
+    slots[rank] = Peer{rank, std::move(w.socket)};
     hosts_[rank] = host;
-    ++arrived;
+    w.done = true;
+  };
+  auto arrived = [&] {
+    return static_cast<int>(std::count_if(slots.begin(), slots.end(),
+                                          [](const auto& slot) { return slot.has_value(); }));
+  };
+  while (arrived() < o.size - 1) {
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      std::vector<int> missing;
+      for (int r = 1; r < o.size; ++r)
+        if (!slots[r]) missing.push_back(r);
+      std::string message = "rendezvous: rank(s) " + rank_list(missing) + " of " +
+                            std::to_string(o.size) + " did not reach rank 0 within " +
+                            seconds_str(o.timeout_s) + " s (" + o.found_by +
+                            "; MOD_RENDEZVOUS_TIMEOUT_S sets the wait)";
+      for (const std::string& r : refusals) message += "; rank 0 refused " + r;
+      for (Waiting& w : waiting) drop(w, "said no hello before the meeting timed out");
+      const std::string refusal = wire::Writer().str(message).take();
+      for (auto& slot : slots)
+        if (slot) tell(slot->socket, refusal);
+      throw std::runtime_error(message);
+    }
+    for (Waiting& w : waiting)
+      if (now >= w.deadline) drop(w, "said no hello within " + seconds_str(kHelloWaitS) + " s");
+    forget_done();
+    std::vector<pollfd> fds{{listener.fd(), POLLIN, 0}};
+    auto wake = deadline;
+    for (const Waiting& w : waiting) {
+      fds.push_back({w.socket.fd(), POLLIN, 0});
+      wake = std::min(wake, w.deadline);
+    }
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
+    if (::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(ms, 0, 1000))) < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error("rendezvous: rank 0: poll: " + std::string(std::strerror(errno)));
+    }
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      if (fds[i + 1].revents == 0) continue;
+      std::string why;
+      if (read_hello(waiting[i], why))
+        admit(waiting[i]);
+      else if (!why.empty())
+        drop(waiting[i], why);
+    }
+    forget_done();
+    // Full: the oldest stranger goes, so a flood of silent ones cannot lock a rank out.
+    for (int n = 0; fds[0].revents != 0 && n < kMaxWaiting; ++n) {
+      tcp::Socket s = tcp::accept_until(listener, Clock::now());
+      if (!s.open()) break;
+      if (waiting.size() >= static_cast<size_t>(kMaxWaiting)) {
+        drop(waiting.front(), "made room: " + std::to_string(kMaxWaiting) +
+                                  " connections were waiting for their hellos");
+        waiting.erase(waiting.begin());
+      }
+      Waiting& w = waiting.emplace_back();
+      w.socket = std::move(s);
+      w.deadline = std::min(deadline, deadline_after(kHelloWaitS));
+    }
   }
+  for (Waiting& w : waiting) drop(w, "said no hello before the job met");
   wire::Writer welcome;
   welcome.str("");
   for (const std::string& h : hosts_) welcome.str(h);
-  answer_all(welcome.take());
+  const std::string met = welcome.take();
+  for (auto& slot : slots)
+    if (slot) tell(slot->socket, met);
   for (int r = 1; r < o.size; ++r) peers_.push_back(std::move(*slots[r]));
   address_ = peers_[0].socket.local_address();
 }
@@ -237,12 +362,15 @@ void Rendezvous::join() {
     }
     // With a file, a refused or silent address may be stale: read the file again.
     const auto attempt = file ? std::min(deadline, deadline_after(1)) : deadline;
+    const std::string mine = hello(o, p.nonce);  // too long: an error now, not a retry
     tcp::Socket s;
     wire::Frame welcome;
     try {
       s = tcp::connect_until(p.host, p.port, attempt, found_by);
-      wire::send_frame(s, Kind::Hello, 0, hello(o, p.nonce), deadline, "hello");
-      welcome = wire::recv_frame(s, deadline, "rendezvous with rank 0");
+      wire::send_frame(s, Kind::Hello, 0, mine, deadline, "hello");
+      // Rank 0 answers when all came or at its own timeout: wait past ours for that answer, so
+      // every rank reports the same cause.
+      welcome = wire::recv_frame(s, deadline + std::chrono::seconds(5), "rendezvous with rank 0");
     } catch (const std::exception& e) {
       if (file && Clock::now() < deadline) continue;
       throw std::runtime_error("rendezvous: rank " + std::to_string(o.rank) +
@@ -390,7 +518,7 @@ std::unique_ptr<Rendezvous> Rendezvous::split(int color, int key) {
   sub.master_addr = members[0].address;
   // The group's first rank listens on its own address, where this job's ranks already reach it.
   tcp::Socket listener;
-  if (sub.size > 1 && sub.rank == 0) listener = tcp::listen_on(address_, 0, sub.size);
+  if (sub.size > 1 && sub.rank == 0) listener = tcp::listen_on(address_, 0, sub.size + kMaxWaiting);
   const auto ports =
       all_gather(wire::Writer().i64(listener.open() ? listener.local_port() : 0).take(), "split");
   sub.master_port = static_cast<int>(wire::Reader(ports[members[0].rank], "split").i64());

@@ -13,9 +13,13 @@
 // Invariants:
 // - Nothing waits forever: meeting is bounded by RendezvousOptions::timeout_s and every
 //   collective by op_timeout_s; past them the error names the ranks or the address missing.
-// - A bad meeting (duplicate rank, another world size or job token) is an error on every rank
-//   that reached rank 0, with the same message. After the meeting, an error or an abort on any
-//   rank reaches every rank at its next collective (rank 0 forwards it).
+// - No stranger on the port can end, delay or exhaust a meeting. Rank 0 serves every connection
+//   at once; before its hello a connection gets a few KiB and 2 s. A hello that does not fit
+//   (another job's token, another world size, a rank outside the world or taken) is refused to
+//   its sender at once and logged, and rank 0 waits on; if the meeting then times out, its
+//   error on every rank that reached rank 0 names the refusals (docs/parallel.md, "The
+//   rendezvous's limits"). After the meeting, an error or an abort on any rank reaches every
+//   rank at its next collective (rank 0 forwards it).
 // - all_gather returns the same bytes on every rank, in rank order.
 #pragma once
 
@@ -66,7 +70,8 @@ class Rendezvous {
  private:
   struct Peer;
   explicit Rendezvous(RendezvousOptions options);
-  // Rank 0: accepts size - 1 hellos on `listener`, checks them, answers every peer.
+  // Rank 0: accepts size - 1 valid hellos on `listener`, all connections at once; answers
+  // every peer, and refuses or drops (logging it) every connection that is not one.
   void serve(tcp::Socket listener, const std::string& nonce);
   // Other ranks: connects to rank 0 (re-reading the published file when there is one).
   void join();

@@ -1,7 +1,8 @@
 // The rendezvous's messages on the wire (internal to parallel/rendezvous*.cpp): a fixed header
 // (magic, kind, sequence number, payload length) and a payload of length-prefixed fields.
 // Invariant: a reader never trusts a length it has not checked against what remains, so a
-// stranger's bytes on the port are an error naming the peer, not a huge allocation.
+// stranger's bytes on the port are an error naming the peer, not a huge allocation; before its
+// hello a peer's frame is at most kMaxHello bytes (rendezvous.cpp reads it without recv_frame).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,20 @@ struct Frame {
 
 constexpr uint32_t kMagic = 0x52444f4d;                 // "MODR" on little-endian hosts
 constexpr uint64_t kMaxPayload = uint64_t{1} << 31;  // control traffic: far below this
+// A hello (rank, size, token, host, nonce) is ~100 bytes; anyone may send one, so rank 0 reads
+// no more than this from a peer it does not know yet.
+constexpr uint64_t kMaxHello = 4096;
+
+// Why `header` cannot start a frame of at most `max_payload` bytes, or "" when it can.
+inline std::string header_problem(const uint64_t (&header)[3], uint64_t max_payload) {
+  const uint32_t kind = static_cast<uint32_t>(header[0]);
+  if ((header[0] >> 32) != kMagic || kind < 1 || kind > 5)
+    return "sent bytes that are not a modtrain rendezvous message";
+  if (header[2] > max_payload)
+    return "claims a " + std::to_string(header[2]) + "-byte message, more than the " +
+           std::to_string(max_payload) + " bytes allowed";
+  return "";
+}
 
 inline void send_frame(tcp::Socket& s, Kind kind, uint64_t seq, const std::string& payload,
                        tcp::Clock::time_point deadline, const char* what) {
@@ -36,11 +51,11 @@ inline void send_frame(tcp::Socket& s, Kind kind, uint64_t seq, const std::strin
 inline Frame recv_frame(tcp::Socket& s, tcp::Clock::time_point deadline, const char* what) {
   uint64_t header[3];
   s.recv_all(header, sizeof header, deadline, what);
-  const uint32_t kind = static_cast<uint32_t>(header[0]);
-  if ((header[0] >> 32) != kMagic || kind < 1 || kind > 5 || header[2] > kMaxPayload)
-    throw std::runtime_error(std::string(what) + ": " + s.peer() +
-                             " sent bytes that are not a modtrain rendezvous message");
-  Frame f{static_cast<Kind>(kind), header[1], std::string(header[2], '\0')};
+  const std::string problem = header_problem(header, kMaxPayload);
+  if (!problem.empty())
+    throw std::runtime_error(std::string(what) + ": " + s.peer() + " " + problem);
+  Frame f{static_cast<Kind>(static_cast<uint32_t>(header[0])), header[1],
+          std::string(header[2], '\0')};
   s.recv_all(f.payload.data(), f.payload.size(), deadline, what);
   return f;
 }

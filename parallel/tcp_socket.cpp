@@ -150,6 +150,17 @@ void Socket::recv_all(void* data, size_t bytes, Clock::time_point deadline, cons
   }
 }
 
+long Socket::recv_now(void* data, size_t bytes, const char* what) {
+  for (;;) {
+    const ssize_t n = ::recv(fd_, data, bytes, MSG_DONTWAIT);
+    if (n >= 0) return static_cast<long>(n);
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return -1;
+    if (errno != EINTR)
+      throw std::runtime_error(std::string(what) + ": receiving from " + peer_ + ": " +
+                               errno_text(errno));
+  }
+}
+
 bool Socket::readable(int ms) const {
   pollfd p{fd_, POLLIN, 0};
   return ::poll(&p, 1, ms) > 0;
@@ -157,7 +168,7 @@ bool Socket::readable(int ms) const {
 
 Socket listen_on(const std::string& address, int port, int backlog) {
   const std::string where = address + ":" + std::to_string(port);
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) throw std::runtime_error("socket: " + errno_text(errno));
   Socket s(fd, where);
   int one = 1;

@@ -35,6 +35,9 @@ class Socket {
   // `what` was not done in time. send never raises SIGPIPE.
   void send_all(const void* data, size_t bytes, Clock::time_point deadline, const char* what);
   void recv_all(void* data, size_t bytes, Clock::time_point deadline, const char* what);
+  // Reads what has arrived without waiting: the bytes read (> 0), 0 once the peer closed, -1
+  // when nothing is there yet. Errors throw, naming the peer.
+  long recv_now(void* data, size_t bytes, const char* what);
   // True when a read would not block (data or EOF) within `ms` milliseconds (0: just look).
   bool readable(int ms) const;
 
@@ -45,8 +48,10 @@ class Socket {
 
 // A socket listening on `address` ("0.0.0.0" for every interface) and `port` (0: the kernel
 // picks one; local_port() says which). Throws naming address:port (e.g. the port is in use).
+// Non-blocking, so accepting never hangs on a connection that went away after poll saw it.
 Socket listen_on(const std::string& address, int port, int backlog);
-// The next connection, or an empty Socket once `deadline` passes.
+// The next connection, or an empty Socket once `deadline` passes (a past deadline: only one
+// already waiting, as a non-blocking accept).
 Socket accept_until(Socket& listener, Clock::time_point deadline);
 // Connects to host:port, retrying while nothing listens there yet (refused, unreachable,
 // timed out) until `deadline`; then throws, naming host:port, `because` (what told us the

@@ -2,20 +2,29 @@
 // through a file, each rank a thread with its own Rendezvous over loopback; its collectives and
 // split, the communicator on top, bad meetings (duplicate rank, another world size or job) and
 // ranks that never come, each an error within a short timeout; and the launch variables
-// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, the Slurm node list). All traffic is on 127.0.0.1.
+// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, the Slurm node list); strangers on rank 0's port
+// (silent, garbage, another job's hello, a 2 GiB header, 50 idle connections) that must neither
+// delay the meeting nor cost rank 0 memory. All traffic is on 127.0.0.1.
+#include "parallel/rendezvous.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "parallel/rendezvous.h"
 #include "parallel/rendezvous_communicator.h"
 #include "parallel/rendezvous_env.h"
+#include "parallel/rendezvous_wire.h"
 #include "parallel/tcp_socket.h"
 #include "parallel/world.h"
 #include "tests/support/env_guard.h"
@@ -215,6 +224,173 @@ TEST_CASE("a collective one rank never enters, or a rank that leaves, ends it on
   });
   CHECK_THAT(left[0], Contains("rank 1") && Contains("closed the connection"));
   CHECK_THAT(left[2], Contains("rank 1") && Contains("closed the connection"));
+}
+
+namespace {
+
+// This process's peak resident memory in KiB (VmHWM), after resetting the peak where the kernel
+// allows it (clear_refs 5), so an earlier test's peak does not hide this one's.
+long peak_rss_kib(bool reset = false) {
+  if (reset) std::ofstream("/proc/self/clear_refs") << "5";
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+// What this process writes to stderr (fd 2) from construction to take().
+class StderrCapture {
+ public:
+  StderrCapture()
+      : path_(fs::temp_directory_path() / ("modtrain_rdzv_log_" + std::to_string(::getpid()))) {
+    std::fflush(stderr);
+    saved_ = ::dup(2);
+    const int fd = ::open(path_.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  std::string take() {
+    restore();
+    std::ifstream in(path_);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    fs::remove(path_);
+    return text;
+  }
+  ~StderrCapture() { restore(); }
+
+ private:
+  void restore() {
+    if (saved_ < 0) return;
+    std::fflush(stderr);
+    ::dup2(saved_, 2);
+    ::close(saved_);
+    saved_ = -1;
+  }
+  fs::path path_;
+  int saved_ = -1;
+};
+
+// A hostile connection to rank 0's port, as rank 0 names it in its log ("127.0.0.1:54321").
+struct Stranger {
+  tcp::Socket socket;
+  std::string address;
+  std::string reason;  // what rank 0's log line about it must say
+};
+
+Stranger connect_stranger(int port, std::string reason) {
+  tcp::Socket s = tcp::connect_until("127.0.0.1", port, tcp::deadline_after(kTimeout), "test");
+  const std::string address = s.local_address() + ":" + std::to_string(s.local_port());
+  return {std::move(s), address, std::move(reason)};
+}
+
+void send_bytes(tcp::Socket& s, const void* data, size_t bytes) {
+  s.send_all(data, bytes, tcp::deadline_after(1), "stranger");
+}
+
+}  // namespace
+
+// Rank 0 serves every connection at once and bounds a stranger's bytes and time before its hello
+// (docs/parallel.md, "The rendezvous's limits"): the ranks still meet at once, each stranger is
+// dropped with a log line naming its address, and a header claiming 2 GiB allocates nothing.
+TEST_CASE("strangers on rank 0's port neither delay the meeting nor cost rank 0 memory") {
+  const int port = free_port();
+  std::vector<std::string> errors(2);
+  std::vector<std::string> gathered;
+  const long rss_before_kib = peak_rss_kib(/*reset=*/true);
+  StderrCapture captured;
+  std::thread rank0([&] {
+    try {
+      gathered = Rendezvous::meet(options(0, 2, port))->all_gather("zero");
+    } catch (const std::exception& e) {
+      errors[0] = e.what();
+    }
+  });
+  struct Joiner {
+    std::thread& t;
+    ~Joiner() {
+      if (t.joinable()) t.join();
+    }
+  } joiner{rank0};
+  std::vector<Stranger> strangers;
+  auto silent = [&] { strangers.push_back(connect_stranger(port, "no hello")); };
+  auto garbage = [&] {
+    strangers.push_back(connect_stranger(port, "not a modtrain rendezvous message"));
+    const std::string get = "GET / HTTP/1.1\r\nHost: rank0\r\n\r\n";
+    send_bytes(strangers.back().socket, get.data(), get.size());
+  };
+  auto another_job = [&] {
+    strangers.push_back(connect_stranger(port, "belongs to another job"));
+    const std::string hello =
+        wire::Writer().i64(1).i64(2).str("job-2").str("elsewhere").str("").take();
+    wire::send_frame(strangers.back().socket, wire::Kind::Hello, 0, hello, tcp::deadline_after(1),
+                     "stranger");
+    // It is told why, at once, as a rank of that job would need to be.
+    const wire::Frame answer =
+        wire::recv_frame(strangers.back().socket, tcp::deadline_after(1), "stranger");
+    CHECK_THAT(wire::Reader(answer.payload, "rank 0").str(),
+               Contains("belongs to another job") && Contains("job-2"));
+  };
+  auto claims_2_gib = [&] {
+    strangers.push_back(connect_stranger(port, "2147483648"));
+    const uint64_t header[3] = {(uint64_t{wire::kMagic} << 32) | 1, 0, uint64_t{1} << 31};
+    send_bytes(strangers.back().socket, header, sizeof header);
+  };
+  auto idle_50 = [&] {
+    for (int i = 0; i < 50; ++i) strangers.push_back(connect_stranger(port, "no hello"));
+  };
+  SECTION("a connection that sends nothing") {
+    silent();
+  }
+  SECTION("garbage") {
+    garbage();
+  }
+  SECTION("another job's hello") {
+    another_job();
+  }
+  SECTION("a header claiming 2 GiB") {
+    claims_2_gib();
+  }
+  SECTION("50 idle connections") {
+    idle_50();
+  }
+  SECTION("all of them at once") {
+    idle_50();
+    silent();
+    garbage();
+    another_job();
+    claims_2_gib();
+  }
+  // Rank 0 has had time to read (and, unbounded, to allocate) what the strangers sent.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double rank1_met_in_s = seconds_of([&] {
+    try {
+      CHECK(Rendezvous::meet(options(1, 2, port))->all_gather("one") ==
+            std::vector<std::string>{"zero", "one"});
+    } catch (const std::exception& e) {
+      errors[1] = e.what();
+    }
+  });
+  rank0.join();
+  const long rss_growth_mib = (peak_rss_kib() - rss_before_kib) / 1024;
+  const std::string log = captured.take();
+  std::printf(
+      "rendezvous under attack (%zu stranger(s)): rank 1 met in %.3f s, peak RSS +%ld MiB\n",
+      strangers.size(), rank1_met_in_s, rss_growth_mib);
+  CHECK(errors[0] == "");
+  CHECK(errors[1] == "");
+  CHECK(gathered == std::vector<std::string>{"zero", "one"});
+  CHECK(rank1_met_in_s < 1.0);  // a meeting takes milliseconds; a stranger's deadline is 2 s
+  CHECK(rss_growth_mib < 64);
+  INFO("rank 0's log:\n" << log);
+  for (const Stranger& s : strangers) {
+    CAPTURE(s.address, s.reason);
+    bool logged = false;
+    std::istringstream lines(log);
+    for (std::string line; std::getline(lines, line);)
+      logged |= line.find("dropped " + s.address + ":") != std::string::npos &&
+                line.find(s.reason) != std::string::npos;
+    CHECK(logged);
+  }
 }
 
 TEST_CASE("the rendezvous communicator reduces bitwise equally on every rank") {
