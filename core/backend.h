@@ -70,6 +70,11 @@ struct SampleArgs {
   uint64_t first_stream = 0;  // row b draws from stream first_stream + b
 };
 
+// What sample_tokens writes for a row whose logits hold a NaN or an infinity, instead of an id;
+// decode_advance stores it as the token and stops that sequence (its current token stays a real
+// id), so the host finds it with the tokens at the end, with no read per step.
+constexpr int64_t kNonFiniteLogitsToken = -2;
+
 // The scalars one AdamW step multiplies by, computed on the host in double (core/ops/optim.h
 // adamw_step_constants): {1 - lr * weight_decay, lr / (1 - beta1^step), 1 / sqrt(1 - beta2^step)}.
 // Kernels read them from a device tensor, so a captured step replays with the current values.

@@ -88,6 +88,13 @@ std::vector<Generation> generate_batch(const Transformer& model,
     int64_t seen = stop[b];
     const int64_t* row = tokens.data<int64_t>() + b * length;
     for (int64_t p = static_cast<int64_t>(prompts[b].size()); p < end[b]; ++p) {
+      if (row[p] == kNonFiniteLogitsToken)
+        throw std::runtime_error(
+            "sample: the logits of sequence " + std::to_string(b) + " held a NaN or an infinity "
+            "at new token " + std::to_string(p - static_cast<int64_t>(prompts[b].size()) + 1) +
+            " (position " + std::to_string(p) + "); it stopped there, nothing non-finite was "
+            "sampled. The weights or activations overflowed: check the weights "
+            "(modtrain inspect) or sample in f32");
       if (params.eot >= 0 && row[p] == params.eot) {
         seen = p;
         break;

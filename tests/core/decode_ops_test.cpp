@@ -197,6 +197,34 @@ TEST_CASE("decode_advance feeds the prompt, then the draws, and ends sequences",
   CHECK(ints(tokens) == std::vector<int64_t>{5, 6, 7, 4, 5, 8, 2, 9, 4, 5});
 }
 
+// A row of logits with a NaN or an infinity used to be sampled anyway: greedy took the argmax
+// of NaN, a temperature draw fed -1 back to the embedding. Its token is the marker, the
+// sequence stops there, and its current token stays a real id for the masked steps after.
+TEST_CASE("non-finite logits give the marker token and stop only their sequence",
+          "[forward][decode]") {
+  Tensor logits = Tensor::zeros({3, 5});
+  logits.data<float>()[0 * 5 + 1] = 2.0f;
+  logits.data<float>()[1 * 5 + 3] = std::nanf("");
+  logits.data<float>()[2 * 5 + 0] = INFINITY;
+  for (const double temperature : {0.0, 1.0}) {
+    INFO("temperature " << temperature);
+    SampleArgs a;
+    a.temperature = temperature;
+    const std::vector<int64_t> next = ints(sample_tokens(logits, vec({4, 4, 4}), a));
+    CHECK(next[0] >= 0);
+    CHECK(next[1] == kNonFiniteLogitsToken);
+    CHECK(next[2] == kNonFiniteLogitsToken);
+  }
+  Tensor tokens = Tensor::from_indices({5, 0, 0, 6, 0, 0}, {2, 3});
+  Tensor pos = vec({0, 0}), cur = vec({5, 6}), active = vec({1, 1});
+  decode_advance(vec({kNonFiniteLogitsToken, 2}), vec({1, 1}), vec({2, 2}), -1, tokens, pos, cur,
+                 active);
+  CHECK(ints(tokens) == std::vector<int64_t>{5, kNonFiniteLogitsToken, 0, 6, 2, 0});
+  CHECK(ints(active) == std::vector<int64_t>{0, 1});
+  CHECK(ints(cur) == std::vector<int64_t>{5, 2});  // an id the embedding takes
+  CHECK(ints(pos) == std::vector<int64_t>{1, 1});
+}
+
 TEST_CASE("decode ops name the bad argument", "[forward][decode]") {
   const Tensor kc = Tensor::zeros({2, 4, 1, 2}), q = Tensor::zeros({2, 1, 1, 2});
   CHECK_THROWS_WITH(decode_attention(q, kc, kc, Tensor::zeros({2})),

@@ -68,7 +68,10 @@ TEST_CASE("cuda: sample_tokens draws the CPU's tokens", "[cuda]") {
   const int64_t b = 64, v = 50257;
   std::vector<int64_t> pos(b);
   for (int64_t i = 0; i < b; ++i) pos[i] = rng.below(1000);
-  const Tensor logits = normal({b, v}, rng, 3.0);
+  Tensor logits = normal({b, v}, rng, 3.0);
+  logits.data<double>()[5 * v + 7] = std::nan("");  // rows with a NaN or an infinity: the marker
+  logits.data<double>()[9 * v + v - 1] = INFINITY;
+  logits.data<double>()[12 * v] = -INFINITY;
   struct Case {
     double temperature;
     int64_t top_k;
@@ -97,7 +100,7 @@ TEST_CASE("cuda: decode_advance", "[cuda]") {
   const Precision p = precision(DType::F32);
   const int64_t b = 3, l = 6;
   check_parity(p,
-               {in("next", indices({7, 8, 9}, {b})), in("prompt_len", indices({1, 4, 2}, {b})),
+               {in("next", indices({7, kNonFiniteLogitsToken, 9}, {b})), in("prompt_len", indices({1, 4, 2}, {b})),
                 in("stop", indices({5, 5, 2}, {b})),
                 inout("tokens", indices({1, 0, 0, 0, 0, 0, 2, 3, 4, 5, 0, 0, 6, 7, 0, 0, 0, 0},
                                         {b, l})),

@@ -24,7 +24,7 @@ __global__ void set_from_flag(cudaGraphConditionalHandle h, const int* flag) {
   if (threadIdx.x == 0) cudaGraphSetConditional(h, *flag != 0 ? 1u : 0u);
 }
 
-// What the rewritten `add_one<<<blocks, 64, 0, s>>>(x, n)` becomes (tools/cu_to_cpp.py).
+// What the rewritten `add_one<<<blocks, 64, 0, s>>>(x, n)` becomes (emulator/tools/cu_to_cpp.py).
 void launch_add_one(float* x, int n, cudaStream_t s) {
   ::emu::rt::launch_kernel(
       ::emu::rt::launch_args((n + 63) / 64, 64, 0, s), "add_one",

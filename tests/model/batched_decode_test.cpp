@@ -5,6 +5,7 @@
 // alone; seeded sampling repeats; and a token a routed block turns away writes nothing to that
 // block's cache.
 #include <algorithm>
+#include <cmath>
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
@@ -214,6 +215,23 @@ TEST_CASE("a generated end-of-text token ends its sequence", "[mod][decode]") {
   const Generation cut = generate(m, {3, 4}, 50, p);
   CHECK(cut.tokens == std::vector<int64_t>(free.tokens.begin(), free.tokens.begin() + first));
   CHECK(cut.seen[0] == static_cast<int64_t>(2 + first));
+}
+
+// Weights holding NaN (opened with --allow-non-finite) used to sample "In the beginninggggg"
+// greedily, or fail at the embedding naming id -1 with a temperature. The step whose logits are
+// non-finite stops its sequence on the device; the host names it with the tokens at the end.
+TEST_CASE("non-finite logits stop sampling, naming the sequence and the new token",
+          "[mod][decode]") {
+  Transformer m(decode_model(Kind::Predictor), 28);
+  m.parameter("final_norm.weight").data<float>()[0] = std::nanf("");
+  for (const double temperature : {0.0, 0.8}) {
+    INFO("temperature " << temperature);
+    SamplingParams p = greedy();
+    p.temperature = temperature;
+    CHECK_THROWS_WITH(generate_batch(m, {{3, 4}, {5}}, 6, p),
+                      Catch::Contains("sequence 0 held a NaN or an infinity at new token 1 "
+                                      "(position 2)"));
+  }
 }
 
 TEST_CASE("batched decoding refuses empty, too long and mismatched prompts", "[mod][decode]") {

@@ -140,6 +140,10 @@ void CpuBackend::sample_tokens(const Tensor& logits, const Tensor& pos, const Sa
     std::vector<double> el(static_cast<size_t>(v));
     for (int64_t b = 0; b < b_n; ++b) {
       const T* l = logits.data<T>() + b * v;
+      if (!std::all_of(l, l + v, [](T x) { return std::isfinite(static_cast<double>(x)); })) {
+        out[b] = kNonFiniteLogitsToken;
+        continue;
+      }
       if (a.temperature <= 0) {
         out[b] = std::max_element(l, l + v) - l;  // the first of the largest
         continue;
@@ -177,6 +181,12 @@ void CpuBackend::decode_advance(const Tensor& next, const Tensor& prompt_len, co
       continue;
     }
     const bool generated = p >= pl[b];
+    if (generated && nx[b] == kNonFiniteLogitsToken) {  // kept as the marker; cur stays an id
+      tok[b * l + p] = nx[b];
+      on[b] = 0;
+      ps[b] = p;
+      continue;
+    }
     if (generated) tok[b * l + p] = nx[b];
     cu[b] = tok[b * l + p];
     if (p >= st[b] || (generated && eot >= 0 && nx[b] == eot)) on[b] = 0;

@@ -161,6 +161,13 @@ __global__ void sample_tokens_kernel(const T* logits, const int64_t* pos, int64_
   const int64_t b = blockIdx.x;
   const T* l = logits + b * v;
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  bool non_finite = false;
+  for (int64_t i = t; i < v; i += blockDim.x)
+    non_finite = non_finite || !isfinite(static_cast<float>(load(l + i)));
+  if (__syncthreads_or(non_finite)) {
+    if (t == 0) next[b] = kNonFiniteLogitsToken;
+    return;
+  }
   if (a.temperature <= 0) {  // argmax, the lowest id among equals
     float best = -INFINITY;
     int64_t at = v;
@@ -274,6 +281,12 @@ __global__ void decode_advance_kernel(const int64_t* next, const int64_t* prompt
       continue;
     }
     const bool generated = p >= prompt_len[b];
+    if (generated && next[b] == kNonFiniteLogitsToken) {  // kept as the marker; cur stays an id
+      tokens[b * l + p] = next[b];
+      active[b] = 0;
+      pos[b] = p;
+      continue;
+    }
     if (generated) tokens[b * l + p] = next[b];
     cur[b] = tokens[b * l + p];
     if (p >= stop[b] || (generated && eot >= 0 && next[b] == eot)) active[b] = 0;

@@ -170,7 +170,7 @@ TEST_CASE("an unsealed file (another tool's) loads, with one note per file", "[c
   CHECK(count_of(note, "\n") == 1);
 }
 
-TEST_CASE("the seal covers exactly the file's tensors; the writer reserves its keys",
+TEST_CASE("the seal covers exactly the file's tensors, and the writer reserves its keys",
           "[checkpoint]") {
   ScratchDir dir("seal_keys");
   const std::string path = dir.str() + "/w.safetensors";
