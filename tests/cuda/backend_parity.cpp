@@ -3,6 +3,8 @@
 #include "tests/cuda/backend_parity.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -111,6 +113,26 @@ std::vector<int64_t> sorted_subset(int64_t n, int64_t limit, Rng& rng) {
   return all;
 }
 
+int64_t offset_bytes(DType dtype) {
+  static const int64_t bytes = [] {
+    const char* v = std::getenv("MOD_PARITY_OFFSET_BYTES");
+    return v && *v ? std::stoll(v) : int64_t{0};
+  }();
+  const int64_t size = static_cast<int64_t>(dtype_size(dtype));
+  return (bytes + size - 1) / size * size;
+}
+
+namespace {
+Tensor at_offset(const Tensor& g) {
+  const int64_t k = offset_bytes(g.dtype()) / static_cast<int64_t>(dtype_size(g.dtype()));
+  if (k == 0) return g;
+  Tensor big = Tensor::empty({g.numel() + k}, g.dtype(), Device::CUDA);
+  Tensor view = big.narrow0(k, g.numel()).view(g.shape());
+  view.copy_from(g);
+  return view;
+}
+}  // namespace
+
 void check_parity(const Precision& p, const std::vector<Arg>& args, const Call& call, Tol tol,
                   double scale_floor) {
   INFO("dtype " << dtype_name(p.dtype) << " (CPU reference in " << dtype_name(p.cpu_dtype)
@@ -119,14 +141,14 @@ void check_parity(const Precision& p, const std::vector<Arg>& args, const Call& 
   for (const Arg& a : args) {
     if (is_index(a.value.dtype())) {
       cpu_args.push_back(a.value.clone());
-      gpu_args.push_back(a.value.to(Device::CUDA));
+      gpu_args.push_back(at_offset(a.value.to(Device::CUDA)));
     } else {
       const DType dtype = a.f32_when_bf16 && p.dtype == DType::BF16 ? DType::F32 : p.dtype;
       Tensor g = to_gpu(a.value, dtype);
       // The CPU sees exactly the values the GPU holds: bf16 ones read back and widened.
       cpu_args.push_back(dtype == DType::BF16 ? widen_bf16(g.to(Device::CPU))
                                               : a.value.to(p.cpu_dtype));
-      gpu_args.push_back(std::move(g));
+      gpu_args.push_back(at_offset(g));
     }
     gpu_before.push_back(gpu_args.back().to(Device::CPU));
   }

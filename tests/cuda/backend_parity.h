@@ -71,6 +71,11 @@ Arg f32_when_bf16(Arg a);
 // The call under test, given the backend and the arguments in the order of the Arg list.
 using Call = std::function<void(Backend& b, std::vector<Tensor>& t)>;
 
+// MOD_PARITY_OFFSET_BYTES=N places every GPU argument N bytes into a larger buffer (rounded up
+// to whole elements), as a view, so kernels see the pointers a narrowed or sliced tensor gives
+// them (CTest runs the suite at 2 and 16 bytes on the emulator): this dtype's offset in bytes.
+int64_t offset_bytes(DType dtype);
+
 // Runs call on the CPU and on the GPU at precision p and compares every Out and InOut argument
 // (and checks that the GPU left every In argument as it was). Callers INFO the case first.
 // scale_floor: the least scale an output is judged against (rms below it counts as it), for
