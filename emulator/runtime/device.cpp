@@ -1,6 +1,11 @@
-// One emulated device with an H100 SXM's published figures (sm_90, 132 SMs, 227 KiB of
-// opt-in shared memory per block: CUDA C++ Programming Guide, "Compute Capabilities"), so
-// the backend's launch limits and FLOP peaks take their sm_90 paths. Nothing here is timed.
+// Emulated devices with an H100 SXM's published figures (sm_90, 132 SMs, 227 KiB of opt-in
+// shared memory per block: CUDA C++ Programming Guide, "Compute Capabilities"), so the backend's
+// launch limits and FLOP peaks take their sm_90 paths. Nothing here is timed. One device, or
+// MOD_EMU_DEVICES of them (a node's GPUs, 1 to 16): they differ only in their index and PCI bus
+// id (device d on bus d + 1), which is what NCCL tells ranks' GPUs apart by; their memory is the
+// process's one arena.
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -16,8 +21,25 @@ constexpr int kSms = 132;
 constexpr int kClockKhz = 1980000;
 int current = 0;
 
+int device_count() {
+  static const int count = [] {
+    const char* v = std::getenv("MOD_EMU_DEVICES");
+    if (v == nullptr || *v == '\0') return 1;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 1 || n > 16) {
+      std::fprintf(stderr, "emulator: MOD_EMU_DEVICES=%s: expected a whole number from 1 to 16\n", v);
+      std::exit(2);
+    }
+    return static_cast<int>(n);
+  }();
+  return count;
+}
+
 cudaError_t check_device(int device) {
-  return device == 0 ? cudaSuccess : emu::rt::detail::record_error(cudaErrorInvalidDevice);
+  return device >= 0 && device < device_count()
+             ? cudaSuccess
+             : emu::rt::detail::record_error(cudaErrorInvalidDevice);
 }
 }  // namespace
 
@@ -26,7 +48,7 @@ extern "C" {
 cudaError_t cudaGetDeviceCount(int* count) {
   (void)emu::rt::options_from_environment();
   if (count == nullptr) return emu::rt::detail::record_error(cudaErrorInvalidValue);
-  *count = 1;
+  *count = device_count();
   return cudaSuccess;
 }
 
@@ -77,6 +99,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   p->l2CacheSize = 50 << 20;
   p->unifiedAddressing = 1;
   p->concurrentKernels = 1;
+  p->pciBusID = device + 1;
   return cudaSuccess;
 }
 

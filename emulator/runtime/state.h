@@ -41,6 +41,7 @@ struct CUgraphExec_st {
 
 struct CUstream_st {
   unsigned flags = 0;
+  int priority = 0;
   std::shared_ptr<emu::rt::detail::Capture> capture;  // set while captured
   uint64_t last_node_seq = 0;  // the capture sequence number of its latest node
   uint64_t joined_seq = 0;     // the latest of its events another captured stream waited on

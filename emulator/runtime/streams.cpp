@@ -1,6 +1,7 @@
 // Streams and events. Work runs when it is issued (emulator/include/emu/runtime.h says why that is
 // a schedule CUDA allows), so a stream is always idle when the host looks: synchronising returns at
 // once, after checking that it is allowed. Events record the host time at which they were reached.
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -75,6 +76,28 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) 
   auto* s = new CUstream_st;
   s->flags = flags;
   *stream = s;
+  return cudaSuccess;
+}
+
+// Priorities order the scheduling of ready blocks on a GPU; work here runs at issue, so a
+// stream keeps its priority only to report it. The range is the one Hopper reports, [0, -5]
+// (CUDA Runtime API, cudaDeviceGetStreamPriorityRange: lower numbers are higher priorities).
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  if (least != nullptr) *least = 0;
+  if (greatest != nullptr) *greatest = -5;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int flags, int priority) {
+  if (priority > 0 || priority < -5) priority = std::clamp(priority, -5, 0);  // as CUDA clamps
+  const cudaError_t rc = cudaStreamCreateWithFlags(stream, flags);
+  if (rc == cudaSuccess) (*stream)->priority = priority;
+  return rc;
+}
+
+cudaError_t cudaStreamGetPriority(cudaStream_t stream, int* priority) {
+  if (priority == nullptr) return record_error(cudaErrorInvalidValue);
+  *priority = is_legacy(stream) || stream == cudaStreamPerThread ? 0 : stream->priority;
   return cudaSuccess;
 }
 
