@@ -16,6 +16,11 @@
 //     only f32 reductions' atomics may reorder);
 //   greedy decoding (graphed, with the routed blocks behind conditional graph nodes, and
 //     eager) vs the CPU's: the same tokens and admitted counts.
+// On the CPU SIMT emulator (gpu_training_tests_emulated, MOD_GPU_TEST_SMALL=1) every case runs
+// with the same code paths at a smaller scale: the recipes at d_model 128 with 2 heads of 64
+// (the kernels' head size), d_ff 512, 4 blocks, sequences of 64 (capacity 8) in batches of 2,
+// a quarter of the steps (at least 4) and 40 decoded tokens. The tolerances stay the same:
+// fewer steps only leave less room for drift.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -36,7 +41,21 @@
 namespace mod {
 namespace {
 
-constexpr int kSteps = 50;
+// The emulator's smaller scale (see the top of the file), from the environment.
+bool small_scale() {
+  static const bool small = [] {
+    const char* v = std::getenv("MOD_GPU_TEST_SMALL");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return small;
+}
+
+// A case's step count at this scale.
+int steps(int n) {
+  return small_scale() ? std::max(4, n / 4) : n;
+}
+
+const int kSteps = steps(50);
 
 // 77 at exit when there was no GPU to test on (after mpi_main returned 0: the skipped cases
 // asserted nothing).
@@ -62,7 +81,10 @@ struct Run {
 
 Run train_run(const std::string& recipe, std::vector<std::string> extra,
               const std::string& resume_from = "", int steps = kSteps) {
-  extra.push_back("checkpoint.every_steps=25");
+  extra.push_back("checkpoint.every_steps=" + std::to_string(kSteps / 2));
+  if (small_scale())
+    extra.insert(extra.begin(), {"model.d_model=128", "model.n_heads=2", "model.d_ff=512",
+                                 "model.n_layers=4", "model.seq_len=64", "train.batch_size=2"});
   const auto cfg = test::tiny_recipe(recipe, steps, "", extra);
   Run r;
   r.dir = test::temp_dir("gpu_run");
@@ -132,7 +154,7 @@ TEST_CASE(
     require_close(train_run(recipe, kGpu), cpu, 1e-3, 0.0);
     const Run bf16 = train_run(recipe, kGpuBf16);
     if (std::string(recipe) == "tiny_mode_integrated")
-      require_same_curve(bf16, cpu, 0.05, 20, 10);
+      require_same_curve(bf16, cpu, 0.05, std::min<size_t>(20, kSteps), 10);
     else
       require_close(bf16, cpu, 0.0, 0.05);
   }
@@ -142,7 +164,7 @@ TEST_CASE(
 // and the embedding table's inside its scatter (accumulating_leaf_grad, docs/core.md).
 TEST_CASE("gradient accumulation on the GPU: the fused sums track the CPU (f32, bf16)", "[gpu]") {
   if (!have_gpu()) return;
-  constexpr int kAccumSteps = 20;
+  const int kAccumSteps = steps(20);
   const std::vector<std::string> accum = {"train.grad_accum=4"};
   for (const char* recipe : {"tiny_dense", "tiny_mod"}) {
     INFO(recipe);
@@ -180,15 +202,14 @@ TEST_CASE("train.cuda_graph on the GPU: replays track the eager run, no cudaMall
 // (the default) SELECTIVE computes GELU with the kernel, forward and recomputation alike, where
 // NONE takes it from cuBLASLt's epilogue, so it tracks NONE as the fused MLP tracks the separate
 // ops.
-TEST_CASE("train.recompute on the GPU: FULL and SELECTIVE track NONE, eager and graphed",
-          "[gpu]") {
+TEST_CASE("train.recompute on the GPU: FULL and SELECTIVE track NONE, eager and graphed", "[gpu]") {
   if (!have_gpu()) return;
   for (const char* recipe : {"tiny_dense", "tiny_mod"})
     for (const auto& precision : {kGpu, kGpuBf16})
       for (const char* gelu_mlp : {"true", "false"}) {
         const bool bf16 = precision.size() > 1;
         const auto base = with(precision, std::string("train.fusions.gelu_mlp=") + gelu_mlp);
-        const Run none = train_run(recipe, base, "", 20);
+        const Run none = train_run(recipe, base, "", steps(20));
         for (const char* mode : {"FULL", "SELECTIVE"})
           for (const char* graph : {"false", "true"}) {
             const bool full = std::string(mode) == "FULL";
@@ -197,7 +218,7 @@ TEST_CASE("train.recompute on the GPU: FULL and SELECTIVE track NONE, eager and 
                         << graph << ", gelu_mlp " << gelu_mlp);
             auto sets = with(with(base, std::string("train.recompute=") + mode),
                              std::string("train.cuda_graph=") + graph);
-            const Run got = train_run(recipe, sets, "", 20);
+            const Run got = train_run(recipe, sets, "", steps(20));
             if (full || std::string(gelu_mlp) == "false")
               require_close(got, none, 1e-5, 0.0);
             else if (bf16)
@@ -220,11 +241,12 @@ TEST_CASE("train.fusions.classifier on the GPU tracks the unfused head (f32, bf1
     for (const auto& precision : {kGpu, kGpuBf16}) {
       const bool bf16 = precision.size() > 1;
       const auto base = with(precision, "train.grad_accum=2");
-      const Run unfused = train_run(recipe, with(base, "train.fusions.classifier=false"), "", 20);
+      const Run unfused =
+          train_run(recipe, with(base, "train.fusions.classifier=false"), "", steps(20));
       for (const char* graph : {"false", "true"}) {
         INFO(recipe << (bf16 ? " bf16" : " f32") << ", cuda_graph " << graph);
-        const Run fused = train_run(recipe, with(base, std::string("train.cuda_graph=") + graph),
-                                    "", 20);
+        const Run fused =
+            train_run(recipe, with(base, std::string("train.cuda_graph=") + graph), "", steps(20));
         require_close(fused, unfused, bf16 ? 0.0 : 1e-5, bf16 ? 0.02 : 0.0);
       }
     }
@@ -234,9 +256,10 @@ TEST_CASE("train.fusions.classifier on the GPU tracks the unfused head (f32, bf1
 // compute; its backward adds the two gradients of s in f32 (an FMA) before one rounding, so f32
 // runs agree to rounding and bf16 runs, whose separate ops round the norm's gradient to bf16
 // first, to bf16 noise. Fused runs are graphed, to capture the fused kernels too.
-TEST_CASE("train.fusions.add_norm on the GPU: the fused add + norm tracks the separate ops "
-          "(f32, bf16)",
-          "[gpu]") {
+TEST_CASE(
+    "train.fusions.add_norm on the GPU: the fused add + norm tracks the separate ops "
+    "(f32, bf16)",
+    "[gpu]") {
   if (!have_gpu()) return;
   for (const char* recipe : {"tiny_dense", "tiny_mod"})
     for (const char* norm : {"RMS", "LAYER"})
@@ -244,8 +267,9 @@ TEST_CASE("train.fusions.add_norm on the GPU: the fused add + norm tracks the se
         const bool bf16 = precision.size() > 1;
         INFO(recipe << ", model.norm " << norm << (bf16 ? ", bf16" : ", f32"));
         const auto sets = with(precision, std::string("model.norm=") + norm);
-        const Run unfused = train_run(recipe, with(sets, "train.fusions.add_norm=false"), "", 20);
-        const Run fused = train_run(recipe, with(sets, "train.cuda_graph=true"), "", 20);
+        const Run unfused =
+            train_run(recipe, with(sets, "train.fusions.add_norm=false"), "", steps(20));
+        const Run fused = train_run(recipe, with(sets, "train.cuda_graph=true"), "", steps(20));
         if (bf16)
           require_close(fused, unfused, 0.0, 0.02);
         else
@@ -267,8 +291,9 @@ TEST_CASE("train.fusions.gelu_mlp on the GPU: the fused MLP tracks the separate 
         const bool bf16 = precision.size() > 1;
         INFO(recipe << ", train.recompute " << recompute << (bf16 ? ", bf16" : ", f32"));
         const auto sets = with(precision, std::string("train.recompute=") + recompute);
-        const Run unfused = train_run(recipe, with(sets, "train.fusions.gelu_mlp=false"), "", 20);
-        const Run fused = train_run(recipe, with(sets, "train.cuda_graph=true"), "", 20);
+        const Run unfused =
+            train_run(recipe, with(sets, "train.fusions.gelu_mlp=false"), "", steps(20));
+        const Run fused = train_run(recipe, with(sets, "train.cuda_graph=true"), "", steps(20));
         if (bf16)
           require_close(fused, unfused, 0.0, 0.02);
         else
@@ -285,8 +310,9 @@ TEST_CASE("train.fusions.router_scores on the GPU tracks cast then linear (bf16)
   for (const char* method : {"PREDICTOR", "AUX_BCE"}) {
     INFO("model.mod.causal.method " << method);
     const auto sets = with(kGpuBf16, std::string("model.mod.causal.method=") + method);
-    const Run unfused = train_run("tiny_mod", with(sets, "train.fusions.router_scores=false"), "", 20);
-    const Run fused = train_run("tiny_mod", with(sets, "train.cuda_graph=true"), "", 20);
+    const Run unfused =
+        train_run("tiny_mod", with(sets, "train.fusions.router_scores=false"), "", steps(20));
+    const Run fused = train_run("tiny_mod", with(sets, "train.cuda_graph=true"), "", steps(20));
     require_close(fused, unfused, 0.0, 0.02);
   }
 }
@@ -295,13 +321,12 @@ TEST_CASE("train.fusions.router_scores on the GPU tracks cast then linear (bf16)
 // kernel, its backward in one warp a row. The forward rounds as mul then scatter_add_rows do;
 // the gate's gradient sums its row in another order, so runs agree to bf16 noise. Graphed, f32
 // and bf16.
-TEST_CASE("train.fusions.routed_scatter on the GPU tracks mul then scatter_add_rows",
-          "[gpu]") {
+TEST_CASE("train.fusions.routed_scatter on the GPU tracks mul then scatter_add_rows", "[gpu]") {
   if (!have_gpu()) return;
   for (const auto& sets : {kGpu, kGpuBf16}) {
     const Run unfused =
-        train_run("tiny_mod", with(sets, "train.fusions.routed_scatter=false"), "", 20);
-    const Run fused = train_run("tiny_mod", with(sets, "train.cuda_graph=true"), "", 20);
+        train_run("tiny_mod", with(sets, "train.fusions.routed_scatter=false"), "", steps(20));
+    const Run fused = train_run("tiny_mod", with(sets, "train.cuda_graph=true"), "", steps(20));
     require_close(fused, unfused, 0.0, 0.02);
   }
 }
@@ -342,11 +367,12 @@ TEST_CASE("a checkpoint written on the GPU resumes on the CPU, and the reverse",
   if (!have_gpu()) return;
   const Run cpu = train_run("tiny_mod", {});
   const Run gpu = train_run("tiny_mod", kGpu);
-  const Run cpu_from_gpu = train_run("tiny_mod", {}, checkpoint_at(gpu, 25));
-  const Run gpu_from_cpu = train_run("tiny_mod", kGpu, checkpoint_at(cpu, 25));
-  // Both continue the CPU run's curve from step 26 to the f32 tolerance.
-  require_close(cpu_from_gpu, cpu, 1e-3, 0.0, 25);
-  require_close(gpu_from_cpu, cpu, 1e-3, 0.0, 25);
+  const int half = kSteps / 2;
+  const Run cpu_from_gpu = train_run("tiny_mod", {}, checkpoint_at(gpu, half));
+  const Run gpu_from_cpu = train_run("tiny_mod", kGpu, checkpoint_at(cpu, half));
+  // Both continue the CPU run's curve from the checkpoint on, to the f32 tolerance.
+  require_close(cpu_from_gpu, cpu, 1e-3, 0.0, static_cast<size_t>(half));
+  require_close(gpu_from_cpu, cpu, 1e-3, 0.0, static_cast<size_t>(half));
 }
 
 // Issue 39's decode on the GPU: greedy tokens and per-block admitted counts of the graphed (and
@@ -354,9 +380,10 @@ TEST_CASE("a checkpoint written on the GPU resumes on the CPU, and the reverse",
 // three prompts; dense, MoD with a predictor and with AUX_BCE. f32 on both sides: a greedy
 // choice flips only where two logits (or a routing logit and 0) are within the GPU's rounding,
 // which these models' 0.3-std weights keep far apart; a flip fails naming the model and prompt.
-TEST_CASE("decoding on the GPU: greedy tokens and admitted counts equal the CPU's, graphed and "
-          "eager",
-          "[gpu]") {
+TEST_CASE(
+    "decoding on the GPU: greedy tokens and admitted counts equal the CPU's, graphed and "
+    "eager",
+    "[gpu]") {
   if (!have_gpu()) return;
   for (const char* kind : {"dense", "MoD predictor", "MoD aux-BCE"}) {
     auto cfg = test::tiny_model(std::string(kind) != "dense");
@@ -369,12 +396,13 @@ TEST_CASE("decoding on the GPU: greedy tokens and admitted counts equal the CPU'
     model::SamplingParams greedy;
     greedy.temperature = 0;
     for (const auto& batch : {std::vector<std::vector<int64_t>>{prompts[0]}, prompts}) {
-      const auto want = model::generate_batch(cpu, batch, 200, greedy);
+      const int tokens = small_scale() ? 40 : 200;
+      const auto want = model::generate_batch(cpu, batch, tokens, greedy);
       for (bool graph : {true, false}) {
         INFO(kind << ", batch " << batch.size() << ", cuda_graph " << graph);
         model::SamplingParams p = greedy;
         p.cuda_graph = graph;
-        const auto got = model::generate_batch(gpu, batch, 200, p);
+        const auto got = model::generate_batch(gpu, batch, tokens, p);
         REQUIRE(got.size() == want.size());
         for (size_t b = 0; b < got.size(); ++b) {
           INFO("sequence " << b);
@@ -387,4 +415,3 @@ TEST_CASE("decoding on the GPU: greedy tokens and admitted counts equal the CPU'
 }
 
 }  // namespace mod
-

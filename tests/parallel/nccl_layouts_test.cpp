@@ -1,0 +1,132 @@
+// Every parallel layout on the GPU path, its device tensors crossing ranks through NCCL: what a
+// multi-GPU job runs. Built against the emulated twins (nccl_layouts_tests_emulated: our kernels
+// on the SIMT emulator, NCCL's stand-in between processes), so it runs in CI without a GPU; on
+// GPUs the same source would run as is. Each layout's run is compared with the same layout on
+// the CPU as gpu_training_tests compares one GPU with the CPU (f32: every step's loss within
+// 1e-3 relative), and the graphed run with the eager one (within 1e-5 relative: the same
+// kernels, the collectives captured in the graph and run at every replay). At the emulator's
+// scale (tests/cuda_training/gpu_training_test.cpp says what shrinks): d_model 128, 4 blocks,
+// sequences of 64 in global batches of 2, 6 steps.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "parallel/world.h"
+#include "tests/support/tiny_runs.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/trainer.h"
+
+namespace mod {
+namespace {
+
+constexpr int kSteps = 6;
+
+const std::vector<std::string> kSmall = {"model.d_model=128", "model.n_heads=2",
+                                         "model.d_ff=512",    "model.n_layers=4",
+                                         "model.seq_len=64",  "train.batch_size=2"};
+
+struct Run {
+  std::vector<double> losses;
+  std::string dir;
+};
+
+// Rank 0's temporary directory, the same name on every rank (a collective checkpoint's run
+// directory must be shared).
+std::string shared_dir(const std::string& tag) {
+  std::string dir = test::temp_dir(tag);
+  Tensor chars = Tensor::zeros({256}, DType::I32);
+  for (size_t i = 0; i < dir.size() && i < 255; ++i) chars.data<int32_t>()[i] = dir[i];
+  parallel::world().broadcast(chars, 0);
+  dir.clear();
+  for (int i = 0; i < 256 && chars.data<int32_t>()[i] != 0; ++i)
+    dir += static_cast<char>(chars.data<int32_t>()[i]);
+  return dir;
+}
+
+Run train_run(const std::string& recipe, const std::string& layout, const std::string& device,
+              bool graphed, parallel::Communicator& world = parallel::world(),
+              const std::string& resume_from = "") {
+  std::vector<std::string> sets = kSmall;
+  sets.push_back("train.device=" + device);
+  if (device == "CUDA")
+    sets.push_back(std::string("train.cuda_graph=") + (graphed ? "true" : "false"));
+  sets.push_back("checkpoint.every_steps=" + std::to_string(kSteps / 2));
+  const auto cfg = test::tiny_recipe(recipe, kSteps, layout, sets);
+  Run r;
+  r.dir = world.size() > 1 ? shared_dir("nccl_layouts") : test::temp_dir("nccl_layouts_one");
+  train::Trainer trainer(cfg, r.dir, /*quiet=*/true, world);
+  if (!resume_from.empty()) trainer.resume(resume_from);
+  trainer.run();
+  r.losses = trainer.losses();
+  return r;
+}
+
+void require_close(const Run& got, const Run& want, double rtol, size_t first_step = 0) {
+  REQUIRE(got.losses.size() + first_step == want.losses.size());
+  for (size_t s = 0; s < got.losses.size(); ++s) {
+    const double g = got.losses[s], w = want.losses[first_step + s];
+    INFO("step " << first_step + s + 1 << ": " << g << " vs " << w);
+    CHECK(std::isfinite(g));
+    CHECK(std::abs(g - w) <= rtol * std::abs(w));
+  }
+}
+
+struct Layout {
+  const char* recipe;
+  const char* layout;
+  int ranks;
+};
+
+}  // namespace
+
+TEST_CASE("every parallel layout trains on the GPU over NCCL as on the CPU, eager and graphed",
+          "[mpi][cuda]") {
+  const int n = parallel::world().size();
+  const std::vector<Layout> layouts = {{"tiny_mod", "dp=1 tp=2", 2},
+                                       {"tiny_dense", "dp=2 tp=1", 2},
+                                       {"tiny_mod", "dp=2 tp=1 zero1=true", 2},
+                                       {"tiny_mode_staged", "dp=2 ep=2", 4},
+                                       {"tiny_mod", "dp=2 tp=2 zero1=true", 4}};
+  int ran = 0;
+  for (const Layout& l : layouts) {
+    if (l.ranks != n) continue;
+    ++ran;
+    INFO(l.recipe << ", layout " << l.layout);
+    const Run cpu = train_run(l.recipe, l.layout, "CPU", false);
+    const Run eager = train_run(l.recipe, l.layout, "CUDA", false);
+    require_close(eager, cpu, 1e-3);
+    const Run graphed = train_run(l.recipe, l.layout, "CUDA", true);
+    require_close(graphed, eager, 1e-5);
+  }
+  if (ran == 0) WARN("no layout for " << n << " ranks: np2 and np4 run them");
+}
+
+// scripts/gpu_run.sh multirank's check: a dp2 GPU run's checkpoint, resumed by one process on
+// one GPU, continues the dp2 run's curve (the same global batch).
+TEST_CASE("a dp2 checkpoint written on GPUs resumes on one GPU", "[mpi][cuda]") {
+  if (parallel::world().size() != 2) {
+    WARN("needs 2 ranks");
+    return;
+  }
+  const Run dp2 = train_run("tiny_mod", "dp=2 tp=1", "CUDA", true);
+  const std::string half = ckpt::checkpoints_dir(dp2.dir) + "/" + ckpt::step_dir_name(kSteps / 2);
+  parallel::world().barrier();
+  if (parallel::world().rank() == 0) {
+    auto alone = parallel::make_local_communicator();
+    // train.batch_size is global: the one rank takes both ranks' sequences.
+    std::vector<std::string> sets = kSmall;
+    sets.push_back("train.device=CUDA");
+    const auto cfg = test::tiny_recipe("tiny_mod", kSteps, "dp=1 tp=1", sets);
+    train::Trainer trainer(cfg, test::temp_dir("nccl_layouts_resumed"), /*quiet=*/true, *alone);
+    trainer.resume(half);
+    CHECK(trainer.start_step() == kSteps / 2);
+    trainer.run();
+    require_close(Run{trainer.losses(), ""}, dp2, 1e-3, static_cast<size_t>(kSteps / 2));
+  }
+  parallel::world().barrier();
+}
+
+}  // namespace mod
