@@ -208,8 +208,9 @@ bool Links::recv(int peer, const char* op, void* out, size_t bytes, std::string*
       const ssize_t got = ::recv(fd, p, n, 0);
       if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
       if (got <= 0) {
-        *error = from + (got == 0 ? "the connection was closed (has the peer exited?)"
-                                  : errno_text("recv"));
+        const bool gone = got == 0 || errno == ECONNRESET;  // reset: it exited with data unread
+        *error = from + (gone ? "the connection was closed (has the peer exited?)"
+                              : errno_text("recv"));
         return false;
       }
       p += got;

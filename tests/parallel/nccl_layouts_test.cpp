@@ -6,7 +6,7 @@
 // 1e-3 relative), and the graphed run with the eager one (within 1e-5 relative: the same
 // kernels, the collectives captured in the graph and run at every replay). At the emulator's
 // scale (tests/cuda_training/gpu_training_test.cpp says what shrinks): d_model 128, 4 blocks,
-// sequences of 64 in global batches of 2, 6 steps.
+// sequences of 64 in global batches of 2 (4 at 4 ranks), 6 steps.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -50,6 +50,8 @@ Run train_run(const std::string& recipe, const std::string& layout, const std::s
               bool graphed, parallel::Communicator& world = parallel::world(),
               const std::string& resume_from = "") {
   std::vector<std::string> sets = kSmall;
+  // The global batch divides among the data-parallel ranks: one sequence each at 4.
+  if (world.size() == 4) sets.push_back("train.batch_size=4");
   sets.push_back("train.device=" + device);
   if (device == "CUDA")
     sets.push_back(std::string("train.cuda_graph=") + (graphed ? "true" : "false"));
@@ -88,7 +90,8 @@ TEST_CASE("every parallel layout trains on the GPU over NCCL as on the CPU, eage
   const std::vector<Layout> layouts = {{"tiny_mod", "dp=1 tp=2", 2},
                                        {"tiny_dense", "dp=2 tp=1", 2},
                                        {"tiny_mod", "dp=2 tp=1 zero1=true", 2},
-                                       {"tiny_mode_staged", "dp=2 ep=2", 4},
+                                       {"tiny_mode_staged", "dp=2 ep=2", 2},
+                                       {"tiny_mode_staged", "dp=4 ep=2", 4},
                                        {"tiny_mod", "dp=2 tp=2 zero1=true", 4}};
   int ran = 0;
   for (const Layout& l : layouts) {
