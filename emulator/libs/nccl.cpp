@@ -260,17 +260,20 @@ void initialise(ncclComm_t c, IdContents id) {
     close(own);
     return give_up(rc, c->last_error, fds);
   }
-  // Two ranks on one host on the same device: NCCL refuses the communicator.
-  for (int other = 0; other < c->nranks; ++other)
-    if (other != c->rank && table[other].host_hash == mine.host_hash &&
-        table[other].device == mine.device) {
-      close(own);
-      return give_up(ncclInvalidUsage,
-                     "Duplicate GPU detected : rank " + std::to_string(c->rank) + " and rank " +
-                         std::to_string(other) + " both on CUDA device " +
-                         bus_id_text(mine.device),
-                     fds);
-    }
+  // Two ranks on one host on the same device: NCCL refuses the communicator. Every rank looks
+  // at every pair (NCCL's ranks each check their own), so none is left waiting for a peer that
+  // gave up; a rank of the pair names itself first.
+  for (int a = 0; a < c->nranks; ++a)
+    for (int b = a + 1; b < c->nranks; ++b)
+      if (table[a].host_hash == table[b].host_hash && table[a].device == table[b].device) {
+        const int first = b == c->rank ? b : a, second = first == a ? b : a;
+        close(own);
+        return give_up(ncclInvalidUsage,
+                       "Duplicate GPU detected : rank " + std::to_string(first) + " and rank " +
+                           std::to_string(second) + " both on CUDA device " +
+                           bus_id_text(table[a].device),
+                       fds);
+      }
   // The rest of the mesh: each rank connects to every lower rank but 0 and accepts the higher.
   for (int lower = 1; lower < c->rank; ++lower) {
     fds[lower] = emu::nccl::connect_loopback(table[lower].port, kInitSeconds, c->stopping, &error);
