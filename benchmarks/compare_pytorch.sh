@@ -29,7 +29,7 @@ if [[ -z "${PYTHON:-}" ]]; then
   PYTHON=$PYTORCH_VENV/bin/python
   if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
     echo "compare_pytorch: installing $TORCH_SPEC from PyPI into $PYTORCH_VENV (once; several GB)"
-    python3 -m venv "$PYTORCH_VENV" && "$PYTORCH_VENV/bin/pip" install -q "$TORCH_SPEC" numpy ||
+    TORCH_SPEC=$TORCH_SPEC scripts/install_torch.sh "$PYTORCH_VENV" ||
       { echo "compare_pytorch: could not install $TORCH_SPEC into $PYTORCH_VENV" >&2; exit 1; }
   fi
 fi

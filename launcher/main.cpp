@@ -5,6 +5,7 @@
 #include <exception>
 #include <string>
 
+#include "core/cpu/threads.h"
 #include "launcher/cli.h"
 #include "parallel/world.h"
 #include "train/stop_signal.h"
@@ -45,6 +46,11 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
+  // The commands that compute run OpenMP: its waiting threads sleep unless the user chose
+  // otherwise, set before libgomp loads, so this may re-execute the program (core/cpu/threads.h).
+  const bool computes = command == "train" || command == "eval" || command == "sample" ||
+                        command == "inspect";
+  if (computes) mod::cpu::reexec_with_openmp_defaults(argv);
   const auto run = [&]() -> int {
     if (command == "prep") return mod::cli::prep(argc - 1, argv + 1);
     if (command == "train") return mod::cli::train(argc - 1, argv + 1);
@@ -73,6 +79,13 @@ int main(int argc, char** argv) {
   }
   int code = 1;
   try {
+    if (computes) {
+      const std::string line =
+          mod::cpu::configure_openmp_threads(mod::parallel::launch_info().local_size);
+      // train's start-up lines go to stdout; eval --json owns its stdout.
+      if (mod::parallel::launch_info().rank == 0)
+        std::fprintf(command == "train" ? stdout : stderr, "%s\n", line.c_str());
+    }
     code = run();
   } catch (const std::exception& e) {
     const std::string message = "modtrain " + command + ": error: " + e.what();

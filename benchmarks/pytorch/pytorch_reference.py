@@ -206,7 +206,10 @@ class Transformer(nn.Module):
         scatter-add; plus the predictor's BCE on the detached input."""
         b, t, d = x.shape
         r = blk.router(x).squeeze(-1)                                   # [B,T]
-        idx = torch.topk(r, self.capacity, dim=1, sorted=False).indices.sort(dim=1).values  # [B,C]
+        # Top-C with ties to the lower position, as modtrain (a stable sort; topk breaks ties
+        # arbitrarily, and equal scores do occur: two positions with the same residual row).
+        idx = torch.sort(r, dim=1, descending=True, stable=True).indices[:, :self.capacity]
+        idx = idx.sort(dim=1).values                                     # [B,C]
         idx_d = idx.unsqueeze(-1).expand(-1, -1, d)
         xg = x.gather(1, idx_d)                                         # [B,C,D]
         cos, sin = self.cos[idx].unsqueeze(2), self.sin[idx].unsqueeze(2)  # [B,C,1,Dh/2]

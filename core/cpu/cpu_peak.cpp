@@ -1,10 +1,10 @@
 // The CPU's stated f32 peak (see cpu_peak.h).
 #include "core/cpu/cpu_peak.h"
 
+#include "core/cpu/threads.h"
+
 #include <cpuid.h>
 #include <omp.h>
-#include <sched.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -65,13 +65,7 @@ double reported_ghz() {
 }
 
 int cores_of_process(int local_ranks) {
-  cpu_set_t set;
-  int allowed = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) allowed = CPU_COUNT(&set);
-  const int online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  // Unbound ranks on one host share its cores; bound ones already see their own share.
-  if (local_ranks > 1 && allowed >= online) allowed = std::max(1, online / local_ranks);
-  return std::max(1, std::min(allowed, omp_get_max_threads()));
+  return std::max(1, std::min(cpu_share(cpu_budget_of_process(local_ranks)), omp_get_max_threads()));
 }
 
 }  // namespace
