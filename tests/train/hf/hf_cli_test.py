@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""Hugging Face export and import end to end (docs/hf.md).
+
+Usage: hf_cli_test.py MODTRAIN HF_TESTS SOURCE_DIR [--transformers PYTHON]
+
+Without --transformers (CI; needs the `tokenizers`, `safetensors` and numpy packages, else exit
+77): prep byte and BPE datasets, train a tiny Llama-shaped model, `modtrain export --format hf`;
+the written tokenizer.json under the `tokenizers` library encodes the validation document to the
+ids in the validation shard and decodes them back; `train --init-from DIR` at lr 1e-30 ends on the
+exported weights bitwise, with model.mod on it trains with fresh routers, and bad directories are
+refused naming the file and field with nothing written.
+
+With --transformers PYTHON (slow:hf): that interpreter, or $MOD_HF_PYTHON when set (torch + transformers, see
+scripts/install_hf.sh; exit 77 when it lacks them) loads the export with
+AutoModelForCausalLM.from_pretrained and its logits on the validation windows must equal
+modtrain's forward (dumped by HF_TESTS's hidden case [.hf_logits_dump]) to 1e-4.
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+SKIP = 77
+
+
+def fail(msg):
+    print("hf_cli_test: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def run(cmd, expect_ok=True, env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if expect_ok and p.returncode != 0:
+        fail("failed: " + " ".join(cmd) + "\n" + p.stdout + p.stderr)
+    if not expect_ok and p.returncode == 0:
+        fail("succeeded, expected an error: " + " ".join(cmd))
+    return p
+
+
+def shard_tokens(path):
+    with open(path, "rb") as f:
+        head = f.read(32)
+        magic, version, width, _vocab, _res, count = struct.unpack("<8sIIIIQ", head)
+        if magic != b"MODTOKS1":
+            fail(path + ": not a modtrain shard")
+        data = f.read(count * width)
+    return list(struct.unpack("<%d%s" % (count, "H" if width == 2 else "I"), data))
+
+
+def val_shard(data_dir):
+    names = sorted(n for n in os.listdir(data_dir) if n.startswith("val") and n.endswith(".bin"))
+    return os.path.join(data_dir, names[0])
+
+
+TINY = ["--set", "model.d_model=32", "--set", "model.n_heads=2", "--set", "model.d_ff=48",
+        "--set", "model.n_layers=2", "--set", "model.seq_len=32", "--set", "model.mlp=SWIGLU",
+        "--set", "model.norm=RMS", "--set", "model.rope_theta=5000", "--set", "model.norm_eps=1e-6",
+        "--set", "optimizer.warmup_steps=1",
+        "--set", "train.eval_batches=1", "--set", "train.batch_size=2"]
+
+
+def main():
+    args = sys.argv[1:]
+    python = None
+    if "--transformers" in args:
+        i = args.index("--transformers")
+        python = args[i + 1]
+        del args[i:i + 2]
+    modtrain, hf_tests, src = args
+    try:
+        import numpy as np
+        import safetensors.numpy
+        import tokenizers
+    except ImportError as e:
+        print("hf_cli_test: skipped: python3 lacks %s" % e.name)
+        sys.exit(SKIP)
+    if python is not None:
+        python = os.environ.get("MOD_HF_PYTHON") or python
+        if not os.path.exists(python):
+            print("hf_cli_test: skipped: no %s (run scripts/install_hf.sh, or set MOD_HF_PYTHON)"
+                  % python)
+            sys.exit(SKIP)
+        probe = subprocess.run([python, "-c", "import torch, transformers"], capture_output=True)
+        if probe.returncode != 0:
+            print("hf_cli_test: skipped: %s cannot import torch and transformers "
+                  "(scripts/install_hf.sh installs them)" % python)
+            sys.exit(SKIP)
+
+    work = tempfile.mkdtemp(prefix="modtrain_hf_")
+    try:
+        # A JSON Lines corpus: the docs' paragraphs; document 0 is the validation split.
+        paragraphs = []
+        for name in sorted(os.listdir(os.path.join(src, "docs"))):
+            if name.endswith(".md"):
+                text = open(os.path.join(src, "docs", name), encoding="utf-8").read()
+                paragraphs += [p for p in text.split("\n\n") if p.strip()]
+        docs = ["\n\n".join(paragraphs[i:i + 40]) for i in range(0, len(paragraphs), 40)]
+        docs[0] += "\n\ttabs\t and  spaces \r\n 12345 caf\u00e9 \u2014 na\u00efve   \n  end  "
+        corpus = os.path.join(work, "corpus.jsonl")
+        with open(corpus, "w", encoding="utf-8") as f:
+            for d in docs:
+                f.write(json.dumps({"text": d}) + "\n")
+
+        for kind, vocab in (("byte", 256), ("bpe", 400)):
+            data = os.path.join(work, "data_" + kind)
+            cmd = [modtrain, "prep", "--input", corpus, "--out", data, "--val-documents", "1",
+                   "--tokenizer", kind]
+            if kind == "bpe":
+                cmd += ["--vocab-size", str(vocab)]
+            run(cmd)
+            run_dir = os.path.join(work, "run_" + kind)
+            run([modtrain, "train", "--config", os.path.join(src, "configs/recipes/tiny_dense.textproto"),
+                 "--run-dir", run_dir, "--data", data, "--set", "model.vocab_size=%d" % vocab,
+                 "--set", "train.steps=3", "--set", "train.eval_every=3"] + TINY)
+            out = os.path.join(work, "hf_" + kind)
+            p = run([modtrain, "export", "--checkpoint", run_dir, "--format", "hf", "--out", out])
+            if "LlamaForCausalLM" not in p.stdout or kind + " tokenizer" not in p.stdout:
+                fail("export said: " + p.stdout)
+            config = json.load(open(os.path.join(out, "config.json")))
+            if config["architectures"] != ["LlamaForCausalLM"] or config["vocab_size"] != vocab:
+                fail("config.json: %s" % config)
+
+            # The tokenizer.json under the tokenizers library: the validation shard's ids.
+            tok = tokenizers.Tokenizer.from_file(os.path.join(out, "tokenizer.json"))
+            ids = tok.encode(docs[0], add_special_tokens=False).ids
+            want = shard_tokens(val_shard(data))
+            if ids != want:
+                first = next((i for i, (a, b) in enumerate(zip(ids, want)) if a != b),
+                             min(len(ids), len(want)))
+                fail("%s tokenizer.json encodes the validation document to %d ids, the shard "
+                     "holds %d; first difference at %d: %s vs %s" %
+                     (kind, len(ids), len(want), first, ids[first:first + 5], want[first:first + 5]))
+            if tok.decode(want, skip_special_tokens=False) != docs[0]:
+                fail(kind + " tokenizer.json does not decode the validation ids to the document")
+            print("%s: tokenizer.json encodes the validation document (%d tokens) as modtrain"
+                  % (kind, len(want)))
+
+        # Import: one step at lr 1e-30 (lr must be positive) moves no f32 weight, so the run ends on
+        # the imported weights bitwise.
+        data = os.path.join(work, "data_bpe")
+        exported = safetensors.numpy.load_file(os.path.join(work, "hf_bpe", "model.safetensors"))
+        imp = os.path.join(work, "import")
+        run([modtrain, "train", "--config", os.path.join(src, "configs/recipes/tiny_dense.textproto"),
+             "--run-dir", imp, "--data", data, "--init-from", os.path.join(work, "hf_bpe"),
+             "--set", "model.vocab_size=400", "--set", "train.steps=1", "--set", "train.eval_every=1",
+             "--set", "optimizer.lr=1e-30", "--set", "optimizer.min_lr=0"] + TINY)
+        again = os.path.join(work, "hf_again")
+        run([modtrain, "export", "--checkpoint", imp, "--format", "hf", "--out", again])
+        back = safetensors.numpy.load_file(os.path.join(again, "model.safetensors"))
+        if sorted(back) != sorted(exported):
+            fail("re-export holds %s, the export %s" % (sorted(back), sorted(exported)))
+        for name, t in exported.items():
+            if t.dtype != np.float32 or t.tobytes() != back[name].tobytes():
+                fail("tensor %s differs after export -> import (lr 1e-30) -> export" % name)
+        print("import -> train (lr 1e-30) -> export: %d tensors bitwise equal" % len(back))
+
+        # Dense -> MoD: the Llama's weights and fresh routers, trained for 3 steps.
+        p = run([modtrain, "train", "--config", os.path.join(src, "configs/recipes/tiny_dense.textproto"),
+                 "--run-dir", os.path.join(work, "mod"), "--data", data,
+                 "--init-from", os.path.join(work, "hf_bpe"), "--set", "model.vocab_size=400",
+                 "--set", "train.steps=3", "--set", "train.eval_every=3"] + TINY +
+                ["--set", "model.mod.enabled=true", "--set", "model.mod.capacity=0.5"])
+        if "MoD router/predictor tensors start fresh" not in p.stdout:
+            fail("the MoD conversion did not say its routers start fresh:\n" + p.stdout)
+
+        # Refusals name the file and the field; nothing is written.
+        def refused(edit, want, extra=()):
+            bad = os.path.join(work, "bad")
+            shutil.rmtree(bad, ignore_errors=True)
+            shutil.copytree(os.path.join(work, "hf_bpe"), bad)
+            edit(bad)
+            run_dir = os.path.join(work, "refused")
+            p = run([modtrain, "train", "--config", os.path.join(src, "configs/recipes/tiny_dense.textproto"),
+                     "--run-dir", run_dir, "--data", data, "--init-from", bad,
+                     "--set", "model.vocab_size=400", "--set", "train.steps=1"] + TINY + list(extra),
+                    expect_ok=False)
+            if want not in p.stderr:
+                fail("expected %r in:\n%s" % (want, p.stderr))
+            if os.path.exists(os.path.join(run_dir, "model.safetensors")):
+                fail("a refused import wrote " + run_dir + "/model.safetensors")
+
+        def set_config(key, value):
+            def edit(d):
+                c = json.load(open(os.path.join(d, "config.json")))
+                c[key] = value
+                json.dump(c, open(os.path.join(d, "config.json"), "w"))
+            return edit
+
+        refused(set_config("num_key_value_heads", 1),
+                "bad/config.json: num_key_value_heads is 1 with 2 attention heads")
+        refused(set_config("architectures", ["MistralForCausalLM"]),
+                "bad/config.json: architectures is [\"MistralForCausalLM\"]")
+        refused(set_config("attention_bias", True), "bad/config.json: attention_bias is true")
+        refused(set_config("intermediate_size", 64),
+                "bad/config.json: intermediate_size is 64 but the run's model.d_ff is 48")
+
+        def shard(d):  # the index names a shard that is not there
+            os.rename(os.path.join(d, "model.safetensors"), os.path.join(d, "model-00001-of-00002.safetensors"))
+            names = list(exported)
+            json.dump({"weight_map": {n: "model-0000%d-of-00002.safetensors" % (1 + i % 2)
+                                      for i, n in enumerate(names)}},
+                      open(os.path.join(d, "model.safetensors.index.json"), "w"))
+        refused(shard, "names model-00002-of-00002.safetensors, which is missing")
+
+        if python is not None:
+            transformers_parity(python, hf_tests, src, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+PARITY = r'''
+import sys, numpy as np, torch, transformers
+out, tokens_path, logits_path, b, t = sys.argv[1:6]
+b, t = int(b), int(t)
+model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+model.eval()
+assert type(model).__name__ == "LlamaForCausalLM", type(model).__name__
+tokens = torch.from_numpy(np.fromfile(tokens_path, dtype=np.int64).reshape(b, t))
+with torch.no_grad():
+    got = model(tokens).logits.numpy()
+want = np.fromfile(logits_path, dtype=np.float32).reshape(got.shape)
+diff = np.abs(got - want)
+rel = diff / np.maximum(np.abs(want), 1.0)
+print("transformers %s vs modtrain: logits %s, max |diff| %.3g, max relative %.3g"
+      % (transformers.__version__, got.shape, diff.max(), rel.max()))
+if rel.max() > 1e-4:
+    sys.exit("logits differ by more than 1e-4 relative")
+'''
+
+
+def transformers_parity(python, hf_tests, src, work):
+    import numpy as np
+    out = os.path.join(work, "hf_bpe")
+    seq = 32
+    val = np.array(shard_tokens(val_shard(os.path.join(work, "data_bpe"))), dtype=np.int64)
+    b = min(4, len(val) // seq)
+    if b < 1:
+        fail("validation split too short for one window")
+    tokens = os.path.join(work, "tokens.i64")
+    val[:b * seq].tofile(tokens)
+    logits = os.path.join(work, "logits.f32")
+    env = dict(os.environ, MOD_HF_DUMP_WEIGHTS=os.path.join(work, "run_bpe"),
+               MOD_HF_DUMP_TOKENS=tokens, MOD_HF_DUMP_BATCH=str(b), MOD_HF_DUMP_OUT=logits)
+    run([hf_tests, "[.hf_logits_dump]"], env=env)
+    script = os.path.join(work, "parity.py")
+    open(script, "w").write(PARITY)
+    p = run([python, script, out, tokens, logits, str(b), str(seq)])
+    print(p.stdout.strip())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+// Export to a Hugging Face directory (see export.h).
+#include "train/hf/export.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "core/util/file_io.h"
+#include "core/util/safetensors.h"
+#include "train/data/dataset.h"
+#include "train/data/tokenizer_seal.h"
+#include "train/hf/llama.h"
+#include "train/hf/tokenizer_json.h"
+#include "train/weights.h"
+
+namespace mod::hf {
+
+namespace fs = std::filesystem;
+
+bool is_export_file(const std::string& name) {
+  static const std::set<std::string> names = {"config.json", "model.safetensors",
+                                              "generation_config.json", "tokenizer.json",
+                                              "tokenizer_config.json"};
+  return names.count(name) > 0;
+}
+
+namespace {
+using ojson = nlohmann::ordered_json;
+
+struct TokenizerFiles {
+  std::string kind, json;
+  std::optional<uint32_t> eot;
+  std::optional<std::string> eot_text;
+};
+
+TokenizerFiles tokenizer_files(const train::LoadedModel& loaded, const std::string& path) {
+  const std::string dir = loaded.config.data().dir();
+  data::SealedTokenizer t =
+      path.empty() ? data::load_dataset_tokenizer(dir) : data::load_sealed_tokenizer(path);
+  data::check_tokenizer_seal(t.path, t.crc32c, loaded.source, loaded.tokenizer_crc32c);
+  const auto vocab = static_cast<uint32_t>(loaded.config.model().vocab_size());
+  if (t.tokenizer->vocab_size() != vocab)
+    throw std::invalid_argument("tokenizer " + t.path + ": vocabulary " +
+                                std::to_string(t.tokenizer->vocab_size()) + " but the model has " +
+                                std::to_string(vocab));
+  TokenizerFiles out;
+  out.kind = t.tokenizer->kind();
+  out.json = out.kind == "hf" ? data::read_tokenizer_file(t.path) : own_tokenizer_json(*t.tokenizer);
+  if (path.empty()) {
+    const auto m = data::read_manifest(dir + "/" + data::kManifestName);
+    if (m.has_eot_token()) out.eot = m.eot_token();
+  } else {
+    out.eot = t.tokenizer->special_token("<|endoftext|>");
+  }
+  if (out.eot) {
+    const std::string text = t.tokenizer->decode({*out.eot});
+    if (t.tokenizer->special_token(text) == out.eot) out.eot_text = text;
+  }
+  return out;
+}
+
+// The files of out_dir, or an error when it holds anything an export does not write.
+void check_replaceable(const std::string& out_dir) {
+  if (!fs::exists(out_dir)) return;
+  if (!fs::is_directory(out_dir))
+    throw std::invalid_argument("--out " + out_dir + ": exists and is not a directory");
+  for (const auto& e : fs::directory_iterator(out_dir))
+    if (!e.is_regular_file() || !is_export_file(e.path().filename().string()))
+      throw std::invalid_argument("--out " + out_dir + ": holds " + e.path().filename().string() +
+                                  ", which an hf export does not write; not replacing it");
+}
+
+void write_json(const std::string& path, const ojson& j) { util::write_file(path, j.dump(2) + "\n"); }
+}  // namespace
+
+ExportSummary export_hf(const ExportOptions& o) {
+  std::string out_dir = o.out_dir;
+  while (out_dir.size() > 1 && out_dir.back() == '/') out_dir.pop_back();
+  if (out_dir.empty()) throw std::invalid_argument("--out: empty directory name");
+  check_replaceable(out_dir);
+
+  const train::LoadedModel loaded = train::load_model(o.from);
+  const modtrain::ModelConfig& cfg = loaded.config.model();
+  std::string why = llama_incompatibility(cfg);
+  if (why.empty() && cfg.mod().enabled())
+    why = "model.mod is enabled (Llama has no MoD routers)";
+  if (!why.empty())
+    throw std::invalid_argument(loaded.source + ": cannot be written as LlamaForCausalLM: " + why);
+  const TokenizerFiles tok = tokenizer_files(loaded, o.tokenizer);
+
+  ExportSummary s{loaded.source, loaded.step, 0, 0, "LlamaForCausalLM", tok.kind};
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [name, p] : loaded.model->named_parameters()) {
+    const auto hf_name = llama_name(name);
+    if (!hf_name)  // llama_incompatibility() and the MoD check leave none
+      throw std::logic_error("hf export: parameter " + name + " has no Llama name");
+    Tensor t = p.to(Device::CPU).to(DType::F32);
+    ++s.tensors;
+    s.bytes += static_cast<int64_t>(t.nbytes());
+    tensors.emplace_back(*hf_name, std::move(t));
+  }
+
+  ojson config = llama_config_json(cfg, tok.eot);
+  ojson generation = {{"bos_token_id", nullptr},
+                      {"eos_token_id", tok.eot ? ojson(*tok.eot) : ojson(nullptr)},
+                      {"pad_token_id", nullptr},
+                      {"do_sample", false}};
+  ojson tok_config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                      {"model_max_length", cfg.seq_len()},
+                      {"add_bos_token", false},
+                      {"add_eos_token", false},
+                      {"clean_up_tokenization_spaces", false}};
+  if (tok.eot_text) tok_config["eos_token"] = *tok.eot_text;
+
+  // Written whole to a sibling temp directory, then renamed over out_dir.
+  const std::string tmp = out_dir + ".tmp";
+  fs::remove_all(tmp);
+  util::make_dir(tmp);
+  save_safetensors(tmp + "/model.safetensors", tensors, {{"format", "pt"}});
+  write_json(tmp + "/config.json", config);
+  write_json(tmp + "/generation_config.json", generation);
+  util::write_file(tmp + "/tokenizer.json", tok.json);
+  write_json(tmp + "/tokenizer_config.json", tok_config);
+  util::fsync_dir(tmp);
+  if (fs::exists(out_dir)) {
+    if (!util::exchange_paths(tmp, out_dir)) {
+      fs::remove_all(out_dir);
+      util::rename_path(tmp, out_dir);
+    }
+    fs::remove_all(tmp);
+  } else {
+    util::rename_path(tmp, out_dir);
+  }
+  util::fsync_dir(util::parent_dir(out_dir));
+  return s;
+}
+
+}  // namespace mod::hf
