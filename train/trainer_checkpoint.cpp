@@ -160,7 +160,10 @@ void Trainer::resume(const std::string& spec) {
 }
 
 void Trainer::init_from(const std::string& path) {
-  if (hf::is_hf_dir(path)) return init_from_hf(path);
+  if (hf::is_hf_dir(path)) {
+    if (!hf::is_modtrain_dir(path)) return init_from_hf(path);
+    return init_from(path + "/model.safetensors");  // ModtrainForCausalLM: modtrain's names
+  }
   SafetensorsFile file = load_safetensors(path);
   for (const auto& [name, p] : model_->named_parameters()) {
     const parallel::ShardSpec& s = plan_.shards.at(name);

@@ -1,6 +1,7 @@
 // Export to a Hugging Face directory (see export.h).
 #include "train/hf/export.h"
 
+#include <cctype>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -13,7 +14,9 @@
 #include "core/util/safetensors.h"
 #include "train/data/dataset.h"
 #include "train/data/tokenizer_seal.h"
+#include "model/routing_schedule.h"
 #include "train/hf/llama.h"
+#include "train/hf/modeling_sources.h"
 #include "train/hf/tokenizer_json.h"
 #include "train/weights.h"
 
@@ -22,9 +25,9 @@ namespace mod::hf {
 namespace fs = std::filesystem;
 
 bool is_export_file(const std::string& name) {
-  static const std::set<std::string> names = {"config.json", "model.safetensors",
-                                              "generation_config.json", "tokenizer.json",
-                                              "tokenizer_config.json"};
+  static const std::set<std::string> names = {
+      "config.json",    "model.safetensors",     "generation_config.json",  "tokenizer.json",
+      "tokenizer_config.json", "configuration_modtrain.py", "modeling_modtrain.py"};
   return names.count(name) > 0;
 }
 
@@ -75,6 +78,59 @@ void check_replaceable(const std::string& out_dir) {
 }
 
 void write_json(const std::string& path, const ojson& j) { util::write_file(path, j.dump(2) + "\n"); }
+
+const char* lower(const std::string& enum_name, std::string& out) {
+  out = enum_name;
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out.c_str();
+}
+
+// config.json for modeling_modtrain.py: ModtrainConfig's fields, the MoD schedule expanded.
+ojson modtrain_config_json(const modtrain::ModelConfig& cfg, std::optional<uint32_t> eos) {
+  std::string mlp, norm, gate, causal;
+  ojson routed = ojson::array(), capacity = ojson::array();
+  if (cfg.mod().enabled()) {
+    const auto is_routed = model::routed_blocks(cfg);
+    const auto fractions = model::capacity_fractions(cfg);
+    for (size_t b = 0; b < is_routed.size(); ++b)
+      if (is_routed[b]) {
+        routed.push_back(b);
+        capacity.push_back(fractions[b]);
+      }
+  }
+  return {
+      {"architectures", {"ModtrainForCausalLM"}},
+      {"model_type", "modtrain"},
+      {"auto_map",
+       {{"AutoConfig", "configuration_modtrain.ModtrainConfig"},
+        {"AutoModelForCausalLM", "modeling_modtrain.ModtrainForCausalLM"}}},
+      {"vocab_size", cfg.vocab_size()},
+      {"hidden_size", cfg.d_model()},
+      {"num_hidden_layers", cfg.n_layers()},
+      {"num_attention_heads", cfg.n_heads()},
+      {"intermediate_size", cfg.d_ff()},
+      {"max_position_embeddings", cfg.seq_len()},
+      {"mlp", lower(modtrain::ModelConfig::Mlp_Name(cfg.mlp()), mlp)},
+      {"norm", cfg.norm() == modtrain::ModelConfig::LAYER ? "layer" : "rms"},
+      {"norm_eps", cfg.norm_eps()},
+      {"rope_theta", cfg.rope_theta()},
+      {"tie_word_embeddings", cfg.tie_embeddings()},
+      {"mod_routed_blocks", routed},
+      {"mod_capacity", capacity},
+      {"mod_gate", lower(modtrain::RouterConfig::Gate_Name(cfg.mod().router().gate()), gate)},
+      {"mod_router_bias", cfg.mod().router().bias()},
+      {"mod_causal",
+       lower(modtrain::CausalRoutingConfig::Method_Name(cfg.mod().causal().method()), causal)},
+      {"mod_predictor_hidden", cfg.mod().causal().predictor_hidden()},
+      {"routing", "top_c"},
+      {"bos_token_id", nullptr},
+      {"eos_token_id", eos ? ojson(*eos) : ojson(nullptr)},
+      {"pad_token_id", nullptr},
+      {"use_cache", false},
+      {"torch_dtype", "float32"},
+      {"dtype", "float32"},
+  };
+}
 }  // namespace
 
 ExportSummary export_hf(const ExportOptions& o) {
@@ -85,17 +141,18 @@ ExportSummary export_hf(const ExportOptions& o) {
 
   const train::LoadedModel loaded = train::load_model(o.from);
   const modtrain::ModelConfig& cfg = loaded.config.model();
-  std::string why = llama_incompatibility(cfg);
-  if (why.empty() && cfg.mod().enabled())
-    why = "model.mod is enabled (Llama has no MoD routers)";
-  if (!why.empty())
-    throw std::invalid_argument(loaded.source + ": cannot be written as LlamaForCausalLM: " + why);
+  // Llama when it can express the model; else modtrain's own modeling code, which has no MoE.
+  const bool llama = llama_incompatibility(cfg).empty() && !cfg.mod().enabled();
+  if (cfg.moe().enabled())
+    throw std::invalid_argument(loaded.source + ": cannot be exported to Hugging Face: model.moe "
+                                "(MoE, MoDE) has no modeling code yet (dense and MoD models do)");
   const TokenizerFiles tok = tokenizer_files(loaded, o.tokenizer);
 
-  ExportSummary s{loaded.source, loaded.step, 0, 0, "LlamaForCausalLM", tok.kind};
+  ExportSummary s{loaded.source, loaded.step, 0, 0,
+                  llama ? "LlamaForCausalLM" : "ModtrainForCausalLM", tok.kind};
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const auto& [name, p] : loaded.model->named_parameters()) {
-    const auto hf_name = llama_name(name);
+    const auto hf_name = llama ? llama_name(name) : std::optional<std::string>(name);
     if (!hf_name)  // llama_incompatibility() and the MoD check leave none
       throw std::logic_error("hf export: parameter " + name + " has no Llama name");
     Tensor t = p.to(Device::CPU).to(DType::F32);
@@ -104,11 +161,12 @@ ExportSummary export_hf(const ExportOptions& o) {
     tensors.emplace_back(*hf_name, std::move(t));
   }
 
-  ojson config = llama_config_json(cfg, tok.eot);
+  ojson config = llama ? llama_config_json(cfg, tok.eot) : modtrain_config_json(cfg, tok.eot);
   ojson generation = {{"bos_token_id", nullptr},
                       {"eos_token_id", tok.eot ? ojson(*tok.eot) : ojson(nullptr)},
                       {"pad_token_id", nullptr},
-                      {"do_sample", false}};
+                      {"do_sample", false},
+                      {"use_cache", llama}};
   ojson tok_config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
                       {"model_max_length", cfg.seq_len()},
                       {"add_bos_token", false},
@@ -125,6 +183,10 @@ ExportSummary export_hf(const ExportOptions& o) {
   write_json(tmp + "/generation_config.json", generation);
   util::write_file(tmp + "/tokenizer.json", tok.json);
   write_json(tmp + "/tokenizer_config.json", tok_config);
+  if (!llama) {
+    util::write_file(tmp + "/configuration_modtrain.py", kConfigurationModtrainPy);
+    util::write_file(tmp + "/modeling_modtrain.py", kModelingModtrainPy);
+  }
   util::fsync_dir(tmp);
   if (fs::exists(out_dir)) {
     if (!util::exchange_paths(tmp, out_dir)) {

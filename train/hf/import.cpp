@@ -20,6 +20,15 @@ bool is_hf_dir(const std::string& path) {
 }
 
 namespace {
+nlohmann::json read_json(const std::string& path);
+}  // namespace
+
+bool is_modtrain_dir(const std::string& dir) {
+  const nlohmann::json j = read_json(dir + "/config.json");
+  return j.is_object() && j.value("model_type", std::string()) == "modtrain";
+}
+
+namespace {
 nlohmann::json read_json(const std::string& path) {
   const std::string text = util::read_file(path);
   try {

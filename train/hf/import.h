@@ -15,6 +15,9 @@ namespace mod::hf {
 
 // A directory holding config.json: what --init-from reads as a Hugging Face model.
 bool is_hf_dir(const std::string& path);
+// Such a directory written as ModtrainForCausalLM (config.json model_type "modtrain"): its
+// model.safetensors holds modtrain's own names and loads as a modtrain weights file.
+bool is_modtrain_dir(const std::string& dir);
 
 // The dense parameters of cfg (every one llama_name() maps) by modtrain name, as F32 CPU tensors.
 // MoD's routers and predictors are not among them: the caller keeps their fresh initialisation.

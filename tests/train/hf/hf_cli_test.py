@@ -55,11 +55,19 @@ def val_shard(data_dir):
     return os.path.join(data_dir, names[0])
 
 
-TINY = ["--set", "model.d_model=32", "--set", "model.n_heads=2", "--set", "model.d_ff=48",
-        "--set", "model.n_layers=2", "--set", "model.seq_len=32", "--set", "model.mlp=SWIGLU",
-        "--set", "model.norm=RMS", "--set", "model.rope_theta=5000", "--set", "model.norm_eps=1e-6",
-        "--set", "optimizer.warmup_steps=1",
-        "--set", "train.eval_batches=1", "--set", "train.batch_size=2"]
+SHAPE = ["--set", "model.d_model=32", "--set", "model.n_heads=2", "--set", "model.d_ff=48",
+         "--set", "model.n_layers=2", "--set", "model.seq_len=32", "--set", "model.rope_theta=5000",
+         "--set", "model.norm_eps=1e-6", "--set", "optimizer.warmup_steps=1",
+         "--set", "train.eval_batches=1", "--set", "train.batch_size=2"]
+TINY = SHAPE + ["--set", "model.mlp=SWIGLU", "--set", "model.norm=RMS"]  # a Llama
+# MoD on tiny_mod (GELU), as ModtrainForCausalLM: with a predictor; and LayerNorm with aux-BCE,
+# a sigmoid gate and a router bias in every block.
+MOD_VARIANTS = {
+    "mod_predictor": ["--set", "model.mod.capacity=0.25"],
+    "mod_aux_bce": ["--set", "model.norm=LAYER", "--set", "model.mod.causal.method=AUX_BCE",
+                    "--set", "model.mod.router.gate=SIGMOID", "--set", "model.mod.router.bias=true",
+                    "--set", "model.mod.schedule=EVERY", "--set", "model.mod.capacity=0.5"],
+}
 
 
 def main():
@@ -70,6 +78,8 @@ def main():
         python = args[i + 1]
         del args[i:i + 2]
     modtrain, hf_tests, src = args
+    global modtrain_bin
+    modtrain_bin = modtrain
     try:
         import numpy as np
         import safetensors.numpy
@@ -166,6 +176,27 @@ def main():
         if "MoD router/predictor tensors start fresh" not in p.stdout:
             fail("the MoD conversion did not say its routers start fresh:\n" + p.stdout)
 
+        # MoD exports as ModtrainForCausalLM under modtrain's names; --init-from DIR reads it back.
+        for name, extra in MOD_VARIANTS.items():
+            run_dir, out = os.path.join(work, "run_" + name), os.path.join(work, "hf_" + name)
+            recipe = os.path.join(src, "configs/recipes/tiny_mod.textproto")
+            run([modtrain, "train", "--config", recipe, "--run-dir", run_dir, "--data", data,
+                 "--set", "model.vocab_size=400", "--set", "train.steps=40",
+                 "--set", "train.eval_every=40"] + SHAPE + extra)
+            p = run([modtrain, "export", "--checkpoint", run_dir, "--format", "hf", "--out", out])
+            if "ModtrainForCausalLM" not in p.stdout:
+                fail("export said: " + p.stdout)
+            again_run = os.path.join(work, "again_" + name)
+            run([modtrain, "train", "--config", recipe, "--run-dir", again_run, "--data", data,
+                 "--init-from", out, "--set", "model.vocab_size=400", "--set", "train.steps=1",
+                 "--set", "train.eval_every=1", "--set", "optimizer.lr=1e-30",
+                 "--set", "optimizer.min_lr=0"] + SHAPE + extra)
+            a = safetensors.numpy.load_file(os.path.join(out, "model.safetensors"))
+            b = safetensors.numpy.load_file(os.path.join(again_run, "model.safetensors"))
+            if sorted(a) != sorted(b) or any(a[n].tobytes() != b[n].tobytes() for n in a):
+                fail(name + ": export -> --init-from -> train (lr 1e-30) changed the weights")
+            print("%s: ModtrainForCausalLM export -> import: %d tensors bitwise equal" % (name, len(a)))
+
         # Refusals name the file and the field; nothing is written.
         def refused(edit, want, extra=()):
             bad = os.path.join(work, "bad")
@@ -213,19 +244,21 @@ def main():
 
 PARITY = r'''
 import sys, numpy as np, torch, transformers
-out, tokens_path, logits_path, b, t = sys.argv[1:6]
+out, tokens_path, logits_path, b, t, routing, arch = sys.argv[1:8]
 b, t = int(b), int(t)
-model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32,
+                                                          trust_remote_code=True)
 model.eval()
-assert type(model).__name__ == "LlamaForCausalLM", type(model).__name__
+assert type(model).__name__ == arch, type(model).__name__
 tokens = torch.from_numpy(np.fromfile(tokens_path, dtype=np.int64).reshape(b, t))
 with torch.no_grad():
-    got = model(tokens).logits.numpy()
+    kwargs = {"routing": routing} if arch != "LlamaForCausalLM" else {}
+    got = model(tokens, **kwargs).logits.numpy()
 want = np.fromfile(logits_path, dtype=np.float32).reshape(got.shape)
 diff = np.abs(got - want)
 rel = diff / np.maximum(np.abs(want), 1.0)
-print("transformers %s vs modtrain: logits %s, max |diff| %.3g, max relative %.3g"
-      % (transformers.__version__, got.shape, diff.max(), rel.max()))
+print("transformers %s vs modtrain, %s routing: logits %s, max |diff| %.3g, max relative %.3g"
+      % (transformers.__version__, routing, got.shape, diff.max(), rel.max()))
 if rel.max() > 1e-4:
     sys.exit("logits differ by more than 1e-4 relative")
 '''
@@ -233,7 +266,6 @@ if rel.max() > 1e-4:
 
 def transformers_parity(python, hf_tests, src, work):
     import numpy as np
-    out = os.path.join(work, "hf_bpe")
     seq = 32
     val = np.array(shard_tokens(val_shard(os.path.join(work, "data_bpe"))), dtype=np.int64)
     b = min(4, len(val) // seq)
@@ -241,14 +273,50 @@ def transformers_parity(python, hf_tests, src, work):
         fail("validation split too short for one window")
     tokens = os.path.join(work, "tokens.i64")
     val[:b * seq].tofile(tokens)
-    logits = os.path.join(work, "logits.f32")
-    env = dict(os.environ, MOD_HF_DUMP_WEIGHTS=os.path.join(work, "run_bpe"),
-               MOD_HF_DUMP_TOKENS=tokens, MOD_HF_DUMP_BATCH=str(b), MOD_HF_DUMP_OUT=logits)
-    run([hf_tests, "[.hf_logits_dump]"], env=env)
     script = os.path.join(work, "parity.py")
     open(script, "w").write(PARITY)
-    p = run([python, script, out, tokens, logits, str(b), str(seq)])
-    print(p.stdout.strip())
+
+    def parity(run_dir, out, routing, arch):
+        logits = os.path.join(work, "logits.f32")
+        env = dict(os.environ, MOD_HF_DUMP_WEIGHTS=run_dir, MOD_HF_DUMP_TOKENS=tokens,
+                   MOD_HF_DUMP_BATCH=str(b), MOD_HF_DUMP_OUT=logits, MOD_HF_DUMP_ROUTING=routing)
+        run([hf_tests, "[.hf_logits_dump]"], env=env)
+        p = run([python, script, out, tokens, logits, str(b), str(seq), routing, arch])
+        print(os.path.basename(out) + ": " + p.stdout.strip())
+
+    def greedy(run_dir, out, prompt="The model ", n=24):
+        p = run([modtrain_bin, "sample", "--checkpoint", run_dir, "--prompt", prompt,
+                 "--max-new-tokens", str(n), "--temperature", "0"])
+        want = p.stdout.rstrip("\n")
+        g = run([python, "-c", GENERATE, out, prompt, str(n)])
+        got = g.stdout.rstrip("\n")
+        if got != want:
+            fail("%s: transformers generate() gives %r, modtrain sample %r" % (out, got, want))
+        admitted = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+        print(os.path.basename(out) + ": greedy generate() equals modtrain sample: %r %s"
+              % (got, admitted))
+
+    parity(os.path.join(work, "run_bpe"), os.path.join(work, "hf_bpe"), "top_c",
+           "LlamaForCausalLM")
+    greedy(os.path.join(work, "run_bpe"), os.path.join(work, "hf_bpe"))
+    for name in MOD_VARIANTS:
+        run_dir, out = os.path.join(work, "run_" + name), os.path.join(work, "hf_" + name)
+        for routing in ("top_c", "causal"):
+            parity(run_dir, out, routing, "ModtrainForCausalLM")
+        greedy(run_dir, out)
+
+
+GENERATE = r'''
+import sys, torch, transformers
+out, prompt, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32,
+                                                          trust_remote_code=True)
+tok = transformers.AutoTokenizer.from_pretrained(out, trust_remote_code=True)
+ids = tok(prompt, return_tensors="pt").input_ids
+new = model.generate(ids, max_new_tokens=n, do_sample=False, attention_mask=torch.ones_like(ids),
+                     pad_token_id=0)[0, ids.shape[1]:]
+print(prompt + tok.decode(new))
+'''
 
 
 if __name__ == "__main__":

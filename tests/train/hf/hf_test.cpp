@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/autograd.h"
 #include "core/util/file_io.h"
 #include "core/util/safetensors.h"
 #include "model/transformer.h"
@@ -237,22 +238,52 @@ TEST_CASE("hf: a config.json or tensor that disagrees is refused naming the file
              Catch::Contains("neither model.safetensors nor model.safetensors.index.json"));
 }
 
-TEST_CASE("hf: export refuses what Llama cannot express and writes nothing", "[hf]") {
+TEST_CASE("hf: GELU, LayerNorm and MoD export as ModtrainForCausalLM under modtrain names",
+          "[hf]") {
   for (int kind = 0; kind < 3; ++kind) {
-    modtrain::RunConfig cfg = llama_run(true);
-    std::string want;
-    if (kind == 0) {
-      cfg.mutable_model()->set_mlp(modtrain::ModelConfig::GELU);
-      want = "cannot be written as LlamaForCausalLM: model.mlp is GELU";
-    } else if (kind == 1) {
-      cfg.mutable_model()->set_norm(modtrain::ModelConfig::LAYER);
-      want = "cannot be written as LlamaForCausalLM: model.norm is LAYER";
-    } else {
-      cfg.mutable_model()->mutable_mod()->set_enabled(true);
-      cfg.mutable_model()->mutable_mod()->mutable_causal()->set_predictor_hidden(8);
-      want = "cannot be written as LlamaForCausalLM: model.mod is enabled";
+    modtrain::RunConfig cfg = llama_run(kind == 2);
+    if (kind == 0) cfg.mutable_model()->set_mlp(modtrain::ModelConfig::GELU);
+    if (kind == 1) cfg.mutable_model()->set_norm(modtrain::ModelConfig::LAYER);
+    if (kind == 2) {
+      auto& mod = *cfg.mutable_model()->mutable_mod();
+      mod.set_enabled(true);
+      mod.set_capacity(0.25);
+      mod.mutable_causal()->set_predictor_hidden(8);
+      mod.mutable_router()->set_gate(modtrain::RouterConfig::SIGMOID);
     }
-    INFO(want);
+    INFO("kind " << kind);
+    const model::Transformer m(cfg.model(), 1);
+    Exported e;
+    export_model(e, m, cfg);
+    const auto config = read_json(e.dir + "/config.json");
+    CHECK(config["architectures"][0] == "ModtrainForCausalLM");
+    CHECK(config["auto_map"]["AutoModelForCausalLM"] == "modeling_modtrain.ModtrainForCausalLM");
+    CHECK(config["mlp"] == (kind == 0 ? "gelu" : "swiglu"));
+    CHECK(config["norm"] == (kind == 1 ? "layer" : "rms"));
+    CHECK(config["mod_routed_blocks"] == (kind == 2 ? nlohmann::json{1} : nlohmann::json::array()));
+    if (kind == 2) {
+      CHECK(config["mod_capacity"] == nlohmann::json{0.25});
+      CHECK(config["mod_gate"] == "sigmoid");
+      CHECK(config["mod_causal"] == "predictor");
+    }
+    for (const char* f : {"configuration_modtrain.py", "modeling_modtrain.py"})
+      CHECK(fs::file_size(e.dir + "/" + f) > 1000);
+    const SafetensorsFile file = load_safetensors(e.dir + "/model.safetensors");
+    const auto params = m.named_parameters();
+    REQUIRE(file.tensors.size() == params.size());
+    for (const auto& [name, p] : params) {
+      INFO(name);
+      REQUIRE(file.tensors.count(name));
+      CHECK(bitwise_equal(file.tensors.at(name), p));
+    }
+  }
+}
+
+TEST_CASE("hf: export refuses MoE and writes nothing", "[hf]") {
+  {
+    modtrain::RunConfig cfg = llama_run(true);
+    cfg.mutable_model()->mutable_moe()->set_enabled(true);
+    cfg.mutable_model()->mutable_moe()->set_n_experts(2);
     const model::Transformer m(cfg.model(), 1);
     ScratchDir s("hf_refuse");
     train::save_weights(s.str() + "/w.safetensors", m, cfg, 1);
@@ -260,7 +291,8 @@ TEST_CASE("hf: export refuses what Llama cannot express and writes nothing", "[h
     CHECK_THAT(error_of([&] {
                  hf::export_hf({s.str() + "/w.safetensors", s.str() + "/hf", s.str() + "/tok.txt"});
                }),
-               Catch::Contains(want));
+               Catch::Contains("cannot be exported to Hugging Face: model.moe (MoE, MoDE) has no "
+                               "modeling code yet"));
     CHECK(!fs::exists(s.str() + "/hf"));
     CHECK(!fs::exists(s.str() + "/hf.tmp"));
   }
@@ -312,7 +344,8 @@ TEST_CASE("hf: the tokenizer.json written for byte and bpe encodes as modtrain's
 
 // For hf_cli_test.py --transformers: the logits of modtrain's forward on given windows.
 // MOD_HF_DUMP_WEIGHTS (what train::load_model takes), MOD_HF_DUMP_TOKENS (int64 little-endian,
-// MOD_HF_DUMP_BATCH rows of equal length) -> MOD_HF_DUMP_OUT (f32 [B, T, V]).
+// MOD_HF_DUMP_BATCH rows of equal length) -> MOD_HF_DUMP_OUT (f32 [B, T, V]); top-C routing,
+// or causal routing one sequence at a time when MOD_HF_DUMP_ROUTING is "causal".
 TEST_CASE("hf: dump modtrain's logits for the transformers parity check", "[.hf_logits_dump]") {
   auto env = [](const char* name) {
     const char* v = std::getenv(name);
@@ -326,8 +359,20 @@ TEST_CASE("hf: dump modtrain's logits for the transformers parity check", "[.hf_
   const int64_t t = static_cast<int64_t>(bytes.size() / 8) / b;
   Tensor tokens = Tensor::empty({b, t}, DType::I64);
   std::memcpy(tokens.raw_data(), bytes.data(), bytes.size());
+  const char* routing = std::getenv("MOD_HF_DUMP_ROUTING");
+  std::ofstream out(env("MOD_HF_DUMP_OUT"), std::ios::binary);
+  const NoGradGuard no_grad;
+  if (routing && std::string(routing) == "causal") {  // one sequence at a time, as sampled
+    for (int64_t i = 0; i < b; ++i) {
+      const Tensor row = tokens.narrow0(i, 1);
+      const Tensor logits =
+          loaded.model->forward(row, Tensor(), model::RoutingMode::Causal).logits.to(DType::F32);
+      out.write(static_cast<const char*>(logits.raw_data()),
+                static_cast<std::streamsize>(logits.nbytes()));
+    }
+    return;
+  }
   const Tensor logits = loaded.model->forward(tokens, Tensor()).logits.to(DType::F32);
   REQUIRE(logits.shape() == Shape{b, t, loaded.config.model().vocab_size()});
-  std::ofstream(env("MOD_HF_DUMP_OUT"), std::ios::binary)
-      .write(static_cast<const char*>(logits.raw_data()), static_cast<std::streamsize>(logits.nbytes()));
+  out.write(static_cast<const char*>(logits.raw_data()), static_cast<std::streamsize>(logits.nbytes()));
 }
