@@ -17,6 +17,7 @@ modtrain's forward (dumped by HF_TESTS's hidden case [.hf_logits_dump]) to 1e-4.
 """
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -59,6 +60,30 @@ SHAPE = ["--set", "model.d_model=32", "--set", "model.n_heads=2", "--set", "mode
          "--set", "model.n_layers=2", "--set", "model.seq_len=32", "--set", "model.rope_theta=5000",
          "--set", "model.norm_eps=1e-6", "--set", "optimizer.warmup_steps=1",
          "--set", "train.eval_batches=1", "--set", "train.batch_size=2"]
+def scramble_decisions(path):
+    """A few hundred steps leave a predictor that admits no token (and an aux-BCE router every token), so
+    the causal decisions would test nothing: the weights file is rewritten with the decision
+    layer (predictor.out, or the router under aux-BCE) drawn from N(0, 1/fan_in), bias 1e-3 (not
+    0, which the lr-1e-30 round trip would move), so
+    each routed block admits some tokens and not others. The file loses its seal (safetensors
+    cannot write it), which modtrain accepts with a note."""
+    import numpy as np
+    import safetensors
+    import safetensors.numpy
+    with safetensors.safe_open(path, "np") as f:
+        meta = {k: v for k, v in f.metadata().items() if not k.startswith("crc32c.")}
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    rng = np.random.default_rng(5)
+    has_predictor = any(".predictor." in k for k in tensors)
+    layer = ".predictor.out." if has_predictor else ".router.proj."
+    for k, t in tensors.items():
+        if layer in k:
+            fan_in = t.shape[-1]
+            tensors[k] = (rng.standard_normal(t.shape) / np.sqrt(fan_in)).astype(np.float32) \
+                if k.endswith(".weight") else np.full_like(t, 1e-3)
+    safetensors.numpy.save_file(tensors, path, metadata=meta)
+
+
 TINY = SHAPE + ["--set", "model.mlp=SWIGLU", "--set", "model.norm=RMS"]  # a Llama
 # MoD on tiny_mod (GELU), as ModtrainForCausalLM: with a predictor; and LayerNorm with aux-BCE,
 # a sigmoid gate and a router bias in every block.
@@ -181,8 +206,9 @@ def main():
             run_dir, out = os.path.join(work, "run_" + name), os.path.join(work, "hf_" + name)
             recipe = os.path.join(src, "configs/recipes/tiny_mod.textproto")
             run([modtrain, "train", "--config", recipe, "--run-dir", run_dir, "--data", data,
-                 "--set", "model.vocab_size=400", "--set", "train.steps=40",
-                 "--set", "train.eval_every=40"] + SHAPE + extra)
+                 "--set", "model.vocab_size=400", "--set", "train.steps=300",
+                 "--set", "train.eval_every=300"] + SHAPE + extra)
+            scramble_decisions(os.path.join(run_dir, "model.safetensors"))
             p = run([modtrain, "export", "--checkpoint", run_dir, "--format", "hf", "--out", out])
             if "ModtrainForCausalLM" not in p.stdout:
                 fail("export said: " + p.stdout)
@@ -293,6 +319,11 @@ def transformers_parity(python, hf_tests, src, work):
         if got != want:
             fail("%s: transformers generate() gives %r, modtrain sample %r" % (out, got, want))
         admitted = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+        if "MoD" in out or "mod_" in os.path.basename(out):
+            counts = re.findall(r"admitted (\d+)/(\d+)", admitted)
+            if not any(0 < int(a) < int(n) for a, n in counts):
+                fail("%s: no routed block admitted some tokens and not others (%s): the causal "
+                     "decision is untested" % (out, admitted))
         print(os.path.basename(out) + ": greedy generate() equals modtrain sample: %r %s"
               % (got, admitted))
 
