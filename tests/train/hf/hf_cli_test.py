@@ -60,28 +60,45 @@ SHAPE = ["--set", "model.d_model=32", "--set", "model.n_heads=2", "--set", "mode
          "--set", "model.n_layers=2", "--set", "model.seq_len=32", "--set", "model.rope_theta=5000",
          "--set", "model.norm_eps=1e-6", "--set", "optimizer.warmup_steps=1",
          "--set", "train.eval_batches=1", "--set", "train.batch_size=2"]
-def scramble_decisions(path):
-    """A few hundred steps leave a predictor that admits no token (and an aux-BCE router every token), so
-    the causal decisions would test nothing: the weights file is rewritten with the decision
-    layer (predictor.out, or the router under aux-BCE) drawn from N(0, 1/fan_in), bias 1e-3 (not
-    0, which the lr-1e-30 round trip would move), so
-    each routed block admits some tokens and not others. The file loses its seal (safetensors
+PROMPT = "Routing (x, y): 12 tokens. "  # fits seq_len 32 with 16 new tokens
+
+
+def admissions(modtrain, run_dir):
+    """modtrain sample's greedy text and its per-block 'admitted a/n' counts."""
+    p = run([modtrain, "sample", "--checkpoint", run_dir, "--prompt", PROMPT,
+             "--max-new-tokens", "16", "--temperature", "0"])
+    return p.stdout.rstrip("\n"), [(int(a), int(n)) for a, n in
+                                   re.findall(r"admitted (\d+)/(\d+)", p.stderr)]
+
+
+def scramble_decisions(modtrain, run_dir):
+    """A few hundred steps leave a predictor that admits nearly every token or none, so the
+    causal decisions would test little: the weights file is rewritten with the decision layers
+    (predictor.in and .out, or the router under aux-BCE) drawn from N(0, 1/fan_in), biases 1e-3
+    (not 0, which the lr-1e-30 round trip would move), seeds tried until greedy sampling has a
+    routed block that admits some tokens and not others. The file loses its seal (safetensors
     cannot write it), which modtrain accepts with a note."""
     import numpy as np
     import safetensors
     import safetensors.numpy
+    path = os.path.join(run_dir, "model.safetensors")
     with safetensors.safe_open(path, "np") as f:
         meta = {k: v for k, v in f.metadata().items() if not k.startswith("crc32c.")}
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-    rng = np.random.default_rng(5)
-    has_predictor = any(".predictor." in k for k in tensors)
-    layer = ".predictor.out." if has_predictor else ".router.proj."
-    for k, t in tensors.items():
-        if layer in k:
-            fan_in = t.shape[-1]
-            tensors[k] = (rng.standard_normal(t.shape) / np.sqrt(fan_in)).astype(np.float32) \
-                if k.endswith(".weight") else np.full_like(t, 1e-3)
-    safetensors.numpy.save_file(tensors, path, metadata=meta)
+        original = {k: f.get_tensor(k) for k in f.keys()}
+    has_predictor = any(".predictor." in k for k in original)
+    layers = (".predictor.",) if has_predictor else (".router.proj.",)
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        tensors = dict(original)
+        for k, t in original.items():
+            if any(layer in k for layer in layers):
+                tensors[k] = (rng.standard_normal(t.shape) / np.sqrt(t.shape[-1])).astype(
+                    np.float32) if k.endswith(".weight") else np.full_like(t, 1e-3)
+        safetensors.numpy.save_file(tensors, path, metadata=meta)
+        _, counts = admissions(modtrain, run_dir)
+        if any(0 < a < n for a, n in counts):
+            return
+    fail(run_dir + ": no seed made a routed block admit some tokens and not others")
 
 
 TINY = SHAPE + ["--set", "model.mlp=SWIGLU", "--set", "model.norm=RMS"]  # a Llama
@@ -208,7 +225,7 @@ def main():
             run([modtrain, "train", "--config", recipe, "--run-dir", run_dir, "--data", data,
                  "--set", "model.vocab_size=400", "--set", "train.steps=300",
                  "--set", "train.eval_every=300"] + SHAPE + extra)
-            scramble_decisions(os.path.join(run_dir, "model.safetensors"))
+            scramble_decisions(modtrain, run_dir)
             p = run([modtrain, "export", "--checkpoint", run_dir, "--format", "hf", "--out", out])
             if "ModtrainForCausalLM" not in p.stdout:
                 fail("export said: " + p.stdout)
@@ -310,31 +327,56 @@ def transformers_parity(python, hf_tests, src, work):
         p = run([python, script, out, tokens, logits, str(b), str(seq), routing, arch])
         print(os.path.basename(out) + ": " + p.stdout.strip())
 
-    def greedy(run_dir, out, prompt="The model ", n=24):
-        p = run([modtrain_bin, "sample", "--checkpoint", run_dir, "--prompt", prompt,
-                 "--max-new-tokens", str(n), "--temperature", "0"])
-        want = p.stdout.rstrip("\n")
-        g = run([python, "-c", GENERATE, out, prompt, str(n)])
+    def greedy(run_dir, out, routed):
+        want, counts = admissions(modtrain_bin, run_dir)
+        g = run([python, "-c", GENERATE, out, PROMPT, "16"])
         got = g.stdout.rstrip("\n")
         if got != want:
             fail("%s: transformers generate() gives %r, modtrain sample %r" % (out, got, want))
-        admitted = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
-        if "MoD" in out or "mod_" in os.path.basename(out):
-            counts = re.findall(r"admitted (\d+)/(\d+)", admitted)
-            if not any(0 < int(a) < int(n) for a, n in counts):
-                fail("%s: no routed block admitted some tokens and not others (%s): the causal "
-                     "decision is untested" % (out, admitted))
-        print(os.path.basename(out) + ": greedy generate() equals modtrain sample: %r %s"
-              % (got, admitted))
+        if routed and not any(0 < a < n for a, n in counts):
+            fail("%s: no routed block admitted some tokens and not others (%s): the causal "
+                 "decision is untested" % (out, counts))
+        print(os.path.basename(out) + ": greedy generate() equals modtrain sample: %r, admitted %s"
+              % (got, ", ".join("%d/%d" % c for c in counts) or "-"))
 
     parity(os.path.join(work, "run_bpe"), os.path.join(work, "hf_bpe"), "top_c",
            "LlamaForCausalLM")
-    greedy(os.path.join(work, "run_bpe"), os.path.join(work, "hf_bpe"))
+    greedy(os.path.join(work, "run_bpe"), os.path.join(work, "hf_bpe"), False)
     for name in MOD_VARIANTS:
         run_dir, out = os.path.join(work, "run_" + name), os.path.join(work, "hf_" + name)
         for routing in ("top_c", "causal"):
             parity(run_dir, out, routing, "ModtrainForCausalLM")
-        greedy(run_dir, out)
+        greedy(run_dir, out, True)
+
+    # A LlamaForCausalLM made by transformers (sharded, untied), imported, trained 20 steps as
+    # MoD, exported (ModtrainForCausalLM) and loaded back by transformers.
+    made = os.path.join(work, "made_by_transformers")
+    run([python, "-c", MAKE_LLAMA, made])
+    if not os.path.exists(os.path.join(made, "model.safetensors.index.json")):
+        fail("transformers did not write a sharded directory")
+    mod_run = os.path.join(work, "from_llama")
+    p = run([modtrain_bin, "train", "--config", os.path.join(src, "configs/recipes/tiny_dense.textproto"),
+             "--run-dir", mod_run, "--data", os.path.join(work, "data_bpe"), "--init-from", made,
+             "--set", "model.vocab_size=400", "--set", "train.steps=20", "--set", "train.eval_every=20",
+             "--set", "model.tie_embeddings=false", "--set", "model.mod.enabled=true",
+             "--set", "model.mod.capacity=0.25"] + TINY)
+    if "5 MoD router/predictor tensors start fresh" not in p.stdout:  # router, predictor in/out
+        fail("the import did not report fresh routers:\n" + p.stdout)
+    out = os.path.join(work, "hf_from_llama")
+    run([modtrain_bin, "export", "--checkpoint", mod_run, "--format", "hf", "--out", out])
+    parity(mod_run, out, "top_c", "ModtrainForCausalLM")
+
+
+MAKE_LLAMA = r'''
+import sys, torch, transformers
+torch.manual_seed(0)
+config = transformers.LlamaConfig(vocab_size=400, hidden_size=32, intermediate_size=48,
+                                  num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                                  rms_norm_eps=1e-6, rope_theta=5000.0, tie_word_embeddings=False,
+                                  max_position_embeddings=32)
+model = transformers.LlamaForCausalLM(config)
+model.save_pretrained(sys.argv[1], max_shard_size="40KB")
+'''
 
 
 GENERATE = r'''
