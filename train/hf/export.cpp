@@ -24,6 +24,8 @@ namespace mod::hf {
 
 namespace fs = std::filesystem;
 
+const char* const kTempSuffix = ".hf-export.tmp";
+
 bool is_export_file(const std::string& name) {
   static const std::set<std::string> names = {
       "config.json",    "model.safetensors",     "generation_config.json",  "tokenizer.json",
@@ -66,7 +68,7 @@ TokenizerFiles tokenizer_files(const train::LoadedModel& loaded, const std::stri
   return out;
 }
 
-// The files of out_dir, or an error when it holds anything an export does not write.
+// An error unless out_dir is absent, or a directory holding only files an export writes.
 void check_replaceable(const std::string& out_dir) {
   if (!fs::exists(out_dir)) return;
   if (!fs::is_directory(out_dir))
@@ -79,15 +81,14 @@ void check_replaceable(const std::string& out_dir) {
 
 void write_json(const std::string& path, const ojson& j) { util::write_file(path, j.dump(2) + "\n"); }
 
-const char* lower(const std::string& enum_name, std::string& out) {
-  out = enum_name;
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out.c_str();
+// An enum's name as config.json spells it: GELU -> "gelu", AUX_BCE -> "aux_bce".
+std::string lower(std::string name) {
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
 }
 
 // config.json for modeling_modtrain.py: ModtrainConfig's fields, the MoD schedule expanded.
 ojson modtrain_config_json(const modtrain::ModelConfig& cfg, std::optional<uint32_t> eos) {
-  std::string mlp, norm, gate, causal;
   ojson routed = ojson::array(), capacity = ojson::array();
   if (cfg.mod().enabled()) {
     const auto is_routed = model::routed_blocks(cfg);
@@ -110,17 +111,17 @@ ojson modtrain_config_json(const modtrain::ModelConfig& cfg, std::optional<uint3
       {"num_attention_heads", cfg.n_heads()},
       {"intermediate_size", cfg.d_ff()},
       {"max_position_embeddings", cfg.seq_len()},
-      {"mlp", lower(modtrain::ModelConfig::Mlp_Name(cfg.mlp()), mlp)},
+      {"mlp", lower(modtrain::ModelConfig::Mlp_Name(cfg.mlp()))},
       {"norm", cfg.norm() == modtrain::ModelConfig::LAYER ? "layer" : "rms"},
       {"norm_eps", cfg.norm_eps()},
       {"rope_theta", cfg.rope_theta()},
       {"tie_word_embeddings", cfg.tie_embeddings()},
       {"mod_routed_blocks", routed},
       {"mod_capacity", capacity},
-      {"mod_gate", lower(modtrain::RouterConfig::Gate_Name(cfg.mod().router().gate()), gate)},
+      {"mod_gate", lower(modtrain::RouterConfig::Gate_Name(cfg.mod().router().gate()))},
       {"mod_router_bias", cfg.mod().router().bias()},
       {"mod_causal",
-       lower(modtrain::CausalRoutingConfig::Method_Name(cfg.mod().causal().method()), causal)},
+       lower(modtrain::CausalRoutingConfig::Method_Name(cfg.mod().causal().method()))},
       {"mod_predictor_hidden", cfg.mod().causal().predictor_hidden()},
       {"routing", "top_c"},
       {"bos_token_id", nullptr},
@@ -174,8 +175,9 @@ ExportSummary export_hf(const ExportOptions& o) {
                       {"clean_up_tokenization_spaces", false}};
   if (tok.eot_text) tok_config["eos_token"] = *tok.eot_text;
 
-  // Written whole to a sibling temp directory, then renamed over out_dir.
-  const std::string tmp = out_dir + ".tmp";
+  // Written whole to a sibling temp directory (a leftover of a crashed export is replaced), then
+  // renamed over out_dir.
+  const std::string tmp = out_dir + kTempSuffix;
   fs::remove_all(tmp);
   util::make_dir(tmp);
   save_safetensors(tmp + "/model.safetensors", tensors, {{"format", "pt"}});

@@ -11,8 +11,8 @@
 //                           equivalent tokenizer.json (train/hf/tokenizer_json.h)
 //   tokenizer_config.json   PreTrainedTokenizerFast, no BOS added
 //   configuration_modtrain.py, modeling_modtrain.py  (ModtrainForCausalLM only) train/hf/'s
-// Invariant: everything is checked and built in memory first, then written to DIR.tmp and renamed
-// to DIR, so a refused export writes nothing and DIR is never half written.
+// Invariant: everything is checked and built in memory first, then written to DIR + kTempSuffix
+// and renamed to DIR, so a refused export writes nothing and DIR is never half written.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,9 @@ struct ExportSummary {
 };
 
 ExportSummary export_hf(const ExportOptions& o);
+
+// The sibling directory an export is written to before its rename: DIR + ".hf-export.tmp".
+extern const char* const kTempSuffix;
 
 // The names an export writes (an existing DIR holding anything else is not replaced).
 bool is_export_file(const std::string& name);

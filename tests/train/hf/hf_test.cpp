@@ -101,7 +101,7 @@ TEST_CASE("hf: export then import equals the original weights bitwise, tied and 
     for (const char* f : {"config.json", "model.safetensors", "generation_config.json",
                           "tokenizer.json", "tokenizer_config.json"})
       CHECK(fs::exists(e.dir + "/" + f));
-    CHECK(!fs::exists(e.dir + ".tmp"));
+    CHECK(!fs::exists(e.dir + hf::kTempSuffix));
     const auto config = read_json(e.dir + "/config.json");
     CHECK(config["architectures"][0] == "LlamaForCausalLM");
     CHECK(config["tie_word_embeddings"] == tied);
@@ -294,7 +294,7 @@ TEST_CASE("hf: export refuses MoE and writes nothing", "[hf]") {
                Catch::Contains("cannot be exported to Hugging Face: model.moe (MoE, MoDE) has no "
                                "modeling code yet"));
     CHECK(!fs::exists(s.str() + "/hf"));
-    CHECK(!fs::exists(s.str() + "/hf.tmp"));
+    CHECK(!fs::exists(s.str() + "/hf" + hf::kTempSuffix));
   }
   // An --out that holds other files is not replaced.
   const modtrain::RunConfig cfg = llama_run(true);
@@ -302,6 +302,12 @@ TEST_CASE("hf: export refuses MoE and writes nothing", "[hf]") {
   ScratchDir s("hf_out");
   train::save_weights(s.str() + "/w.safetensors", m, cfg, 1);
   data::ByteTokenizer().save(s.str() + "/tok.txt");
+  // An earlier export is replaced whole.
+  hf::export_hf({s.str() + "/w.safetensors", s.str() + "/again", s.str() + "/tok.txt"});
+  fs::remove(s.str() + "/again/generation_config.json");
+  hf::export_hf({s.str() + "/w.safetensors", s.str() + "/again", s.str() + "/tok.txt"});
+  CHECK(fs::exists(s.str() + "/again/generation_config.json"));
+  CHECK(!fs::exists(s.str() + "/again" + hf::kTempSuffix));
   fs::create_directories(s.str() + "/hf");
   std::ofstream(s.str() + "/hf/notes.txt") << "mine";
   CHECK_THAT(error_of([&] {
