@@ -190,6 +190,25 @@ def main():
             print("%s: tokenizer.json encodes the validation document (%d tokens) as modtrain"
                   % (kind, len(want)))
 
+        # A dataset made with a tokenizer.json (the one just written): the export copies it.
+        hf_tok = os.path.join(work, "hf_bpe", "tokenizer.json")
+        data_hf = os.path.join(work, "data_hf")
+        run([modtrain, "prep", "--input", corpus, "--out", data_hf, "--val-documents", "1",
+             "--tokenizer", hf_tok])
+        run_hf = os.path.join(work, "run_hf")
+        run([modtrain, "train", "--config", os.path.join(src, "configs/recipes/tiny_dense.textproto"),
+             "--run-dir", run_hf, "--data", data_hf, "--set", "model.vocab_size=400",
+             "--set", "train.steps=2", "--set", "train.eval_every=2"] + TINY)
+        out = os.path.join(work, "hf_hf")
+        p = run([modtrain, "export", "--checkpoint", run_hf, "--format", "hf", "--out", out])
+        if "hf tokenizer" not in p.stdout:
+            fail("export said: " + p.stdout)
+        if open(os.path.join(out, "tokenizer.json"), "rb").read() != open(hf_tok, "rb").read():
+            fail("the export of a tokenizer.json dataset did not copy its tokenizer.json")
+        if shard_tokens(val_shard(data_hf)) != shard_tokens(val_shard(os.path.join(work, "data_bpe"))):
+            fail("prep with the written tokenizer.json gave other ids than the BPE it was written from")
+        print("tokenizer.json dataset: export copies it; prep with it gives the BPE's ids")
+
         # Import: one step at lr 1e-30 (lr must be positive) moves no f32 weight, so the run ends on
         # the imported weights bitwise.
         data = os.path.join(work, "data_bpe")
