@@ -10,7 +10,8 @@
 #   position order, and x_i += g(r_i) * (a_i + m_i) for them, a the block's attention and m its
 #   MLP output; under causal routing a token enters iff its predictor (or router, for aux_bce)
 #   logit is > 0, which depends on nothing after it.
-# generate() routes causally and recomputes the whole prefix at every step (no KV cache).
+# generate() routes causally with a KV cache of its own: a routed block keeps K/V for the tokens
+# it admitted only, as modtrain sample does.
 import math
 
 import torch
@@ -64,14 +65,22 @@ class Attention(nn.Module):
         self.wv = nn.Linear(d, d, bias=False)
         self.wo = nn.Linear(d, d, bias=False)
 
-    def forward(self, x, pos):
+    def forward(self, x, pos, cache=None):
+        """cache: one sequence's {"k", "v", "pos"} of this block, extended by x's tokens."""
         b, t, d = x.shape
         dh = d // self.heads
         q = rope(self.wq(x).view(b, t, self.heads, dh), pos, self.theta).transpose(1, 2)
         k = rope(self.wk(x).view(b, t, self.heads, dh), pos, self.theta).transpose(1, 2)
         v = self.wv(x).view(b, t, self.heads, dh).transpose(1, 2)
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)  # [B, H, T, T]
-        allowed = pos[:, None, :, None] >= pos[:, None, None, :]  # key position <= query's
+        key_pos = pos
+        if cache is not None:
+            if cache:
+                k = torch.cat([cache["k"], k], dim=2)
+                v = torch.cat([cache["v"], v], dim=2)
+                key_pos = torch.cat([cache["pos"], pos], dim=1)
+            cache.update(k=k, v=v, pos=key_pos)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)  # [B, H, T, S]
+        allowed = pos[:, None, :, None] >= key_pos[:, None, None, :]  # key position <= query's
         scores = scores.masked_fill(~allowed, float("-inf"))
         a = torch.softmax(scores.float(), dim=-1).to(v.dtype) @ v
         return self.wo(a.transpose(1, 2).reshape(b, t, d))
@@ -124,9 +133,9 @@ class Block(nn.Module):
             if config.mod_causal == "predictor":
                 self.predictor = Predictor(config)
 
-    def delta(self, x, pos):
+    def delta(self, x, pos, cache=None):
         """What the block adds to x: a + m (a dense block's output is x + delta)."""
-        a = self.attn(self.norm1(x), pos)
+        a = self.attn(self.norm1(x), pos, cache)
         return a + self.mlp(self.norm2(x + a))
 
 
@@ -154,6 +163,7 @@ class ModtrainForCausalLM(ModtrainPreTrainedModel):
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self._generating = False
+        self._cache = None  # generate()'s KV cache: _DecodeCache, or None
         self.post_init()
 
     def get_input_embeddings(self):
@@ -162,14 +172,14 @@ class ModtrainForCausalLM(ModtrainPreTrainedModel):
     def gate(self, r):
         return torch.sigmoid(r) if self.config.mod_gate == "sigmoid" else r
 
-    def routed_update(self, blk, x, pos, r, idx):
+    def routed_update(self, blk, x, pos, r, idx, cache=None):
         """x [B, T, D] += g(r) * delta for the rows idx [B, C] (ascending) of each sequence."""
         d = x.shape[-1]
         rows = idx[..., None].expand(-1, -1, d)
         xs = torch.gather(x, 1, rows)
         ps = torch.gather(pos, 1, idx)
         g = self.gate(torch.gather(r, 1, idx))[..., None]
-        return x.scatter_add(1, rows, g * blk.delta(xs, ps))
+        return x.scatter_add(1, rows, g * blk.delta(xs, ps, cache))
 
     def top_c(self, b, blk, x, pos):
         t = x.shape[1]
@@ -178,7 +188,8 @@ class ModtrainForCausalLM(ModtrainPreTrainedModel):
         order = torch.sort(r, dim=1, descending=True, stable=True).indices[:, :c]
         return self.routed_update(blk, x, pos, r, order.sort(dim=1).values)
 
-    def causal(self, blk, x, pos):
+    def causal(self, blk, x, pos, caches=None):
+        """caches: each sequence's cache of this block (only admitted tokens enter it)."""
         if self.config.mod_causal == "none":
             raise ValueError("mod_causal is none: this model has no causal routing "
                              "(generate() and routing='causal' need a predictor or aux_bce)")
@@ -190,11 +201,45 @@ class ModtrainForCausalLM(ModtrainPreTrainedModel):
             if idx.numel() == 0:
                 out.append(x[i:i + 1])
             else:
-                out.append(self.routed_update(blk, x[i:i + 1], pos[i:i + 1], r[i:i + 1], idx))
+                out.append(self.routed_update(blk, x[i:i + 1], pos[i:i + 1], r[i:i + 1], idx,
+                                              caches[i] if caches is not None else None))
         return torch.cat(out, 0)
 
+    def cached_forward(self, input_ids):
+        """generate()'s step: input_ids [B, t] follow the cache's tokens; every block attends to
+        its cached K/V, a routed block's holding only the tokens it admitted (as modtrain sample)."""
+        cache = self._cache
+        b, t = input_ids.shape
+        pos = torch.arange(cache.length, cache.length + t, device=input_ids.device)[None].expand(b, t)
+        x = self.embed(input_ids)
+        for i, blk in enumerate(self.blocks):
+            caches = cache.blocks[i]
+            if i in self.capacity:
+                x = self.causal(blk, x, pos, caches)
+            else:
+                x = torch.cat([x[j:j + 1] + blk.delta(x[j:j + 1], pos[j:j + 1], caches[j])
+                               for j in range(b)], 0)
+        cache.length += t
+        return x
+
     def forward(self, input_ids=None, attention_mask=None, labels=None, routing=None, **kwargs):
-        routing = routing or ("causal" if self._generating else self.config.routing)
+        if attention_mask is not None and not bool(attention_mask.all()):
+            raise ValueError("ModtrainForCausalLM: padded batches are not supported (top-C "
+                             "routing would count the padding); pass sequences of one length")
+        if self._cache is not None:
+            x = self.cached_forward(input_ids)
+        else:
+            x = self.uncached_forward(input_ids, routing or
+                                      ("causal" if self._generating else self.config.routing))
+        h = self.final_norm(x)
+        logits = self.lm_head(h) if hasattr(self, "lm_head") else h @ self.embed.weight.t()
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+                                   labels[:, 1:].reshape(-1), ignore_index=-100)
+        return CausalLMOutputWithPast(loss=loss, logits=logits)
+
+    def uncached_forward(self, input_ids, routing):
         b, t = input_ids.shape
         pos = torch.arange(t, device=input_ids.device)[None].expand(b, t)
         x = self.embed(input_ids)
@@ -205,21 +250,38 @@ class ModtrainForCausalLM(ModtrainPreTrainedModel):
                 x = self.causal(blk, x, pos)
             else:
                 x = self.top_c(i, blk, x, pos)
-        h = self.final_norm(x)
-        logits = self.lm_head(h) if hasattr(self, "lm_head") else h @ self.embed.weight.t()
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
-                                   labels[:, 1:].reshape(-1), ignore_index=-100)
-        return CausalLMOutputWithPast(loss=loss, logits=logits)
+        return x
 
     def prepare_inputs_for_generation(self, input_ids, **kwargs):
+        if self._cache is not None and self._cache.length > 0:
+            return {"input_ids": input_ids[:, self._cache.length:]}
         return {"input_ids": input_ids}
 
-    def generate(self, *args, **kwargs):
-        kwargs.setdefault("use_cache", False)
+    def generate(self, *args, kv_cache=True, **kwargs):
+        """transformers' generate() with causal routing. kv_cache=True keeps this model's own
+        cache (each routed block's K/V for the tokens it admitted); False recomputes the prefix
+        at every token, which gives the same tokens. Beam search is not supported with the cache
+        (it would have to reorder it)."""
+        kwargs["use_cache"] = False  # transformers' caches know nothing of routed blocks
+        if kv_cache and kwargs.get("num_beams", 1) > 1:
+            raise ValueError("ModtrainForCausalLM: beam search needs kv_cache=False")
         self._generating = True
+        self._cache = _DecodeCache(len(self.blocks)) if kv_cache else None
         try:
             return super().generate(*args, **kwargs)
         finally:
             self._generating = False
+            self._cache = None
+
+
+class _DecodeCache:
+    """blocks[layer][sequence]: that block's {"k", "v", "pos"} for one sequence, filled lazily."""
+
+    def __init__(self, n_blocks):
+        self.length = 0  # tokens of every sequence fed so far
+        self.blocks = [_PerSequence() for _ in range(n_blocks)]
+
+
+class _PerSequence(dict):
+    def __getitem__(self, i):
+        return self.setdefault(i, {})

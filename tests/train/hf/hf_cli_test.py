@@ -405,9 +405,21 @@ model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float
                                                           trust_remote_code=True)
 tok = transformers.AutoTokenizer.from_pretrained(out, trust_remote_code=True)
 ids = tok(prompt, return_tensors="pt").input_ids
-new = model.generate(ids, max_new_tokens=n, do_sample=False, attention_mask=torch.ones_like(ids),
-                     pad_token_id=0)[0, ids.shape[1]:]
-print(prompt + tok.decode(new))
+texts, logits = [], []
+for kwargs in ([{}] if type(model).__name__ == "LlamaForCausalLM" else
+               [{"kv_cache": True}, {"kv_cache": False}]):
+    g = model.generate(ids, max_new_tokens=n, do_sample=False, output_logits=True,
+                       return_dict_in_generate=True, attention_mask=torch.ones_like(ids),
+                       pad_token_id=0, **kwargs)
+    texts.append(prompt + tok.decode(g.sequences[0, ids.shape[1]:]))
+    logits.append(torch.stack(g.logits))
+if len(set(texts)) != 1:
+    sys.exit("generate() with and without the KV cache differ: %r" % texts)
+if len(logits) == 2:  # every step's logits, so a cache bug shows even where argmax agrees
+    diff = (logits[0] - logits[1]).abs().max().item()
+    if diff > 1e-4:
+        sys.exit("generate()'s logits with and without the KV cache differ by %.3g" % diff)
+print(texts[0])
 '''
 
 
