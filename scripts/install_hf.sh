@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the slow:hf tests need (docs/hf.md): torch (CPU wheels), transformers, tokenizers,
-# safetensors and numpy, from the package index into a virtual environment, by default
+# safetensors, numpy, lm-eval and accelerate (which lm-eval's hf model needs), from the package index into a virtual environment, by default
 # build/hf-venv, where `ctest -L hf` finds it (or point MOD_HF_PYTHON at another interpreter).
 # MOD_TORCH_INDEX: the index of torch's CPU wheels (default PyTorch's).
 # Usage: scripts/install_hf.sh [VENV_DIR]
@@ -20,7 +20,7 @@ else
   echo "install_hf: $torch_index does not answer; torch from the default index"
 fi
 "$venv/bin/python" -m pip install --quiet "${extra[@]}" torch
-"$venv/bin/python" -m pip install --quiet transformers tokenizers safetensors numpy
+"$venv/bin/python" -m pip install --quiet transformers tokenizers safetensors numpy lm-eval accelerate
 "$venv/bin/python" -c 'import torch, transformers, tokenizers
 print("torch", torch.__version__, "transformers", transformers.__version__,
       "tokenizers", tokenizers.__version__)'

@@ -385,6 +385,59 @@ def transformers_parity(python, hf_tests, src, work):
     run([modtrain_bin, "export", "--checkpoint", mod_run, "--format", "hf", "--out", out])
     parity(mod_run, out, "top_c", "ModtrainForCausalLM")
 
+    lm_eval_local_task(python, work)
+
+
+def lm_eval_local_task(python, work):
+    """lm-evaluation-harness on a local multiple-choice task made from the validation document
+    (no network): each line's first 40 characters, its next 20 against 3 other lines' (seeded)."""
+    if subprocess.run([python, "-c", "import lm_eval, accelerate"], capture_output=True).returncode:
+        print("lm-eval: part skipped: %s has no lm_eval or accelerate (scripts/install_hf.sh "
+              "installs them)" % python)
+        return
+    import random
+    text = json.loads(open(os.path.join(work, "corpus.jsonl")).readline())["text"]
+    lines = [l.strip() for l in text.splitlines() if len(l.strip()) > 60]
+    rng = random.Random(0)
+    task = os.path.join(work, "lm_eval_task")
+    os.makedirs(task)
+    with open(os.path.join(task, "mc.jsonl"), "w") as f:
+        for i, line in enumerate(lines[:20]):
+            choices = [line[40:60]] + [o[40:60] for o in rng.sample(lines[:i] + lines[i + 1:], 3)]
+            rng.shuffle(choices)
+            f.write(json.dumps({"context": line[:40], "choices": choices,
+                                "label": choices.index(line[40:60])}) + "\n")
+    with open(os.path.join(task, "modtrain_mc.yaml"), "w") as f:
+        f.write(LM_EVAL_TASK % os.path.join(task, "mc.jsonl"))
+    env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
+    out = os.path.join(work, "hf_mod_predictor")
+    # Byte and BPE tokenizers have no BOS: lm-eval's context prefix is "\n" (id 10).
+    p = run([python, "-m", "lm_eval", "--model", "hf", "--model_args",
+             "pretrained=%s,trust_remote_code=True,dtype=float32,prefix_token_id=10" % out,
+             "--tasks", "modtrain_mc", "--include_path", task, "--device", "cpu",
+             "--batch_size", "1"], env=env)
+    m = re.search(r"\|modtrain_mc\|.*\|acc\s*\|.*?\|\s*([0-9.]+)\|", p.stdout)
+    if not m:
+        fail("lm-eval printed no accuracy:\n" + p.stdout[-2000:])
+    print("lm-eval %s on the local task: acc %s" % (os.path.basename(out), m.group(1)))
+
+
+LM_EVAL_TASK = """task: modtrain_mc
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: %s
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{context}}"
+doc_to_choice: "{{choices}}"
+doc_to_target: "{{label}}"
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+"""
+
 
 MAKE_LLAMA = r'''
 import sys, torch, transformers
