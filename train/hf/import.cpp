@@ -20,15 +20,6 @@ bool is_hf_dir(const std::string& path) {
 }
 
 namespace {
-nlohmann::json read_json(const std::string& path);
-}  // namespace
-
-bool is_modtrain_dir(const std::string& dir) {
-  const nlohmann::json j = read_json(dir + "/config.json");
-  return j.is_object() && j.value("model_type", std::string()) == "modtrain";
-}
-
-namespace {
 nlohmann::json read_json(const std::string& path) {
   const std::string text = util::read_file(path);
   try {
@@ -71,6 +62,11 @@ std::vector<std::string> weight_files(const std::string& dir) {
   return out;
 }
 }  // namespace
+
+bool is_modtrain_dir(const std::string& dir) {
+  const nlohmann::json j = read_json(dir + "/config.json");
+  return j.is_object() && j.value("model_type", std::string()) == "modtrain";
+}
 
 std::map<std::string, Tensor> read_llama(const std::string& dir_in, const modtrain::ModelConfig& cfg) {
   std::string dir = dir_in;

@@ -1,9 +1,10 @@
 // Hugging Face interoperability (train/hf/): export as LlamaForCausalLM then import equals the
-// original weights bitwise (tied and untied, f32, bf16, sharded); models Llama cannot express
-// are refused naming the field; bad directories (a missing shard, a shape that disagrees with
-// config.json, another architecture, GQA, biases, rope scaling) are refused naming the file and
-// field; the written tokenizer.json encodes as modtrain's own tokenizer (through HfTokenizer; the
-// `tokenizers` library itself is checked by tests/train/hf/hf_cli_test.py).
+// original weights bitwise (tied and untied, f32, bf16, sharded); GELU, LayerNorm and MoD export
+// as ModtrainForCausalLM under modtrain's names, bitwise; MoE is refused and nothing written; bad
+// directories (a missing shard, a shape that disagrees with config.json, another architecture,
+// GQA, biases, rope scaling) are refused naming the file and field; the written tokenizer.json
+// encodes as modtrain's own tokenizer (through HfTokenizer; the `tokenizers` library itself is
+// checked by tests/train/hf/hf_cli_test.py). The hidden [.hf_logits_dump] case serves that script.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
