@@ -180,16 +180,22 @@ ExportSummary export_hf(const ExportOptions& o) {
   const std::string tmp = out_dir + kTempSuffix;
   fs::remove_all(tmp);
   util::make_dir(tmp);
-  save_safetensors(tmp + "/model.safetensors", tensors, {{"format", "pt"}});
-  write_json(tmp + "/config.json", config);
-  write_json(tmp + "/generation_config.json", generation);
-  util::write_file(tmp + "/tokenizer.json", tok.json);
-  write_json(tmp + "/tokenizer_config.json", tok_config);
-  if (!llama) {
-    util::write_file(tmp + "/configuration_modtrain.py", kConfigurationModtrainPy);
-    util::write_file(tmp + "/modeling_modtrain.py", kModelingModtrainPy);
+  try {  // a failed write (a full disk) leaves no temp directory behind
+    save_safetensors(tmp + "/model.safetensors", tensors, {{"format", "pt"}});
+    write_json(tmp + "/config.json", config);
+    write_json(tmp + "/generation_config.json", generation);
+    util::write_file(tmp + "/tokenizer.json", tok.json);
+    write_json(tmp + "/tokenizer_config.json", tok_config);
+    if (!llama) {
+      util::write_file(tmp + "/configuration_modtrain.py", kConfigurationModtrainPy);
+      util::write_file(tmp + "/modeling_modtrain.py", kModelingModtrainPy);
+    }
+    util::fsync_dir(tmp);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
   }
-  util::fsync_dir(tmp);
   if (fs::exists(out_dir)) {
     if (!util::exchange_paths(tmp, out_dir)) {
       fs::remove_all(out_dir);
