@@ -6,6 +6,7 @@
 // encodes as modtrain's own tokenizer (through HfTokenizer; the `tokenizers` library itself is
 // checked by tests/train/hf/hf_cli_test.py). The hidden [.hf_logits_dump] case serves that script.
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -309,6 +310,23 @@ TEST_CASE("hf: export refuses MoE and writes nothing", "[hf]") {
   hf::export_hf({s.str() + "/w.safetensors", s.str() + "/again", s.str() + "/tok.txt"});
   CHECK(fs::exists(s.str() + "/again/generation_config.json"));
   CHECK(!fs::exists(s.str() + "/again" + hf::kTempSuffix));
+  // A full disk: the error names the file, and neither the directory nor its temp is left.
+  {
+    util::FileSyscalls full;
+    full.write = [](int, const void*, size_t) -> ssize_t {
+      errno = ENOSPC;
+      return -1;
+    };
+    util::set_file_syscalls_for_tests(full);
+    const std::string err = error_of([&] {
+      hf::export_hf({s.str() + "/w.safetensors", s.str() + "/full", s.str() + "/tok.txt"});
+    });
+    util::set_file_syscalls_for_tests(util::FileSyscalls{});
+    CHECK_THAT(err, Catch::Contains("full" + std::string(hf::kTempSuffix) + "/model.safetensors"));
+    CHECK_THAT(err, Catch::Contains("No space left on device"));
+    CHECK(!fs::exists(s.str() + "/full"));
+    CHECK(!fs::exists(s.str() + "/full" + hf::kTempSuffix));
+  }
   fs::create_directories(s.str() + "/hf");
   std::ofstream(s.str() + "/hf/notes.txt") << "mine";
   CHECK_THAT(error_of([&] {
