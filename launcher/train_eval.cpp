@@ -22,7 +22,7 @@ int train(int argc, char** argv) {
       ("data", po::value<std::string>(), "token shard directory (overrides data.dir)")
       ("rank-logs", po::value<std::string>(), "directory where ranks > 0 write rank_<r>.log (default: they print nothing)")
       ("resume", po::value<std::string>(), "auto (the run dir's latest checkpoint, if any) or a checkpoint/run directory")
-      ("init-from", po::value<std::string>(), "start from the parameters of a safetensors file (modtrain export)")
+      ("init-from", po::value<std::string>(), "start from the parameters of a safetensors file (modtrain export) or a Hugging Face Llama directory (config.json + safetensors; docs/hf.md)")
       ("rendezvous", po::value<std::string>()->default_value("auto"), "how the ranks meet: mpi, tcp (MASTER_ADDR:MASTER_PORT), file:DIR (shared storage) or auto (mpi under mpirun, tcp under torchrun-style RANK/WORLD_SIZE or srun --mpi=none); see docs/parallel.md");
   po::variables_map vm;
   if (!parse(argc, argv,

@@ -15,13 +15,16 @@ std::vector<std::pair<std::string, Shape>> parameter_shapes(const modtrain::Mode
   const int64_t h = mod.causal().predictor_hidden();
   const bool predictor = mod.causal().method() == modtrain::CausalRoutingConfig::PREDICTOR;
   const auto routed = routed_blocks(cfg), moe_block = moe_blocks(cfg);
+  const bool layer_norm = cfg.norm() == modtrain::ModelConfig::LAYER;  // a gain and a bias
 
   std::vector<std::pair<std::string, Shape>> out{{"embed.weight", {v, d}}};
   for (int b = 0; b < cfg.n_layers(); ++b) {
     const std::string p = "blocks." + std::to_string(b) + ".";
     out.push_back({p + "norm1.weight", {d}});
+    if (layer_norm) out.push_back({p + "norm1.bias", {d}});
     for (const char* w : {"wq", "wk", "wv", "wo"}) out.push_back({p + "attn." + w + ".weight", {d, d}});
     out.push_back({p + "norm2.weight", {d}});
+    if (layer_norm) out.push_back({p + "norm2.bias", {d}});
     if (moe_block[b]) {
       out.push_back({p + "mlp.router.weight", {e_all, d}});
       if (moe.router_bias()) out.push_back({p + "mlp.router.bias", {e_all}});
@@ -43,6 +46,7 @@ std::vector<std::pair<std::string, Shape>> parameter_shapes(const modtrain::Mode
     out.push_back({p + "predictor.out.bias", {1}});
   }
   out.push_back({"final_norm.weight", {d}});
+  if (layer_norm) out.push_back({"final_norm.bias", {d}});
   if (!cfg.tie_embeddings()) out.push_back({"lm_head.weight", {v, d}});
   return out;
 }

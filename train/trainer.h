@@ -43,8 +43,9 @@ class Trainer {
   // starts fresh when there is none); anything else is a checkpoint or run directory. The
   // checkpoint may come from any dp x tp layout, with or without ZeRO-1. Collective.
   void resume(const std::string& spec);
-  // Starts from the full parameters in a safetensors file (modtrain export, model.safetensors).
-  void init_from(const std::string& safetensors_path);
+  // Starts from full parameters: a safetensors file (modtrain export, model.safetensors), or a
+  // Hugging Face Llama directory (train/hf/import.h), whose MoD routers start fresh.
+  void init_from(const std::string& path);
 
   // Runs the remaining steps; returns the last training loss (reduced over dp). Stops early,
   // after a checkpoint, when any rank got SIGTERM or SIGUSR1 (then stopped() is true).
@@ -61,6 +62,7 @@ class Trainer {
   const parallel::Mesh& mesh() const { return *mesh_; }
 
  private:
+  void init_from_hf(const std::string& dir);
   // run()'s pieces: step, log and evaluate (trainer.cpp); checkpoint and stop
   // (trainer_checkpoint.cpp).
   void print_run_header(const model::FlopCount& flops) const;

@@ -11,6 +11,7 @@
 #include "core/util/safetensors.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/reader.h"
+#include "train/hf/import.h"
 #include "train/stop_signal.h"
 #include "train/trainer.h"
 
@@ -159,6 +160,10 @@ void Trainer::resume(const std::string& spec) {
 }
 
 void Trainer::init_from(const std::string& path) {
+  if (hf::is_hf_dir(path)) {
+    if (!hf::is_modtrain_dir(path)) return init_from_hf(path);
+    return init_from(path + "/model.safetensors");  // ModtrainForCausalLM: modtrain's names
+  }
   SafetensorsFile file = load_safetensors(path);
   for (const auto& [name, p] : model_->named_parameters()) {
     const parallel::ShardSpec& s = plan_.shards.at(name);
@@ -174,6 +179,27 @@ void Trainer::init_from(const std::string& path) {
   if (file.tensors.size() != plan_.shards.size())
     throw std::runtime_error("init from " + path + ": " + std::to_string(file.tensors.size()) +
                              " tensors, the model has " + std::to_string(plan_.shards.size()) + " parameters");
+}
+
+// A Hugging Face Llama directory: its dense weights; MoD's routers and predictors keep the
+// initialisation the model was built with (docs/hf.md, "Converting a dense model to MoD").
+void Trainer::init_from_hf(const std::string& dir) {
+  std::map<std::string, Tensor> weights = hf::read_llama(dir, cfg_.model());
+  int64_t fresh = 0;
+  for (const auto& [name, p] : model_->named_parameters()) {
+    const parallel::ShardSpec& s = plan_.shards.at(name);
+    const auto it = weights.find(name);
+    if (it == weights.end()) {
+      ++fresh;
+      continue;
+    }
+    Tensor dst = p;
+    dst.copy_from(local_slice(it->second.to(p.dtype()), s, p.shape()));
+  }
+  if (!quiet_)
+    std::printf("init from %s (LlamaForCausalLM): %zu tensors loaded, %lld MoD router/predictor "
+                "tensors start fresh\n",
+                dir.c_str(), weights.size(), static_cast<long long>(fresh));
 }
 
 }  // namespace mod::train

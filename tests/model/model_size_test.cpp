@@ -17,7 +17,7 @@ using namespace mod;
 
 namespace {
 // Dense, MoD with each causal method and router bias, MoE and both MoDEs, SwiGLU, untied head,
-// explicit and every-k schedules: every branch of the layer constructors.
+// LayerNorm, explicit and every-k schedules: every branch of the layer constructors.
 std::vector<modtrain::ModelConfig> variety() {
   std::vector<modtrain::ModelConfig> out = {test::tiny_model(false), test::tiny_model(true),
                                             test::tiny_moe(false), test::tiny_moe(true),
@@ -40,6 +40,9 @@ std::vector<modtrain::ModelConfig> variety() {
   e.mutable_moe()->add_moe_blocks(2);
   e.mutable_mod()->set_schedule(modtrain::MoDConfig::EVERY);
   out.push_back(e);
+  auto g = test::tiny_model(true);  // GPT-2's shape: LayerNorm has a bias beside its gain
+  g.set_norm(modtrain::ModelConfig::LAYER);
+  out.push_back(g);
   return out;
 }
 

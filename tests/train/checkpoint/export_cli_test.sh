@@ -34,7 +34,7 @@ expect_error() {  # expect_error PATTERN command...
   grep -q -- "$pattern" "$work/err.log" \
     || fail "error for '$*' lacks '$pattern': $(cat "$work/err.log")"
 }
-expect_error "'onnx' is not supported (accepted: safetensors)" \
+expect_error "'onnx' is not supported (accepted: safetensors, hf)" \
   "$modtrain" export --checkpoint "$work/run" --format onnx --out "$work/x"
 expect_error "$work/nowhere: neither a checkpoint directory" \
   "$modtrain" export --checkpoint "$work/nowhere" --out "$work/x"

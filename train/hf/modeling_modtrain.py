@@ -1,0 +1,287 @@
+# modtrain's transformer in plain PyTorch, for transformers' AutoModelForCausalLM with
+# trust_remote_code=True (docs/hf.md); written by `modtrain export --format hf` for the models
+# LlamaForCausalLM cannot express: a GELU MLP, LayerNorm, Mixture-of-Depths. Parameter names are
+# modtrain's own (embed.weight, blocks.N.attn.wq.weight, ...), so model.safetensors is copied
+# as it is. Invariant: the forward is model/transformer.cpp's, to float tolerance:
+#   pre-norm blocks; RoPE on pairs (i, i + Dh/2), angles pos * theta^(-2i/Dh) in float64;
+#   softmax(q k^T / sqrt(Dh)), causal by original position; logits = final_norm(x) W^T.
+#   A routed block (MoD): r = router(x) per token; under top-C routing the C = max(1,
+#   round(capacity * T)) highest r of each sequence (ties to the lower position) are gathered in
+#   position order, and x_i += g(r_i) * (a_i + m_i) for them, a the block's attention and m its
+#   MLP output; under causal routing a token enters iff its predictor (or router, for aux_bce)
+#   logit is > 0, which depends on nothing after it.
+# generate() routes causally with a KV cache of its own: a routed block keeps K/V for the tokens
+# it admitted only, as modtrain sample does.
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from transformers import PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+try:
+    from .configuration_modtrain import ModtrainConfig
+except ImportError:  # loaded as a plain module, not as transformers' dynamic module
+    from configuration_modtrain import ModtrainConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def make_norm(config):
+    if config.norm == "layer":
+        return nn.LayerNorm(config.hidden_size, eps=config.norm_eps)
+    return RMSNorm(config.hidden_size, config.norm_eps)
+
+
+def rope(x, pos, theta):
+    """x [B, T, H, Dh], pos [B, T] -> x with pairs (i, i + Dh/2) rotated by pos * theta^(-2i/Dh)."""
+    dh = x.shape[-1]
+    half = dh // 2
+    inv_freq = theta ** (-2.0 * torch.arange(half, dtype=torch.float64, device=x.device) / dh)
+    angle = pos.to(torch.float64)[..., None] * inv_freq  # [B, T, half]
+    cos = angle.cos().to(x.dtype)[:, :, None, :]
+    sin = angle.sin().to(x.dtype)[:, :, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        d = config.hidden_size
+        self.heads = config.num_attention_heads
+        self.theta = config.rope_theta
+        self.wq = nn.Linear(d, d, bias=False)
+        self.wk = nn.Linear(d, d, bias=False)
+        self.wv = nn.Linear(d, d, bias=False)
+        self.wo = nn.Linear(d, d, bias=False)
+
+    def forward(self, x, pos, cache=None):
+        """cache: one sequence's {"k", "v", "pos"} of this block, extended by x's tokens."""
+        b, t, d = x.shape
+        dh = d // self.heads
+        q = rope(self.wq(x).view(b, t, self.heads, dh), pos, self.theta).transpose(1, 2)
+        k = rope(self.wk(x).view(b, t, self.heads, dh), pos, self.theta).transpose(1, 2)
+        v = self.wv(x).view(b, t, self.heads, dh).transpose(1, 2)
+        key_pos = pos
+        if cache is not None:
+            if cache:
+                k = torch.cat([cache["k"], k], dim=2)
+                v = torch.cat([cache["v"], v], dim=2)
+                key_pos = torch.cat([cache["pos"], pos], dim=1)
+            cache.update(k=k, v=v, pos=key_pos)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)  # [B, H, T, S]
+        allowed = pos[:, None, :, None] >= key_pos[:, None, None, :]  # key position <= query's
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        a = torch.softmax(scores.float(), dim=-1).to(v.dtype) @ v
+        return self.wo(a.transpose(1, 2).reshape(b, t, d))
+
+
+class Mlp(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        d, ff = config.hidden_size, config.intermediate_size
+        self.swiglu = config.mlp == "swiglu"
+        self.up = nn.Linear(d, ff, bias=False)
+        if self.swiglu:
+            self.gate = nn.Linear(d, ff, bias=False)
+        self.down = nn.Linear(ff, d, bias=False)
+
+    def forward(self, x):
+        if self.swiglu:
+            return self.down(F.silu(self.gate(x)) * self.up(x))
+        return self.down(F.gelu(self.up(x), approximate="tanh"))
+
+
+class Router(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.proj = nn.Linear(config.hidden_size, 1, bias=config.mod_router_bias)
+
+    def forward(self, x):
+        return self.proj(x).squeeze(-1)  # [B, T]
+
+
+class Predictor(nn.ModuleDict):
+    # A ModuleDict, since "in" is a Python keyword: its names stay modtrain's predictor.in/out.
+    def __init__(self, config):
+        super().__init__({"in": nn.Linear(config.hidden_size, config.mod_predictor_hidden),
+                          "out": nn.Linear(config.mod_predictor_hidden, 1)})
+
+    def forward(self, x):
+        return self["out"](F.silu(self["in"](x))).squeeze(-1)  # [B, T]
+
+
+class Block(nn.Module):
+    def __init__(self, config, routed):
+        super().__init__()
+        self.norm1 = make_norm(config)
+        self.attn = Attention(config)
+        self.norm2 = make_norm(config)
+        self.mlp = Mlp(config)
+        if routed:
+            self.router = Router(config)
+            if config.mod_causal == "predictor":
+                self.predictor = Predictor(config)
+
+    def delta(self, x, pos, cache=None):
+        """What the block adds to x: a + m (a dense block's output is x + delta)."""
+        a = self.attn(self.norm1(x), pos, cache)
+        return a + self.mlp(self.norm2(x + a))
+
+
+class ModtrainPreTrainedModel(PreTrainedModel):
+    config_class = ModtrainConfig
+    base_model_prefix = ""
+    supports_gradient_checkpointing = False
+
+    def _init_weights(self, module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+
+class ModtrainForCausalLM(ModtrainPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+        routed = set(config.mod_routed_blocks)
+        self.blocks = nn.ModuleList(Block(config, b in routed)
+                                    for b in range(config.num_hidden_layers))
+        self.capacity = {b: c for b, c in zip(config.mod_routed_blocks, config.mod_capacity)}
+        self.final_norm = make_norm(config)
+        if not config.tie_word_embeddings:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self._generating = False
+        self._cache = None  # generate()'s KV cache: _DecodeCache, or None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embed
+
+    def gate(self, r):
+        return torch.sigmoid(r) if self.config.mod_gate == "sigmoid" else r
+
+    def routed_update(self, blk, x, pos, r, idx, cache=None):
+        """x [B, T, D] += g(r) * delta for the rows idx [B, C] (ascending) of each sequence."""
+        d = x.shape[-1]
+        rows = idx[..., None].expand(-1, -1, d)
+        xs = torch.gather(x, 1, rows)
+        ps = torch.gather(pos, 1, idx)
+        g = self.gate(torch.gather(r, 1, idx))[..., None]
+        return x.scatter_add(1, rows, g * blk.delta(xs, ps, cache))
+
+    def top_c(self, b, blk, x, pos):
+        t = x.shape[1]
+        r = blk.router(x)
+        c = max(1, math.floor(self.capacity[b] * t + 0.5))  # llround of a positive value
+        order = torch.sort(r, dim=1, descending=True, stable=True).indices[:, :c]
+        return self.routed_update(blk, x, pos, r, order.sort(dim=1).values)
+
+    def causal(self, blk, x, pos, caches=None):
+        """caches: each sequence's cache of this block (only admitted tokens enter it)."""
+        if self.config.mod_causal == "none":
+            raise ValueError("mod_causal is none: this model has no causal routing "
+                             "(generate() and routing='causal' need a predictor or aux_bce)")
+        r = blk.router(x)
+        decision = blk.predictor(x) if self.config.mod_causal == "predictor" else r
+        out = []
+        for i in range(x.shape[0]):  # each sequence admits its own tokens
+            idx = torch.nonzero(decision[i] > 0).flatten()[None]
+            if idx.numel() == 0:
+                out.append(x[i:i + 1])
+            else:
+                out.append(self.routed_update(blk, x[i:i + 1], pos[i:i + 1], r[i:i + 1], idx,
+                                              caches[i] if caches is not None else None))
+        return torch.cat(out, 0)
+
+    def cached_forward(self, input_ids):
+        """generate()'s step: input_ids [B, t] follow the cache's tokens; every block attends to
+        its cached K/V, a routed block's holding only the tokens it admitted (as modtrain sample)."""
+        cache = self._cache
+        b, t = input_ids.shape
+        pos = torch.arange(cache.length, cache.length + t, device=input_ids.device)[None].expand(b, t)
+        x = self.embed(input_ids)
+        for i, blk in enumerate(self.blocks):
+            caches = cache.blocks[i]
+            if i in self.capacity:
+                x = self.causal(blk, x, pos, caches)
+            else:
+                x = torch.cat([x[j:j + 1] + blk.delta(x[j:j + 1], pos[j:j + 1], caches[j])
+                               for j in range(b)], 0)
+        cache.length += t
+        return x
+
+    def forward(self, input_ids=None, attention_mask=None, labels=None, routing=None, **kwargs):
+        if attention_mask is not None and not bool(attention_mask.all()):
+            raise ValueError("ModtrainForCausalLM: padded batches are not supported (top-C "
+                             "routing would count the padding); pass sequences of one length")
+        if self._cache is not None:
+            x = self.cached_forward(input_ids)
+        else:
+            x = self.uncached_forward(input_ids, routing or
+                                      ("causal" if self._generating else self.config.routing))
+        h = self.final_norm(x)
+        logits = self.lm_head(h) if hasattr(self, "lm_head") else h @ self.embed.weight.t()
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+                                   labels[:, 1:].reshape(-1), ignore_index=-100)
+        return CausalLMOutputWithPast(loss=loss, logits=logits)
+
+    def uncached_forward(self, input_ids, routing):
+        b, t = input_ids.shape
+        pos = torch.arange(t, device=input_ids.device)[None].expand(b, t)
+        x = self.embed(input_ids)
+        for i, blk in enumerate(self.blocks):
+            if i not in self.capacity:
+                x = x + blk.delta(x, pos)
+            elif routing == "causal":
+                x = self.causal(blk, x, pos)
+            else:
+                x = self.top_c(i, blk, x, pos)
+        return x
+
+    def prepare_inputs_for_generation(self, input_ids, **kwargs):
+        if self._cache is not None and self._cache.length > 0:
+            return {"input_ids": input_ids[:, self._cache.length:]}
+        return {"input_ids": input_ids}
+
+    def generate(self, *args, kv_cache=True, **kwargs):
+        """transformers' generate() with causal routing. kv_cache=True keeps this model's own
+        cache (each routed block's K/V for the tokens it admitted); False recomputes the prefix
+        at every token, which gives the same tokens. Beam search is not supported with the cache
+        (it would have to reorder it)."""
+        kwargs["use_cache"] = False  # transformers' caches know nothing of routed blocks
+        if kv_cache and kwargs.get("num_beams", 1) > 1:
+            raise ValueError("ModtrainForCausalLM: beam search needs kv_cache=False")
+        self._generating = True
+        self._cache = _DecodeCache(len(self.blocks)) if kv_cache else None
+        try:
+            return super().generate(*args, **kwargs)
+        finally:
+            self._generating = False
+            self._cache = None
+
+
+class _DecodeCache:
+    """blocks[layer][sequence]: that block's {"k", "v", "pos"} for one sequence, filled lazily."""
+
+    def __init__(self, n_blocks):
+        self.length = 0  # tokens of every sequence fed so far
+        self.blocks = [_PerSequence() for _ in range(n_blocks)]
+
+
+class _PerSequence(dict):
+    def __getitem__(self, i):
+        return self.setdefault(i, {})
