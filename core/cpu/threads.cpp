@@ -151,7 +151,14 @@ void reexec_with_openmp_defaults(char** argv) {
   const auto set = openmp_wait_defaults(std::getenv("OMP_WAIT_POLICY"), std::getenv("GOMP_SPINCOUNT"));
   if (set.empty()) return;
   for (const auto& [name, value] : set) setenv(name.c_str(), value.c_str(), 1);
-  execv("/proc/self/exe", argv);
+  // The binary's own path, not /proc/self/exe: the kernel names a process after the file it
+  // executes, and ps, pkill and job tools must keep seeing "modtrain", not "exe".
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    execv(self, argv);
+  }
   // Failed (no /proc?): run on with OpenMP's own default, and say so at the start.
   unsetenv("OMP_WAIT_POLICY");
   setenv(kDefaultMarker, "exec failed", 1);

@@ -279,6 +279,10 @@ class Soak:
         log_path = os.path.join(self.work, f"{self.tag}_seg{self.segments:03d}.log")
         self.segments += 1
         rows_before, at_before = len(metrics_rows(run)), latest_step(run)
+        # The run directory exists before the first segment, so its checkpoints/ is seen being
+        # made: a watch on a missing directory hears nothing, and a fast run then finished
+        # before any aimed kill.
+        os.makedirs(run, exist_ok=True)
         notify = Inotify()
         notify.watch(run)
         ck = os.path.join(run, "checkpoints")
