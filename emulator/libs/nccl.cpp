@@ -372,6 +372,22 @@ bool run_collective(const Op& o) {
   auto at = [](const void* base, size_t offset) {
     return static_cast<const char*>(base) + offset;
   };
+  // Every rank's chunk (this rank's own is `mine`) combined in rank order 0, 1, ..., so each
+  // rank gets the same bits; the result lands in o.recv.
+  auto reduce_in_rank_order = [&](const std::vector<char>& mine) {
+    std::vector<char> acc(bytes), other(bytes);
+    for (int q = 0; q < n; ++q) {
+      std::vector<char>& into = q == 0 ? acc : other;
+      if (q == me)
+        std::memcpy(into.data(), mine.data(), bytes);
+      else if (!recv_from(q, into.data(), bytes))
+        return false;
+      if (q > 0) emu::nccl::reduce_into(acc.data(), other.data(), o.count, o.type, o.op);
+    }
+    if (o.op == ncclAvg) emu::nccl::finish_average(acc.data(), o.count, o.type, n);
+    std::memcpy(o.recv, acc.data(), bytes);
+    return true;
+  };
   switch (o.kind) {
     case Kind::AllReduce:
     case Kind::Reduce: {
@@ -381,37 +397,14 @@ bool run_collective(const Op& o) {
       for (int p = 0; p < n; ++p)
         if (p != me && (o.kind == Kind::AllReduce || p == o.peer))
           links.send(p, o.name, mine.data(), bytes);
-      if (!keeps) return true;
-      std::vector<char> acc(bytes), other(bytes);
-      for (int q = 0; q < n; ++q) {
-        std::vector<char>& into = q == 0 ? acc : other;
-        if (q == me)
-          std::memcpy(into.data(), mine.data(), bytes);
-        else if (!recv_from(q, into.data(), bytes))
-          return false;
-        if (q > 0) emu::nccl::reduce_into(acc.data(), other.data(), o.count, o.type, o.op);
-      }
-      if (o.op == ncclAvg) emu::nccl::finish_average(acc.data(), o.count, o.type, n);
-      std::memcpy(o.recv, acc.data(), bytes);
-      return true;
+      return !keeps || reduce_in_rank_order(mine);
     }
     case Kind::ReduceScatter: {
       std::vector<char> mine(bytes);
       std::memcpy(mine.data(), at(o.send, static_cast<size_t>(me) * bytes), bytes);
       for (int p = 0; p < n; ++p)
         if (p != me) links.send(p, o.name, at(o.send, static_cast<size_t>(p) * bytes), bytes);
-      std::vector<char> acc(bytes), other(bytes);
-      for (int q = 0; q < n; ++q) {
-        std::vector<char>& into = q == 0 ? acc : other;
-        if (q == me)
-          std::memcpy(into.data(), mine.data(), bytes);
-        else if (!recv_from(q, into.data(), bytes))
-          return false;
-        if (q > 0) emu::nccl::reduce_into(acc.data(), other.data(), o.count, o.type, o.op);
-      }
-      if (o.op == ncclAvg) emu::nccl::finish_average(acc.data(), o.count, o.type, n);
-      std::memcpy(o.recv, acc.data(), bytes);
-      return true;
+      return reduce_in_rank_order(mine);
     }
     case Kind::AllGather: {
       std::vector<char> all(bytes * static_cast<size_t>(n));
