@@ -35,8 +35,8 @@ TEST_CASE("GPipe and 1F1B: valid, deadlock-free, bubble (pp-1)/(m+pp-1) for pp 2
       }
 }
 
-TEST_CASE("interleaved 1F1B: valid for pp 2..8, m 1..16 (multiples of pp), v 2..4; bubble "
-          "(pp-1)/(v m+pp-1)",
+TEST_CASE("interleaved 1F1B: valid for pp 2..8 and m 1..16 (multiples of pp) and v 2..4 with "
+          "bubble (pp-1)/(v m+pp-1)",
           "[pipeline]") {
   for (int v = 2; v <= 4; ++v)
     for (int pp = 2; pp <= 8; ++pp)
