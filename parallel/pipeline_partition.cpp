@@ -164,6 +164,7 @@ std::string describe_pipeline(const modtrain::RunConfig& cfg) {
      << "stage  rank  blocks  fwd+bwd GFLOP/micro-batch  time vs slowest  params  in flight  "
         "activations  memory\n";
   const int last = part.stages() - 1;
+  std::vector<double> rank_bytes(pp, 0.0);
   for (int s = 0; s < part.stages(); ++s) {
     const int r = s % pp;
     double kept = 0, temp = s == last ? mem.head_backward_temp : 0;
@@ -176,6 +177,7 @@ std::string describe_pipeline(const modtrain::RunConfig& cfg) {
     const double flight = static_cast<double>(sim.max_in_flight[r]) / v;
     const double transfers = (s > 0 ? transfer : 0) + (s < last ? transfer : 0);
     const double bytes = params[s] * kStateBytes + flight * kept + temp + transfers;
+    rank_bytes[r] += bytes;
     std::snprintf(line, sizeof line, "%5d  %4d  %6s  %25.4g  %15.3f  %5.2fM  %9.2f  %11s  %s\n", s, r,
                   block_range(part, s).c_str(), 3 * part.forward_per_token[s] * tokens / 1e9,
                   part.forward_per_token[s] / part.largest(), params[s] / 1e6, flight,
@@ -194,8 +196,12 @@ std::string describe_pipeline(const modtrain::RunConfig& cfg) {
                 "FLOPs: %.4f\n",
                 part.largest() / mean, equal.largest() / mean, predicted_bubble(pp, m, v),
                 sim.bubble_fraction());
-  os << line
-     << "memory per stage: f32 parameters, gradients and AdamW state of its blocks (the embedding "
+  os << line;
+  if (v > 1) {  // a rank holds v stages
+    os << "memory per rank (its " << v << " stages):";
+    for (int r = 0; r < pp; ++r) os << " " << r << ": " << model::format_bytes(rank_bytes[r]) << (r + 1 < pp ? "," : "\n");
+  }
+  os << "memory per stage: f32 parameters, gradients and AdamW state of its blocks (the embedding "
         "on the first, final norm and head on the last); the activations of the micro-batches in "
         "flight; the largest backward temporary; one [b, T, D] buffer per neighbour\n";
   return os.str();
