@@ -36,6 +36,47 @@ class ErrorCollector : public pb::io::ErrorCollector {
   throw std::invalid_argument("config: " + field + ": " + what);
 }
 
+// parallel.pp and its schedule and layout (docs/parallel.md "Pipeline parallelism").
+void validate_pipeline(const modtrain::RunConfig& cfg) {
+  const auto& p = cfg.parallel();
+  const int n = cfg.model().n_layers(), pp = p.pp(), v = p.virtual_stages();
+  if (pp < 1) bad_field("parallel.pp", std::to_string(pp) + " must be >= 1");
+  if (v < 1) bad_field("parallel.virtual_stages", std::to_string(v) + " must be >= 1");
+  const bool interleaved = p.pp_schedule() == modtrain::ParallelConfig::INTERLEAVED_1F1B;
+  if (interleaved != (v > 1))
+    bad_field("parallel.virtual_stages",
+              std::to_string(v) + (interleaved ? " must be >= 2 under parallel.pp_schedule "
+                                                 "INTERLEAVED_1F1B (model chunks per rank)"
+                                               : " must be 1 unless parallel.pp_schedule is "
+                                                 "INTERLEAVED_1F1B"));
+  if (interleaved && pp < 2)
+    bad_field("parallel.pp_schedule", "INTERLEAVED_1F1B needs parallel.pp >= 2, got " + std::to_string(pp));
+  if (interleaved && cfg.train().grad_accum() % pp != 0)
+    bad_field("train.grad_accum", std::to_string(cfg.train().grad_accum()) +
+                                      " (micro-batches) must be a multiple of parallel.pp " +
+                                      std::to_string(pp) + " under INTERLEAVED_1F1B");
+  const int stages = pp * v;
+  if (stages > n)
+    bad_field("parallel.pp", std::to_string(pp) + " x parallel.virtual_stages " + std::to_string(v) +
+                                 " = " + std::to_string(stages) + " stages, more than model.n_layers " +
+                                 std::to_string(n) + " (every stage needs a block)");
+  if (p.pp_layout_size() == 0) return;
+  if (p.pp_layout_size() != stages)
+    bad_field("parallel.pp_layout", "has " + std::to_string(p.pp_layout_size()) +
+                                        " entries, expected parallel.pp x parallel.virtual_stages = " +
+                                        std::to_string(stages));
+  int64_t sum = 0;
+  for (int i = 0; i < stages; ++i) {
+    if (p.pp_layout(i) < 1)
+      bad_field("parallel.pp_layout[" + std::to_string(i) + "]",
+                std::to_string(p.pp_layout(i)) + " must be >= 1 (every stage needs a block)");
+    sum += p.pp_layout(i);
+  }
+  if (sum != n)
+    bad_field("parallel.pp_layout", "sums to " + std::to_string(sum) + " blocks, expected model.n_layers " +
+                                        std::to_string(n));
+}
+
 // model.moe: expert counts, capacities, and the combinations MoDE allows.
 void validate_moe(const modtrain::ModelConfig& m) {
   const auto& e = m.moe();
@@ -267,6 +308,7 @@ void validate(const modtrain::RunConfig& cfg) {
   positive("parallel.dp", p.dp());
   positive("parallel.tp", p.tp());
   positive("parallel.ep", p.ep());
+  validate_pipeline(cfg);
   if (t.batch_size() % p.dp() != 0)
     bad_field("train.batch_size", std::to_string(t.batch_size()) +
                                       " must be divisible by parallel.dp " + std::to_string(p.dp()));

@@ -8,6 +8,7 @@
 #include "configs/config.h"
 #include "launcher/cli.h"
 #include "model/memory_plan.h"
+#include "parallel/pipeline_partition.h"
 
 namespace mod::cli {
 
@@ -52,7 +53,8 @@ int memory(int argc, char** argv) {
   if (vm.count("recompute")) opt.recompute = parse_recompute(vm["recompute"].as<std::string>());
   if (vm.count("recompute-blocks")) opt.recompute_blocks = parse_blocks(vm["recompute-blocks"].as<std::string>());
   const model::MemoryPlan plan = model::plan_memory(cfg.model(), opt);
-  std::printf("%s\n%s", cfg.name().c_str(), model::describe_memory(plan, opt).c_str());
+  std::printf("%s\n%s%s", cfg.name().c_str(), model::describe_memory(plan, opt).c_str(),
+              parallel::describe_pipeline(cfg).c_str());
   if (vm.count("device-memory-gb")) {
     const double limit = vm["device-memory-gb"].as<double>() * 1e9;
     std::printf("%s %.4g GB per device (predicted peak %.4g GB)\n",

@@ -7,6 +7,7 @@
 #include "configs/config.h"
 #include "launcher/cli.h"
 #include "model/flops.h"
+#include "parallel/pipeline_partition.h"
 #include "parallel/world.h"
 #include "train/inference.h"
 #include "train/stop_signal.h"
@@ -94,7 +95,8 @@ int flops(int argc, char** argv) {
   po::variables_map vm;
   if (!parse(argc, argv, "usage: modtrain flops --config FILE [--set f=v ...]", o, vm)) return 0;
   const modtrain::RunConfig cfg = load_config(vm);
-  std::printf("%s\n%s", cfg.name().c_str(), model::describe_flops(cfg.model()).c_str());
+  std::printf("%s\n%s%s", cfg.name().c_str(), model::describe_flops(cfg.model()).c_str(),
+              parallel::describe_pipeline(cfg).c_str());
   return 0;
 }
 

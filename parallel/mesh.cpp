@@ -15,6 +15,11 @@ ParallelDims ParallelDims::from_config(const modtrain::ParallelConfig& cfg) {
   if (d.dp < 1 || d.tp < 1 || d.ep < 1)
     throw std::invalid_argument("config: parallel.dp (" + s(d.dp) + "), parallel.tp (" + s(d.tp) +
                                 ") and parallel.ep (" + s(d.ep) + ") must be >= 1");
+  // The schedules and the stage partition exist (parallel/pipeline_*.h); the runtime does not.
+  if (cfg.pp() != 1)
+    throw std::invalid_argument("config: parallel.pp = " + s(cfg.pp()) +
+                                ": training with pipeline stages is not implemented yet (modtrain "
+                                "flops and memory show its partition and bubble); set parallel.pp=1");
   return d;
 }
 

@@ -18,6 +18,7 @@ namespace mod::parallel {
 struct ParallelDims {
   int dp = 1, tp = 1, ep = 1;
 
+  // parallel.pp other than 1 is refused here: no pipeline runtime yet (docs/parallel.md).
   static ParallelDims from_config(const modtrain::ParallelConfig& cfg);
   // dp x tp must equal the world size and ep must divide dp; errors print the equation.
   void validate(int world_size) const;

@@ -1,0 +1,210 @@
+// Stage partition by predicted cost, and the pipeline table of `flops` and `memory` (see
+// pipeline_partition.h).
+#include "parallel/pipeline_partition.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+#include "model/flops.h"
+#include "model/memory_plan.h"
+#include "model/parameter_shapes.h"
+
+namespace mod::parallel {
+
+int PipelinePartition::first_block(int stage) const {
+  int b = 0;
+  for (int s = 0; s < stage; ++s) b += blocks[s];
+  return b;
+}
+
+int PipelinePartition::stage_of_block(int block) const {
+  for (int s = 0, first = 0; s < stages(); first += blocks[s], ++s)
+    if (block < first + blocks[s]) return s;
+  throw std::out_of_range("pipeline partition: block " + std::to_string(block) + " is in no stage");
+}
+
+double PipelinePartition::largest() const {
+  return *std::max_element(forward_per_token.begin(), forward_per_token.end());
+}
+
+std::vector<int> balance_blocks(const std::vector<double>& cost, double head_cost, int stages) {
+  const int n = static_cast<int>(cost.size());
+  if (stages < 1 || stages > n)
+    throw std::invalid_argument("balance_blocks: " + std::to_string(stages) + " stages for " +
+                                std::to_string(n) + " blocks (each stage needs one)");
+  std::vector<double> prefix(n + 1, 0.0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + cost[i];
+  struct Best { double max, sumsq; int cut; };
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[s][i]: the first i blocks in s stages; cut = where stage s begins.
+  std::vector<std::vector<Best>> best(stages + 1, std::vector<Best>(n + 1, {inf, inf, -1}));
+  best[0][0] = {0, 0, 0};
+  for (int s = 1; s <= stages; ++s)
+    for (int i = s; i <= n - (stages - s); ++i)
+      for (int j = s - 1; j < i; ++j) {
+        const Best& prev = best[s - 1][j];
+        if (prev.cut < 0) continue;
+        const double c = prefix[i] - prefix[j] + (s == stages ? head_cost : 0.0);
+        const Best cand{std::max(prev.max, c), prev.sumsq + c * c, j};
+        Best& cur = best[s][i];
+        if (cand.max < cur.max || (cand.max == cur.max && cand.sumsq < cur.sumsq)) cur = cand;
+      }
+  std::vector<int> out(stages);
+  for (int s = stages, i = n; s >= 1; --s) {
+    const int j = best[s][i].cut;
+    out[s - 1] = i - j;
+    i = j;
+  }
+  return out;
+}
+
+std::vector<int> equal_block_counts(int n, int stages) {
+  std::vector<int> out(stages, n / stages);
+  for (int s = 0; s < n % stages; ++s) ++out[s];
+  return out;
+}
+
+PipelineScheduleKind schedule_kind(const modtrain::ParallelConfig& p) {
+  switch (p.pp_schedule()) {
+    case modtrain::ParallelConfig::GPIPE: return PipelineScheduleKind::GPipe;
+    case modtrain::ParallelConfig::INTERLEAVED_1F1B: return PipelineScheduleKind::Interleaved1F1B;
+    default: return PipelineScheduleKind::OneFOneB;
+  }
+}
+
+PipelinePartition partition_with(const modtrain::ModelConfig& model, int pp, int v,
+                                 const std::vector<int>& blocks, bool by_hand) {
+  const model::FlopCount f = model::count_flops(model);
+  PipelinePartition out{pp, v, by_hand, blocks, {}};
+  int b = 0;
+  for (size_t s = 0; s < blocks.size(); ++s) {
+    double c = s + 1 == blocks.size() ? f.lm_head_per_token : 0.0;
+    for (int k = 0; k < blocks[s]; ++k) c += f.blocks.at(b++).forward_per_token;
+    out.forward_per_token.push_back(c);
+  }
+  if (b != model.n_layers())
+    throw std::invalid_argument("pipeline partition: stages hold " + std::to_string(b) +
+                                " blocks, expected model.n_layers " + std::to_string(model.n_layers()));
+  return out;
+}
+
+PipelinePartition plan_partition(const modtrain::RunConfig& cfg) {
+  const auto& p = cfg.parallel();
+  const int pp = p.pp(), v = p.virtual_stages();
+  if (p.pp_layout_size() > 0)
+    return partition_with(cfg.model(), pp, v, {p.pp_layout().begin(), p.pp_layout().end()}, true);
+  const model::FlopCount f = model::count_flops(cfg.model());
+  std::vector<double> cost;
+  for (const auto& b : f.blocks) cost.push_back(b.forward_per_token);
+  return partition_with(cfg.model(), pp, v, balance_blocks(cost, f.lm_head_per_token, pp * v), false);
+}
+
+namespace {
+
+std::string block_range(const PipelinePartition& part, int stage) {
+  const int first = part.first_block(stage), last = first + part.blocks[stage] - 1;
+  return first == last ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(last);
+}
+
+// Parameter elements of each virtual stage: its blocks; the embedding on the first; the final
+// norm and LM head on the last (with tied embeddings the last stage keeps its own copy of the
+// embedding as the head, as Megatron does, and the two copies' gradients are summed).
+std::vector<double> stage_parameters(const modtrain::ModelConfig& model, const PipelinePartition& part) {
+  std::vector<double> out(part.stages(), 0.0);
+  const int last = part.stages() - 1;
+  for (const auto& [name, shape] : model::parameter_shapes(model)) {
+    double elems = 1;
+    for (int64_t d : shape) elems *= static_cast<double>(d);
+    if (name.rfind("blocks.", 0) == 0) {
+      out[part.stage_of_block(std::stoi(name.substr(7)))] += elems;
+    } else if (name.rfind("embed.", 0) == 0) {
+      out[0] += elems;
+      if (model.tie_embeddings() && last > 0) out[last] += elems;
+    } else {
+      out[last] += elems;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string describe_pipeline(const modtrain::RunConfig& cfg) {
+  const auto& p = cfg.parallel();
+  if (p.pp() <= 1) return "";
+  const int pp = p.pp(), v = p.virtual_stages(), m = cfg.train().grad_accum();
+  const PipelinePartition part = plan_partition(cfg);
+  const PipelineSchedule sched = make_schedule(schedule_kind(p), pp, m, v);
+  StageCosts costs = StageCosts::uniform(pp, v, 0, 0);
+  for (int s = 0; s < part.stages(); ++s) {
+    costs.forward[s % pp][s / pp] = part.forward_per_token[s];
+    costs.backward[s % pp][s / pp] = 2 * part.forward_per_token[s];
+  }
+  const ScheduleSimulation sim = simulate_schedule(sched, costs);
+
+  const double tokens = static_cast<double>(cfg.train().batch_size()) / p.dp() * cfg.model().seq_len();
+  const model::MemoryOptions mopt = model::memory_options(cfg);
+  const model::MemoryPlan mem = model::plan_memory(cfg.model(), mopt);
+  const std::vector<double> params = stage_parameters(cfg.model(), part);
+  constexpr double kStateBytes = 4.0 * 4;  // f32 master, gradient, AdamW m and v
+  const double transfer = 4.0 * tokens * cfg.model().d_model();  // one [b, T, D] f32 activation
+
+  std::ostringstream os;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "pipeline: pp %d, %s, %d virtual stage(s) per rank, %d micro-batches (train.grad_accum) "
+                "of %.0f tokens per rank\npartition: %s\n",
+                pp, schedule_name(sched.kind), v, m, tokens,
+                part.by_hand ? "by hand (parallel.pp_layout)"
+                             : "balanced by predicted forward+backward FLOPs (parallel.pp_layout overrides)");
+  os << line
+     << "stage  rank  blocks  fwd+bwd GFLOP/micro-batch  time vs slowest  params  in flight  "
+        "activations  memory\n";
+  const int last = part.stages() - 1;
+  std::vector<double> rank_bytes(pp, 0.0);
+  for (int s = 0; s < part.stages(); ++s) {
+    const int r = s % pp;
+    double kept = 0, temp = s == last ? mem.head_backward_temp : 0;
+    for (int b = part.first_block(s); b < part.first_block(s) + part.blocks[s]; ++b) {
+      kept += mem.blocks[b].kept;
+      temp = std::max(temp, mem.blocks[b].backward_temp);
+    }
+    if (s == last) kept += mem.head_kept;
+    // The schedule's in-flight count is in chunk micro-batches; with v chunks, the rank's share.
+    const double flight = static_cast<double>(sim.max_in_flight[r]) / v;
+    const double transfers = (s > 0 ? transfer : 0) + (s < last ? transfer : 0);
+    const double bytes = params[s] * kStateBytes + flight * kept + temp + transfers;
+    rank_bytes[r] += bytes;
+    std::snprintf(line, sizeof line, "%5d  %4d  %6s  %25.4g  %15.3f  %5.2fM  %9.2f  %11s  %s\n", s, r,
+                  block_range(part, s).c_str(), 3 * part.forward_per_token[s] * tokens / 1e9,
+                  part.forward_per_token[s] / part.largest(), params[s] / 1e6, flight,
+                  model::format_bytes(flight * kept).c_str(), model::format_bytes(bytes).c_str());
+    os << line;
+  }
+  // The layer-count split Megatron and torchtitan default to, for comparison.
+  const PipelinePartition equal =
+      partition_with(cfg.model(), pp, v, equal_block_counts(cfg.model().n_layers(), pp * v), false);
+  double total = 0;
+  for (double c : part.forward_per_token) total += c;
+  const double mean = total / part.stages();
+  std::snprintf(line, sizeof line,
+                "slowest stage / mean: %.3f (an equal block count per stage: %.3f)\n"
+                "bubble: (pp-1)/(v m+pp-1) = %.4f for equal stages; simulated with these stages' "
+                "FLOPs: %.4f\n",
+                part.largest() / mean, equal.largest() / mean, predicted_bubble(pp, m, v),
+                sim.bubble_fraction());
+  os << line;
+  if (v > 1) {  // a rank holds v stages
+    os << "memory per rank (its " << v << " stages):";
+    for (int r = 0; r < pp; ++r) os << " " << r << ": " << model::format_bytes(rank_bytes[r]) << (r + 1 < pp ? "," : "\n");
+  }
+  os << "memory per stage: f32 parameters, gradients and AdamW state of its blocks (the embedding "
+        "on the first, final norm and head on the last); the activations of the micro-batches in "
+        "flight; the largest backward temporary; one [b, T, D] buffer per neighbour\n";
+  return os.str();
+}
+
+}  // namespace mod::parallel

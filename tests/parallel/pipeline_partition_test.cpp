@@ -1,0 +1,154 @@
+// Stage partition by predicted cost (parallel/pipeline_partition.h): the dynamic programme
+// against brute force, a MoD model whose cost partition beats the equal block count, the
+// hand-written parallel.pp_layout and its errors, and the table `flops` and `memory` print.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+
+#include "configs/config.h"
+#include "model/flops.h"
+#include "parallel/pipeline_partition.h"
+
+using namespace mod;
+using parallel::balance_blocks;
+
+namespace {
+modtrain::RunConfig recipe(const std::string& name, const std::vector<std::string>& sets) {
+  const char* src = std::getenv("MOD_SOURCE_DIR");
+  return config::load(std::string(src ? src : MOD_SOURCE_DIR) + "/configs/recipes/" + name +
+                          ".textproto",
+                      sets);
+}
+
+// The largest stage of every contiguous split into `stages` non-empty groups, the smallest of them.
+double brute_force_best(const std::vector<double>& cost, double head, int stages) {
+  const int n = static_cast<int>(cost.size());
+  double best = 1e300;
+  std::function<void(int, int, double)> go = [&](int start, int left, double worst) {
+    if (left == 1) {
+      double c = head;
+      for (int i = start; i < n; ++i) c += cost[i];
+      best = std::min(best, std::max(worst, c));
+      return;
+    }
+    double c = 0;
+    for (int end = start + 1; end <= n - (left - 1); ++end) {
+      c += cost[end - 1];
+      go(end, left - 1, std::max(worst, c));
+    }
+  };
+  go(0, stages, 0);
+  return best;
+}
+
+double largest_stage(const std::vector<double>& cost, double head, const std::vector<int>& blocks) {
+  double worst = 0;
+  size_t b = 0;
+  for (size_t s = 0; s < blocks.size(); ++s) {
+    double c = s + 1 == blocks.size() ? head : 0;
+    for (int k = 0; k < blocks[s]; ++k) c += cost[b++];
+    worst = std::max(worst, c);
+  }
+  REQUIRE(b == cost.size());
+  return worst;
+}
+}  // namespace
+
+TEST_CASE("balance_blocks finds the smallest slowest stage (brute force, 1..9 blocks)",
+          "[pipeline]") {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0.05, 3.0);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + trial % 9;
+    std::vector<double> cost(n);
+    for (double& c : cost) c = u(rng);
+    const double head = trial % 3 == 0 ? 0.0 : u(rng);
+    for (int stages = 1; stages <= n; ++stages) {
+      INFO("trial " << trial << " blocks " << n << " stages " << stages);
+      const std::vector<int> split = balance_blocks(cost, head, stages);
+      REQUIRE(static_cast<int>(split.size()) == stages);
+      for (int k : split) CHECK(k >= 1);
+      CHECK(largest_stage(cost, head, split) == brute_force_best(cost, head, stages));
+    }
+  }
+  CHECK(balance_blocks({1, 1, 1, 1}, 2.0, 2) == std::vector<int>{3, 1});  // the head weighs
+  CHECK(parallel::equal_block_counts(7, 3) == std::vector<int>{3, 2, 2});
+}
+
+TEST_CASE("the cost partition of a MoD model balances better than an equal block count",
+          "[pipeline]") {
+  // tiny_mod with its routed blocks last (3, 4, 5 at 12.5%): three blocks per stage would put
+  // the three dense ones on stage 0.
+  const modtrain::RunConfig cfg = recipe(
+      "tiny_mod", {"model.mod.schedule=EXPLICIT", "model.mod.routed_blocks=[3, 4, 5]", "parallel.pp=2"});
+  const parallel::PipelinePartition cost = parallel::plan_partition(cfg);
+  const parallel::PipelinePartition equal =
+      parallel::partition_with(cfg.model(), 2, 1, parallel::equal_block_counts(6, 2), false);
+  CHECK(cost.blocks == std::vector<int>{2, 4});
+  CHECK(equal.blocks == std::vector<int>{3, 3});
+  const double total = cost.forward_per_token[0] + cost.forward_per_token[1];
+  INFO("slowest / mean: cost " << cost.largest() / (total / 2) << ", equal "
+                               << equal.largest() / (total / 2));
+  CHECK(cost.largest() < 0.8 * equal.largest());
+  // Every recipe shape at pp 2 and 3: never worse than the equal count.
+  for (const char* name : {"tiny_dense", "tiny_mod"})
+    for (int pp : {2, 3}) {
+      const modtrain::RunConfig c = recipe(name, {"parallel.pp=" + std::to_string(pp)});
+      INFO(name << " pp " << pp);
+      CHECK(parallel::plan_partition(c).largest() <=
+            parallel::partition_with(c.model(), pp, 1, parallel::equal_block_counts(6, pp), false)
+                .largest());
+    }
+}
+
+TEST_CASE("parallel.pp_layout overrides the partition and bad layouts name the field",
+          "[pipeline]") {
+  const auto part = parallel::plan_partition(
+      recipe("tiny_mod", {"parallel.pp=2", "parallel.pp_layout=[5, 1]"}));
+  CHECK(part.by_hand);
+  CHECK(part.blocks == std::vector<int>{5, 1});
+  CHECK(part.stage_of_block(4) == 0);
+  CHECK(part.stage_of_block(5) == 1);
+  const model::FlopCount f = model::count_flops(recipe("tiny_mod", {}).model());
+  CHECK(part.forward_per_token[1] == f.blocks[5].forward_per_token + f.lm_head_per_token);
+
+  auto error_of = [](const std::vector<std::string>& sets) {
+    try {
+      recipe("tiny_mod", sets);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  using Catch::Contains;
+  CHECK_THAT(error_of({"parallel.pp=2", "parallel.pp_layout=[3, 2]"}),
+             Contains("parallel.pp_layout: sums to 5 blocks, expected model.n_layers 6"));
+  CHECK_THAT(error_of({"parallel.pp=2", "parallel.pp_layout=[6]"}),
+             Contains("parallel.pp_layout: has 1 entries, expected parallel.pp x "
+                      "parallel.virtual_stages = 2"));
+  CHECK_THAT(error_of({"parallel.pp=2", "parallel.pp_layout=[6, 0]"}),
+             Contains("parallel.pp_layout[1]: 0 must be >= 1"));
+  CHECK_THAT(error_of({"parallel.pp=7"}), Contains("more than model.n_layers 6"));
+  CHECK_THAT(error_of({"parallel.pp=0"}), Contains("parallel.pp: 0 must be >= 1"));
+  CHECK_THAT(error_of({"parallel.pp=2", "parallel.virtual_stages=2"}),
+             Contains("parallel.virtual_stages: 2 must be 1 unless parallel.pp_schedule is "
+                      "INTERLEAVED_1F1B"));
+  CHECK_THAT(error_of({"parallel.pp=2", "parallel.pp_schedule=INTERLEAVED_1F1B",
+                       "parallel.virtual_stages=2", "train.grad_accum=3"}),
+             Contains("train.grad_accum: 3 (micro-batches) must be a multiple of parallel.pp 2"));
+}
+
+TEST_CASE("flops and memory print the partition, stage costs, memory and bubble", "[pipeline]") {
+  CHECK(parallel::describe_pipeline(recipe("tiny_mod", {})).empty());
+  const std::string table = parallel::describe_pipeline(
+      recipe("tiny_mod", {"parallel.pp=2", "parallel.pp_schedule=INTERLEAVED_1F1B",
+                          "parallel.virtual_stages=2", "train.grad_accum=4"}));
+  INFO(table);
+  CHECK_THAT(table, Catch::Contains("pp 2, interleaved-1f1b, 2 virtual stage(s) per rank, 4 micro-batches"));
+  CHECK_THAT(table, Catch::Contains("balanced by predicted forward+backward FLOPs"));
+  CHECK_THAT(table, Catch::Contains("(pp-1)/(v m+pp-1) = 0.1111 for equal stages"));
+  CHECK_THAT(table, Catch::Contains("    3     1"));  // virtual stage 3 runs on rank 1
+  CHECK_THAT(table, Catch::Contains("memory per rank (its 2 stages): 0: "));
+}
