@@ -309,6 +309,19 @@ void validate(const modtrain::RunConfig& cfg) {
   positive("parallel.tp", p.tp());
   positive("parallel.ep", p.ep());
   validate_pipeline(cfg);
+  if (p.sequence_parallel()) {
+    if (p.tp() < 2)
+      bad_field("parallel.sequence_parallel", "needs parallel.tp > 1 (tp is " +
+                                                  std::to_string(p.tp()) + ")");
+    if (m.seq_len() % p.tp() != 0)
+      bad_field("parallel.sequence_parallel",
+                "needs model.seq_len " + std::to_string(m.seq_len()) +
+                    " divisible by parallel.tp " + std::to_string(p.tp()) +
+                    " (each tp rank holds seq_len / tp positions)");
+    if (m.moe().enabled())
+      bad_field("parallel.sequence_parallel",
+                "does not support model.moe (MoE and MoDE blocks run under plain tp only)");
+  }
   if (t.batch_size() % p.dp() != 0)
     bad_field("train.batch_size", std::to_string(t.batch_size()) +
                                       " must be divisible by parallel.dp " + std::to_string(p.dp()));

@@ -28,6 +28,9 @@ using Recompute = modtrain::TrainConfig::Recompute;  // as model/block.h
 struct MemoryLayout {
   int tp = 1, dp = 1, ep = 1;
   bool zero1 = false;
+  // parallel.sequence_parallel (tp > 1): the norm and residual regions keep T/tp positions; the
+  // gathered inputs of the column-parallel layers are still kept whole.
+  bool sequence_parallel = false;
 };
 
 struct MemoryOptions {

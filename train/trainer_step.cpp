@@ -131,6 +131,10 @@ Trainer::StepOutputs Trainer::enqueue_step(int64_t step) {
   for (int micro = 0; micro < accum; ++micro) {
     model::ForwardResult r = forward_batch(step_inputs_[micro].first, step_inputs_[micro].second);
     if (hooks_.check_tp_routing) parallel::check_same_routing(r, mesh_->tp());
+    if (hooks_.routing_log) {
+      hooks_.routing_log->emplace_back();
+      for (const Tensor& idx : r.routed_idx) hooks_.routing_log->back().push_back(idx.to(Device::CPU));
+    }
     maybe_exit_for_test(hooks_, mesh_->world().rank(), step);
     const bool last = micro == accum - 1;
     // Buckets all-reduce during the last micro-batch's backward; earlier ones accumulate.

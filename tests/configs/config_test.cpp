@@ -118,6 +118,20 @@ TEST_CASE("MoE config errors name the field and the expectation", "[config][erro
   CHECK_NOTHROW(config::load(r, {"model.moe.enabled=false", "model.moe.capacity_factor=0"}));
 }
 
+TEST_CASE("sequence parallelism's errors name the fields", "[config][errors]") {
+  const std::string r = kRecipes + "tiny_mod.textproto";
+  CHECK_NOTHROW(config::load(r, {"parallel.tp=2", "parallel.sequence_parallel=true"}));
+  CHECK_THROWS_WITH(config::load(r, {"parallel.sequence_parallel=true"}),
+                    Contains("parallel.sequence_parallel") && Contains("parallel.tp > 1"));
+  CHECK_THROWS_WITH(
+      config::load(r, {"parallel.tp=4", "parallel.sequence_parallel=true", "model.seq_len=250"}),
+      Contains("parallel.sequence_parallel") && Contains("model.seq_len 250") &&
+          Contains("divisible by parallel.tp 4"));
+  CHECK_THROWS_WITH(
+      config::load(kRecipes + "tiny_moe.textproto", {"parallel.tp=2", "parallel.sequence_parallel=true"}),
+      Contains("parallel.sequence_parallel") && Contains("model.moe"));
+}
+
 TEST_CASE("train.fusions switches are on by default and --set turns one off", "[config]") {
   const std::string r = kRecipes + "tiny_dense.textproto";
   CHECK(config::load(r, {}).train().fusions().add_norm());

@@ -72,7 +72,7 @@ inline RunResult reference(const std::string& name, int steps,
   ref.losses = losses.to_vector();
   if (world.rank() != 0) {
     // Same names and shapes as rank 0's model: build one to learn them.
-    modtrain::ModelConfig m = recipe(name, "", steps).model();
+    modtrain::ModelConfig m = recipe(name, "", steps, extra).model();
     model::Transformer shape_of(m, 0);
     for (const auto& [n, p] : shape_of.named_parameters()) ref.params.emplace_back(n, Tensor::empty(p.shape()));
   }
