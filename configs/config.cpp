@@ -9,6 +9,7 @@
 #include <google/protobuf/text_format.h>
 
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 
@@ -264,6 +265,19 @@ void validate(const modtrain::RunConfig& cfg) {
   if (p.ep() > 1 && m.moe().enabled() && m.moe().n_experts() % p.ep() != 0)
     bad_field("parallel.ep", std::to_string(p.ep()) + " must divide model.moe.n_experts " +
                                  std::to_string(m.moe().n_experts()));
+  // The stages built, by number (parallel/parallelize.h).
+  static constexpr const char* kZeroStages[] = {"0 (off)", "1 (optimizer state sharded over dp)"};
+  if (p.zero_stage() < 0 || p.zero_stage() >= static_cast<int>(std::size(kZeroStages))) {
+    std::string stages;
+    for (const char* s : kZeroStages) stages += std::string(stages.empty() ? "" : ", ") + s;
+    bad_field("parallel.zero_stage",
+              std::to_string(p.zero_stage()) + " is not a stage: expected one of " + stages);
+  }
+  if (p.has_zero1() && p.has_zero_stage() && p.zero_stage() != (p.zero1() ? 1 : 0))
+    bad_field("parallel.zero_stage",
+              std::to_string(p.zero_stage()) + " and parallel.zero1 " +
+                  (p.zero1() ? "true (stage 1)" : "false (stage 0)") +
+                  " disagree: zero1 is the old name of zero_stage 1; keep parallel.zero_stage alone");
   positive("parallel.dp", p.dp());
   positive("parallel.tp", p.tp());
   positive("parallel.ep", p.ep());
@@ -316,6 +330,11 @@ modtrain::RunConfig load(const std::string& path, const std::vector<std::string>
   for (const auto& o : overrides) apply_override(cfg, o);
   validate(cfg);
   return cfg;
+}
+
+int zero_stage(const modtrain::ParallelConfig& p) {
+  if (p.has_zero_stage()) return p.zero_stage();
+  return p.zero1() ? 1 : 0;
 }
 
 bool cuda_graph_on(const modtrain::RunConfig& cfg) {

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "configs/config.h"
 #include "core/ops/loss.h"
 #include "model/moe_routing.h"
 #include "model/routing_schedule.h"
@@ -147,7 +148,8 @@ std::vector<bool> recomputed_blocks(const MemoryOptions& opt, int n_layers) {
 MemoryOptions memory_options(const modtrain::RunConfig& cfg) {
   MemoryOptions o;
   const auto& p = cfg.parallel();
-  o.layout = {std::max(1, p.tp()), std::max(1, p.dp()), std::max(1, p.ep()), p.zero1()};
+  o.layout = {std::max(1, p.tp()), std::max(1, p.dp()), std::max(1, p.ep()),
+              config::zero_stage(p)};
   o.batch_per_rank = std::max<int64_t>(1, cfg.train().batch_size() / o.layout.dp);
   o.bf16 = cfg.train().precision() == modtrain::TrainConfig::BF16;
   o.recompute = cfg.train().recompute();
@@ -193,15 +195,15 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   // Expert weights are shared by edp ranks: dp / ep replicas times the tp ranks (which hold
   // the same experts and split the slots).
   const int dp = opt.layout.dp, edp = std::max(1, opt.layout.dp / opt.layout.ep) * opt.layout.tp;
-  if (opt.layout.zero1)
+  if (opt.layout.zero_stage >= 1)
     plan.optimizer = 2 * kMaster * (dense_elems / dp + expert_elems / edp);
   else
     plan.optimizer = 2 * plan.parameters;
   // dp > 1: every gradient is also packed into a flat all-reduce bucket (parallel/data_parallel);
   // expert gradients too when edp > 1 or they need dividing by dp (parallel/parallelize.cpp).
   // ZeRO-1's buckets also hold this rank's reduce-scattered block: 1/dp (experts 1/edp) more.
-  const double dense_share = opt.layout.zero1 ? 1 + 1.0 / dp : 1,
-               expert_share = opt.layout.zero1 ? 1 + 1.0 / edp : 1;
+  const bool sharded = opt.layout.zero_stage >= 1;
+  const double dense_share = sharded ? 1 + 1.0 / dp : 1, expert_share = sharded ? 1 + 1.0 / edp : 1;
   const double buckets = kMaster * ((dp > 1 ? dense_elems * dense_share : 0) +
                                     (dp > 1 || edp > 1 ? expert_elems * expert_share : 0));
   const double base = plan.parameters + plan.optimizer + buckets;
@@ -327,7 +329,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   if (!cfg.tie_embeddings()) grads += embed_grad;
   // Clipping reads each gradient in place (its factor is applied inside the update); ZeRO-1's
   // update gathers every slice.
-  if (opt.layout.zero1)
+  if (opt.layout.zero_stage >= 1)
     visit(base + grads + kept + kMaster * (param_elems + param_elems / dp), "ZeRO-1 all-gather");
   plan.peak = peak;
 
@@ -350,9 +352,9 @@ std::string describe_memory(const MemoryPlan& p, const MemoryOptions& opt) {
   std::ostringstream os;
   char line[200];
   std::snprintf(line, sizeof line,
-                "per rank: tp %d, dp %d, ep %d, zero1 %s, %lld sequences per micro-batch, %s, "
+                "per rank: tp %d, dp %d, ep %d, zero_stage %d, %lld sequences per micro-batch, %s, "
                 "recompute %s\n",
-                opt.layout.tp, opt.layout.dp, opt.layout.ep, opt.layout.zero1 ? "on" : "off",
+                opt.layout.tp, opt.layout.dp, opt.layout.ep, opt.layout.zero_stage,
                 static_cast<long long>(opt.batch_per_rank), opt.bf16 ? "bf16 compute" : "f32",
                 kRecompute[static_cast<int>(opt.recompute)]);
   os << line;
@@ -362,7 +364,7 @@ std::string describe_memory(const MemoryPlan& p, const MemoryOptions& opt) {
   };
   row("parameters (f32 masters)", p.parameters);
   row("gradients (f32)", p.gradients);
-  row(opt.layout.zero1 ? "optimizer (AdamW m, v; ZeRO-1 /dp)" : "optimizer (AdamW m, v)",
+  row(opt.layout.zero_stage >= 1 ? "optimizer (AdamW m, v; ZeRO /dp)" : "optimizer (AdamW m, v)",
       p.optimizer);
   os << "  activations kept for backward:\n";
   os << "    block  kind    tokens/seq  recompute        kept   backward temp\n";

@@ -1,5 +1,5 @@
 // Peak memory per rank, predicted from the config: parameters, gradients, AdamW state (sharded
-// over dp under ZeRO-1), the activations each block keeps for backward (a routed block keeps
+// over dp from ZeRO stage 1 on), the activations each block keeps for backward (a routed block keeps
 // them for its C tokens only), the compute-dtype weight copies autocast keeps, and the largest
 // temporary; the peak is found by walking backward block by block, as the autograd engine frees
 // each block's saved tensors and adds its gradients. docs/memory.md has the formula.
@@ -27,7 +27,7 @@ using Recompute = modtrain::TrainConfig::Recompute;  // as model/block.h
 
 struct MemoryLayout {
   int tp = 1, dp = 1, ep = 1;
-  bool zero1 = false;
+  int zero_stage = 0;  // parallel.zero_stage (config::zero_stage)
 };
 
 struct MemoryOptions {

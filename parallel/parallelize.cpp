@@ -7,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "configs/config.h"
 #include "core/nn/module.h"
 #include "model/parameter_roles.h"
 #include "parallel/adamw.h"
@@ -169,10 +170,11 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
   const auto params = model.named_parameters();
   std::vector<std::pair<std::string, Tensor>> dense, experts;
   std::vector<bool> is_expert;
-  // ZeRO-1 shards dense parameters over dp and experts over edp; replicated ones split in two,
+  // ZeRO shards dense parameters over dp and experts over edp; replicated ones split in two,
   // since the two halves' slices sum over different groups.
-  Communicator* dense_shard = cfg.zero1() ? &mesh.dp() : nullptr;
-  Communicator* expert_shard = cfg.zero1() ? &mesh.edp() : nullptr;
+  const int stage = config::zero_stage(cfg);
+  Communicator* dense_shard = stage >= 1 ? &mesh.dp() : nullptr;
+  Communicator* expert_shard = stage >= 1 ? &mesh.edp() : nullptr;
   // The language model's norm and, apart, the causal predictors' (clipped by their own).
   auto norm_groups = [&](bool predictor) {
     NormGroup tp_sharded{{}, &mesh.tp(), dense_shard}, ep_sharded{{}, &mesh.ep(), expert_shard},
@@ -180,12 +182,12 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
     for (const auto& [name, t] : params) {
       if (model::is_causal_predictor(name) != predictor) continue;
       const ShardSpec& spec = plan.shards.at(name);
-      NormGroup& replicated_here = cfg.zero1() && spec.expert ? replicated_experts : replicated;
+      NormGroup& replicated_here = stage >= 1 && spec.expert ? replicated_experts : replicated;
       (spec.dim < 0 ? replicated_here : spec.expert ? ep_sharded : tp_sharded).params.push_back(t);
     }
     std::vector<NormGroup> groups{std::move(tp_sharded), std::move(ep_sharded),
                                   std::move(replicated)};
-    if (cfg.zero1()) {  // each group costs a scalar all-reduce over its shard group: held ones
+    if (stage >= 1) {  // each group costs a scalar all-reduce over its shard group: held ones
       groups.push_back(std::move(replicated_experts));
       std::erase_if(groups, [](const NormGroup& g) { return g.params.empty(); });
     }
@@ -202,7 +204,7 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
   });
   if (has_predictor) plan.predictor_norm_groups = norm_groups(true);
   const int dp = mesh.dims().dp;
-  const GradReduce reduce = cfg.zero1() ? GradReduce::ReduceScatter : GradReduce::AllReduce;
+  const GradReduce reduce = stage >= 1 ? GradReduce::ReduceScatter : GradReduce::AllReduce;
   if (dp > 1)
     plan.dense_buckets =
         std::make_unique<GradBucketer>(dense, mesh.dp(), cfg.bucket_mb(), 0, reduce);
@@ -211,7 +213,7 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
   if (!experts.empty() && (dp > 1 || mesh.edp().size() > 1))
     plan.expert_buckets =
         std::make_unique<GradBucketer>(experts, mesh.edp(), cfg.bucket_mb(), dp, reduce);
-  if (cfg.zero1()) {
+  if (stage >= 1) {
     std::vector<ShardedAdamW::Param> zp;
     for (const auto& [name, t] : params)
       zp.push_back({name, t, takes_weight_decay(name, optimizer), model::is_causal_predictor(name)});

@@ -93,7 +93,7 @@ struct ParallelPlan {
   // Both reduce-scatter under ZeRO-1 (each rank then holds its owned slices), else all-reduce.
   std::unique_ptr<GradBucketer> dense_buckets;   // dense parameters over dp (dp > 1)
   std::unique_ptr<GradBucketer> expert_buckets;  // expert weights over edp
-  std::unique_ptr<Optimizer> optimizer;          // AdamW, sharded by ZeRO-1 under parallel.zero1
+  std::unique_ptr<Optimizer> optimizer;          // AdamW, sharded by ZeRO stage >= 1
   // tp-sharded, ep-sharded, replicated: the order the norm's squares are added in. The causal
   // predictors' parameters are in predictor_norm_groups alone (empty without a predictor):
   // they are clipped by their own norm (optimizer's detached_scale).
@@ -110,7 +110,7 @@ struct ParallelPlan {
 // The parallelize step: tensor parallelism, then expert parallelism (both on the host, so
 // every device starts from the same initialisation), then the model moves to `device` and the
 // dp buckets (parallel.bucket_mb) and the optimizer's state (AdamW under `optimizer`, sharded
-// when parallel.zero1, run as `fusion` says: optimizer.h) are allocated beside its parameters.
+// from parallel.zero_stage 1 on, run as `fusion` says: optimizer.h) are allocated beside its parameters.
 ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
                          const modtrain::ParallelConfig& cfg, Device device,
                          const modtrain::OptimizerConfig& optimizer,

@@ -169,3 +169,23 @@ TEST_CASE("train.cuda_graph defaults to on for one process on CUDA", "[config]")
   CHECK(config::cuda_graph_on(
       config::load(r, {"train.device=CUDA", "parallel.dp=2", "train.cuda_graph=true"})));
 }
+
+// parallel.zero_stage replaces the boolean parallel.zero1, which old configs keep: true is stage
+// 1. Both named with different stages is an error naming both; a stage not built names the range.
+TEST_CASE("parallel.zero_stage, and the old parallel.zero1 as stage 1", "[config][errors]") {
+  const std::string r = kRecipes + "tiny_dense.textproto";
+  CHECK(config::zero_stage(config::load(r, {}).parallel()) == 0);
+  CHECK(config::zero_stage(config::load(r, {"parallel.zero1=true"}).parallel()) == 1);
+  CHECK(config::zero_stage(config::load(r, {"parallel.zero1=false"}).parallel()) == 0);
+  CHECK(config::zero_stage(config::load(r, {"parallel.zero_stage=1"}).parallel()) == 1);
+  CHECK(config::zero_stage(
+            config::load(r, {"parallel.zero1=true", "parallel.zero_stage=1"}).parallel()) == 1);
+  CHECK_THROWS_WITH(config::load(r, {"parallel.zero1=false", "parallel.zero_stage=1"}),
+                    Contains("parallel.zero_stage") && Contains("parallel.zero1 false"));
+  CHECK_THROWS_WITH(config::load(r, {"parallel.zero1=true", "parallel.zero_stage=0"}),
+                    Contains("parallel.zero_stage") && Contains("parallel.zero1 true"));
+  CHECK_THROWS_WITH(config::load(r, {"parallel.zero_stage=-1"}),
+                    Contains("parallel.zero_stage") && Contains("-1 is not a stage"));
+  CHECK_THROWS_WITH(config::load(r, {"parallel.zero_stage=4"}),
+                    Contains("parallel.zero_stage") && Contains("4 is not a stage"));
+}
