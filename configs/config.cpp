@@ -266,7 +266,8 @@ void validate(const modtrain::RunConfig& cfg) {
     bad_field("parallel.ep", std::to_string(p.ep()) + " must divide model.moe.n_experts " +
                                  std::to_string(m.moe().n_experts()));
   // The stages built, by number (parallel/parallelize.h).
-  static constexpr const char* kZeroStages[] = {"0 (off)", "1 (optimizer state sharded over dp)"};
+  static constexpr const char* kZeroStages[] = {"0 (off)", "1 (optimizer state sharded over dp)",
+                                                "2 (and the reduced gradients)"};
   if (p.zero_stage() < 0 || p.zero_stage() >= static_cast<int>(std::size(kZeroStages))) {
     std::string stages;
     for (const char* s : kZeroStages) stages += std::string(stages.empty() ? "" : ", ") + s;

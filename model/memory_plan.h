@@ -28,11 +28,13 @@ using Recompute = modtrain::TrainConfig::Recompute;  // as model/block.h
 struct MemoryLayout {
   int tp = 1, dp = 1, ep = 1;
   int zero_stage = 0;  // parallel.zero_stage (config::zero_stage)
+  double bucket_mb = 25;  // parallel.bucket_mb: ZeRO-2 holds about two buckets of full gradients
 };
 
 struct MemoryOptions {
   MemoryLayout layout;
   int64_t batch_per_rank = 1;  // sequences per micro-batch on one dp rank
+  int grad_accum = 1;          // train.grad_accum: above 1, ZeRO-2 keeps full gradients too
   bool bf16 = false;           // compute in bf16 from f32 masters (train.precision BF16)
   Recompute recompute = modtrain::TrainConfig::NONE;
   std::vector<int> recompute_blocks;  // empty: every block
@@ -57,7 +59,7 @@ struct BlockMemory {
 
 struct MemoryPlan {
   double parameters = 0;    // bytes, this rank's shards, master dtype
-  double gradients = 0;     // bytes after backward (master dtype)
+  double gradients = 0;     // bytes after backward (master dtype; ZeRO-2: the owned slices)
   double optimizer = 0;     // AdamW m and v (/dp under ZeRO-1)
   double weight_copies = 0; // compute-dtype copies of weights kept for backward (bf16 only)
   double head_kept = 0;  // final norm, logits, loss (the embedding output is block 0's input)

@@ -175,10 +175,32 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
   const int stage = config::zero_stage(cfg);
   Communicator* dense_shard = stage >= 1 ? &mesh.dp() : nullptr;
   Communicator* expert_shard = stage >= 1 ? &mesh.edp() : nullptr;
+  for (const auto& [name, t] : params) {
+    const ShardSpec& spec = plan.shards.at(name);
+    (spec.expert ? experts : dense).emplace_back(name, t);
+    is_expert.push_back(spec.expert);
+  }
+  const int dp = mesh.dims().dp;
+  // Stage 1 reduce-scatters; stage 2 also lets go of the full gradients (data_parallel.h).
+  const GradReduce reduce = stage >= 1 ? GradReduce::ReduceScatter : GradReduce::AllReduce;
+  const bool release = stage >= 2;
+  if (dp > 1)
+    plan.dense_buckets =
+        std::make_unique<GradBucketer>(dense, mesh.dp(), cfg.bucket_mb(), 0, reduce, release);
+  // Expert gradients: the all-to-all summed the ep group's tokens in; the edp group (dp / ep
+  // replicas times the tp shares of the slots) sums the rest; dividing by dp makes the mean.
+  if (!experts.empty() && (dp > 1 || mesh.edp().size() > 1))
+    plan.expert_buckets =
+        std::make_unique<GradBucketer>(experts, mesh.edp(), cfg.bucket_mb(), dp, reduce, release);
+  // Where the owned slices are read from (null: the parameters' own gradients).
+  const GradBucketer* dense_grads = stage >= 1 ? plan.dense_buckets.get() : nullptr;
+  const GradBucketer* expert_grads = stage >= 1 ? plan.expert_buckets.get() : nullptr;
   // The language model's norm and, apart, the causal predictors' (clipped by their own).
   auto norm_groups = [&](bool predictor) {
-    NormGroup tp_sharded{{}, &mesh.tp(), dense_shard}, ep_sharded{{}, &mesh.ep(), expert_shard},
-        replicated{{}, nullptr, dense_shard}, replicated_experts{{}, nullptr, expert_shard};
+    NormGroup tp_sharded{{}, &mesh.tp(), dense_shard, dense_grads},
+        ep_sharded{{}, &mesh.ep(), expert_shard, expert_grads},
+        replicated{{}, nullptr, dense_shard, dense_grads},
+        replicated_experts{{}, nullptr, expert_shard, expert_grads};
     for (const auto& [name, t] : params) {
       if (model::is_causal_predictor(name) != predictor) continue;
       const ShardSpec& spec = plan.shards.at(name);
@@ -193,32 +215,18 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
     }
     return groups;
   };
-  for (const auto& [name, t] : params) {
-    const ShardSpec& spec = plan.shards.at(name);
-    (spec.expert ? experts : dense).emplace_back(name, t);
-    is_expert.push_back(spec.expert);
-  }
   plan.norm_groups = norm_groups(false);
   const bool has_predictor = std::any_of(params.begin(), params.end(), [](const auto& np) {
     return model::is_causal_predictor(np.first);
   });
   if (has_predictor) plan.predictor_norm_groups = norm_groups(true);
-  const int dp = mesh.dims().dp;
-  const GradReduce reduce = stage >= 1 ? GradReduce::ReduceScatter : GradReduce::AllReduce;
-  if (dp > 1)
-    plan.dense_buckets =
-        std::make_unique<GradBucketer>(dense, mesh.dp(), cfg.bucket_mb(), 0, reduce);
-  // Expert gradients: the all-to-all summed the ep group's tokens in; the edp group (dp / ep
-  // replicas times the tp shares of the slots) sums the rest; dividing by dp makes the mean.
-  if (!experts.empty() && (dp > 1 || mesh.edp().size() > 1))
-    plan.expert_buckets =
-        std::make_unique<GradBucketer>(experts, mesh.edp(), cfg.bucket_mb(), dp, reduce);
   if (stage >= 1) {
     std::vector<ShardedAdamW::Param> zp;
     for (const auto& [name, t] : params)
       zp.push_back({name, t, takes_weight_decay(name, optimizer), model::is_causal_predictor(name)});
     plan.optimizer = std::make_unique<Zero1Optimizer>(zp, is_expert, adamw_hyper(optimizer),
-                                                      mesh.dp(), mesh.edp(), fusion);
+                                                      mesh.dp(), mesh.edp(), fusion, dense_grads,
+                                                      expert_grads);
   } else {
     plan.optimizer = std::make_unique<AdamW>(params, optimizer, fusion);
   }
@@ -244,6 +252,10 @@ void ParallelPlan::finish_grad_sync() const {
 std::vector<Tensor> NormGroup::grads() const {
   std::vector<Tensor> out;
   for (const Tensor& p : params) {
+    if (owned) {
+      if (Tensor g = owned->owned_grad(p); g.defined()) out.push_back(g);
+      continue;
+    }
     if (!p.grad().defined()) continue;
     if (!shard_over) {
       out.push_back(p.grad());

@@ -186,6 +186,10 @@ TEST_CASE("parallel.zero_stage, and the old parallel.zero1 as stage 1", "[config
                     Contains("parallel.zero_stage") && Contains("parallel.zero1 true"));
   CHECK_THROWS_WITH(config::load(r, {"parallel.zero_stage=-1"}),
                     Contains("parallel.zero_stage") && Contains("-1 is not a stage"));
-  CHECK_THROWS_WITH(config::load(r, {"parallel.zero_stage=4"}),
-                    Contains("parallel.zero_stage") && Contains("4 is not a stage"));
+  CHECK(config::zero_stage(config::load(r, {"parallel.zero_stage=2"}).parallel()) == 2);
+  CHECK_THROWS_WITH(config::load(r, {"parallel.zero1=true", "parallel.zero_stage=2"}),
+                    Contains("parallel.zero_stage") && Contains("parallel.zero1 true"));
+  CHECK_THROWS_WITH(config::load(r, {"parallel.zero_stage=3"}),
+                    Contains("parallel.zero_stage") && Contains("3 is not a stage") &&
+                        Contains("2 (and the reduced gradients)"));
 }
