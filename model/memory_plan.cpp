@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "configs/config.h"
 #include "core/ops/loss.h"
 #include "model/moe_routing.h"
 #include "model/routing_schedule.h"
@@ -152,8 +153,9 @@ std::vector<bool> recomputed_blocks(const MemoryOptions& opt, int n_layers) {
 MemoryOptions memory_options(const modtrain::RunConfig& cfg) {
   MemoryOptions o;
   const auto& p = cfg.parallel();
-  o.layout = {std::max(1, p.tp()), std::max(1, p.dp()), std::max(1, p.ep()), p.zero1(),
-              p.sequence_parallel()};
+  o.layout = {std::max(1, p.tp()), std::max(1, p.dp()), std::max(1, p.ep()),
+              config::zero_stage(p), p.bucket_mb(), p.sequence_parallel()};
+  o.grad_accum = std::max(1, cfg.train().grad_accum());
   o.batch_per_rank = std::max<int64_t>(1, cfg.train().batch_size() / o.layout.dp);
   o.bf16 = cfg.train().precision() == modtrain::TrainConfig::BF16;
   o.recompute = cfg.train().recompute();
@@ -199,17 +201,31 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   // Expert weights are shared by edp ranks: dp / ep replicas times the tp ranks (which hold
   // the same experts and split the slots).
   const int dp = opt.layout.dp, edp = std::max(1, opt.layout.dp / opt.layout.ep) * opt.layout.tp;
-  if (opt.layout.zero1)
+  if (opt.layout.zero_stage >= 1)
     plan.optimizer = 2 * kMaster * (dense_elems / dp + expert_elems / edp);
   else
     plan.optimizer = 2 * plan.parameters;
   // dp > 1: every gradient is also packed into a flat all-reduce bucket (parallel/data_parallel);
   // expert gradients too when edp > 1 or they need dividing by dp (parallel/parallelize.cpp).
   // ZeRO-1's buckets also hold this rank's reduce-scattered block: 1/dp (experts 1/edp) more.
-  const double dense_share = opt.layout.zero1 ? 1 + 1.0 / dp : 1,
-               expert_share = opt.layout.zero1 ? 1 + 1.0 / edp : 1;
-  const double buckets = kMaster * ((dp > 1 ? dense_elems * dense_share : 0) +
-                                    (dp > 1 || edp > 1 ? expert_elems * expert_share : 0));
+  // ZeRO-2 keeps only that block: a packed buffer lives from packing to its reduce's end.
+  const bool sharded = opt.layout.zero_stage >= 1, released = opt.layout.zero_stage >= 2;
+  const double flat = released ? 0 : 1;
+  const double dense_share = sharded ? flat + 1.0 / dp : 1,
+               expert_share = sharded ? flat + 1.0 / edp : 1;
+  const bool dense_buckets = dp > 1, expert_buckets = expert_elems > 0 && (dp > 1 || edp > 1);
+  const double buckets = kMaster * ((dense_buckets ? dense_elems * dense_share : 0) +
+                                    (expert_buckets ? expert_elems * expert_share : 0));
+  // ZeRO-2 on the last micro-batch: the full gradients of the bucket filling and the packed
+  // buffer of the one in flight, never more than backward has made (data_parallel.h). With
+  // gradient accumulation every full gradient is kept until then.
+  const bool releases_all = released && dense_buckets && (expert_elems == 0 || expert_buckets) &&
+                            opt.grad_accum == 1;
+  const double bucket_bytes = opt.layout.bucket_mb * 1024 * 1024;
+  auto live_grads = [&](double made) {
+    return releases_all ? std::min(made, 2 * bucket_bytes) : made;
+  };
+  if (releases_all) plan.gradients = kMaster * (dense_elems / dp + expert_elems / edp);
   const double base = plan.parameters + plan.optimizer + buckets;
 
   // Forward: what every block keeps until its backward.
@@ -329,20 +345,22 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   for (int b = cfg.n_layers() - 1; b >= 0; --b) {
     const BlockMemory& bm = plan.blocks[b];
     const std::string where = "backward of block " + std::to_string(b);
-    visit(base + grads + kept + gx + bm.backward_temp, where);
+    visit(base + live_grads(grads) + kept + gx + bm.backward_temp, where);
     kept -= bm.kept - causal_kept[b];
     grads += block_grads[b];
-    visit(base + grads + kept + gx, where);
+    visit(base + live_grads(grads) + kept + gx, where);
     plan.largest_temporary = std::max(plan.largest_temporary, bm.backward_temp);
   }
   // Embedding backward: the table's gradient in full, then added to the tied head's.
   const double embed_grad = x.v * x.d * kMaster;
-  visit(base + grads + kept + gx * (kMaster / x.a) + embed_grad, "backward of the embedding");
+  visit(base + live_grads(grads) + kept + gx * (kMaster / x.a) + embed_grad,
+        "backward of the embedding");
   if (!cfg.tie_embeddings()) grads += embed_grad;
+  if (releases_all) grads = 0;  // finish(): every bucket reduced, its buffer gone
   // Clipping reads each gradient in place (its factor is applied inside the update); ZeRO-1's
   // update gathers every slice.
-  if (opt.layout.zero1)
-    visit(base + grads + kept + kMaster * (param_elems + param_elems / dp), "ZeRO-1 all-gather");
+  if (opt.layout.zero_stage >= 1)
+    visit(base + grads + kept + kMaster * (param_elems + param_elems / dp), "ZeRO all-gather");
   plan.peak = peak;
 
   if (x.seq_share < 1 && opt.recompute == modtrain::TrainConfig::SELECTIVE)
@@ -367,10 +385,10 @@ std::string describe_memory(const MemoryPlan& p, const MemoryOptions& opt) {
   std::ostringstream os;
   char line[200];
   std::snprintf(line, sizeof line,
-                "per rank: tp %d%s, dp %d, ep %d, zero1 %s, %lld sequences per micro-batch, "
+                "per rank: tp %d%s, dp %d, ep %d, zero_stage %d, %lld sequences per micro-batch, "
                 "%s, recompute %s\n",
                 opt.layout.tp, opt.layout.sequence_parallel ? " (sequence parallel)" : "",
-                opt.layout.dp, opt.layout.ep, opt.layout.zero1 ? "on" : "off",
+                opt.layout.dp, opt.layout.ep, opt.layout.zero_stage,
                 static_cast<long long>(opt.batch_per_rank), opt.bf16 ? "bf16 compute" : "f32",
                 kRecompute[static_cast<int>(opt.recompute)]);
   os << line;
@@ -379,8 +397,9 @@ std::string describe_memory(const MemoryPlan& p, const MemoryOptions& opt) {
     os << line;
   };
   row("parameters (f32 masters)", p.parameters);
-  row("gradients (f32)", p.gradients);
-  row(opt.layout.zero1 ? "optimizer (AdamW m, v; ZeRO-1 /dp)" : "optimizer (AdamW m, v)",
+  row(opt.layout.zero_stage >= 2 ? "gradients (f32; ZeRO-2: owned /dp)" : "gradients (f32)",
+      p.gradients);
+  row(opt.layout.zero_stage >= 1 ? "optimizer (AdamW m, v; ZeRO /dp)" : "optimizer (AdamW m, v)",
       p.optimizer);
   os << "  activations kept for backward:\n";
   os << "    block  kind    tokens/seq  recompute        kept   backward temp\n";

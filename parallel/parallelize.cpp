@@ -7,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "configs/config.h"
 #include "core/all_ops.h"
 #include "core/nn/module.h"
 #include "model/parameter_roles.h"
@@ -219,54 +220,63 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
   const auto params = model.named_parameters();
   std::vector<std::pair<std::string, Tensor>> dense, experts;
   std::vector<bool> is_expert;
-  // ZeRO-1 shards dense parameters over dp and experts over edp; replicated ones split in two,
+  // ZeRO shards dense parameters over dp and experts over edp; replicated ones split in two,
   // since the two halves' slices sum over different groups.
-  Communicator* dense_shard = cfg.zero1() ? &mesh.dp() : nullptr;
-  Communicator* expert_shard = cfg.zero1() ? &mesh.edp() : nullptr;
-  // The language model's norm and, apart, the causal predictors' (clipped by their own).
-  auto norm_groups = [&](bool predictor) {
-    NormGroup tp_sharded{{}, &mesh.tp(), dense_shard}, ep_sharded{{}, &mesh.ep(), expert_shard},
-        replicated{{}, nullptr, dense_shard}, replicated_experts{{}, nullptr, expert_shard};
-    for (const auto& [name, t] : params) {
-      if (model::is_causal_predictor(name) != predictor) continue;
-      const ShardSpec& spec = plan.shards.at(name);
-      NormGroup& replicated_here = cfg.zero1() && spec.expert ? replicated_experts : replicated;
-      (spec.dim < 0 ? replicated_here : spec.expert ? ep_sharded : tp_sharded).params.push_back(t);
-    }
-    std::vector<NormGroup> groups{std::move(tp_sharded), std::move(ep_sharded),
-                                  std::move(replicated)};
-    if (cfg.zero1()) {  // each group costs a scalar all-reduce over its shard group: held ones
-      groups.push_back(std::move(replicated_experts));
-      std::erase_if(groups, [](const NormGroup& g) { return g.params.empty(); });
-    }
-    return groups;
-  };
+  const int stage = config::zero_stage(cfg);
+  Communicator* dense_shard = stage >= 1 ? &mesh.dp() : nullptr;
+  Communicator* expert_shard = stage >= 1 ? &mesh.edp() : nullptr;
   for (const auto& [name, t] : params) {
     const ShardSpec& spec = plan.shards.at(name);
     (spec.expert ? experts : dense).emplace_back(name, t);
     is_expert.push_back(spec.expert);
   }
+  const int dp = mesh.dims().dp;
+  // Stage 1 reduce-scatters; stage 2 also lets go of the full gradients (data_parallel.h).
+  const GradReduce reduce = stage >= 1 ? GradReduce::ReduceScatter : GradReduce::AllReduce;
+  const bool release = stage >= 2;
+  if (dp > 1)
+    plan.dense_buckets =
+        std::make_unique<GradBucketer>(dense, mesh.dp(), cfg.bucket_mb(), 0, reduce, release);
+  // Expert gradients: the all-to-all summed the ep group's tokens in; the edp group (dp / ep
+  // replicas times the tp shares of the slots) sums the rest; dividing by dp makes the mean.
+  if (!experts.empty() && (dp > 1 || mesh.edp().size() > 1))
+    plan.expert_buckets =
+        std::make_unique<GradBucketer>(experts, mesh.edp(), cfg.bucket_mb(), dp, reduce, release);
+  // Where the owned slices are read from (null: the parameters' own gradients).
+  const GradBucketer* dense_grads = stage >= 1 ? plan.dense_buckets.get() : nullptr;
+  const GradBucketer* expert_grads = stage >= 1 ? plan.expert_buckets.get() : nullptr;
+  // The language model's norm and, apart, the causal predictors' (clipped by their own).
+  auto norm_groups = [&](bool predictor) {
+    NormGroup tp_sharded{{}, &mesh.tp(), dense_shard, dense_grads},
+        ep_sharded{{}, &mesh.ep(), expert_shard, expert_grads},
+        replicated{{}, nullptr, dense_shard, dense_grads},
+        replicated_experts{{}, nullptr, expert_shard, expert_grads};
+    for (const auto& [name, t] : params) {
+      if (model::is_causal_predictor(name) != predictor) continue;
+      const ShardSpec& spec = plan.shards.at(name);
+      NormGroup& replicated_here = stage >= 1 && spec.expert ? replicated_experts : replicated;
+      (spec.dim < 0 ? replicated_here : spec.expert ? ep_sharded : tp_sharded).params.push_back(t);
+    }
+    std::vector<NormGroup> groups{std::move(tp_sharded), std::move(ep_sharded),
+                                  std::move(replicated)};
+    if (stage >= 1) {  // each group costs a scalar all-reduce over its shard group: held ones
+      groups.push_back(std::move(replicated_experts));
+      std::erase_if(groups, [](const NormGroup& g) { return g.params.empty(); });
+    }
+    return groups;
+  };
   plan.norm_groups = norm_groups(false);
   const bool has_predictor = std::any_of(params.begin(), params.end(), [](const auto& np) {
     return model::is_causal_predictor(np.first);
   });
   if (has_predictor) plan.predictor_norm_groups = norm_groups(true);
-  const int dp = mesh.dims().dp;
-  const GradReduce reduce = cfg.zero1() ? GradReduce::ReduceScatter : GradReduce::AllReduce;
-  if (dp > 1)
-    plan.dense_buckets =
-        std::make_unique<GradBucketer>(dense, mesh.dp(), cfg.bucket_mb(), 0, reduce);
-  // Expert gradients: the all-to-all summed the ep group's tokens in; the edp group (dp / ep
-  // replicas times the tp shares of the slots) sums the rest; dividing by dp makes the mean.
-  if (!experts.empty() && (dp > 1 || mesh.edp().size() > 1))
-    plan.expert_buckets =
-        std::make_unique<GradBucketer>(experts, mesh.edp(), cfg.bucket_mb(), dp, reduce);
-  if (cfg.zero1()) {
+  if (stage >= 1) {
     std::vector<ShardedAdamW::Param> zp;
     for (const auto& [name, t] : params)
       zp.push_back({name, t, takes_weight_decay(name, optimizer), model::is_causal_predictor(name)});
     plan.optimizer = std::make_unique<Zero1Optimizer>(zp, is_expert, adamw_hyper(optimizer),
-                                                      mesh.dp(), mesh.edp(), fusion);
+                                                      mesh.dp(), mesh.edp(), fusion, dense_grads,
+                                                      expert_grads);
   } else {
     plan.optimizer = std::make_unique<AdamW>(params, optimizer, fusion);
   }
@@ -320,6 +330,10 @@ void sum_sequence_grads(const std::vector<Tensor>& params, Communicator& tp) {
 std::vector<Tensor> NormGroup::grads() const {
   std::vector<Tensor> out;
   for (const Tensor& p : params) {
+    if (owned) {
+      if (Tensor g = owned->owned_grad(p); g.defined()) out.push_back(g);
+      continue;
+    }
     if (!p.grad().defined()) continue;
     if (!shard_over) {
       out.push_back(p.grad());

@@ -90,12 +90,15 @@ Tensor slice_dim(const Tensor& t, int dim, int64_t offset, int64_t len);
 // Parameters whose squared gradient norms clipping sums over one group: tp-sharded ones over
 // tp, ep-sharded experts over ep, and replicated ones (equal wherever they are held) nowhere, so
 // each parameter counts once. Their gradients are already reduced over dp (experts: edp).
-// Under ZeRO-1 a rank holds reduced gradients only on the slices it owns (zero1.h): it adds the
-// squares of those, and shard_over (dp; experts edp) sums them first.
+// Under ZeRO (stage >= 1) a rank holds reduced gradients only on the slices it owns (zero1.h): it
+// adds the squares of those, and shard_over (dp; experts edp) sums them first.
 struct NormGroup {
   std::vector<Tensor> params;
   Communicator* sum_over = nullptr;    // null: replicated
-  Communicator* shard_over = nullptr;  // ZeRO-1's group; null: whole gradients
+  Communicator* shard_over = nullptr;  // ZeRO's group; null: whole gradients
+  // The bucketer whose shards hold the owned slices (under ZeRO-2 the only copy); null: the
+  // owned slices of the parameters' own gradients.
+  const GradBucketer* owned = nullptr;
 
   // The gradients whose squares this rank adds: whole, or (ZeRO-1) its owned slices of them,
   // flattened; parameters without a gradient (or an empty slice) are left out.
@@ -106,10 +109,11 @@ struct NormGroup {
 // updated: what a training step runs with.
 struct ParallelPlan {
   ShardMap shards;
-  // Both reduce-scatter under ZeRO-1 (each rank then holds its owned slices), else all-reduce.
+  // Both reduce-scatter from ZeRO stage 1 on (each rank then holds its owned slices; stage 2
+  // drops the full gradients once packed), else all-reduce.
   std::unique_ptr<GradBucketer> dense_buckets;   // dense parameters over dp (dp > 1)
   std::unique_ptr<GradBucketer> expert_buckets;  // expert weights over edp
-  std::unique_ptr<Optimizer> optimizer;          // AdamW, sharded by ZeRO-1 under parallel.zero1
+  std::unique_ptr<Optimizer> optimizer;          // AdamW, sharded by ZeRO stage >= 1
   // Sequence parallelism: sequence_partial_parameters, whose gradients finish_grad_sync sums
   // over sequence_tp (one all-reduce of them all); empty otherwise.
   std::vector<Tensor> sequence_grads;
@@ -133,7 +137,7 @@ void sum_sequence_grads(const std::vector<Tensor>& params, Communicator& tp);
 // The parallelize step: tensor parallelism, then expert parallelism (both on the host, so
 // every device starts from the same initialisation), then the model moves to `device` and the
 // dp buckets (parallel.bucket_mb) and the optimizer's state (AdamW under `optimizer`, sharded
-// when parallel.zero1, run as `fusion` says: optimizer.h) are allocated beside its parameters.
+// from parallel.zero_stage 1 on, run as `fusion` says: optimizer.h) are allocated beside its parameters.
 ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
                          const modtrain::ParallelConfig& cfg, Device device,
                          const modtrain::OptimizerConfig& optimizer,
