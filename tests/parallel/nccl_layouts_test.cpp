@@ -87,9 +87,11 @@ struct Layout {
 TEST_CASE("every parallel layout trains on the GPU over NCCL as on the CPU, eager and graphed",
           "[mpi][cuda]") {
   const int n = parallel::world().size();
-  const std::vector<Layout> layouts = {{"tiny_mod", "dp=1 tp=2", 2},
+  // Plain tp and ZeRO-1 run at np4 (dp2 x tp2); np2 runs them with sequence parallelism and
+  // ZeRO-2 on top.
+  const std::vector<Layout> layouts = {{"tiny_mod", "dp=1 tp=2 sequence_parallel=true", 2},
                                        {"tiny_dense", "dp=2 tp=1", 2},
-                                       {"tiny_mod", "dp=2 tp=1 zero1=true", 2},
+                                       {"tiny_mod", "dp=2 tp=1 zero_stage=2", 2},
                                        {"tiny_mode_staged", "dp=2 ep=2", 2},
                                        {"tiny_mode_staged", "dp=4 ep=2", 4},
                                        {"tiny_mod", "dp=2 tp=2 zero1=true", 4}};
