@@ -1,6 +1,7 @@
 // A pipeline stage's step (see pipeline_runtime.h).
 #include "parallel/pipeline_runtime.h"
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -101,6 +102,22 @@ void sum_tied_embedding_grads(const model::Transformer& model, Communicator* gro
       if (!g.defined()) throw std::logic_error("pipeline: embed.weight has no gradient on a tied stage");
       group->all_reduce(g);
     }
+}
+
+double pipeline_grad_norm(const model::Transformer& model, const PipelinePartition& part,
+                          Communicator& pp) {
+  const int r = pp.rank();
+  double sq = 0;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (!stage_owns(part, r, name, /*tie_embeddings=*/false)) continue;  // tied: first stage's
+    const Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    const Tensor g64 = g.to(DType::F64).to(Device::CPU);
+    for (int64_t i = 0; i < g64.numel(); ++i) sq += g64.data<double>()[i] * g64.data<double>()[i];
+  }
+  Tensor total = Tensor::from_vector(std::vector<double>{sq}, {1}, DType::F64);
+  pp.all_reduce(total);
+  return std::sqrt(total.at(0));
 }
 
 bool stage_owns(const PipelinePartition& part, int pp_rank, const std::string& name,

@@ -48,6 +48,13 @@ std::unique_ptr<Communicator> make_tied_embedding_group(Communicator& pp);
 // embed.weight's gradient summed over the group (a no-op without one or without tying).
 void sum_tied_embedding_grads(const model::Transformer& model, Communicator* group);
 
+// The whole model's gradient norm (what clipping scales by) from each stage's own gradients:
+// every stage sums the squares of what it owns (the tied embedding counted on the first stage
+// only), in f64, then the sums add over pp. Every parameter with a gradient counts (the
+// trainer's separate norm of the causal predictors is not split off yet). Collective over pp.
+double pipeline_grad_norm(const model::Transformer& model, const PipelinePartition& part,
+                          Communicator& pp);
+
 // The parameters stage pp_rank owns by name: its blocks, the embedding on the first stage, the
 // final norm and head on the last (and the tied embedding there too).
 bool stage_owns(const PipelinePartition& part, int pp_rank, const std::string& name,

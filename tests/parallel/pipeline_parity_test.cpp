@@ -6,7 +6,8 @@
 // choices per micro-batch, bitwise; each owned
 // parameter's gradient (bitwise in the first step of one micro-batch, the tied embedding
 // aside; else to a relative 1e-5 in norm: the tied embedding's halves are summed per stage);
-// no gradient on the parameters a stage does not own; the parameters after the last step.
+// no gradient on the parameters a stage does not own; the gradient norm summed over stages
+// (1e-5); the parameters after the last step.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -104,6 +105,11 @@ void check_pipeline(const std::string& recipe, parallel::PipelineScheduleKind ki
       CHECK(k == mine.routed_idx.size());
     }
     const auto ref_params = ref.named_parameters(), stage_params = stage.named_parameters();
+    double ref_sq = 0;
+    for (const auto& [name, p] : ref_params)
+      for (int64_t k = 0; k < p.grad().numel(); ++k) ref_sq += p.grad().at(k) * p.grad().at(k);
+    CHECK(std::abs(parallel::pipeline_grad_norm(stage, part, world) - std::sqrt(ref_sq)) <=
+          1e-5 * std::sqrt(ref_sq));
     for (size_t i = 0; i < ref_params.size(); ++i) {
       const auto& [name, p] = stage_params[i];
       INFO(name);
