@@ -9,6 +9,7 @@
 #include <google/protobuf/text_format.h>
 
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 
@@ -305,10 +306,43 @@ void validate(const modtrain::RunConfig& cfg) {
   if (p.ep() > 1 && m.moe().enabled() && m.moe().n_experts() % p.ep() != 0)
     bad_field("parallel.ep", std::to_string(p.ep()) + " must divide model.moe.n_experts " +
                                  std::to_string(m.moe().n_experts()));
+  // The stages built, by number (parallel/parallelize.h).
+  static constexpr const char* kZeroStages[] = {"0 (off)", "1 (optimizer state sharded over dp)",
+                                                "2 (and the reduced gradients)"};
+  if (p.zero_stage() < 0 || p.zero_stage() >= static_cast<int>(std::size(kZeroStages))) {
+    std::string stages;
+    for (const char* s : kZeroStages) stages += std::string(stages.empty() ? "" : ", ") + s;
+    bad_field("parallel.zero_stage",
+              std::to_string(p.zero_stage()) + " is not a stage: expected one of " + stages);
+  }
+  if (p.has_zero1() && p.has_zero_stage() && p.zero_stage() != (p.zero1() ? 1 : 0))
+    bad_field("parallel.zero_stage",
+              std::to_string(p.zero_stage()) + " and parallel.zero1 " +
+                  (p.zero1() ? "true (stage 1)" : "false (stage 0)") +
+                  " disagree: zero1 is the old name of zero_stage 1; keep parallel.zero_stage alone");
   positive("parallel.dp", p.dp());
   positive("parallel.tp", p.tp());
   positive("parallel.ep", p.ep());
   validate_pipeline(cfg);
+  if (p.sequence_parallel()) {
+    if (p.tp() < 2)
+      bad_field("parallel.sequence_parallel", "needs parallel.tp > 1 (tp is " +
+                                                  std::to_string(p.tp()) + ")");
+    if (m.seq_len() % p.tp() != 0)
+      bad_field("parallel.sequence_parallel",
+                "needs model.seq_len " + std::to_string(m.seq_len()) +
+                    " divisible by parallel.tp " + std::to_string(p.tp()) +
+                    " (each tp rank holds seq_len / tp positions)");
+    if (m.moe().enabled())
+      bad_field("parallel.sequence_parallel",
+                "does not support model.moe (MoE and MoDE blocks run under plain tp only)");
+    // Its partial gradients (norms, routers, predictors) are summed over tp after the dp
+    // reduction, into whole gradients; ZeRO keeps the reduced slices in its buckets instead.
+    if (p.dp() > 1 && zero_stage(p) > 0)
+      bad_field("parallel.sequence_parallel",
+                "does not combine with parallel.zero_stage " + std::to_string(zero_stage(p)) +
+                    " at parallel.dp " + std::to_string(p.dp()) + " yet (use zero_stage 0)");
+  }
   if (t.batch_size() % p.dp() != 0)
     bad_field("train.batch_size", std::to_string(t.batch_size()) +
                                       " must be divisible by parallel.dp " + std::to_string(p.dp()));
@@ -358,6 +392,11 @@ modtrain::RunConfig load(const std::string& path, const std::vector<std::string>
   for (const auto& o : overrides) apply_override(cfg, o);
   validate(cfg);
   return cfg;
+}
+
+int zero_stage(const modtrain::ParallelConfig& p) {
+  if (p.has_zero_stage()) return p.zero_stage();
+  return p.zero1() ? 1 : 0;
 }
 
 bool cuda_graph_on(const modtrain::RunConfig& cfg) {

@@ -29,6 +29,10 @@ modtrain::RunConfig load(const std::string& path, const std::vector<std::string>
 
 std::string to_text(const modtrain::RunConfig& cfg);
 
+// What data parallelism shards (parallel.zero_stage; the old parallel.zero1: true is stage 1):
+// 0 nothing, 1 optimizer state, 2 also the reduced gradients. validate() checks the two agree.
+int zero_stage(const modtrain::ParallelConfig& p);
+
 // Whether training captures its step as a CUDA graph: train.cuda_graph where set, else on for
 // one process on a CUDA device (parallel.dp, tp and ep all 1), off otherwise.
 bool cuda_graph_on(const modtrain::RunConfig& cfg);

@@ -54,6 +54,9 @@ enum class Op : uint16_t {
   ReduceFromTp,
   GatherFromTp,
   ScatterToTp,
+  // Sequence parallelism's pair (parallel/tp_mappings.h): the residual stream split over T.
+  GatherSeqFromTp,
+  ReduceScatterSeqToTp,
   VocabParallelCrossEntropy,
   // Expert-parallel all-to-all pair (parallel/expert_parallel.h).
   ExpertDispatch,
@@ -112,6 +115,8 @@ inline constexpr OpInfo kOpInfo[] = {
     {Op::ReduceFromTp, "reduce_from_tp", true, true},
     {Op::GatherFromTp, "gather_from_tp", true, true},
     {Op::ScatterToTp, "scatter_to_tp", true, true},
+    {Op::GatherSeqFromTp, "gather_seq_from_tp", true, true},
+    {Op::ReduceScatterSeqToTp, "reduce_scatter_seq_to_tp", true, true},
     {Op::VocabParallelCrossEntropy, "vocab_parallel_cross_entropy", true, true},
     {Op::ExpertDispatch, "expert_dispatch", true, true},
     {Op::ExpertCombine, "expert_combine", true, true},

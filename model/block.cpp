@@ -121,30 +121,32 @@ Residual Block::update(const Residual& in, const Tensor& pos, KvCache* cache, Ro
 
 Tensor routed_update(const Block& blk, const Tensor& x, const Tensor& pos, const Tensor& r,
                      const Tensor& idx, modtrain::RouterConfig::Gate gate, RoutingMode mode,
-                     KvCache* cache, ForwardResult* result, Recompute recompute) {
-  const int64_t batch = x.size(0), t = x.size(1);
-  const Tensor xs = gather_rows(x, idx);                                     // [B,C,D]
-  const Tensor xs_pos = gather_positions(pos, idx);                          // [B,C]
-  Tensor g = apply_gate(gate, gather_rows(reshape(r, {batch, t, 1}), idx));  // [B,C,1]
-  if (blk.fusions().routed_scatter && recompute == modtrain::TrainConfig::NONE)
+                     KvCache* cache, ForwardResult* result, Recompute recompute,
+                     const SequenceSplit* split) {
+  const int64_t batch = x.size(0), t = r.size(1);
+  const Tensor xs = split ? split->gather_rows(x, idx) : gather_rows(x, idx);  // [B,C,D]
+  const Tensor xs_pos = gather_positions(pos, idx);                            // [B,C]
+  Tensor g = apply_gate(gate, gather_rows(reshape(r, {batch, t, 1}), idx));    // [B,C,1]
+  if (!split && blk.fusions().routed_scatter && recompute == modtrain::TrainConfig::NONE)
     return scatter_gated_rows(x, idx, blk.delta(xs, xs_pos, cache, mode, result), g);
   // in: the gathered rows, their positions, their router weights -> g * f [B,C,D]
   RegionBody scaled_delta = [&blk, cache, mode](const std::vector<Tensor>& in,
                                                 ForwardResult& local) {
     return Residual{mul(blk.delta(in[0], in[1], cache, mode, &local), in[2]), Tensor()};
   };
-  return scatter_add_rows(x, idx,
-                          run_region(recompute, scaled_delta, {xs, xs_pos, g}, result).x);
+  const Tensor y = run_region(recompute, scaled_delta, {xs, xs_pos, g}, result).x;
+  return split ? split->scatter_add_rows(x, idx, y) : scatter_add_rows(x, idx, y);
 }
 
 TopCRouting route_top_c(const Block& blk, const Tensor& x, const Tensor& pos, int64_t capacity,
                         modtrain::RouterConfig::Gate gate, ForwardResult* result,
-                        Recompute recompute) {
+                        Recompute recompute, const SequenceSplit* split) {
   TopCRouting out;
-  out.r = blk.router()->scores(x);       // [B,T]
+  out.r_own = blk.router()->scores(x);                                   // [B,T/n]
+  out.r = split ? split->gather_scalars(out.r_own) : out.r_own;          // [B,T]
   out.idx = topk_rows(out.r, capacity);  // [B,C] ascending, ties to lower
   out.out = routed_update(blk, x, pos, out.r, out.idx, gate, RoutingMode::TopC, nullptr, result,
-                          recompute);
+                          recompute, split);
   return out;
 }
 

@@ -18,6 +18,7 @@
 #include "model/fusions.h"
 #include "model/layers.h"
 #include "model/moe.h"
+#include "model/sequence_split.h"
 
 namespace mod::model {
 
@@ -83,21 +84,27 @@ using Recompute = modtrain::TrainConfig::Recompute;
 // train.recompute the region kept for backward is g(r) * f on the gathered rows: the gathers and
 // the scatter stay outside it, so the routing is never recomputed. A block not recomputed runs
 // the gate multiply, scatter and residual add as one op under fusions().routed_scatter.
+// With a split stream (split non-null) x is [B,T/n,D] while pos and r cover all T positions,
+// and the split's gather_rows / scatter_add_rows move the rows.
 Tensor routed_update(const Block& block, const Tensor& x, const Tensor& pos, const Tensor& r,
                      const Tensor& idx, modtrain::RouterConfig::Gate gate, RoutingMode mode,
                      KvCache* cache = nullptr, ForwardResult* result = nullptr,
-                     Recompute recompute = modtrain::TrainConfig::NONE);
+                     Recompute recompute = modtrain::TrainConfig::NONE,
+                     const SequenceSplit* split = nullptr);
 
-// One routed block in training mode, steps in order: router r = w.x; per-sequence top-C of r
-// (ascending, ties to the lower position); then routed_update on those rows.
+// One routed block in training mode, steps in order: router r = w.x (on a split stream: on the
+// local positions, then gathered); per-sequence top-C of r (ascending, ties to the lower
+// position); then routed_update on those rows.
 struct TopCRouting {
-  Tensor out;  // [B,T,D]
-  Tensor r;    // [B,T] router logits (on the gradient path)
-  Tensor idx;  // [B,C] i64
+  Tensor out;    // [B,T,D] ([B,T/n,D] on a split stream)
+  Tensor r;      // [B,T] router logits (on the gradient path)
+  Tensor r_own;  // [B,T/n] the logits of the stream's own positions (r when not split)
+  Tensor idx;    // [B,C] i64
 };
 TopCRouting route_top_c(const Block& block, const Tensor& x, const Tensor& pos, int64_t capacity,
                         modtrain::RouterConfig::Gate gate, ForwardResult* result = nullptr,
-                        Recompute recompute = modtrain::TrainConfig::NONE);
+                        Recompute recompute = modtrain::TrainConfig::NONE,
+                        const SequenceSplit* split = nullptr);
 
 // A dense block's update x + f(x) [B,T,D] (Block::update: in.normed used when defined, and the
 // last add fused with `next` when given); under train.recompute one recompute region, whose

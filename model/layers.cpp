@@ -27,10 +27,13 @@ Attention::Attention(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype)
 }
 
 Tensor Attention::forward(const Tensor& x, const Tensor& pos, KvCache* cache) const {
-  const int64_t b = x.size(0), t = x.size(1);
+  // The projections' length, not x's: under sequence parallelism x holds T/tp positions and
+  // the input hook gathers all T.
+  const Tensor q_proj = wq_->forward(x);
+  const int64_t b = q_proj.size(0), t = q_proj.size(1);
   const int64_t local_heads = wq_->weight().size(0) / head_dim_;  // H / tp under tensor parallelism
   const Shape heads{b, t, local_heads, head_dim_};
-  Tensor q = rope(reshape(wq_->forward(x), heads), pos, rope_theta_);
+  Tensor q = rope(reshape(q_proj, heads), pos, rope_theta_);
   Tensor k = rope(reshape(wk_->forward(x), heads), pos, rope_theta_);
   Tensor v = reshape(wv_->forward(x), heads);
   Tensor a;

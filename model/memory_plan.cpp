@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "configs/config.h"
 #include "core/ops/loss.h"
 #include "model/moe_routing.h"
 #include "model/routing_schedule.h"
@@ -26,12 +27,14 @@ struct Dims {
   double norm_vecs, norm_stats;  // per norm: [D] parameters (gain, bias), [rows] statistics
   bool swiglu, bf16;
   int tp;
+  double seq_share;  // the share of positions the residual stream holds: 1/tp under SP, else 1
 };
 
 Dims dims_of(const ModelConfig& cfg, const MemoryOptions& opt) {
   const auto& me = cfg.moe();
   Dims x{};
   x.tp = opt.layout.tp;
+  x.seq_share = opt.layout.sequence_parallel && x.tp > 1 ? 1.0 / x.tp : 1.0;
   x.d = cfg.d_model();
   x.w = x.d / x.tp;
   x.f = static_cast<double>(cfg.d_ff()) / x.tp;
@@ -86,10 +89,13 @@ double block_weight_copies(const Dims& x, bool moe) {
 // a norm keeps its input and rstd, and LayerNorm its mean (x, h1); the q/k/v/o matmuls their
 // input (n1); rope nothing but positions, so attention's q, k, v and output are the four
 // [n, D/tp] tensors; the MLP matmuls their inputs (n2; the activation's input and output);
-// attention's lse.
+// attention's lse. share: of the norms' inputs and statistics (x and x + a, the residual
+// region), the part held: 1/tp for a dense block under sequence parallelism, where the norms'
+// outputs are gathered whole for the matmuls that keep them.
 double delta_kept(const ModelConfig& cfg, const Dims& x, double n, int64_t tokens_per_seq,
-                  bool moe, double sequences) {
-  double kept = n * x.a * (4 * x.d + 4 * x.w) + n * kStats * (2 * x.norm_stats + x.h);
+                  bool moe, double sequences, double share = 1) {
+  double kept = n * x.a * ((2 + 2 * share) * x.d + 4 * x.w) +
+                n * kStats * (2 * x.norm_stats * share + x.h);
   if (!moe) return kept + n * x.a * mlp_mats(x) * x.f;
   // MoE: router softmax output and the z-loss's logsumexp input [n, E']; every slot's gathered
   // row (expert input), hidden activations and output, and its gate (model/moe.cpp).
@@ -147,7 +153,9 @@ std::vector<bool> recomputed_blocks(const MemoryOptions& opt, int n_layers) {
 MemoryOptions memory_options(const modtrain::RunConfig& cfg) {
   MemoryOptions o;
   const auto& p = cfg.parallel();
-  o.layout = {std::max(1, p.tp()), std::max(1, p.dp()), std::max(1, p.ep()), p.zero1()};
+  o.layout = {std::max(1, p.tp()), std::max(1, p.dp()), std::max(1, p.ep()),
+              config::zero_stage(p), p.bucket_mb(), p.sequence_parallel()};
+  o.grad_accum = std::max(1, cfg.train().grad_accum());
   o.batch_per_rank = std::max<int64_t>(1, cfg.train().batch_size() / o.layout.dp);
   o.bf16 = cfg.train().precision() == modtrain::TrainConfig::BF16;
   o.recompute = cfg.train().recompute();
@@ -193,17 +201,31 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   // Expert weights are shared by edp ranks: dp / ep replicas times the tp ranks (which hold
   // the same experts and split the slots).
   const int dp = opt.layout.dp, edp = std::max(1, opt.layout.dp / opt.layout.ep) * opt.layout.tp;
-  if (opt.layout.zero1)
+  if (opt.layout.zero_stage >= 1)
     plan.optimizer = 2 * kMaster * (dense_elems / dp + expert_elems / edp);
   else
     plan.optimizer = 2 * plan.parameters;
   // dp > 1: every gradient is also packed into a flat all-reduce bucket (parallel/data_parallel);
   // expert gradients too when edp > 1 or they need dividing by dp (parallel/parallelize.cpp).
   // ZeRO-1's buckets also hold this rank's reduce-scattered block: 1/dp (experts 1/edp) more.
-  const double dense_share = opt.layout.zero1 ? 1 + 1.0 / dp : 1,
-               expert_share = opt.layout.zero1 ? 1 + 1.0 / edp : 1;
-  const double buckets = kMaster * ((dp > 1 ? dense_elems * dense_share : 0) +
-                                    (dp > 1 || edp > 1 ? expert_elems * expert_share : 0));
+  // ZeRO-2 keeps only that block: a packed buffer lives from packing to its reduce's end.
+  const bool sharded = opt.layout.zero_stage >= 1, released = opt.layout.zero_stage >= 2;
+  const double flat = released ? 0 : 1;
+  const double dense_share = sharded ? flat + 1.0 / dp : 1,
+               expert_share = sharded ? flat + 1.0 / edp : 1;
+  const bool dense_buckets = dp > 1, expert_buckets = expert_elems > 0 && (dp > 1 || edp > 1);
+  const double buckets = kMaster * ((dense_buckets ? dense_elems * dense_share : 0) +
+                                    (expert_buckets ? expert_elems * expert_share : 0));
+  // ZeRO-2 on the last micro-batch: the full gradients of the bucket filling and the packed
+  // buffer of the one in flight, never more than backward has made (data_parallel.h). With
+  // gradient accumulation every full gradient is kept until then.
+  const bool releases_all = released && dense_buckets && (expert_elems == 0 || expert_buckets) &&
+                            opt.grad_accum == 1;
+  const double bucket_bytes = opt.layout.bucket_mb * 1024 * 1024;
+  auto live_grads = [&](double made) {
+    return releases_all ? std::min(made, 2 * bucket_bytes) : made;
+  };
+  if (releases_all) plan.gradients = kMaster * (dense_elems / dp + expert_elems / edp);
   const double base = plan.parameters + plan.optimizer + buckets;
 
   // Forward: what every block keeps until its backward.
@@ -220,13 +242,16 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     const double slots = moe[b] ? bs * cfg.moe().n_experts() *
                                       static_cast<double>(expert_slots(cfg.moe(), bm.tokens)) / x.tp
                                 : 0;
-    const double delta = delta_kept(cfg, x, nb, bm.tokens, moe[b], bs);
+    // Under sequence parallelism a dense block's residual region holds its share of the
+    // positions; a routed block runs on its gathered rows, whole on every rank.
+    const double share = routed[b] ? 1.0 : x.seq_share;
+    const double delta = delta_kept(cfg, x, nb, bm.tokens, moe[b], bs, share);
     const double copies = block_weight_copies(x, moe[b]);
     bm.backward_temp = delta_backward_temp(x, nb, moe[b], slots);
     // A recomputed block is one recompute region (model/block.cpp): dense, x + f(x) from x;
     // routed, g(r) * f on the gathered rows from those rows, their positions and g. Its
     // backward makes again what NONE would have kept, less what the region kept.
-    double region_kept = nb * x.d * x.a, reused = region_kept;
+    double region_kept = nb * x.d * x.a * share, reused = region_kept;
     if (bm.recomputed && opt.recompute == modtrain::TrainConfig::SELECTIVE) {
       region_kept = delta_selective_kept(cfg, x, nb, bm.tokens, moe[b], bs);
       reused = selective_shared(x, nb, moe[b]);
@@ -245,10 +270,12 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
       // causal losses' inputs. Without recomputation the gate multiply (or scatter_gated_rows)
       // also keeps f [C,D]. The predictor's part hangs off the loss alone (its input is
       // detached), so the backward runs it first and it is gone before the LM head's.
+      // Under sequence parallelism the router and predictor read the rank's positions only.
       const bool router_copy = x.bf16 && !opt.fused_router_scores;
+      const double ns = n * x.seq_share;
       const double predictor_kept =
-          predictor ? n * causal.predictor_hidden() * (x.a + (router_copy ? kMaster : x.a)) : 0;
-      double around = (router_copy ? n * x.d * kMaster : n * x.d * x.a) + predictor_kept;
+          predictor ? ns * causal.predictor_hidden() * (x.a + (router_copy ? kMaster : x.a)) : 0;
+      double around = (router_copy ? ns * x.d * kMaster : ns * x.d * x.a) + predictor_kept;
       around += nb * x.a + n * kStats * 4 + nb * 16;
       if (!bm.recomputed) around += nb * x.d * x.a;
       bm.kept = around + block_kept;
@@ -266,7 +293,10 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   // the head weight's compute copy (bf16); targets and lse.
   const double head_copy = x.bf16 ? x.v * x.d * x.a : 0;
   plan.weight_copies += head_copy;
-  plan.head_kept = n * x.d * x.a * 2 + n * kStats * x.norm_stats + n * x.v * x.a +
+  // Under sequence parallelism the final norm's input and statistics are the rank's share;
+  // its output is gathered whole for the head.
+  plan.head_kept = n * x.d * x.a * (1 + x.seq_share) + n * kStats * x.norm_stats * x.seq_share +
+                   n * x.v * x.a +
                    (x.bf16 ? n * x.v * kMaster : 0) + n * (8 + kStats) + head_copy;
   // Head backward, in the engine's order: cross-entropy makes dlogits in f32; under bf16 its
   // node then lets go of the f32 logits it saved (as large as dlogits) before the cast's
@@ -310,27 +340,32 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   visit(base + kept + plan.head_backward_temp, "backward of the LM head and loss");
   kept -= plan.head_kept;
   grads += x.norm_vecs * x.d * kMaster + x.v * x.d * kMaster;  // final norm; the head weight
-  const double gx = n * x.d * x.a;
+  const double gx = n * x.d * x.a * x.seq_share;  // the stream's gradient, as split as the stream
   plan.largest_temporary = plan.head_backward_temp;
   for (int b = cfg.n_layers() - 1; b >= 0; --b) {
     const BlockMemory& bm = plan.blocks[b];
     const std::string where = "backward of block " + std::to_string(b);
-    visit(base + grads + kept + gx + bm.backward_temp, where);
+    visit(base + live_grads(grads) + kept + gx + bm.backward_temp, where);
     kept -= bm.kept - causal_kept[b];
     grads += block_grads[b];
-    visit(base + grads + kept + gx, where);
+    visit(base + live_grads(grads) + kept + gx, where);
     plan.largest_temporary = std::max(plan.largest_temporary, bm.backward_temp);
   }
   // Embedding backward: the table's gradient in full, then added to the tied head's.
   const double embed_grad = x.v * x.d * kMaster;
-  visit(base + grads + kept + gx * (kMaster / x.a) + embed_grad, "backward of the embedding");
+  visit(base + live_grads(grads) + kept + gx * (kMaster / x.a) + embed_grad,
+        "backward of the embedding");
   if (!cfg.tie_embeddings()) grads += embed_grad;
+  if (releases_all) grads = 0;  // finish(): every bucket reduced, its buffer gone
   // Clipping reads each gradient in place (its factor is applied inside the update); ZeRO-1's
   // update gathers every slice.
-  if (opt.layout.zero1)
-    visit(base + grads + kept + kMaster * (param_elems + param_elems / dp), "ZeRO-1 all-gather");
+  if (opt.layout.zero_stage >= 1)
+    visit(base + grads + kept + kMaster * (param_elems + param_elems / dp), "ZeRO all-gather");
   plan.peak = peak;
 
+  if (x.seq_share < 1 && opt.recompute == modtrain::TrainConfig::SELECTIVE)
+    plan.notes.push_back(
+        "SELECTIVE recompute under sequence parallelism: its kept GEMM outputs are counted whole");
   if (cfg.moe().enabled() && (opt.layout.ep > 1 || opt.layout.tp > 1))
     plan.notes.push_back("MoE under ep or tp > 1: the expert exchange's buffers are not counted");
   return plan;
@@ -350,9 +385,10 @@ std::string describe_memory(const MemoryPlan& p, const MemoryOptions& opt) {
   std::ostringstream os;
   char line[200];
   std::snprintf(line, sizeof line,
-                "per rank: tp %d, dp %d, ep %d, zero1 %s, %lld sequences per micro-batch, %s, "
-                "recompute %s\n",
-                opt.layout.tp, opt.layout.dp, opt.layout.ep, opt.layout.zero1 ? "on" : "off",
+                "per rank: tp %d%s, dp %d, ep %d, zero_stage %d, %lld sequences per micro-batch, "
+                "%s, recompute %s\n",
+                opt.layout.tp, opt.layout.sequence_parallel ? " (sequence parallel)" : "",
+                opt.layout.dp, opt.layout.ep, opt.layout.zero_stage,
                 static_cast<long long>(opt.batch_per_rank), opt.bf16 ? "bf16 compute" : "f32",
                 kRecompute[static_cast<int>(opt.recompute)]);
   os << line;
@@ -361,8 +397,9 @@ std::string describe_memory(const MemoryPlan& p, const MemoryOptions& opt) {
     os << line;
   };
   row("parameters (f32 masters)", p.parameters);
-  row("gradients (f32)", p.gradients);
-  row(opt.layout.zero1 ? "optimizer (AdamW m, v; ZeRO-1 /dp)" : "optimizer (AdamW m, v)",
+  row(opt.layout.zero_stage >= 2 ? "gradients (f32; ZeRO-2: owned /dp)" : "gradients (f32)",
+      p.gradients);
+  row(opt.layout.zero_stage >= 1 ? "optimizer (AdamW m, v; ZeRO /dp)" : "optimizer (AdamW m, v)",
       p.optimizer);
   os << "  activations kept for backward:\n";
   os << "    block  kind    tokens/seq  recompute        kept   backward temp\n";

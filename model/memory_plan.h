@@ -1,5 +1,5 @@
 // Peak memory per rank, predicted from the config: parameters, gradients, AdamW state (sharded
-// over dp under ZeRO-1), the activations each block keeps for backward (a routed block keeps
+// over dp from ZeRO stage 1 on), the activations each block keeps for backward (a routed block keeps
 // them for its C tokens only), the compute-dtype weight copies autocast keeps, and the largest
 // temporary; the peak is found by walking backward block by block, as the autograd engine frees
 // each block's saved tensors and adds its gradients. docs/memory.md has the formula.
@@ -27,12 +27,17 @@ using Recompute = modtrain::TrainConfig::Recompute;  // as model/block.h
 
 struct MemoryLayout {
   int tp = 1, dp = 1, ep = 1;
-  bool zero1 = false;
+  int zero_stage = 0;  // parallel.zero_stage (config::zero_stage)
+  double bucket_mb = 25;  // parallel.bucket_mb: ZeRO-2 holds about two buckets of full gradients
+  // parallel.sequence_parallel (tp > 1): the norm and residual regions keep T/tp positions; the
+  // gathered inputs of the column-parallel layers are still kept whole.
+  bool sequence_parallel = false;
 };
 
 struct MemoryOptions {
   MemoryLayout layout;
   int64_t batch_per_rank = 1;  // sequences per micro-batch on one dp rank
+  int grad_accum = 1;          // train.grad_accum: above 1, ZeRO-2 keeps full gradients too
   bool bf16 = false;           // compute in bf16 from f32 masters (train.precision BF16)
   Recompute recompute = modtrain::TrainConfig::NONE;
   std::vector<int> recompute_blocks;  // empty: every block
@@ -57,7 +62,7 @@ struct BlockMemory {
 
 struct MemoryPlan {
   double parameters = 0;    // bytes, this rank's shards, master dtype
-  double gradients = 0;     // bytes after backward (master dtype)
+  double gradients = 0;     // bytes after backward (master dtype; ZeRO-2: the owned slices)
   double optimizer = 0;     // AdamW m and v (/dp under ZeRO-1)
   double weight_copies = 0; // compute-dtype copies of weights kept for backward (bf16 only)
   double head_kept = 0;  // final norm, logits, loss (the embedding output is block 0's input)

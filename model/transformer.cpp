@@ -84,19 +84,26 @@ Tensor Transformer::head(const Tensor& h, const Tensor& normed) const {
 Tensor Transformer::top_c_block(size_t b, const Tensor& x, const Tensor& pos,
                                 ForwardResult& result) const {
   const Block& blk = *blocks_[b];
-  const int64_t t = x.size(1);
-  auto [out, r, idx] = route_top_c(blk, x, pos, capacity(b, t), cfg_.mod().router().gate(),
-                                   &result, recompute_[b]);
+  const int64_t t = pos.size(1);
+  auto [out, r, r_own, idx] = route_top_c(blk, x, pos, capacity(b, t), cfg_.mod().router().gate(),
+                                          &result, recompute_[b], split_.get());
   const Tensor member = membership(idx, t, loss_precision(r).dtype());
+  // The causal-decision losses are per position: on a split stream each part takes its own
+  // positions' mean, and average_loss makes the mean over all.
+  const Tensor member_own = split_ ? split_->own_positions(member) : member;
+  auto mean_bce = [&](const Tensor& logits) {
+    const Tensor l = bce_with_logits(loss_precision(logits), member_own);
+    return split_ ? split_->average_loss(l) : l;
+  };
   const auto& causal = cfg_.mod().causal();
   Tensor decision;
   if (blk.predictor()) {
     Tensor p = blk.predictor()->logits(detach(x));  // detached: the LM loss is untouched
-    result.add_aux_loss(scale(bce_with_logits(loss_precision(p), member), causal.predictor_weight()));
-    decision = detach(p);
+    result.add_aux_loss(scale(mean_bce(p), causal.predictor_weight()));
+    decision = split_ ? split_->gather_scalars(detach(p)) : detach(p);
   } else {
     if (causal.method() == CausalRoutingConfig::AUX_BCE)
-      result.add_aux_loss(scale(bce_with_logits(loss_precision(r), member), causal.aux_weight()));
+      result.add_aux_loss(scale(mean_bce(r_own), causal.aux_weight()));
     decision = detach(r);
   }
   result.routed_idx.push_back(idx);
@@ -114,9 +121,10 @@ Tensor Transformer::top_c_block(size_t b, const Tensor& x, const Tensor& pos,
 Tensor Transformer::causal_block(size_t b, const Tensor& x, const Tensor& pos,
                                  ForwardResult& result) const {
   const Block& blk = *blocks_[b];
-  const int64_t t = x.size(1);
-  Tensor r = blk.router()->scores(x);
-  const Tensor decision = (blk.predictor() ? blk.predictor()->logits(x) : r).to(Device::CPU);
+  const int64_t t = pos.size(1);
+  auto whole = [&](const Tensor& own) { return split_ ? split_->gather_scalars(own) : own; };
+  Tensor r = whole(blk.router()->scores(x));
+  const Tensor decision = (blk.predictor() ? whole(blk.predictor()->logits(x)) : r).to(Device::CPU);
   std::vector<int64_t> chosen;
   Tensor admitted = Tensor::zeros({1, t});  // on the host: read only by statistics and traces
   for (int64_t i = 0; i < t; ++i)
@@ -133,7 +141,8 @@ Tensor Transformer::causal_block(size_t b, const Tensor& x, const Tensor& pos,
   if (chosen.empty()) return x;
   const int64_t c = static_cast<int64_t>(chosen.size());
   const Tensor idx = Tensor::from_indices(chosen, {1, c}).to(x.device());
-  return routed_update(blk, x, pos, r, idx, cfg_.mod().router().gate(), RoutingMode::Causal);
+  return routed_update(blk, x, pos, r, idx, cfg_.mod().router().gate(), RoutingMode::Causal,
+                       nullptr, nullptr, modtrain::TrainConfig::NONE, split_.get());
 }
 
 // Made once per shape and device: no host-to-device copy inside a step (a captured step
@@ -158,9 +167,10 @@ const nn::Norm* Transformer::norm_after(size_t b, bool fuse_final_norm, size_t e
   return &blocks_[b + 1]->norm1();
 }
 
-Residual Transformer::run_blocks(Tensor x, RoutingMode mode, ForwardResult& result,
-                                 bool fuse_final_norm, size_t first, size_t end) const {
-  const Tensor pos = positions(x.size(0), x.size(1), x.device());
+Residual Transformer::run_blocks(Tensor x, int64_t seq_len, RoutingMode mode,
+                                 ForwardResult& result, bool fuse_final_norm, size_t first,
+                                 size_t end) const {
+  const Tensor pos = positions(x.size(0), seq_len, x.device());
   Residual stream{std::move(x), Tensor()};
   for (size_t b = first; b < end; ++b) {
     const size_t moe_before = result.moe_stats.size();
@@ -185,10 +195,11 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets,
     throw std::invalid_argument("transformer: " + std::to_string(tokens.size(1)) +
                                 " tokens exceed model.seq_len " + std::to_string(cfg_.seq_len()));
   ForwardResult result;
-  Tensor x = embed_->forward(tokens);  // [B,T,D]
+  const int64_t seq_len = tokens.size(1);
+  Tensor x = embed_->forward(tokens);  // [B,T,D] ([B,T/n,D] on a split stream)
   Tensor normed;                       // final_norm(x) when the last block's add made it
   if (mode == RoutingMode::TopC) {
-    Residual out = run_blocks(x, mode, result, /*fuse_final_norm=*/true, 0, blocks_.size());
+    Residual out = run_blocks(x, seq_len, mode, result, /*fuse_final_norm=*/true, 0, blocks_.size());
     x = out.x;
     normed = out.normed;
   } else {
@@ -198,7 +209,8 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets,
     // Routed counts differ per sequence, so sequences run one at a time.
     Tensor h = Tensor::empty(x.shape(), x.dtype(), x.device());
     for (int64_t s = 0; s < x.size(0); ++s)
-      h.narrow0(s, 1).copy_from(run_blocks(x.narrow0(s, 1), mode, result, false, 0, blocks_.size()).x);
+      h.narrow0(s, 1).copy_from(
+          run_blocks(x.narrow0(s, 1), seq_len, mode, result, false, 0, blocks_.size()).x);
     x = h;
   }
   head_and_loss(result, x, normed, targets);
@@ -214,7 +226,8 @@ ForwardResult Transformer::forward_stage(const Tensor& tokens, const Tensor& x_i
   ForwardResult result;
   const Tensor x = first == 0 ? embed_->forward(tokens) : x_in;  // [B,T,D]
   const bool last = end == blocks_.size();
-  Residual out = run_blocks(x, RoutingMode::TopC, result, /*fuse_final_norm=*/last, first, end);
+  Residual out = run_blocks(x, x.size(1), RoutingMode::TopC, result, /*fuse_final_norm=*/last,
+                            first, end);
   if (last) {
     head_and_loss(result, out.x, out.normed, targets);
   } else {

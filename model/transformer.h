@@ -16,6 +16,7 @@
 #include "core/nn/module.h"
 #include "model/block.h"
 #include "model/forward_result.h"
+#include "model/sequence_split.h"
 
 namespace mod::model {
 
@@ -72,6 +73,11 @@ class Transformer : public nn::Module {
   // tensor parallelism, where logits hold this rank's slice of the vocabulary).
   using LmLoss = std::function<Tensor(const Tensor& logits, const Tensor& targets)>;
   void set_lm_loss(LmLoss fn) { lm_loss_ = std::move(fn); }
+  // Sequence parallelism: the embedding's hook returns [B,T/n,D] and the stream stays split
+  // until the head's input hook gathers it; routed blocks move rows and scores through `split`.
+  void set_sequence_split(SequenceSplit split) {
+    split_ = std::make_shared<SequenceSplit>(std::move(split));
+  }
   // train.fusions.classifier: with targets, forward computes the LM loss with
   // linear_cross_entropy (core/ops/loss.h) and returns no logits. Off until set; ignored while
   // an LmLoss is set (tensor parallelism) and without targets (sampling, inspection).
@@ -86,8 +92,8 @@ class Transformer : public nn::Module {
   // The blocks in order; with fuse_final_norm, the final norm of the result too where the last
   // block's residual add can make it (Residual::normed).
   // Blocks [first, end) only: a pipeline stage's (forward_stage).
-  Residual run_blocks(Tensor x, RoutingMode mode, ForwardResult& result, bool fuse_final_norm,
-                      size_t first, size_t end) const;
+  Residual run_blocks(Tensor x, int64_t seq_len, RoutingMode mode, ForwardResult& result,
+                      bool fuse_final_norm, size_t first, size_t end) const;
   // The norm a fused add + norm makes at the end of dense block b, or null (see run_blocks);
   // none at a stage's end (end < the number of blocks): the next stage gets x alone.
   const nn::Norm* norm_after(size_t b, bool fuse_final_norm, size_t end) const;
@@ -95,7 +101,8 @@ class Transformer : public nn::Module {
   void head_and_loss(ForwardResult& result, const Tensor& x, const Tensor& normed,
                      const Tensor& targets) const;
   // Routed block b under top-C routing (with its causal-decision loss) or causal routing; both
-  // update x through routed_update (model/block.h), as decode_step does.
+  // update x through routed_update (model/block.h), as decode_step does. pos [B,T] covers every
+  // position, x only its own under a sequence split.
   Tensor top_c_block(size_t b, const Tensor& x, const Tensor& pos, ForwardResult& result) const;
   Tensor causal_block(size_t b, const Tensor& x, const Tensor& pos, ForwardResult& result) const;
   // final norm + LM head; `normed`, when defined, is final_norm(h) already made.
@@ -116,6 +123,7 @@ class Transformer : public nn::Module {
   std::shared_ptr<nn::Norm> final_norm_;
   std::shared_ptr<nn::Linear> lm_head_;  // null when tied
   LmLoss lm_loss_;                       // null: cross_entropy
+  std::shared_ptr<SequenceSplit> split_;  // null: the stream holds every position
   bool fused_classifier_ = false;        // set_fused_classifier
   mutable std::deque<Tensor> positions_;  // positions() made so far (references stay valid)
 };

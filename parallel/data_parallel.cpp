@@ -1,15 +1,22 @@
 // Bucketed, overlapped gradient all-reduce or reduce-scatter (see data_parallel.h).
 #include "parallel/data_parallel.h"
 
+#include <stdexcept>
+
 #include "core/backend.h"
 #include "parallel/zero1.h"
 
 namespace mod::parallel {
 
 GradBucketer::GradBucketer(std::vector<std::pair<std::string, Tensor>> params, Communicator& group,
-                           double bucket_mb, int average_over, GradReduce reduce)
-    : params_(std::move(params)), bucket_of_(params_.size()), dp_(group),
-      inv_average_(1.0 / (average_over > 0 ? average_over : group.size())), reduce_(reduce) {
+                           double bucket_mb, int average_over, GradReduce reduce,
+                           bool release_grads)
+    : params_(std::move(params)), bucket_of_(params_.size()), shard_at_(params_.size(), 0),
+      dp_(group), inv_average_(1.0 / (average_over > 0 ? average_over : group.size())),
+      reduce_(reduce), release_grads_(release_grads) {
+  if (release_grads && reduce != GradReduce::ReduceScatter)
+    throw std::logic_error("GradBucketer: release_grads needs GradReduce::ReduceScatter (the "
+                           "owned slices must live somewhere once the full gradients are gone)");
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024));
   int64_t filled = 0;
   for (size_t k = params_.size(); k-- > 0;) {
@@ -28,9 +35,13 @@ GradBucketer::GradBucketer(std::vector<std::pair<std::string, Tensor>> params, C
     b.pending = static_cast<int>(b.members.size());
     if (reduce_ == GradReduce::ReduceScatter) {
       int64_t len = 0;  // L
-      for (size_t k : b.members) len += zero1_chunk(params_[k].second.numel(), dp_.size());
+      for (size_t k : b.members) {
+        shard_at_[k] = len;
+        len += zero1_chunk(params_[k].second.numel(), dp_.size());
+      }
       // Zeroed once: the padding past each gradient's last chunk is never written.
-      b.flat = Tensor::zeros({dp_.size() * len}, first.dtype(), first.device());
+      if (!release_grads_)
+        b.flat = Tensor::zeros({dp_.size() * len}, first.dtype(), first.device());
       b.shard = Tensor::empty({len}, first.dtype(), first.device());
       continue;
     }
@@ -58,13 +69,26 @@ LeafGradReady GradBucketer::ready_hook() {
 }
 
 void GradBucketer::launch_ready() {
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0)
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    // One bucket in flight under release_grads: the one before gives its buffer back first.
+    if (release_grads_ && next_launch_ > 0) drain(buckets_[next_launch_ - 1]);
     launch(buckets_[next_launch_++]);
+  }
+}
+
+void GradBucketer::drain(Bucket& b) {
+  if (b.work) b.work->wait();
+  b.work.reset();  // a communicator's Work holds the buffers it reads
+  if (release_grads_) b.flat = Tensor();
 }
 
 void GradBucketer::launch(Bucket& b) {
   if (reduce_ == GradReduce::ReduceScatter) {
+    if (release_grads_)  // zeros: the padding past each gradient's last chunk
+      b.flat = Tensor::zeros({dp_.size() * b.shard.numel()}, b.shard.dtype(), b.shard.device());
     pack_rank_major(b);
+    if (release_grads_)
+      for (size_t k : b.members) params_[k].second.impl()->grad = Tensor();
     bytes_reduced_ += static_cast<int64_t>(b.flat.nbytes());
     b.work = dp_.reduce_scatter_async(b.flat, b.shard);
     return;
@@ -125,10 +149,12 @@ void GradBucketer::finish() {
   launch_ready();
   const double inv = inv_average_;
   for (Bucket& b : buckets_) {
-    b.work->wait();
-    b.work.reset();
+    drain(b);
     if (reduce_ == GradReduce::ReduceScatter) {
-      unpack_owned(b);
+      if (release_grads_)  // the averages stay in the shard (owned_grad)
+        backend_of(b.shard).scale(b.shard, inv, b.shard);
+      else
+        unpack_owned(b);
       b.pending = static_cast<int>(b.members.size());
       continue;
     }
@@ -148,6 +174,17 @@ void GradBucketer::finish() {
     b.pending = static_cast<int>(b.members.size());
   }
   next_launch_ = 0;
+}
+
+Tensor GradBucketer::owned_grad(const Tensor& param) const {
+  if (reduce_ != GradReduce::ReduceScatter)
+    throw std::logic_error("GradBucketer::owned_grad: only a reduce-scatter has owned slices");
+  const auto it = index_.find(param.impl());
+  if (it == index_.end()) return Tensor();
+  const size_t k = it->second;
+  const auto [begin, end] = zero1_owned(param.numel(), dp_.rank(), dp_.size());
+  if (end <= begin) return Tensor();
+  return buckets_[bucket_of_[k]].shard.narrow0(shard_at_[k], end - begin);
 }
 
 }  // namespace mod::parallel

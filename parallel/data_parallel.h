@@ -13,6 +13,13 @@
 //   chunk = ceil(numel / dp); L = the members' chunks summed. reduce_scatter_async hands rank r
 //   block r summed. Half an all-reduce's bytes; finish() writes the averages into the owned
 //   slice of each gradient only; the rest of the gradient stays this rank's own, unreduced.
+// - ReduceScatter with release_grads (ZeRO-2): as ReduceScatter, but each member's full
+//   gradient is dropped as soon as its bucket is packed, the packed buffer as soon as its
+//   reduce-scatter completes (a bucket waits for the one before it first, so one is in flight),
+//   and the averages stay in the bucket's shard: owned_grad() is where the optimizer and the
+//   clipping norm read them. A rank then holds only its owned slices after backward, plus one
+//   bucket while it fills and one in flight.
+// Either reduce-scatter reads the owned averages through owned_grad().
 #pragma once
 
 #include <memory>
@@ -35,7 +42,7 @@ class GradBucketer {
   // already summed the other ep ranks' tokens into them. `reduce`: see the top of this file.
   GradBucketer(std::vector<std::pair<std::string, Tensor>> params, Communicator& group,
                double bucket_mb, int average_over = 0,
-               GradReduce reduce = GradReduce::AllReduce);
+               GradReduce reduce = GradReduce::AllReduce, bool release_grads = false);
   ~GradBucketer();
 
   // Pass to backward() on the micro-batch that ends the step (earlier micro-batches only
@@ -46,6 +53,11 @@ class GradBucketer {
   // A parameter that got no gradient this step contributes zeros.
   void finish();
 
+  // ReduceScatter, after finish(): this rank's owned slice (zero1_owned) of param's averaged
+  // gradient, flattened [end - begin], a view of its bucket's shard; valid until the next
+  // step's backward reaches the bucket. Undefined for an empty slice or a parameter not here.
+  Tensor owned_grad(const Tensor& param) const;
+
   size_t num_buckets() const { return buckets_.size(); }
   // Bytes this rank handed to its collectives so far (for the benchmarks).
   int64_t bytes_reduced() const { return bytes_reduced_; }
@@ -54,6 +66,7 @@ class GradBucketer {
   struct Bucket {
     std::vector<size_t> members;  // indices into params_
     Tensor flat;                  // AllReduce: [sum of numel]; ReduceScatter: [dp x L], padded
+                                  // (release_grads: only from packing to the reduce's end)
     Tensor shard;                 // ReduceScatter: [L], this rank's block of flat, reduced
     int pending = 0;              // members whose gradient is not final yet
     std::unique_ptr<Work> work;
@@ -62,15 +75,18 @@ class GradBucketer {
   void launch(Bucket& b);
   void pack_rank_major(Bucket& b);   // ReduceScatter's layout of flat
   void unpack_owned(Bucket& b);      // shard's averages into the owned gradient slices
+  void drain(Bucket& b);             // waits for b's collective; release_grads: drops b.flat
 
   std::vector<std::pair<std::string, Tensor>> params_;
   std::unordered_map<TensorImpl*, size_t> index_;  // parameter -> its position in params_
   std::vector<size_t> bucket_of_;  // per parameter
+  std::vector<int64_t> shard_at_;  // ReduceScatter: per parameter, its chunk's offset in shard
   std::vector<Bucket> buckets_;
   size_t next_launch_ = 0;
   Communicator& dp_;
   double inv_average_;
   GradReduce reduce_;
+  bool release_grads_;
   int64_t bytes_reduced_ = 0;
 };
 

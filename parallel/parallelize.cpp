@@ -7,6 +7,8 @@
 #include <memory>
 #include <stdexcept>
 
+#include "configs/config.h"
+#include "core/all_ops.h"
 #include "core/nn/module.h"
 #include "model/parameter_roles.h"
 #include "parallel/adamw.h"
@@ -19,14 +21,16 @@ namespace mod::parallel {
 
 namespace {
 // copy_to_tp once per input tensor: wq, wk and wv (and mlp up and gate) read the same tensor,
-// so they share one copy node and backward all-reduces their summed input gradient once.
+// so they share one copy node and backward all-reduces their summed input gradient once. Under
+// sequence parallelism the mapping is gather_seq_from_tp: one all-gather, one reduce-scatter.
 class SharedCopyToTp {
  public:
-  explicit SharedCopyToTp(Communicator& tp) : tp_(tp) {}
+  using Mapping = Tensor (*)(const Tensor&, Communicator&);
+  explicit SharedCopyToTp(Communicator& tp, Mapping map = copy_to_tp) : tp_(tp), map_(map) {}
   void add_consumer() { ++consumers_; }
   Tensor operator()(const Tensor& x) {
     if (!(last_out_.defined() && last_in_.lock() == x.impl_ptr())) {
-      last_out_ = copy_to_tp(x, tp_);
+      last_out_ = map_(x, tp_);
       last_in_ = x.impl_ptr();
       uses_ = 0;
     }
@@ -40,6 +44,7 @@ class SharedCopyToTp {
 
  private:
   Communicator& tp_;
+  Mapping map_;
   int consumers_ = 0, uses_ = 0;
   std::weak_ptr<TensorImpl> last_in_;  // watched weakly: a new input starts a new copy
   Tensor last_out_;
@@ -67,11 +72,15 @@ struct Sharder {
     Tensor b = l->bias().defined() ? shard(path + ".bias", l->bias(), 0) : Tensor();
     l->shard(w, b, [copy](const Tensor& x) { return (*copy)(x); }, nullptr);
   }
-  void row(const std::string& path) {
+  void row(const std::string& path, bool split_sequence = false) {
     auto l = linear(path);
     Tensor w = shard(path + ".weight", l->weight(), 1);
     Communicator* c = &tp;
-    l->shard(w, l->bias(), nullptr, [c](const Tensor& y) { return reduce_from_tp(y, *c); });
+    if (split_sequence)
+      l->shard(w, l->bias(), nullptr,
+               [c](const Tensor& y) { return reduce_scatter_seq_to_tp(y, *c); });
+    else
+      l->shard(w, l->bias(), nullptr, [c](const Tensor& y) { return reduce_from_tp(y, *c); });
   }
 };
 }  // namespace
@@ -95,36 +104,58 @@ Tensor slice_dim(const Tensor& t, int dim, int64_t offset, int64_t len) {
   return out;
 }
 
-ShardMap parallelize_tensor(model::Transformer& model, const Mesh& mesh) {
+ShardMap parallelize_tensor(model::Transformer& model, const Mesh& mesh, bool sequence_parallel) {
   mesh.dims().validate_model(model.config());
   Sharder s{model, mesh.tp(), {}};
   for (const auto& [name, p] : model.named_parameters()) s.specs[name] = {-1, p.shape(), 0};
   if (mesh.tp().size() == 1) return s.specs;
 
   const auto& cfg = model.config();
+  const bool sp = sequence_parallel;
+  // The mapping in front of column-parallel layers that read the (split or replicated) stream.
+  const SharedCopyToTp::Mapping stream_in = sp ? gather_seq_from_tp : copy_to_tp;
   for (int b = 0; b < cfg.n_layers(); ++b) {
     const std::string blk = "blocks." + std::to_string(b) + ".";
-    auto attn_in = std::make_shared<SharedCopyToTp>(mesh.tp());
+    // A routed block runs on its gathered [B,C,D] rows, replicated as under plain TP.
+    const bool split = sp && !model.routed(b);
+    auto attn_in = std::make_shared<SharedCopyToTp>(mesh.tp(), split ? stream_in : copy_to_tp);
     for (const char* w : {"wq", "wk", "wv"}) s.column(blk + "attn." + w, attn_in);
-    s.row(blk + "attn.wo");
+    s.row(blk + "attn.wo", split);
     if (model.moe(b)) continue;  // experts: parallelize_experts
-    auto mlp_in = std::make_shared<SharedCopyToTp>(mesh.tp());
+    auto mlp_in = std::make_shared<SharedCopyToTp>(mesh.tp(), split ? stream_in : copy_to_tp);
     s.column(blk + "mlp.up", mlp_in);
     if (cfg.mlp() == modtrain::ModelConfig::SWIGLU) s.column(blk + "mlp.gate", mlp_in);
-    s.row(blk + "mlp.down");
+    s.row(blk + "mlp.down", split);
   }
 
   Communicator* tp = &mesh.tp();
   auto embed = std::dynamic_pointer_cast<nn::Embedding>(model.find_module("embed"));
   Tensor table = s.shard("embed.weight", embed->weight(), 0);
   const int64_t vocab_start = s.specs["embed.weight"].offset;
-  auto head_in = std::make_shared<SharedCopyToTp>(mesh.tp());
+  // Sequence parallelism gathers the sequence before the head: the vocabulary-parallel loss
+  // then runs on every position as under plain TP.
+  auto head_in = std::make_shared<SharedCopyToTp>(mesh.tp(), stream_in);
   embed->shard(
       table,
-      [tp, vocab_start](const Tensor& ids, const Tensor& t) {
-        return vocab_parallel_embedding(ids, t, vocab_start, *tp);
+      [tp, vocab_start, sp](const Tensor& ids, const Tensor& t) {
+        return vocab_parallel_embedding(ids, t, vocab_start, *tp, sp);
       },
       [head_in](const Tensor& h) { return (*head_in)(h); });
+  if (sp) {
+    model::SequenceSplit split;
+    split.gather_scalars = [tp](const Tensor& r) { return gather_from_tp(r, *tp); };
+    split.own_positions = [tp](const Tensor& x) { return own_positions(x, *tp); };
+    split.average_loss = [tp](const Tensor& l) {
+      return reduce_from_tp(scale(l, 1.0 / tp->size()), *tp);  // equal shares of positions
+    };
+    split.gather_rows = [tp](const Tensor& x, const Tensor& idx) {
+      return gather_routed_rows(x, idx, *tp);
+    };
+    split.scatter_add_rows = [tp](const Tensor& x, const Tensor& idx, const Tensor& y) {
+      return scatter_add_routed_rows(x, idx, y, *tp);
+    };
+    model.set_sequence_split(std::move(split));
+  }
   if (cfg.tie_embeddings())
     head_in->add_consumer();
   else
@@ -158,65 +189,94 @@ void parallelize_experts(model::Transformer& model, const Mesh& mesh, ShardMap& 
   }
 }
 
+std::vector<Tensor> sequence_partial_parameters(const model::Transformer& model,
+                                                const ShardMap& specs) {
+  std::vector<Tensor> out;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (specs.at(name).dim >= 0 || specs.at(name).expert) continue;
+    // A routed block's norms see its gathered rows, the same on every rank: whole gradients.
+    const size_t dot = name.find('.', 7);
+    if (name.rfind("blocks.", 0) == 0 && model.routed(std::stoul(name.substr(7, dot - 7))) &&
+        name.compare(dot + 1, 4, "norm") == 0)
+      continue;
+    out.push_back(p);
+  }
+  return out;
+}
+
 ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
                          const modtrain::ParallelConfig& cfg, Device device,
                          const modtrain::OptimizerConfig& optimizer,
                          const OptimizerFusion& fusion) {
   ParallelPlan plan;
-  plan.shards = parallelize_tensor(model, mesh);
+  const bool sp = cfg.sequence_parallel() && mesh.tp().size() > 1;
+  plan.shards = parallelize_tensor(model, mesh, sp);
   parallelize_experts(model, mesh, plan.shards);
   model.to(device);
+  if (sp) {  // after the move: the tensors the gradients will be on
+    plan.sequence_grads = sequence_partial_parameters(model, plan.shards);
+    plan.sequence_tp = &mesh.tp();
+  }
   const auto params = model.named_parameters();
   std::vector<std::pair<std::string, Tensor>> dense, experts;
   std::vector<bool> is_expert;
-  // ZeRO-1 shards dense parameters over dp and experts over edp; replicated ones split in two,
+  // ZeRO shards dense parameters over dp and experts over edp; replicated ones split in two,
   // since the two halves' slices sum over different groups.
-  Communicator* dense_shard = cfg.zero1() ? &mesh.dp() : nullptr;
-  Communicator* expert_shard = cfg.zero1() ? &mesh.edp() : nullptr;
-  // The language model's norm and, apart, the causal predictors' (clipped by their own).
-  auto norm_groups = [&](bool predictor) {
-    NormGroup tp_sharded{{}, &mesh.tp(), dense_shard}, ep_sharded{{}, &mesh.ep(), expert_shard},
-        replicated{{}, nullptr, dense_shard}, replicated_experts{{}, nullptr, expert_shard};
-    for (const auto& [name, t] : params) {
-      if (model::is_causal_predictor(name) != predictor) continue;
-      const ShardSpec& spec = plan.shards.at(name);
-      NormGroup& replicated_here = cfg.zero1() && spec.expert ? replicated_experts : replicated;
-      (spec.dim < 0 ? replicated_here : spec.expert ? ep_sharded : tp_sharded).params.push_back(t);
-    }
-    std::vector<NormGroup> groups{std::move(tp_sharded), std::move(ep_sharded),
-                                  std::move(replicated)};
-    if (cfg.zero1()) {  // each group costs a scalar all-reduce over its shard group: held ones
-      groups.push_back(std::move(replicated_experts));
-      std::erase_if(groups, [](const NormGroup& g) { return g.params.empty(); });
-    }
-    return groups;
-  };
+  const int stage = config::zero_stage(cfg);
+  Communicator* dense_shard = stage >= 1 ? &mesh.dp() : nullptr;
+  Communicator* expert_shard = stage >= 1 ? &mesh.edp() : nullptr;
   for (const auto& [name, t] : params) {
     const ShardSpec& spec = plan.shards.at(name);
     (spec.expert ? experts : dense).emplace_back(name, t);
     is_expert.push_back(spec.expert);
   }
+  const int dp = mesh.dims().dp;
+  // Stage 1 reduce-scatters; stage 2 also lets go of the full gradients (data_parallel.h).
+  const GradReduce reduce = stage >= 1 ? GradReduce::ReduceScatter : GradReduce::AllReduce;
+  const bool release = stage >= 2;
+  if (dp > 1)
+    plan.dense_buckets =
+        std::make_unique<GradBucketer>(dense, mesh.dp(), cfg.bucket_mb(), 0, reduce, release);
+  // Expert gradients: the all-to-all summed the ep group's tokens in; the edp group (dp / ep
+  // replicas times the tp shares of the slots) sums the rest; dividing by dp makes the mean.
+  if (!experts.empty() && (dp > 1 || mesh.edp().size() > 1))
+    plan.expert_buckets =
+        std::make_unique<GradBucketer>(experts, mesh.edp(), cfg.bucket_mb(), dp, reduce, release);
+  // Where the owned slices are read from (null: the parameters' own gradients).
+  const GradBucketer* dense_grads = stage >= 1 ? plan.dense_buckets.get() : nullptr;
+  const GradBucketer* expert_grads = stage >= 1 ? plan.expert_buckets.get() : nullptr;
+  // The language model's norm and, apart, the causal predictors' (clipped by their own).
+  auto norm_groups = [&](bool predictor) {
+    NormGroup tp_sharded{{}, &mesh.tp(), dense_shard, dense_grads},
+        ep_sharded{{}, &mesh.ep(), expert_shard, expert_grads},
+        replicated{{}, nullptr, dense_shard, dense_grads},
+        replicated_experts{{}, nullptr, expert_shard, expert_grads};
+    for (const auto& [name, t] : params) {
+      if (model::is_causal_predictor(name) != predictor) continue;
+      const ShardSpec& spec = plan.shards.at(name);
+      NormGroup& replicated_here = stage >= 1 && spec.expert ? replicated_experts : replicated;
+      (spec.dim < 0 ? replicated_here : spec.expert ? ep_sharded : tp_sharded).params.push_back(t);
+    }
+    std::vector<NormGroup> groups{std::move(tp_sharded), std::move(ep_sharded),
+                                  std::move(replicated)};
+    if (stage >= 1) {  // each group costs a scalar all-reduce over its shard group: held ones
+      groups.push_back(std::move(replicated_experts));
+      std::erase_if(groups, [](const NormGroup& g) { return g.params.empty(); });
+    }
+    return groups;
+  };
   plan.norm_groups = norm_groups(false);
   const bool has_predictor = std::any_of(params.begin(), params.end(), [](const auto& np) {
     return model::is_causal_predictor(np.first);
   });
   if (has_predictor) plan.predictor_norm_groups = norm_groups(true);
-  const int dp = mesh.dims().dp;
-  const GradReduce reduce = cfg.zero1() ? GradReduce::ReduceScatter : GradReduce::AllReduce;
-  if (dp > 1)
-    plan.dense_buckets =
-        std::make_unique<GradBucketer>(dense, mesh.dp(), cfg.bucket_mb(), 0, reduce);
-  // Expert gradients: the all-to-all summed the ep group's tokens in; the edp group (dp / ep
-  // replicas times the tp shares of the slots) sums the rest; dividing by dp makes the mean.
-  if (!experts.empty() && (dp > 1 || mesh.edp().size() > 1))
-    plan.expert_buckets =
-        std::make_unique<GradBucketer>(experts, mesh.edp(), cfg.bucket_mb(), dp, reduce);
-  if (cfg.zero1()) {
+  if (stage >= 1) {
     std::vector<ShardedAdamW::Param> zp;
     for (const auto& [name, t] : params)
       zp.push_back({name, t, takes_weight_decay(name, optimizer), model::is_causal_predictor(name)});
     plan.optimizer = std::make_unique<Zero1Optimizer>(zp, is_expert, adamw_hyper(optimizer),
-                                                      mesh.dp(), mesh.edp(), fusion);
+                                                      mesh.dp(), mesh.edp(), fusion, dense_grads,
+                                                      expert_grads);
   } else {
     plan.optimizer = std::make_unique<AdamW>(params, optimizer, fusion);
   }
@@ -237,11 +297,43 @@ LeafGradReady ParallelPlan::grad_ready_hook() const {
 void ParallelPlan::finish_grad_sync() const {
   if (dense_buckets) dense_buckets->finish();
   if (expert_buckets) expert_buckets->finish();
+  if (!sequence_grads.empty()) sum_sequence_grads(sequence_grads, *sequence_tp);
+}
+
+void sum_sequence_grads(const std::vector<Tensor>& params, Communicator& tp) {
+  // One all-reduce of all of them: [sum of numels], packed in order (a no-grad parameter,
+  // absent alike on every rank, is skipped).
+  int64_t total = 0;
+  const Tensor* first = nullptr;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) {
+      total += p.numel();
+      if (!first) first = &p;
+    }
+  if (total == 0) return;
+  Tensor flat = Tensor::empty({total}, first->grad().dtype(), first->grad().device());
+  int64_t at = 0;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) {
+      flat.narrow0(at, p.numel()).copy_from(p.grad().view({p.numel()}));
+      at += p.numel();
+    }
+  tp.all_reduce(flat);
+  at = 0;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) {
+      p.grad().view({p.numel()}).copy_from(flat.narrow0(at, p.numel()));
+      at += p.numel();
+    }
 }
 
 std::vector<Tensor> NormGroup::grads() const {
   std::vector<Tensor> out;
   for (const Tensor& p : params) {
+    if (owned) {
+      if (Tensor g = owned->owned_grad(p); g.defined()) out.push_back(g);
+      continue;
+    }
     if (!p.grad().defined()) continue;
     if (!shard_over) {
       out.push_back(p.grad());

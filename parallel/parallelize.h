@@ -11,6 +11,16 @@
 //   lm_head.weight [V, D] (or tied)   vocab    rows r*V/tp..               copy_to_tp; vocab-parallel CE
 //   norms, routers, predictors        replicated (same inputs on every tp rank, same routing)
 //
+// Sequence parallelism (parallel.sequence_parallel) keeps the residual stream between blocks
+// split over the sequence (tp rank r: positions [r*T/tp, (r+1)*T/tp)): in dense blocks and in
+// front of the LM head, gather_seq_from_tp replaces copy_to_tp and reduce_scatter_seq_to_tp
+// replaces reduce_from_tp, and the embedding reduce-scatters. A routed block gathers its C rows
+// (gather_routed_rows), runs as under plain TP on them, and scatters back into the split stream
+// (scatter_add_routed_rows); its router scores are gathered (S scalars a sequence), so top-C is
+// taken from every position, identically on every rank. Replicated parameters that now see only
+// the rank's positions (dense blocks' norms, the final norm, routers, predictors) have their
+// gradients summed over tp after backward (ParallelPlan::sequence_grads).
+//
 // Expert parallelism (parallelize_experts) splits the stacked expert weights of every MoE MLP
 // along dim 0, the global expert index: ep rank j keeps experts [j*E/ep, (j+1)*E/ep), replicated
 // over tp (tokens are de-duplicated across tp instead) and over the dp groups of ep ranks.
@@ -51,8 +61,14 @@ struct ShardSpec {
 using ShardMap = std::map<std::string, ShardSpec>;
 
 // Shards model in place for mesh.tp() (nothing to do at tp = 1) and returns every parameter's
-// spec.
-ShardMap parallelize_tensor(model::Transformer& model, const Mesh& mesh);
+// spec; with sequence_parallel (tp > 1) the stream is split over the sequence as above.
+ShardMap parallelize_tensor(model::Transformer& model, const Mesh& mesh,
+                            bool sequence_parallel = false);
+
+// Under sequence parallelism: the replicated parameters whose gradients are partial sums over
+// this rank's positions (see above), to be summed over tp.
+std::vector<Tensor> sequence_partial_parameters(const model::Transformer& model,
+                                                const ShardMap& specs);
 
 // Shards the experts of every MoE MLP over mesh.ep() and routes their slots through the
 // expert-parallel exchange (needed whenever ep or tp > 1); marks expert weights in specs.
@@ -74,12 +90,15 @@ Tensor slice_dim(const Tensor& t, int dim, int64_t offset, int64_t len);
 // Parameters whose squared gradient norms clipping sums over one group: tp-sharded ones over
 // tp, ep-sharded experts over ep, and replicated ones (equal wherever they are held) nowhere, so
 // each parameter counts once. Their gradients are already reduced over dp (experts: edp).
-// Under ZeRO-1 a rank holds reduced gradients only on the slices it owns (zero1.h): it adds the
-// squares of those, and shard_over (dp; experts edp) sums them first.
+// Under ZeRO (stage >= 1) a rank holds reduced gradients only on the slices it owns (zero1.h): it
+// adds the squares of those, and shard_over (dp; experts edp) sums them first.
 struct NormGroup {
   std::vector<Tensor> params;
   Communicator* sum_over = nullptr;    // null: replicated
-  Communicator* shard_over = nullptr;  // ZeRO-1's group; null: whole gradients
+  Communicator* shard_over = nullptr;  // ZeRO's group; null: whole gradients
+  // The bucketer whose shards hold the owned slices (under ZeRO-2 the only copy); null: the
+  // owned slices of the parameters' own gradients.
+  const GradBucketer* owned = nullptr;
 
   // The gradients whose squares this rank adds: whole, or (ZeRO-1) its owned slices of them,
   // flattened; parameters without a gradient (or an empty slice) are left out.
@@ -90,10 +109,15 @@ struct NormGroup {
 // updated: what a training step runs with.
 struct ParallelPlan {
   ShardMap shards;
-  // Both reduce-scatter under ZeRO-1 (each rank then holds its owned slices), else all-reduce.
+  // Both reduce-scatter from ZeRO stage 1 on (each rank then holds its owned slices; stage 2
+  // drops the full gradients once packed), else all-reduce.
   std::unique_ptr<GradBucketer> dense_buckets;   // dense parameters over dp (dp > 1)
   std::unique_ptr<GradBucketer> expert_buckets;  // expert weights over edp
-  std::unique_ptr<Optimizer> optimizer;          // AdamW, sharded by ZeRO-1 under parallel.zero1
+  std::unique_ptr<Optimizer> optimizer;          // AdamW, sharded by ZeRO stage >= 1
+  // Sequence parallelism: sequence_partial_parameters, whose gradients finish_grad_sync sums
+  // over sequence_tp (one all-reduce of them all); empty otherwise.
+  std::vector<Tensor> sequence_grads;
+  Communicator* sequence_tp = nullptr;
   // tp-sharded, ep-sharded, replicated: the order the norm's squares are added in. The causal
   // predictors' parameters are in predictor_norm_groups alone (empty without a predictor):
   // they are clipped by their own norm (optimizer's detached_scale).
@@ -103,14 +127,17 @@ struct ParallelPlan {
   // gradients become final (each bucketer ignores the other's parameters).
   LeafGradReady grad_ready_hook() const;
   // Waits for every bucket: gradients are then dp means (experts: summed over edp, / dp);
-  // under ZeRO-1 only on the slices this rank owns.
+  // under ZeRO-1 only on the slices this rank owns. Then sums sequence_grads over tp.
   void finish_grad_sync() const;
 };
+
+// Each parameter's gradient (where defined) becomes its sum over tp, in one all-reduce.
+void sum_sequence_grads(const std::vector<Tensor>& params, Communicator& tp);
 
 // The parallelize step: tensor parallelism, then expert parallelism (both on the host, so
 // every device starts from the same initialisation), then the model moves to `device` and the
 // dp buckets (parallel.bucket_mb) and the optimizer's state (AdamW under `optimizer`, sharded
-// when parallel.zero1, run as `fusion` says: optimizer.h) are allocated beside its parameters.
+// from parallel.zero_stage 1 on, run as `fusion` says: optimizer.h) are allocated beside its parameters.
 ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
                          const modtrain::ParallelConfig& cfg, Device device,
                          const modtrain::OptimizerConfig& optimizer,

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "configs/config.h"
 #include "parallel/pipeline_runtime.h"
 
 namespace mod::parallel {
@@ -19,7 +20,8 @@ void check_pipeline_training(const modtrain::RunConfig& cfg) {
   auto refuse = [&](bool when, const std::string& what) {
     if (when) bad += (bad.empty() ? "" : ", ") + what;
   };
-  refuse(p.zero1(), "parallel.zero1");
+  refuse(config::zero_stage(p) > 0, "parallel.zero_stage " + std::to_string(config::zero_stage(p)));
+  refuse(p.sequence_parallel(), "parallel.sequence_parallel");
   refuse(cfg.train().device() == modtrain::TrainConfig::CUDA, "train.device CUDA");
   refuse(p.pp_schedule() == modtrain::ParallelConfig::INTERLEAVED_1F1B,
          "parallel.pp_schedule INTERLEAVED_1F1B");
@@ -29,7 +31,7 @@ void check_pipeline_training(const modtrain::RunConfig& cfg) {
   if (!bad.empty())
     throw std::invalid_argument("config: parallel.pp = " + std::to_string(p.pp()) +
                                 " trains on CPUs with GPIPE or ONE_F_ONE_B, one chunk per rank, "
-                                "no ZeRO-1 and no recomputation; remove: " + bad);
+                                "no ZeRO, sequence parallelism or recomputation; remove: " + bad);
 }
 
 void broadcast_stage_parameters(const model::Transformer& model, const PipelinePartition& part,

@@ -16,7 +16,8 @@
 namespace mod::parallel {
 
 // Throws std::invalid_argument naming the fields when cfg has parallel.pp > 1 with something
-// the pipeline trainer does not run: parallel.zero1, train.device CUDA, an interleaved
+// the pipeline trainer does not run: parallel.zero_stage (or zero1), parallel.sequence_parallel,
+// train.device CUDA, an interleaved
 // schedule (parallel.pp_schedule INTERLEAVED_1F1B or parallel.virtual_stages > 1),
 // train.recompute or train.recompute_blocks. (dp, tp and ep: ParallelDims::from_config.)
 void check_pipeline_training(const modtrain::RunConfig& cfg);

@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 
+#include "core/all_ops.h"
 #include "core/autograd.h"
 #include "core/backend.h"
 
@@ -28,6 +29,36 @@ Tensor all_gather_last_dim(const Tensor& x, Communicator& tp) {
   Shape out_shape = x.shape();
   out_shape.back() *= tp.size();
   return interleave_last_dim(parts, out_shape, tp.size());
+}
+
+// x [B, T, ...] -> this rank's share [B, T/tp, ...] of the sum over ranks (no autograd).
+Tensor reduce_scatter_seq(const Tensor& x, Communicator& tp) {
+  const int n = tp.size();
+  const int64_t b = x.size(0), t = x.dim() > 1 ? x.size(1) : 0;
+  if (x.dim() < 2 || t % n != 0)
+    throw std::invalid_argument("reduce_scatter_seq_to_tp: dim 1 (the sequence) of " + describe(x) +
+                                " is not divisible by tp " + std::to_string(n));
+  const int64_t chunk = x.numel() / b / n;  // one rank's elements of one sequence
+  const size_t chunk_bytes = chunk * dtype_size(x.dtype());
+  Tensor parts = Tensor::empty({n * b, chunk}, x.dtype(), x.device());  // rank-major
+  for (int r = 0; r < n; ++r)
+    backend_of(parts).copy_rows(x, r * chunk_bytes, n * chunk_bytes, parts, r * b * chunk_bytes,
+                                chunk_bytes, b, chunk_bytes);
+  Shape out_shape = x.shape();
+  out_shape[1] = t / n;
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  tp.reduce_scatter(parts, out.view({b, chunk}));
+  return out;
+}
+
+// x [B, T/tp, ...] -> [B, T, ...]: rank r's rows at r * T/tp of each sequence (no autograd).
+Tensor all_gather_seq(const Tensor& x, Communicator& tp) {
+  if (x.dim() < 2)
+    throw std::invalid_argument("gather_seq_from_tp: " + describe(x) + " has no sequence dim");
+  const int64_t b = x.size(0);
+  Shape out_shape = x.shape();
+  out_shape[1] *= tp.size();
+  return all_gather_last_dim(x.view({b, x.numel() / b}), tp).view(out_shape);
 }
 
 Tensor own_slice(const Tensor& x, Communicator& tp) {
@@ -85,6 +116,54 @@ Tensor scatter_to_tp(const Tensor& x, Communicator& tp) {
       return std::vector<Tensor>{all_gather_last_dim(g, tp)};
     });
   return out;
+}
+
+Tensor gather_seq_from_tp(const Tensor& x, Communicator& tp) {
+  Tensor out = all_gather_seq(x, tp);
+  if (any_requires_grad({x}))
+    record(out, Op::GatherSeqFromTp, {x}, [&tp](const Tensor& g, const NeedsGrad&) {
+      return std::vector<Tensor>{reduce_scatter_seq(g, tp)};
+    });
+  return out;
+}
+
+Tensor reduce_scatter_seq_to_tp(const Tensor& x, Communicator& tp) {
+  Tensor out = reduce_scatter_seq(x, tp);
+  if (any_requires_grad({x}))
+    record(out, Op::ReduceScatterSeqToTp, {x}, [&tp](const Tensor& g, const NeedsGrad&) {
+      return std::vector<Tensor>{all_gather_seq(g, tp)};
+    });
+  return out;
+}
+
+namespace {
+// idx [B,C] global positions -> the rows this rank holds: local [B,C] (0 elsewhere) and a 0/1
+// flag here [B,C,1] in `dtype`.
+std::pair<Tensor, Tensor> held_rows(const Tensor& idx, int64_t local_len, Communicator& tp,
+                                    DType dtype) {
+  Shape flag_shape = idx.shape();
+  flag_shape.push_back(1);
+  Tensor local = Tensor::empty(idx.shape(), DType::I64, idx.device());
+  Tensor here = Tensor::empty(flag_shape, dtype, idx.device());
+  backend_of(idx).index_slice(idx, tp.rank() * local_len, local_len, local, here);
+  return {local, here};
+}
+}  // namespace
+
+Tensor gather_routed_rows(const Tensor& x, const Tensor& idx, Communicator& tp) {
+  const auto [local, here] = held_rows(idx, x.size(1), tp, x.dtype());
+  return reduce_from_tp(mul(gather_rows(x, local), here), tp);
+}
+
+Tensor scatter_add_routed_rows(const Tensor& x, const Tensor& idx, const Tensor& y,
+                               Communicator& tp) {
+  const auto [local, here] = held_rows(idx, x.size(1), tp, y.dtype());
+  return scatter_add_rows(x, local, mul(copy_to_tp(y, tp), here));
+}
+
+Tensor own_positions(const Tensor& x, Communicator& tp) {
+  const int64_t t = x.size(-1) / tp.size();
+  return slice_last_dim(x, tp.rank() * t, t);
 }
 
 }  // namespace mod::parallel

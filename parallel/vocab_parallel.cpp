@@ -32,9 +32,10 @@ SliceRows slice_rows(const Tensor& ids, int64_t start, int64_t rows, DType dtype
 }  // namespace
 
 Tensor vocab_parallel_embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start,
-                                Communicator& tp) {
+                                Communicator& tp, bool split_sequence) {
   const SliceRows s = slice_rows(ids, vocab_start, table.size(0), table.dtype());
-  return reduce_from_tp(mul(embedding(s.local, table), s.here), tp);
+  const Tensor partial = mul(embedding(s.local, table), s.here);
+  return split_sequence ? reduce_scatter_seq_to_tp(partial, tp) : reduce_from_tp(partial, tp);
 }
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,

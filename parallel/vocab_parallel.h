@@ -10,8 +10,10 @@ namespace mod::parallel {
 
 // Rows of ids outside this rank's range are zero here; the all-reduce (reduce_from_tp) sums
 // the one rank that holds each id. ids [B,T] -> [B,T,D], replicated; the table on any device.
+// split_sequence (sequence parallelism): a reduce-scatter instead (reduce_scatter_seq_to_tp),
+// -> this rank's positions [B,T/tp,D].
 Tensor vocab_parallel_embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start,
-                                Communicator& tp);
+                                Communicator& tp, bool split_sequence = false);
 
 // Mean cross-entropy over targets != ignore_index, from this rank's logit slice. Forward: an
 // all-gather of each slice's logsumexp per row and an all-reduce of the target logit; the

@@ -9,10 +9,10 @@
 namespace mod::parallel {
 
 ShardedAdamW::ShardedAdamW(std::vector<Param> params, const AdamWArgs& hyper,
-                           Communicator& dp, bool multi_tensor)
+                           Communicator& dp, bool multi_tensor, const GradBucketer* grads)
     : params_(std::move(params)), dp_(dp),
       consts_(hyper, params_.empty() ? Device::CPU : params_.front().tensor.device()),
-      multi_tensor_(multi_tensor) {
+      multi_tensor_(multi_tensor), grads_(grads) {
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].tensor;
     m_.push_back(Tensor::zeros({chunk(i)}, p.dtype(), p.device()));
@@ -36,6 +36,14 @@ std::pair<int64_t, int64_t> ShardedAdamW::owned(size_t i) const {
   return zero1_owned(params_[i].tensor.numel(), dp_.rank(), dp_.size());
 }
 
+Tensor ShardedAdamW::owned_grad(size_t i) const {
+  const Tensor& p = params_[i].tensor;
+  if (grads_) return grads_->owned_grad(p);
+  const auto [begin, end] = owned(i);
+  if (!p.grad().defined() || end == begin) return Tensor();
+  return p.grad().view({p.numel()}).narrow0(begin, end - begin);
+}
+
 void ShardedAdamW::set_learning_rate(double lr) { consts_.set(lr, ++step_); }
 
 void ShardedAdamW::apply(const Tensor& grad_scale, const Tensor& detached_scale) {
@@ -50,9 +58,9 @@ void ShardedAdamW::apply(const Tensor& grad_scale, const Tensor& detached_scale)
     const Tensor& p = params_[i].tensor;
     const auto [begin, end] = owned(i);
     const int64_t len = end - begin;
-    if (!p.grad().defined() || len == 0) continue;
+    Tensor g = owned_grad(i);
+    if (!g.defined()) continue;
     Tensor mine = p.view({p.numel()}).narrow0(begin, len);
-    Tensor g = p.grad().view({p.numel()}).narrow0(begin, len);
     Tensor m = m_[i].narrow0(0, len), v = v_[i].narrow0(0, len);
     const bool decays = params_[i].decays, own = split && params_[i].detached;
     if (multi_tensor_)
@@ -115,7 +123,8 @@ void ShardedAdamW::load_moments(size_t i, const Tensor& m, const Tensor& v) {
 Zero1Optimizer::Zero1Optimizer(const std::vector<ShardedAdamW::Param>& params,
                                const std::vector<bool>& expert, const AdamWArgs& hyper,
                                Communicator& dp, Communicator& edp,
-                               const OptimizerFusion& fusion) {
+                               const OptimizerFusion& fusion, const GradBucketer* dense_grads,
+                               const GradBucketer* expert_grads) {
   std::vector<ShardedAdamW::Param> dense, experts;
   std::vector<std::pair<bool, size_t>> index;  // (expert, index in its group), as params
   for (size_t i = 0; i < params.size(); ++i) {
@@ -128,9 +137,9 @@ Zero1Optimizer::Zero1Optimizer(const std::vector<ShardedAdamW::Param>& params,
       keep_weight_copy(p, *fusion.weight_copies);
   }
   const bool multi = fusion.multi_tensor;
-  dense_ = std::make_unique<ShardedAdamW>(std::move(dense), hyper, dp, multi);
+  dense_ = std::make_unique<ShardedAdamW>(std::move(dense), hyper, dp, multi, dense_grads);
   if (!experts.empty())
-    experts_ = std::make_unique<ShardedAdamW>(std::move(experts), hyper, edp, multi);
+    experts_ = std::make_unique<ShardedAdamW>(std::move(experts), hyper, edp, multi, expert_grads);
   for (const auto& [is_expert, k] : index)
     where_.emplace_back(is_expert ? experts_.get() : dense_.get(), k);
 }

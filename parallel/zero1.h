@@ -1,10 +1,12 @@
-// ZeRO-1: AdamW with its moments sharded over the data-parallel group. Rank r owns elements
+// ZeRO-1 (and the optimizer of ZeRO-2): AdamW with its moments sharded over the data-parallel group. Rank r owns elements
 // [r * ceil(n / dp), ...) of every parameter's flattened (tp-local) tensor, keeps m and v for
 // those only, updates them from the dp-averaged gradient of those elements (the gradient
 // buckets reduce-scatter it there, data_parallel.h; the rest of the gradient is not reduced),
 // and one all-gather per step brings every rank's updated slices back. Each element sees exactly the AdamW arithmetic of the
 // unsharded optimizer, so the result matches it. Zero1Optimizer applies it to a whole model,
-// behind the Optimizer interface (optimizer.h).
+// behind the Optimizer interface (optimizer.h). The owned gradient slices are read from the
+// reduce-scattering GradBucketer when there is one (under ZeRO-2 the only place they live),
+// else from each parameter's whole gradient.
 #pragma once
 
 #include <memory>
@@ -14,6 +16,7 @@
 
 #include "core/ops/optim.h"
 #include "parallel/communicator.h"
+#include "parallel/data_parallel.h"
 #include "parallel/optimizer.h"
 
 namespace mod::parallel {
@@ -33,9 +36,11 @@ class ShardedAdamW : public Optimizer {
     bool detached = false;  // the causal predictor's: scaled by apply's detached_scale
   };
   // hyper: beta1, beta2, eps and the decayed parameters' weight decay (adamw_hyper, adamw.h).
-  // multi_tensor: this rank's slices updated in one adamw_update_multi pass.
+  // multi_tensor: this rank's slices updated in one adamw_update_multi pass. grads: the
+  // bucketer that reduce-scatters these parameters' gradients over dp (owned_grad), or null:
+  // the owned slice of each parameter's own gradient.
   ShardedAdamW(std::vector<Param> params, const AdamWArgs& hyper, Communicator& dp,
-               bool multi_tensor = false);
+               bool multi_tensor = false, const GradBucketer* grads = nullptr);
 
   void set_learning_rate(double lr) override;
   // Updates this rank's slice of every parameter with a gradient, then all-gathers them.
@@ -54,6 +59,7 @@ class ShardedAdamW : public Optimizer {
 
  private:
   int64_t chunk(size_t i) const;  // ceil(numel / dp)
+  Tensor owned_grad(size_t i) const;  // [owned length], undefined without a gradient
 
   std::vector<Param> params_;
   std::vector<Tensor> m_, v_;  // [chunk] each
@@ -62,6 +68,7 @@ class ShardedAdamW : public Optimizer {
   int64_t total_chunk_ = 0;  // sum of chunks: the all-gather's per-rank length
   AdamWStepConstants consts_;
   bool multi_tensor_ = false;
+  const GradBucketer* grads_ = nullptr;
   MultiTensorTable table_, detached_table_;
 };
 
@@ -69,13 +76,15 @@ class ShardedAdamW : public Optimizer {
 // over edp (the ranks holding the same experts). Parameter i is the model's i-th, as in AdamW.
 class Zero1Optimizer : public Optimizer {
  public:
-  // expert[i]: parameter i is an expert weight.
+  // expert[i]: parameter i is an expert weight. dense_grads, expert_grads: the reduce-scattering
+  // bucketers over dp and edp, or null (see ShardedAdamW).
   // fusion (optimizer.h): weight copies are kept as AdamW keeps them, but the update writes
   // only this rank's slice of a master, so a copy is stale after the all-gather and the next
   // forward rewrites it from its master (one convert per weight, as the cast it replaces).
   Zero1Optimizer(const std::vector<ShardedAdamW::Param>& params, const std::vector<bool>& expert,
                  const AdamWArgs& hyper, Communicator& dp, Communicator& edp,
-                 const OptimizerFusion& fusion = {});
+                 const OptimizerFusion& fusion = {}, const GradBucketer* dense_grads = nullptr,
+                 const GradBucketer* expert_grads = nullptr);
   ~Zero1Optimizer() override;
 
   void set_learning_rate(double lr) override;

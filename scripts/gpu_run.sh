@@ -113,6 +113,10 @@ tests() {
 
 # Ranks meet through the TCP rendezvous (scripts/launch_local_ranks.sh); with a NCCL_HOSTID
 # each, NCCL takes them for separate nodes and joins them over sockets on lo, sharing the GPU.
+# The layouts' logic (tp2, dp2, ZeRO-1, MoDE ep2, eager and graphed, a dp2 checkpoint resumed on
+# one GPU) runs in CI on the emulator's NCCL stand-in (ctest -L cuda_emulated), so this stage
+# keeps what only the real library shows: nccl_tests on NVIDIA's NCCL at 2 and 4 ranks, and one
+# graphed dp2 run (real collectives captured in a real graph) against the one-GPU run.
 multirank() {
   local n ranks=(scripts/launch_local_ranks.sh 2 --nccl-hostids --)
   for n in 2 4; do
@@ -123,32 +127,22 @@ multirank() {
     --set train.device=CUDA --set train.steps=20 --set train.log_every=1 --set train.eval_every=0
     --set train.cuda_graph=false)
   LIMIT=120 run multirank_tiny_1gpu "$modtrain" "${tiny[@]}" --run-dir "/tmp/runs/${tag}mr_1gpu"
-  LIMIT=150 run multirank_tiny_dp2 "${ranks[@]}" "$modtrain" "${tiny[@]}" \
-    --run-dir "/tmp/runs/${tag}mr_dp2" --set parallel.dp=2 --set parallel.tp=1 \
-    --set checkpoint.every_steps=10
-  # dp2's step-10 checkpoint resumed on one rank: steps 11-20 as the one-GPU run's.
-  LIMIT=120 run multirank_tiny_dp2_resume_1gpu "$modtrain" "${tiny[@]}" \
-    --run-dir "/tmp/runs/${tag}mr_dp2_resume" --resume "/tmp/runs/${tag}mr_dp2/checkpoints/step_00000010"
-  LIMIT=150 run multirank_tiny_tp2 "${ranks[@]}" "$modtrain" "${tiny[@]}" \
-    --run-dir "/tmp/runs/${tag}mr_tp2" --set parallel.dp=1 --set parallel.tp=2
-  # The collectives captured in the step's CUDA graph, replayed.
   LIMIT=150 run multirank_tiny_dp2_graph "${ranks[@]}" "$modtrain" "${tiny[@]}" \
     --run-dir "/tmp/runs/${tag}mr_dp2_graph" --set parallel.dp=2 --set parallel.tp=1 \
     --set train.cuda_graph=true
   python3 scripts/gpu_run_helpers.py same_losses "/tmp/runs/${tag}mr_1gpu" \
-    "/tmp/runs/${tag}mr_dp2" "/tmp/runs/${tag}mr_tp2" "/tmp/runs/${tag}mr_dp2_graph" 2>&1 |
-    tee -a "$summary"
-  python3 scripts/gpu_run_helpers.py same_losses_tail "/tmp/runs/${tag}mr_1gpu" \
-    "/tmp/runs/${tag}mr_dp2_resume" 2>&1 | tee -a "$summary"
+    "/tmp/runs/${tag}mr_dp2_graph" 2>&1 | tee -a "$summary"
 }
 
-# Recomputation against NONE with one fusion off at a time: tiny_dense and tiny_mod, bf16, eager,
-# 20 steps; a FULL or SELECTIVE run off NONE by more than 1e-5 names the fusion that breaks the
-# replay ("ok" lines are runs that track NONE).
+# Recomputation against NONE: tiny_dense and tiny_mod, bf16, eager, 20 steps; a FULL or SELECTIVE
+# run off NONE by more than 1e-5 fails the line ("ok" lines are runs that track NONE). Each
+# fusion's replay, eager and graphed, runs in CI on the emulator (cuda_emulated:gpu_training:
+# recompute and the fusion cases), so only the default set runs here; OFF="add_norm classifier
+# ..." adds the runs with one fusion off at a time.
 recompute() {
   local recipe off mode dirs
   for recipe in tiny_dense tiny_mod; do
-    for off in none add_norm classifier optimizer_weight_copies gelu_mlp; do
+    for off in none ${OFF:-}; do
       dirs=()
       for mode in NONE FULL SELECTIVE; do
         local name="recompute_${recipe}_${mode}_no_$off" sets=()

@@ -37,6 +37,10 @@ ClipFactor clip_factor_for(const std::vector<Tensor>& params, const Tensor& sq, 
       dtype = p.grad().dtype();
       break;
     }
+  return clip_factor_for(dtype, sq, max_norm);
+}
+
+ClipFactor clip_factor_for(DType dtype, const Tensor& sq, double max_norm) {
   ClipFactor c{Tensor::empty({}, DType::F64, sq.device()), Tensor::empty({}, dtype, sq.device())};
   backend_of(sq).clip_factor(sq, max_norm, c.norm, c.factor);
   return c;

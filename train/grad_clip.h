@@ -30,5 +30,8 @@ struct ClipFactor {
   Tensor norm, factor;
 };
 ClipFactor clip_factor_for(const std::vector<Tensor>& params, const Tensor& sq, double max_norm);
+// The same for gradients of grad_dtype (ZeRO-2's owned slices, which the parameters no longer
+// hold as gradients).
+ClipFactor clip_factor_for(DType grad_dtype, const Tensor& sq, double max_norm);
 
 }  // namespace mod::train

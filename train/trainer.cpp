@@ -171,6 +171,7 @@ void Trainer::print_run_header(const model::FlopCount& flops) const {
               static_cast<long long>(steps_per_epoch),
               static_cast<double>(cfg_.train().steps()) / static_cast<double>(std::max<int64_t>(1, steps_per_epoch)),
               static_cast<double>(data_.val.tokens()));
+  const int zero_stage = config::zero_stage(cfg_.parallel());
   if (pipeline_schedule_)
     std::printf("parallel: %d processes (%s) = pp %d pipeline stages, %s schedule, %d "
                 "micro-batches (train.grad_accum), every stage reads them\n",
@@ -179,7 +180,8 @@ void Trainer::print_run_header(const model::FlopCount& flops) const {
   else if (world > 1)
     std::printf("parallel: %d processes (%s) = dp %d x tp %d (ep %d)%s, %zu gradient buckets\n",
                 world, parallel::launch_info().source.c_str(), mesh_->dims().dp, mesh_->dims().tp,
-                mesh_->dims().ep, cfg_.parallel().zero1() ? ", ZeRO-1 optimizer sharding" : "",
+                mesh_->dims().ep,
+                zero_stage > 0 ? (", ZeRO stage " + std::to_string(zero_stage)).c_str() : "",
                 plan_.dense_buckets ? plan_.dense_buckets->num_buckets() : size_t{0});
 }
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "configs/config.h"
 #include "core/random.h"
 #include "core/util/safetensors.h"
 #include "train/checkpoint/checkpoint.h"
@@ -80,7 +81,8 @@ void Trainer::save_checkpoint(int64_t steps_done, double elapsed) {
   st.tokenizer_crc32c = tokenizer_seal();
   const auto words = Rng(cfg_.train().seed()).state();  // init stream; training draws no randomness
   st.rng_state.assign(words.begin(), words.end());
-  st.mesh = {mesh_->dims().dp, mesh_->dims().tp, cfg_.parallel().zero1(), mesh_->world().size()};
+  st.mesh = {mesh_->dims().dp, mesh_->dims().tp, config::zero_stage(cfg_.parallel()),
+             mesh_->world().size()};
   st.elapsed_seconds = elapsed;
   st.last_metrics_step = steps_done;
   st.optimizer_steps = plan_.optimizer->steps_taken();
@@ -163,7 +165,9 @@ void Trainer::resume(const std::string& spec) {
   elapsed_before_ = st.elapsed_seconds;
   if (!quiet_)
     std::printf("resumed from %s: step %lld, saved under dp %d x tp %d%s\n", dir->c_str(),
-                static_cast<long long>(st.step), st.mesh.dp, st.mesh.tp, st.mesh.zero1 ? " (ZeRO-1)" : "");
+                static_cast<long long>(st.step), st.mesh.dp, st.mesh.tp,
+                st.mesh.zero_stage > 0 ? (" (ZeRO stage " + std::to_string(st.mesh.zero_stage) + ")").c_str()
+                                       : "");
 }
 
 void Trainer::init_from(const std::string& path) {

@@ -63,16 +63,24 @@ constexpr int64_t kGraphWarmupSteps = 1;
 
 // The norm over the language model: each of the plan's groups sums its squares over its
 // communicator (tp-sharded over tp, experts over ep, replicated ones counted once). Gradients
-// are already reduced over dp; under ZeRO-1 only on owned slices, whose squares sum over the
+// are already reduced over dp; under ZeRO only on owned slices, whose squares sum over the
 // shard group first. All on the device. The causal predictors' norm, apart, clips them alone.
 Trainer::StepClip Trainer::grad_clips() {
   const size_t n_model = plan_.norm_groups.size();
   norm_tables_.resize(n_model + plan_.predictor_norm_groups.size());
+  // The factor is made in the gradients' dtype (ZeRO-2's are slices the parameters do not hold).
+  DType grad_dtype = DType::F64;
+  bool dtype_seen = false;
   auto sq_over = [&](const std::vector<parallel::NormGroup>& groups, size_t first_table) {
     Tensor sq;
     auto table = norm_tables_.begin() + static_cast<std::ptrdiff_t>(first_table);
     for (const parallel::NormGroup& g : groups) {
-      Tensor group_sq = sq_sum_of_grads(g.grads(), device_, *table++);
+      const std::vector<Tensor> grads = g.grads();
+      if (!dtype_seen && !grads.empty()) {
+        grad_dtype = grads.front().dtype();
+        dtype_seen = true;
+      }
+      Tensor group_sq = sq_sum_of_grads(grads, device_, *table++);
       if (g.shard_over && g.shard_over->size() > 1) g.shard_over->all_reduce(group_sq);
       if (g.sum_over && g.sum_over->size() > 1) g.sum_over->all_reduce(group_sq);
       if (sq.defined())
@@ -82,12 +90,14 @@ Trainer::StepClip Trainer::grad_clips() {
     }
     return sq;
   };
-  const std::vector<Tensor> params = model_->parameters();
   StepClip c;
-  c.model = clip_factor_for(params, sq_over(plan_.norm_groups, 0), cfg_.optimizer().grad_clip());
-  if (!plan_.predictor_norm_groups.empty())
-    c.predictor = clip_factor_for(params, sq_over(plan_.predictor_norm_groups, n_model),
+  const Tensor model_sq = sq_over(plan_.norm_groups, 0);
+  c.model = clip_factor_for(grad_dtype, model_sq, cfg_.optimizer().grad_clip());
+  if (!plan_.predictor_norm_groups.empty()) {
+    const Tensor predictor_sq = sq_over(plan_.predictor_norm_groups, n_model);
+    c.predictor = clip_factor_for(grad_dtype, predictor_sq,
                                   cfg_.model().mod().causal().predictor_grad_clip());
+  }
   return c;
 }
 
@@ -132,6 +142,10 @@ Trainer::StepOutputs Trainer::enqueue_step(int64_t step) {
   for (int micro = 0; micro < accum; ++micro) {
     model::ForwardResult r = forward_batch(step_inputs_[micro].first, step_inputs_[micro].second);
     if (hooks_.check_tp_routing) parallel::check_same_routing(r, mesh_->tp());
+    if (hooks_.routing_log) {
+      hooks_.routing_log->emplace_back();
+      for (const Tensor& idx : r.routed_idx) hooks_.routing_log->back().push_back(idx.to(Device::CPU));
+    }
     maybe_exit_for_test(hooks_, mesh_->world().rank(), step);
     const bool last = micro == accum - 1;
     // Buckets all-reduce during the last micro-batch's backward; earlier ones accumulate.

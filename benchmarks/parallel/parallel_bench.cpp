@@ -268,7 +268,8 @@ int main(int argc, char** argv) {
   cli::add_set_option(desc, "override for every config: path.to.field=value (repeatable)");
   desc.add_options()(
       "layouts", po::value<std::string>()->default_value(""),
-      "comma-separated, e.g. dp2,tp2,dp2+zero1,dp2xtp2,dp2+ep2 (default: the world size's)")(
+      "comma-separated, e.g. dp2,tp2,dp2+zero1,dp2+zero2,dp2xtp2,dp2+ep2 (default: the world "
+      "size's)")(
       "steps", po::value<int>()->default_value(6), "timed steps per layout")(
       "warmup", po::value<int>()->default_value(2), "warm-up steps per layout, not timed")(
       "data", po::value<std::string>()->default_value(""),

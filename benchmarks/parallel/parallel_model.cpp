@@ -306,7 +306,7 @@ void print_napkins(const modtrain::RunConfig& cfg, const std::vector<Layout>& la
         "overlap",
         1e3 * t.compute, 1e3 * t.last_backward, t.buckets, t.buckets == 1 ? "" : "s",
         cfg.parallel().bucket_mb(), 1e3 * t.grad_comm, 1e3 * t.exposed_grad);
-    if (l.zero1) std::printf("; ZeRO-1 all-gather %.2f ms", 1e3 * t.gather);
+    if (l.sharded()) std::printf("; ZeRO all-gather %.2f ms", 1e3 * t.gather);
     if (l.tp > 1) std::printf("; tp %.2f ms in %d calls", 1e3 * t.tp, t.tp_calls);
     if (l.ep > 1) std::printf("; ep %.2f ms in %d calls", 1e3 * t.ep, t.ep_calls);
     std::printf("\n");

@@ -19,7 +19,8 @@ std::string Layout::label() const {
     std::snprintf(s, sizeof s, "tp%d", tp);
   else
     std::snprintf(s, sizeof s, "dp%dxtp%d", dp, tp);
-  return std::string(s) + (ep > 1 ? "+ep" + std::to_string(ep) : "") + (zero1 ? "+zero1" : "");
+  return std::string(s) + (ep > 1 ? "+ep" + std::to_string(ep) : "") +
+         (zero_stage > 0 ? "+zero" + std::to_string(zero_stage) : "");
 }
 
 namespace {
@@ -36,7 +37,7 @@ bool factor(const std::string& part, const char* name, int& value) {
 
 Layout parse_layout(const std::string& text) {
   const std::string usage =
-      "layout '" + text + "': expected dpN, tpN or dpNxtpM, then +epK, +zero1";
+      "layout '" + text + "': expected dpN, tpN or dpNxtpM, then +epK, +zero1 or +zero2";
   Layout l;
   std::stringstream items(text);
   std::string item;
@@ -50,8 +51,8 @@ Layout parse_layout(const std::string& text) {
   }
   if (!any || text.back() == '+') throw std::invalid_argument(usage);
   while (std::getline(items, item, '+')) {
-    if (item == "zero1")
-      l.zero1 = true;
+    if (item == "zero1" || item == "zero2")
+      l.zero_stage = item.back() - '0';
     else if (!factor(item, "ep", l.ep))
       throw std::invalid_argument(usage + " (not '+" + item + "')");
   }
@@ -116,7 +117,7 @@ Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l, double valid_shar
   // dp: dense gradients (and ZeRO-1's all-gather of updated dense parameters).
   const double dp = l.dp, tp = l.tp, ep = l.ep, edp = n.edp;
   n.dp_bytes = 2 * (dp - 1) / dp * 4 * n.local;  // ZeRO-1: reduce-scatter + all-gather, as much
-  n.dp_formula = l.zero1 ? fmt("(1 + 1)(dp - 1) / dp x 4 B x P_local = 2 x %.0f / %.0f x 4 x %.0f "
+  n.dp_formula = l.sharded() ? fmt("(1 + 1)(dp - 1) / dp x 4 B x P_local = 2 x %.0f / %.0f x 4 x %.0f "
                                "= %.3f MB (reduce-scatter + all-gather)",
                                dp - 1, dp, n.local, n.dp_bytes / 1e6)
                          : fmt("2 (dp - 1) / dp x 4 B x P_local = 2 x %.0f / %.0f x 4 x %.0f = "
@@ -126,12 +127,12 @@ Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l, double valid_shar
   // edp: expert gradients over the ranks holding the same experts (summed there, divided by dp).
   n.edp_bytes = 2 * (edp - 1) / edp * 4 * n.expert_local;
   n.edp_formula =
-      std::string(l.zero1 ? "(1 + 1)" : "2") +
+      std::string(l.sharded() ? "(1 + 1)" : "2") +
       fmt(" (edp - 1) / edp x 4 B x P_expert / ep = %.0f x %.0f / %.0f x 4 x %.0f / %.0f = %.3f MB",
           2.0, edp - 1, edp, static_cast<double>(n.expert), ep,
           n.edp_bytes / 1e6) +
       fmt(", edp = dp / ep x tp = %.0f / %.0f x %.0f = %.0f", dp, ep, tp, edp) +
-      (l.zero1 ? " (reduce-scatter + all-gather)" : "");
+      (l.sharded() ? " (reduce-scatter + all-gather)" : "");
 
   // tp: per block, attention 2 all-reduces of [B/dp, T_b, D]; a dense MLP 2 more; an MoE MLP
   // 2 all-gathers of its [E, B/dp x K_b, D] slots (combine forward, dispatch backward).

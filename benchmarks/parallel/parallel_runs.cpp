@@ -69,7 +69,7 @@ modtrain::RunConfig layout_config(modtrain::RunConfig cfg, const Layout& l, int 
   p->set_dp(l.dp);
   p->set_tp(l.tp);
   p->set_ep(l.ep);
-  p->set_zero1(l.zero1);
+  p->set_zero_stage(l.zero_stage);
   cfg.mutable_train()->set_steps(steps);
   cfg.mutable_train()->set_eval_every(0);
   cfg.mutable_checkpoint()->set_every_steps(0);

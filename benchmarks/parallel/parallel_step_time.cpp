@@ -115,7 +115,7 @@ std::vector<GradBucket> grad_buckets(const modtrain::RunConfig& cfg, const Layou
     auto& list = is_expert ? expert : dense;
     double& filled = is_expert ? expert_filled : dense_filled;
     if (list.empty() || filled >= cap) {
-      list.push_back({0, is_expert ? edp : l.dp, 0, 0, is_expert, l.zero1});
+      list.push_back({0, is_expert ? edp : l.dp, 0, 0, is_expert, l.sharded()});
       filled = 0;
     }
     list.back().bytes += bytes;
@@ -154,7 +154,7 @@ StepTime predict_step(const modtrain::RunConfig& cfg, const Layout& l, const Nap
   // ZeRO-1: after the buckets' reduce-scatter, one all-gather of the updated parameters per
   // sharded optimizer (dense over dp, experts over edp), as many bytes (the napkin counts both:
   // 2 (n-1)/n).
-  if (l.zero1) {
+  if (l.sharded()) {
     s.gather = (nk.dp_bytes + nk.edp_bytes) / 2 / f.dp_busbw;
     s.gather += ((l.dp > 1 ? 1 : 0) + (nk.expert > 0 && nk.edp > 1 ? 1 : 0)) * f.dp_latency;
   }

@@ -448,7 +448,15 @@ bool run_collective(const Op& o) {
 // Runs a group's operations (or one operation) as device work: sends of the group first, so no
 // rank waits on a receive its peer's own pending receive blocks, then receives and collectives
 // in call order.
-void run_ops(const std::vector<std::shared_ptr<Op>>& ops) {
+void run_ops(const std::vector<std::shared_ptr<Op>>& all) {
+  // A communicator aborted or destroyed while its operations waited on their stream: they do
+  // nothing (ncclCommAbort stops what is queued as well as what is running).
+  std::vector<std::shared_ptr<Op>> ops;
+  {
+    std::lock_guard lock(g_mutex);
+    for (const auto& o : all)
+      if (g_live.count(o->comm) != 0) ops.push_back(o);
+  }
   std::vector<ncclComm_t> comms;
   for (const auto& o : ops)
     if (std::find(comms.begin(), comms.end(), o->comm) == comms.end()) comms.push_back(o->comm);
@@ -480,7 +488,7 @@ ncclResult_t issue(std::vector<std::shared_ptr<Op>> ops) {
   if (ops.empty()) return ncclSuccess;
   const cudaStream_t stream = ops.front()->stream;
   const char* what = ops.size() == 1 ? ops.front()->name : "ncclGroupEnd";
-  const cudaError_t rc = emu::rt::enqueue(stream, what, [ops] { run_ops(ops); });
+  const cudaError_t rc = emu::rt::enqueue_collective(stream, what, [ops] { run_ops(ops); });
   if (rc != cudaSuccess)
     return fail(ops.front()->comm, ncclUnhandledCudaError,
                 std::string(what) + ": " + cudaGetErrorName(rc) + " on its stream");
@@ -675,13 +683,14 @@ ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
   return ncclSuccess;
 }
 
-// Work runs when it is issued; what is left to flush is the sends still queued for peers.
+// Runs the operations still queued on streams, then flushes the sends still queued for peers.
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   {
     std::lock_guard lock(g_mutex);
     if (g_live.count(comm) == 0)
       return fail(nullptr, ncclInvalidArgument, "ncclCommFinalize: comm is not a live communicator");
   }
+  emu::rt::synchronize();
   if (comm->links && !comm->links->drain(kInitSeconds))
     return fail(comm, ncclSystemError, "ncclCommFinalize: messages to peers still unsent");
   return ncclSuccess;
@@ -689,6 +698,7 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
+  emu::rt::synchronize();  // queued operations on it complete first, as ncclCommFinalize's do
   {
     std::lock_guard lock(g_mutex);
     if (g_live.erase(comm) == 0)

@@ -1,8 +1,8 @@
 // The NCCL stand-in's transport: one loopback TCP connection between every pair of ranks, and
 // per communicator a sender thread, so that a send never waits for its receiver. On a GPU an
-// NCCL call only enqueues work and returns; here work runs when it is issued
-// (emulator/include/emu/runtime.h), so a send that waited for its receiver would deadlock a ring
-// of ranks that each send before they receive, which NCCL allows. Receives wait, as a kernel
+// NCCL call only enqueues work and returns; here work runs when the host synchronises, one item at
+// a time (emulator/include/emu/runtime.h), so a send that waited for its receiver would deadlock
+// a ring of ranks that each send before they receive, which NCCL allows. Receives wait, as a kernel
 // would.
 //
 // Every message carries a frame (the operation, a sequence number, its size), so a rank that

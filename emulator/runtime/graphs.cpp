@@ -40,7 +40,7 @@ void run_nodes(const GraphImpl& g) {
     if (node->body) {
       if (handles()[node->handle].value != 0) run_nodes(*node->body);
     } else {
-      node->work();
+      run_work(node->what.c_str(), node->work);
     }
   }
 }

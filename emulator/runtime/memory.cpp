@@ -210,6 +210,34 @@ cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   return cudaSuccess;
 }
 
+// Queues a copy with the API's synchronization rules for late streams (CUDA Runtime API, "API
+// synchronization behavior", the Async column): pageable host memory is staged at once, so the
+// host may reuse it on return; a copy into pageable memory returns only once it has completed;
+// pinned memory is read and written when the copy runs. `copy(source)` copies from source
+// (src or its staged bytes).
+// The copy's name with its direction, as the CUPTI stand-in reports it.
+const char* copy_name(bool two_d, Side to, Side from) {
+  const bool d_to = to == Side::kDevice, d_from = from == Side::kDevice;
+  if (two_d)
+    return d_from ? (d_to ? "cudaMemcpy2DAsync DtoD" : "cudaMemcpy2DAsync DtoH")
+                  : (d_to ? "cudaMemcpy2DAsync HtoD" : "cudaMemcpy2DAsync HtoH");
+  return d_from ? (d_to ? "cudaMemcpyAsync DtoD" : "cudaMemcpyAsync DtoH")
+                : (d_to ? "cudaMemcpyAsync HtoD" : "cudaMemcpyAsync HtoH");
+}
+
+cudaError_t enqueue_copy(cudaStream_t stream, bool two_d, Side to, const void* src, Side from,
+                         size_t src_bytes, std::function<void(const void*)> copy) {
+  const char* what = copy_name(two_d, to, from);
+  if (from == Side::kPageable && !capturing(stream) && late_streams()) {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + src_bytes);
+    return enqueue(stream, what, [staged, copy] { copy(staged->data()); });
+  }
+  const cudaError_t rc = enqueue(stream, what, [src, copy] { copy(src); });
+  if (rc == cudaSuccess && to == Side::kPageable && !capturing(stream)) run_pending();
+  return rc;
+}
+
 }  // namespace
 
 void enter_device() {
@@ -264,6 +292,7 @@ cudaError_t cudaFree(void* ptr) {
   Memory& m = memory();
   const auto it = m.device.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == m.device.end()) return record_error(cudaErrorInvalidDevicePointer);
+  run_pending();  // cudaFree synchronises the device: queued work may still use the memory
   m.in_use -= round_up(it->second.bytes == 0 ? 1 : it->second.bytes, 256);
   std::erase(m.opened, &it->second);
   munmap(it->second.mapping, it->second.mapping_bytes);
@@ -289,6 +318,7 @@ cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int /*flags*/) {
 cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
   std::lock_guard lock(mutex());
+  run_pending();  // as cudaFree: a queued copy may still use the memory
   if (memory().pinned.erase(reinterpret_cast<uintptr_t>(ptr)) == 0)
     return record_error(cudaErrorInvalidValue);
   std::free(ptr);
@@ -310,7 +340,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (const cudaError_t e = check_copy(dst, src, bytes, kind, stream, "cudaMemcpyAsync");
       e != cudaSuccess)
     return e;
-  return enqueue(stream, "cudaMemcpyAsync", [=] { std::memmove(dst, src, bytes); });
+  return enqueue_copy(stream, false, side(dst, bytes), src, side(src, bytes),
+                      bytes, [=](const void* from) { std::memmove(dst, from, bytes); });
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
@@ -336,11 +367,12 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
   if ((to == Side::kPageable || from == Side::kPageable) &&
       (to == Side::kDevice || from == Side::kDevice) && capturing(stream))
     return capture_violation(stream, "cudaMemcpy2DAsync with pageable host memory");
-  return enqueue(stream, "cudaMemcpy2DAsync", [=] {
-    for (size_t r = 0; r < height; ++r)
-      std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch,
-                   width);
-  });
+  return enqueue_copy(stream, true, to, src, from, src_bytes,
+                      [=](const void* source) {
+                        for (size_t r = 0; r < height; ++r)
+                          std::memmove(static_cast<char*>(dst) + r * dpitch,
+                                       static_cast<const char*>(source) + r * spitch, width);
+                      });
 }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {

@@ -3,6 +3,7 @@
 //   MOD_EMU_SCHEDULE=random   fibers and blocks in a seeded random order (MOD_EMU_SEED=N)
 //   MOD_EMU_POISON=0          leave dynamic shared memory unpoisoned (poisoned by default)
 //   MOD_EMU_YIELD_AT_ATOMICS=1  every atomic a suspension point (with the random schedule)
+//   MOD_EMU_STREAMS=at_issue  stream work runs when issued, not late (streams.cpp)
 // A value other than these is an error naming the variable, and the process exits.
 #include "emu/options.h"
 
@@ -45,6 +46,14 @@ const bool configured = [] {
   return true;
 }();
 
+const bool late = [] {
+  const char* s = std::getenv("MOD_EMU_STREAMS");
+  if (s == nullptr || *s == '\0' || std::strcmp(s, "late") == 0) return true;
+  if (std::strcmp(s, "at_issue") == 0) return false;
+  std::fprintf(stderr, "emulator: MOD_EMU_STREAMS=%s: expected late or at_issue\n", s);
+  std::exit(2);
+}();
+
 }  // namespace
 
 namespace emu::rt {
@@ -52,4 +61,9 @@ namespace emu::rt {
 bool options_from_environment() {
   return configured;
 }
+namespace detail {
+bool late_streams() {
+  return late;
+}
+}  // namespace detail
 }  // namespace emu::rt

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,18 @@ namespace emu::rt::detail {
 
 struct Capture;
 struct GraphImpl;
+
+// Work issued to a stream and not yet run (streams run late: streams.cpp). A wait runs once
+// another stream has finished `after_count` items; a collective once every collective issued
+// before it has run.
+struct Pending {
+  uint64_t seq = 0;  // issue order across all streams
+  const char* what = "";
+  std::function<void()> work;                  // empty for a wait
+  std::shared_ptr<const uint64_t> after;       // a wait: the other stream's finished count
+  uint64_t after_count = 0;
+  bool collective = false;
+};
 
 }  // namespace emu::rt::detail
 
@@ -45,15 +58,22 @@ struct CUstream_st {
   std::shared_ptr<emu::rt::detail::Capture> capture;  // set while captured
   uint64_t last_node_seq = 0;  // the capture sequence number of its latest node
   uint64_t joined_seq = 0;     // the latest of its events another captured stream waited on
+  std::deque<emu::rt::detail::Pending> pending;  // issued, not yet run (late streams)
+  uint64_t issued = 0;                           // items ever queued
+  std::shared_ptr<uint64_t> finished = std::make_shared<uint64_t>(0);  // items run
 };
 
 struct CUevent_st {
   unsigned flags = 0;
   bool recorded = false;
-  double recorded_ms = 0;  // host time at record: work runs at issue, so that is its time
+  double recorded_ms = 0;  // host time when the record ran (in its stream's order)
   std::shared_ptr<emu::rt::detail::Capture> captured_in;  // recorded during a capture
   CUstream_st* recorded_on = nullptr;
   uint64_t recorded_seq = 0;
+  // Outside a capture, on a late stream: reached once that stream has finished `reached_at`
+  // items (its record is the last of them).
+  std::shared_ptr<const uint64_t> reached_by;
+  uint64_t reached_at = 0;
 };
 
 namespace emu::rt::detail {
@@ -107,6 +127,18 @@ cudaError_t legacy_use(const char* what);
 
 // Appends work to the capture `stream` is in.
 void record_node(CUstream_st* stream, std::unique_ptr<CUgraphNode_st> node);
+
+// Whether issued work waits for the next synchronisation (MOD_EMU_STREAMS=late, the default)
+// rather than running at issue (MOD_EMU_STREAMS=at_issue): options.cpp.
+bool late_streams();
+// Runs every stream's pending work, latest issued first wherever events and stream order allow
+// (streams.cpp): what a host synchronisation waits for.
+void run_pending();
+
+// Runs one item of device work (a kernel, copy, memset, library call or collective) under a
+// DeviceSection, and tells the activity observer (the CUPTI stand-in) its name and its start and
+// end in host nanoseconds. `what` is the name the item was issued with.
+void run_work(const char* what, const std::function<void()>& work);
 
 // Runs a graph's nodes in order (conditional bodies where their handle is nonzero).
 void run_graph(const GraphImpl& graph);

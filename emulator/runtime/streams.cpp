@@ -1,9 +1,18 @@
-// Streams and events. Work runs when it is issued (emulator/include/emu/runtime.h says why that is
-// a schedule CUDA allows), so a stream is always idle when the host looks: synchronising returns at
-// once, after checking that it is allowed. Events record the host time at which they were reached.
+// Streams and events. By default work runs late (MOD_EMU_STREAMS=late): a stream queues what is
+// issued to it, and a host synchronisation (cudaStreamSynchronize, cudaDeviceSynchronize, an event
+// synchronised or queried, cudaFree, a copy to pageable memory, any use of the legacy stream) runs
+// every stream's queue. Among the streams whose next item may run, the item issued LAST runs
+// first. CUDA promises only the order within a stream and what events impose ("Streams" and
+// "Explicit Synchronization" in the CUDA C++ Programming Guide): work on two streams with no event
+// between them may run in either order, so a program that forgot an event reads stale data here
+// as it could on a GPU, instead of being saved by issue order. Collectives (the NCCL stand-in)
+// keep their issue order among themselves, so ranks never wait on each other in different orders.
+// MOD_EMU_STREAMS=at_issue runs work when it is issued instead (the order a debugger follows).
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <string>
+#include <vector>
 
 #include "emu/runtime.h"
 #include "state.h"
@@ -32,6 +41,101 @@ double now_ms() {
   return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
 }
 
+namespace {
+
+emu_activity_observer g_observer = nullptr;
+
+}  // namespace
+
+void run_work(const char* what, const std::function<void()>& work) {
+  DeviceSection section;
+  if (g_observer == nullptr) {
+    work();
+    return;
+  }
+  using clock = std::chrono::steady_clock;
+  const auto ns = [] {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     clock::now().time_since_epoch())
+                                     .count());
+  };
+  const uint64_t start = ns();
+  work();
+  g_observer(what, start, ns());
+}
+
+namespace {
+
+uint64_t g_issued = 0;                 // items ever queued, over all streams
+std::vector<CUstream_st*> g_busy;      // streams with a queue (some may have emptied)
+std::deque<uint64_t> g_collectives;    // the queued collectives' seqs, in issue order
+bool g_running = false;                // run_pending is running (a queued item cannot re-enter)
+// This thread has issued work. A query from a thread that has issued none (the NCCL watchdog's
+// poll) does not run the queues: on a GPU the device progresses without it, here the issuing
+// threads' synchronisations move it; so it sees cudaErrorNotReady until they do. A query from
+// an issuing thread runs them, so its polling loops end.
+thread_local bool t_issued_work = false;
+
+void queue(CUstream_st* s, Pending p) {
+  t_issued_work = true;
+  p.seq = ++g_issued;
+  if (p.collective) g_collectives.push_back(p.seq);
+  if (s->pending.empty() && std::find(g_busy.begin(), g_busy.end(), s) == g_busy.end())
+    g_busy.push_back(s);
+  s->pending.push_back(std::move(p));
+  ++s->issued;
+}
+
+Pending work_item(const char* what, std::function<void()> work, bool collective = false) {
+  Pending p;
+  p.what = what;
+  p.work = std::move(work);
+  p.collective = collective;
+  return p;
+}
+
+Pending wait_item(std::shared_ptr<const uint64_t> after, uint64_t count) {
+  Pending p;
+  p.what = "cudaStreamWaitEvent";
+  p.after = std::move(after);
+  p.after_count = count;
+  return p;
+}
+
+bool may_run(const Pending& p) {
+  if (p.after && *p.after < p.after_count) return false;
+  return !p.collective || g_collectives.front() == p.seq;
+}
+
+}  // namespace
+
+void run_pending() {
+  if (g_running) return;
+  g_running = true;
+  for (;;) {
+    CUstream_st* next = nullptr;
+    for (CUstream_st* s : g_busy)
+      if (!s->pending.empty() && may_run(s->pending.front()) &&
+          (next == nullptr || s->pending.front().seq > next->pending.front().seq))
+        next = s;
+    if (next == nullptr) break;
+    Pending p = std::move(next->pending.front());
+    next->pending.pop_front();
+    if (p.collective) g_collectives.pop_front();
+    // After a fault nothing more runs, as on a GPU whose context has failed.
+    if (p.work && sticky_error() == cudaSuccess) run_work(p.what, p.work);
+    ++*next->finished;
+  }
+  for (CUstream_st* s : g_busy)
+    if (!s->pending.empty()) {  // cannot happen: a wait is issued after the record it waits for
+      std::fprintf(stderr, "emulator: %s can never run (streams wait on each other)\n",
+                   s->pending.front().what);
+      std::abort();
+    }
+  g_busy.clear();
+  g_running = false;
+}
+
 }  // namespace emu::rt::detail
 
 using namespace emu::rt;
@@ -44,7 +148,10 @@ bool capturing(cudaStream_t stream) {
   return resolve(stream)->capture != nullptr;
 }
 
-cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()> work) {
+namespace {
+
+cudaError_t issue(cudaStream_t stream, const char* what, std::function<void()> work,
+                  bool collective) {
   std::lock_guard lock(mutex());
   if (sticky_error() != cudaSuccess) return sticky_error();
   CUstream_st* s = resolve(stream);
@@ -56,20 +163,43 @@ cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()>
     record_node(s, std::move(node));
     return cudaSuccess;
   }
-  // The legacy stream waits for all work of every blocking stream (CUDA Runtime API, "Stream
-  // synchronization behavior"); a blocking stream being captured has none it can wait for.
+  if (late_streams() && !is_legacy(stream)) {
+    queue(s, work_item(what, std::move(work), collective));
+    return cudaSuccess;
+  }
+  // The legacy stream waits for all work of every blocking stream, and they for it (CUDA Runtime
+  // API, "Stream synchronization behavior"); a blocking stream being captured has none it can
+  // wait for.
   if (is_legacy(stream))
     if (const cudaError_t e = legacy_use(what); e != cudaSuccess) return e;
-  {
-    DeviceSection section;
-    work();
-  }
+  run_pending();
+  run_work(what, work);
   return sticky_error();
+}
+
+}  // namespace
+
+cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()> work) {
+  return issue(stream, what, std::move(work), false);
+}
+
+cudaError_t enqueue_collective(cudaStream_t stream, const char* what, std::function<void()> work) {
+  return issue(stream, what, std::move(work), true);
+}
+
+void synchronize() {
+  std::lock_guard lock(mutex());
+  run_pending();
 }
 
 }  // namespace emu::rt
 
 extern "C" {
+
+void emu_observe_activity(emu_activity_observer observer) {
+  std::lock_guard lock(mutex());
+  g_observer = observer;
+}
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
   if (stream == nullptr) return record_error(cudaErrorInvalidValue);
@@ -79,8 +209,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) 
   return cudaSuccess;
 }
 
-// Priorities order the scheduling of ready blocks on a GPU; work here runs at issue, so a
-// stream keeps its priority only to report it. The range is the one Hopper reports, [0, -5]
+// Priorities order the scheduling of ready blocks on a GPU; the emulator runs one item at a
+// time, so a stream keeps its priority only to report it. The range is the one Hopper reports, [0, -5]
 // (CUDA Runtime API, cudaDeviceGetStreamPriorityRange: lower numbers are higher priorities).
 cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
   if (least != nullptr) *least = 0;
@@ -110,6 +240,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (is_legacy(stream) || stream == cudaStreamPerThread)
     return record_error(cudaErrorInvalidResourceHandle);
   if (stream->capture) return capture_violation(stream, "cudaStreamDestroy");
+  run_pending();  // a destroyed stream's work still completes (cudaStreamDestroy)
   delete stream;
   return cudaSuccess;
 }
@@ -119,18 +250,22 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (resolve(stream)->capture) return capture_violation(stream, "cudaStreamSynchronize");
   if (is_legacy(stream))
     if (const cudaError_t e = legacy_use("cudaStreamSynchronize"); e != cudaSuccess) return e;
+  run_pending();
   return sticky_error();
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   std::lock_guard lock(mutex());
   if (resolve(stream)->capture) return capture_violation(stream, "cudaStreamQuery");
+  if (!resolve(stream)->pending.empty() && !t_issued_work) return record_error(cudaErrorNotReady);
+  run_pending();
   return sticky_error();
 }
 
 cudaError_t cudaDeviceSynchronize() {
   std::lock_guard lock(mutex());
   if (unsafe_call_prohibited()) return unsafe_call("cudaDeviceSynchronize");
+  run_pending();
   return sticky_error();
 }
 
@@ -148,6 +283,8 @@ cudaError_t cudaEventCreate(cudaEvent_t* event) {
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   if (event == nullptr) return record_error(cudaErrorInvalidResourceHandle);
+  std::lock_guard lock(mutex());
+  run_pending();  // a queued record writes into the event (CUDA releases it once completed)
   delete event;
   return cudaSuccess;
 }
@@ -166,6 +303,17 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     return cudaSuccess;
   }
   event->captured_in = nullptr;
+  if (late_streams() && !is_legacy(stream)) {
+    queue(s, work_item("cudaEventRecord", [event] {
+            event->recorded = true;
+            event->recorded_ms = now_ms();
+          }));
+    event->reached_by = s->finished;
+    event->reached_at = s->issued;
+    return cudaSuccess;
+  }
+  run_pending();
+  event->reached_by = nullptr;
   event->recorded = true;
   event->recorded_ms = now_ms();
   return cudaSuccess;
@@ -196,7 +344,14 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     if (from != s && event->recorded_seq > from->joined_seq) from->joined_seq = event->recorded_seq;
     return cudaSuccess;
   }
-  // An event recorded outside any capture: work already ran, nothing to wait for.
+  // An event recorded outside any capture. A late stream waits for it in its queue; a capture
+  // or the legacy stream cannot (the legacy stream runs at issue), so what it waits for runs now.
+  if (event->reached_by && *event->reached_by < event->reached_at) {
+    if (s->capture || is_legacy(stream))
+      run_pending();
+    else
+      queue(s, wait_item(event->reached_by, event->reached_at));
+  }
   return cudaSuccess;
 }
 
@@ -204,6 +359,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   std::lock_guard lock(mutex());
   if (event == nullptr) return record_error(cudaErrorInvalidResourceHandle);
   if (event->captured_in) return record_error(cudaErrorCapturedEvent);
+  run_pending();
   return sticky_error();
 }
 
@@ -211,6 +367,9 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   std::lock_guard lock(mutex());
   if (event == nullptr) return record_error(cudaErrorInvalidResourceHandle);
   if (event->captured_in) return record_error(cudaErrorCapturedEvent);
+  if (event->reached_by && *event->reached_by < event->reached_at && !t_issued_work)
+    return record_error(cudaErrorNotReady);
+  run_pending();
   return sticky_error();
 }
 
@@ -219,6 +378,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   if (ms == nullptr || start == nullptr || end == nullptr)
     return record_error(cudaErrorInvalidValue);
   if (start->captured_in || end->captured_in) return record_error(cudaErrorCapturedEvent);
+  run_pending();
   if (!start->recorded || !end->recorded) return record_error(cudaErrorInvalidResourceHandle);
   if ((start->flags | end->flags) & cudaEventDisableTiming)
     return record_error(cudaErrorInvalidResourceHandle);

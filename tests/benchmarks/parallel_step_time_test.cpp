@@ -97,7 +97,8 @@ TEST_CASE("grad_buckets hold the napkin's gradient bytes, packed as GradBucketer
   const double cap = 25.0 * 1024 * 1024;
   for (const char* name : {"gpt2_small_dense", "gpt2_small_mod", "tiny_moe"}) {
     const auto cfg = recipe(name);
-    for (const char* text : {"dp8", "dp4xtp2", "dp2xtp4", "dp8+ep2", "dp8+ep4+zero1"}) {
+    for (const char* text :
+         {"dp8", "dp4xtp2", "dp2xtp4", "dp8+ep2", "dp8+ep4+zero1", "dp8+zero2"}) {
       const Layout l = mod::bench::parse_layout(text);
       if (l.ep > 1 && !cfg.model().moe().enabled()) continue;
       INFO(name << " " << text);
@@ -105,11 +106,11 @@ TEST_CASE("grad_buckets hold the napkin's gradient bytes, packed as GradBucketer
       const auto buckets = mod::bench::grad_buckets(cfg, l);
       double sent = 0;
       for (const auto& b : buckets) {
-        CHECK(b.reduce_scatter == l.zero1);
+        CHECK(b.reduce_scatter == l.sharded());
         sent += b.sent();
       }
-      // ZeRO-1's reduce-scatter and all-gather send as much as each other.
-      CHECK(sent * (l.zero1 ? 2.0 : 1.0) == Approx(nk.dp_bytes + nk.edp_bytes).epsilon(1e-12));
+      // ZeRO-1 and ZeRO-2: the reduce-scatter and the all-gather send as much as each other.
+      CHECK(sent * (l.sharded() ? 2.0 : 1.0) == Approx(nk.dp_bytes + nk.edp_bytes).epsilon(1e-12));
       // Every bucket but the last of its group is at least bucket_mb; the last dense one holds
       // the embedding, final when backward ends.
       int dense = 0;
@@ -134,16 +135,16 @@ TEST_CASE("predict_step: compute from the FLOP count, comm from bytes / busbw + 
   const auto cfg = recipe("gpt2_small_dense");
   const double tokens = 64.0 * 8 * 1024;
   const double flops = mod::model::count_flops(cfg.model()).training_per_token * tokens;
-  for (const char* text : {"dp64", "dp8", "dp4xtp2+zero1"}) {
+  for (const char* text : {"dp64", "dp8", "dp4xtp2+zero1", "dp4xtp2+zero2"}) {
     INFO(text);
     const Layout l = mod::bench::parse_layout(text);
     const auto nk = mod::bench::napkin(cfg, l);
     const auto t = mod::bench::predict_step(cfg, l, nk, f);
     CHECK(t.compute == Approx(flops / (l.dp * l.tp) / (989e12 * 0.4)));
     CHECK(t.last_backward == Approx(t.compute * 2 / 3 / 8));
-    const double grad_bytes = nk.dp_bytes * (l.zero1 ? 1.0 / 2 : 1.0);
+    const double grad_bytes = nk.dp_bytes * (l.sharded() ? 1.0 / 2 : 1.0);
     CHECK(t.grad_comm == Approx(grad_bytes / 40e9 + t.buckets * 30e-6));
-    CHECK(t.gather == Approx(l.zero1 ? nk.dp_bytes / 2 / 40e9 + 30e-6 : 0.0));
+    CHECK(t.gather == Approx(l.sharded() ? nk.dp_bytes / 2 / 40e9 + 30e-6 : 0.0));
     CHECK(t.tp == Approx(l.tp > 1 ? nk.tp_bytes / 360e9 + (8 * (4 * 12 + 4) + 1) * 10e-6 : 0.0));
     CHECK(t.exposed_grad <= t.grad_comm);
     CHECK(t.step(true) <= t.step(false));

@@ -118,6 +118,25 @@ TEST_CASE("MoE config errors name the field and the expectation", "[config][erro
   CHECK_NOTHROW(config::load(r, {"model.moe.enabled=false", "model.moe.capacity_factor=0"}));
 }
 
+TEST_CASE("sequence parallelism's errors name the fields", "[config][errors]") {
+  const std::string r = kRecipes + "tiny_mod.textproto";
+  CHECK_NOTHROW(config::load(r, {"parallel.tp=2", "parallel.sequence_parallel=true"}));
+  CHECK_THROWS_WITH(config::load(r, {"parallel.sequence_parallel=true"}),
+                    Contains("parallel.sequence_parallel") && Contains("parallel.tp > 1"));
+  CHECK_THROWS_WITH(
+      config::load(r, {"parallel.tp=4", "parallel.sequence_parallel=true", "model.seq_len=250"}),
+      Contains("parallel.sequence_parallel") && Contains("model.seq_len 250") &&
+          Contains("divisible by parallel.tp 4"));
+  CHECK_THROWS_WITH(
+      config::load(kRecipes + "tiny_moe.textproto", {"parallel.tp=2", "parallel.sequence_parallel=true"}),
+      Contains("parallel.sequence_parallel") && Contains("model.moe"));
+  CHECK_THROWS_WITH(config::load(r, {"parallel.tp=2", "parallel.dp=2", "train.batch_size=4",
+                                     "parallel.zero_stage=1", "parallel.sequence_parallel=true"}),
+                    Contains("parallel.sequence_parallel") && Contains("parallel.zero_stage 1"));
+  CHECK_NOTHROW(config::load(r, {"parallel.tp=2", "parallel.zero_stage=1",
+                                 "parallel.sequence_parallel=true"}));  // dp 1: nothing sharded
+}
+
 TEST_CASE("train.fusions switches are on by default and --set turns one off", "[config]") {
   const std::string r = kRecipes + "tiny_dense.textproto";
   CHECK(config::load(r, {}).train().fusions().add_norm());
@@ -168,4 +187,28 @@ TEST_CASE("train.cuda_graph defaults to on for one process on CUDA", "[config]")
   CHECK_FALSE(config::cuda_graph_on(config::load(r, {"train.device=CUDA", "train.cuda_graph=false"})));
   CHECK(config::cuda_graph_on(
       config::load(r, {"train.device=CUDA", "parallel.dp=2", "train.cuda_graph=true"})));
+}
+
+// parallel.zero_stage replaces the boolean parallel.zero1, which old configs keep: true is stage
+// 1. Both named with different stages is an error naming both; a stage not built names the range.
+TEST_CASE("parallel.zero_stage, and the old parallel.zero1 as stage 1", "[config][errors]") {
+  const std::string r = kRecipes + "tiny_dense.textproto";
+  CHECK(config::zero_stage(config::load(r, {}).parallel()) == 0);
+  CHECK(config::zero_stage(config::load(r, {"parallel.zero1=true"}).parallel()) == 1);
+  CHECK(config::zero_stage(config::load(r, {"parallel.zero1=false"}).parallel()) == 0);
+  CHECK(config::zero_stage(config::load(r, {"parallel.zero_stage=1"}).parallel()) == 1);
+  CHECK(config::zero_stage(
+            config::load(r, {"parallel.zero1=true", "parallel.zero_stage=1"}).parallel()) == 1);
+  CHECK_THROWS_WITH(config::load(r, {"parallel.zero1=false", "parallel.zero_stage=1"}),
+                    Contains("parallel.zero_stage") && Contains("parallel.zero1 false"));
+  CHECK_THROWS_WITH(config::load(r, {"parallel.zero1=true", "parallel.zero_stage=0"}),
+                    Contains("parallel.zero_stage") && Contains("parallel.zero1 true"));
+  CHECK_THROWS_WITH(config::load(r, {"parallel.zero_stage=-1"}),
+                    Contains("parallel.zero_stage") && Contains("-1 is not a stage"));
+  CHECK(config::zero_stage(config::load(r, {"parallel.zero_stage=2"}).parallel()) == 2);
+  CHECK_THROWS_WITH(config::load(r, {"parallel.zero1=true", "parallel.zero_stage=2"}),
+                    Contains("parallel.zero_stage") && Contains("parallel.zero1 true"));
+  CHECK_THROWS_WITH(config::load(r, {"parallel.zero_stage=3"}),
+                    Contains("parallel.zero_stage") && Contains("3 is not a stage") &&
+                        Contains("2 (and the reduced gradients)"));
 }

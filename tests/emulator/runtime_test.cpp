@@ -263,3 +263,69 @@ TEST_CASE("runtime: a bad configuration is the last error, a fault the sticky on
   ::emu::rt::reset_for_tests();
   cudaFree(x);
 }
+
+TEST_CASE("runtime: streams run late, the latest issued first, unless an event orders them",
+          "[emulator]") {
+  Stream a, b;
+  float* x = device_zeros(64);
+  float* y = device_zeros(64);
+  float* pinned = nullptr;
+  REQUIRE(cudaMallocHost(reinterpret_cast<void**>(&pinned), 64 * sizeof(float)) == cudaSuccess);
+  pinned[0] = -1.0f;
+
+  // Nothing runs before the host synchronises: a copy into pinned memory has not landed.
+  launch_add_one(x, 64, a.s);
+  REQUIRE(cudaMemcpyAsync(pinned, x, 64 * sizeof(float), cudaMemcpyDeviceToHost, a.s) ==
+          cudaSuccess);
+  CHECK(pinned[0] == -1.0f);
+  REQUIRE(cudaStreamSynchronize(a.s) == cudaSuccess);
+  CHECK(pinned[0] == 1.0f);
+
+  // b reads x with no event after a's kernel: b's copy, issued later, runs first.
+  launch_add_one(x, 64, a.s);
+  REQUIRE(cudaMemcpyAsync(y, x, 64 * sizeof(float), cudaMemcpyDeviceToDevice, b.s) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(read(y, 64) == std::vector<float>(64, 1.0f));  // the value before the kernel
+  CHECK(read(x, 64) == std::vector<float>(64, 2.0f));
+
+  // With the event the copy waits for the kernel.
+  cudaEvent_t done = nullptr;
+  REQUIRE(cudaEventCreateWithFlags(&done, cudaEventDisableTiming) == cudaSuccess);
+  launch_add_one(x, 64, a.s);
+  REQUIRE(cudaEventRecord(done, a.s) == cudaSuccess);
+  REQUIRE(cudaStreamWaitEvent(b.s, done, 0) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(y, x, 64 * sizeof(float), cudaMemcpyDeviceToDevice, b.s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(b.s) == cudaSuccess);
+  CHECK(read(y, 64) == std::vector<float>(64, 3.0f));
+
+  // An event recorded before the kernel orders nothing after it.
+  REQUIRE(cudaEventRecord(done, a.s) == cudaSuccess);
+  launch_add_one(x, 64, a.s);
+  REQUIRE(cudaStreamWaitEvent(b.s, done, 0) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(y, x, 64 * sizeof(float), cudaMemcpyDeviceToDevice, b.s) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(read(y, 64) == std::vector<float>(64, 3.0f));
+  CHECK(read(x, 64) == std::vector<float>(64, 4.0f));
+
+  cudaEventDestroy(done);
+  cudaFreeHost(pinned);
+  cudaFree(x);
+  cudaFree(y);
+}
+
+TEST_CASE("runtime: pageable memory is staged when a copy is issued, and read back before it "
+          "returns",
+          "[emulator]") {
+  Stream a;
+  float* x = device_zeros(16);
+  std::vector<float> host(16, 5.0f);
+  REQUIRE(cudaMemcpyAsync(x, host.data(), 16 * sizeof(float), cudaMemcpyHostToDevice, a.s) ==
+          cudaSuccess);
+  host.assign(16, 7.0f);  // CUDA lets the host reuse a pageable source once the call returns
+  launch_add_one(x, 16, a.s);
+  std::vector<float> back(16, 0.0f);
+  REQUIRE(cudaMemcpyAsync(back.data(), x, 16 * sizeof(float), cudaMemcpyDeviceToHost, a.s) ==
+          cudaSuccess);
+  CHECK(back == std::vector<float>(16, 6.0f));  // no synchronisation needed
+  cudaFree(x);
+}

@@ -127,7 +127,7 @@ TEST_CASE("tp 2 x dp 2 with ZeRO-1 divides what tensor and data parallelism spli
   model::MemoryOptions one;
   one.batch_per_rank = 4;
   model::MemoryOptions split = one;
-  split.layout = {2, 2, 1, true};
+  split.layout = {2, 2, 1, 1};
   split.batch_per_rank = 2;  // the same global batch of 4 over dp 2
   const model::MemoryPlan a = model::plan_memory(cfg, one), b = model::plan_memory(cfg, split);
 

@@ -1,9 +1,16 @@
-// tiny_dense and tiny_mod (with its predictor) under every dp x tp (x ZeRO-1) layout the world
-// size allows, against one process (see parity_harness.h); ZeRO-1's overlapped gradient
-// reduce-scatter against a single bucket, bitwise; and the predictor's detachment, bitwise.
+// tiny_dense and tiny_mod (with its predictor) under every dp x tp (x ZeRO stage) layout the
+// world size allows, against one process (see parity_harness.h); ZeRO-1's overlapped gradient
+// reduce-scatter against a single bucket, and ZeRO-2 (gradients released, with and without
+// gradient accumulation) against ZeRO-1, bitwise; the predictor's detachment, bitwise; and
+// sequence parallelism against plain tp.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "model/parameter_roles.h"
+#include "model/routing_schedule.h"
+#include "parallel/counting_communicator.h"
 #include "tests/support/bitwise.h"
 #include "tests/support/parity_harness.h"
 
@@ -18,33 +25,61 @@ TEST_CASE("tiny_mod: every layout matches one process for 20 steps", "[mpi][pari
   check_layouts("tiny_mod");
 }
 
+namespace {
+void check_same_bits(const test::parity::RunResult& got, const test::parity::RunResult& want) {
+  REQUIRE(got.losses.size() == want.losses.size());
+  for (size_t s = 0; s < got.losses.size(); ++s) {
+    INFO("step " << s + 1);
+    CHECK(got.losses[s] == want.losses[s]);
+  }
+  REQUIRE(got.params.size() == want.params.size());
+  for (size_t i = 0; i < got.params.size(); ++i) {
+    INFO(got.params[i].first);
+    const Tensor& a = got.params[i].second;
+    const Tensor& b = want.params[i].second;
+    REQUIRE(a.nbytes() == b.nbytes());
+    CHECK(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0);
+  }
+}
+}  // namespace
+
 // Many small buckets, each reduce-scattered from backward's grad-ready hook as soon as it is
 // full, against one bucket for the whole model, reduced after backward. At dp = 2 each sum is
-// a + b whatever algorithm MPI picks for a message size, so the runs agree to the bit.
-TEST_CASE("ZeRO-1: buckets reduce-scattered during backward equal one bucket bitwise",
+// a + b whatever algorithm MPI picks for a message size, so the runs agree to the bit. ZeRO-2
+// reduces the same sums and drops each full gradient once packed (one bucket in flight), the
+// norm and the update reading the owned slices from the buckets: bitwise ZeRO-1 again. Every
+// step is clipped (optimizer.grad_clip 0.05), so a norm that missed a slice would show.
+TEST_CASE("ZeRO-1: buckets reduce-scattered during backward equal one bucket bitwise; ZeRO-2 too",
           "[mpi][parity]") {
   auto& world = parallel::world();
   if (world.size() != 2 && world.size() != 4) {
     WARN("needs 2 or 4 processes (dp = 2)");
     return;
   }
-  const std::string layout = world.size() == 2 ? "dp=2 tp=1 zero1=true" : "dp=2 tp=2 zero1=true";
+  const std::string layout = world.size() == 2 ? "dp=2 tp=1" : "dp=2 tp=2";
   namespace p = test::parity;
-  const p::RunResult many = p::train(p::recipe("tiny_mod", layout, 10, {"parallel.bucket_mb=0.05"}), world);
-  const p::RunResult one = p::train(p::recipe("tiny_mod", layout, 10, {"parallel.bucket_mb=4096"}), world);
+  auto run = [&](const std::string& stage, const std::string& bucket_mb,
+                 const std::string& grad_accum = "1") {
+    return p::train(p::recipe("tiny_mod", layout + " zero_stage=" + stage, 10,
+                              {"parallel.bucket_mb=" + bucket_mb, "optimizer.grad_clip=0.05",
+                               "train.grad_accum=" + grad_accum}),
+                    world);
+  };
   INFO("layout " << layout << ", world rank " << world.rank());
-  REQUIRE(many.losses.size() == one.losses.size());
-  for (size_t s = 0; s < many.losses.size(); ++s) {
-    INFO("step " << s + 1);
-    CHECK(many.losses[s] == one.losses[s]);
+  const p::RunResult one = run("1", "4096");
+  {
+    INFO("ZeRO-1, 50 KB buckets");
+    check_same_bits(run("1", "0.05"), one);
   }
-  REQUIRE(many.params.size() == one.params.size());
-  for (size_t i = 0; i < many.params.size(); ++i) {
-    INFO(many.params[i].first);
-    const Tensor& a = many.params[i].second;
-    const Tensor& b = one.params[i].second;
-    REQUIRE(a.nbytes() == b.nbytes());
-    CHECK(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0);
+  {
+    INFO("ZeRO-2, 50 KB buckets");
+    check_same_bits(run("2", "0.05"), one);
+  }
+  // Under accumulation the full gradients are kept until the last micro-batch's backward,
+  // which reduce-scatters them once (docs/parallel.md): the same sums as ZeRO-1's.
+  if (world.size() == 2) {
+    INFO("ZeRO-2 against ZeRO-1, two micro-batches a step");
+    check_same_bits(run("2", "0.05", "2"), run("1", "4096", "2"));
   }
 }
 
@@ -86,5 +121,167 @@ TEST_CASE("tiny_mod: the causal predictor leaves the language model's training u
   for (const std::string& layout : layouts) {
     INFO("layout " << layout << ", world rank " << world.rank());
     same_lm(run(layout, 1.0, world), run(layout, 0.0, world));
+  }
+}
+
+// Sequence parallelism (parallel.sequence_parallel) at tp 2 for tiny_dense and tiny_mod with
+// either causal decision (predictor, aux BCE on the router; np4: dp2 x tp2, tiny_mod with its
+// predictor), 10 steps, against one process
+// to the harness's 1e-5 and against plain tp on the same ranks step by step:
+// - every routed block's chosen indices equal plain tp's at every step, bitwise (top-C is taken
+//   from the gathered scores of all positions, the same set on every tp rank);
+// - step 1's loss equals plain tp's bitwise (the forward sums the same two terms per element:
+//   at tp 2 a reduce-scatter adds a + b as the all-reduce does);
+// - later losses to kSpLossBound and parameters to kSpParamBound (relative): the replicated
+//   norm, router and predictor weights' gradients are summed over each rank's half of the
+//   positions and then over tp, where plain tp sums all positions in one loop.
+namespace {
+namespace p = test::parity;
+constexpr double kSpLossBound = 2e-6, kSpParamBound = 1e-5;
+constexpr int kSpSteps = 10;  // three runs per case: kept short for CI
+
+struct LoggedRun {
+  p::RunResult run;
+  std::vector<std::vector<Tensor>> routing;  // per step, per routed block: idx [B,C]
+};
+
+LoggedRun train_logged(const modtrain::RunConfig& cfg, parallel::Communicator& world) {
+  LoggedRun out;
+  train::TestHooks hooks;
+  hooks.check_tp_routing = true;
+  hooks.routing_log = &out.routing;
+  train::Trainer trainer(cfg, test::temp_dir("sp_run"), /*quiet=*/true, world, hooks);
+  trainer.run();
+  out.run = {trainer.losses(), trainer.full_parameters()};
+  for (auto& [name, t] : out.run.params) t = t.to(Device::CPU);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("sequence parallelism matches one process and plain tp step by step with routing",
+          "[mpi][parity]") {
+  auto& world = parallel::world();
+  if (world.size() != 2 && world.size() != 4) {
+    WARN("needs 2 or 4 processes (tp = 2)");
+    return;
+  }
+  const std::string tp = world.size() == 2 ? "dp=1 tp=2" : "dp=2 tp=2";
+  const std::string sp = tp + " sequence_parallel=true";
+  // np4 (four ranks on two cores, slow) runs the case that composes most.
+  std::vector<std::pair<std::string, std::vector<std::string>>> cases = {{"tiny_mod", {}}};
+  if (world.size() == 2)
+    cases = {{"tiny_dense", {}}, {"tiny_mod", {}}, {"tiny_mod", {"model.mod.causal.method=AUX_BCE"}}};
+  for (const auto& [name, extra] : cases) {
+    INFO(name << (extra.empty() ? "" : " " + extra[0]) << ", world rank " << world.rank());
+    const p::RunResult ref = p::reference(name, kSpSteps, extra);
+    const LoggedRun plain = train_logged(p::recipe(name, tp, kSpSteps, extra), world);
+    const LoggedRun split = train_logged(p::recipe(name, sp, kSpSteps, extra), world);
+    REQUIRE(split.run.losses.size() == ref.losses.size());
+    REQUIRE(plain.run.losses.size() == ref.losses.size());
+    CHECK(split.run.losses[0] == plain.run.losses[0]);
+    for (size_t s = 0; s < ref.losses.size(); ++s) {
+      INFO("step " << s + 1 << ": sp " << split.run.losses[s] << ", tp " << plain.run.losses[s]
+                   << ", one process " << ref.losses[s]);
+      CHECK(std::abs(split.run.losses[s] - ref.losses[s]) <= p::kTolerance * std::abs(ref.losses[s]));
+      CHECK(std::abs(split.run.losses[s] - plain.run.losses[s]) <=
+            kSpLossBound * std::abs(plain.run.losses[s]));
+    }
+    REQUIRE(split.routing.size() == plain.routing.size());
+    for (size_t s = 0; s < split.routing.size(); ++s) {
+      REQUIRE(split.routing[s].size() == plain.routing[s].size());
+      for (size_t k = 0; k < split.routing[s].size(); ++k) {
+        INFO("step " << s + 1 << ", routed block " << k);
+        test::check_bitwise(split.routing[s][k].to_vector(), plain.routing[s][k].to_vector());
+      }
+    }
+    if (name == "tiny_mod") CHECK(!split.routing.at(0).empty());
+    REQUIRE(split.run.params.size() == ref.params.size());
+    double worst_loss = 0, worst_param = 0;  // against plain tp, printed for docs/parallel.md
+    for (size_t s = 0; s < ref.losses.size(); ++s)
+      worst_loss = std::max(worst_loss, std::abs(split.run.losses[s] - plain.run.losses[s]) /
+                                            std::abs(plain.run.losses[s]));
+    for (size_t i = 0; i < ref.params.size(); ++i) {
+      INFO("parameter " << ref.params[i].first);
+      CHECK(test::relative_norm_diff(split.run.params[i].second, ref.params[i].second) < p::kTolerance);
+      const double d = test::relative_norm_diff(split.run.params[i].second, plain.run.params[i].second);
+      CHECK(d < kSpParamBound);
+      worst_param = std::max(worst_param, d);
+    }
+    if (world.rank() == 0)
+      std::printf("sequence parallel %s%s [%s]: against plain tp, losses %.2e, parameters %.2e "
+                  "(relative, worst of %d steps)\n",
+                  name.c_str(), extra.empty() ? "" : (" " + extra[0]).c_str(), sp.c_str(),
+                  worst_loss, worst_param, kSpSteps);
+  }
+}
+
+// What sequence parallelism sends on the tp group per step and rank, against plain tp at the
+// same layout (CountingCommunicator, one step as the difference of 2- and 1-step runs, so
+// start-up and the end-of-run gather cancel): the same bytes in all-gathers and reduce-scatters
+// where plain tp all-reduces, plus exactly (docs/parallel.md "Sequence parallelism")
+//   per routed block: an all-reduce of its gathered rows [b,C,D] forward and of the scattered
+//     rows' gradient backward, 2 x 2(t-1)/t x 4bCD; the all-gather of its router scores,
+//     (t-1)/t x 4bT, and of the predictor's logits (predictor only) or the all-reduce of the
+//     causal loss scalar (AUX_BCE: 2(t-1)/t x 4 B; with the predictor both);
+//   once: the all-reduce of the sequence-partial gradients, 2(t-1)/t x 4 B x P_seq.
+TEST_CASE("sequence parallelism sends plain tp's bytes plus the routed rows and partial gradients",
+          "[mpi][parity]") {
+  auto& world = parallel::world();
+  if (world.size() != 2) {
+    WARN("needs 2 processes (tp = 2)");
+    return;
+  }
+  auto tp_bytes_per_step = [&](const std::string& name, const std::string& layout,
+                               const std::vector<std::string>& extra) {
+    int64_t bytes[2];
+    for (int steps : {1, 2}) {
+      parallel::CountingCommunicator counted(world);
+      train::Trainer trainer(p::recipe(name, layout, steps, extra), test::temp_dir("sp_bytes"),
+                             /*quiet=*/true, counted);
+      trainer.run();
+      bytes[steps - 1] = counted.stats().group("tp").total().bytes_sent;
+    }
+    return bytes[1] - bytes[0];
+  };
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"tiny_dense", {}}, {"tiny_mod", {}}, {"tiny_mod", {"model.mod.causal.method=AUX_BCE"}}};
+  for (const auto& [name, extra] : cases) {
+    const modtrain::RunConfig cfg = p::recipe(name, "dp=1 tp=2", 1, extra);
+    const auto& m = cfg.model();
+    const int64_t b = cfg.train().batch_size(), t = m.seq_len(), d = m.d_model();
+    // The sequence-partial parameters: dense blocks' norms, the final norm, routers, predictors.
+    model::Transformer shapes(m, 0);
+    int64_t p_seq = 0, routed_extra = 0;
+    for (const auto& [pname, param] : shapes.named_parameters()) {
+      const bool in_routed = pname.rfind("blocks.", 0) == 0 &&
+                             shapes.routed(std::stoul(pname.substr(7, pname.find('.', 7) - 7)));
+      const bool norm = pname.find(".norm") != std::string::npos || pname.rfind("final_norm", 0) == 0;
+      if ((norm && !in_routed) || pname.find(".router.") != std::string::npos ||
+          pname.find(".predictor.") != std::string::npos)
+        p_seq += param.numel();
+    }
+    const bool predictor = m.mod().enabled() &&
+                           m.mod().causal().method() == modtrain::CausalRoutingConfig::PREDICTOR;
+    const bool causal_loss =
+        m.mod().causal().method() != modtrain::CausalRoutingConfig::NONE;
+    const auto capacities = model::block_capacities(m);
+    for (size_t k = 0; k < shapes.num_blocks(); ++k) {
+      if (!shapes.routed(k)) continue;
+      routed_extra += 2 * 4 * b * capacities[k] * d + 4 * b * t / 2 +
+                      (predictor ? 4 * b * t / 2 : 0) + (causal_loss ? 4 : 0);
+    }
+    const int64_t expected = routed_extra + 4 * p_seq;  // t = 2: 2(t-1)/t = 1, (t-1)/t = 1/2
+    const int64_t plain = tp_bytes_per_step(name, "dp=1 tp=2", extra);
+    const int64_t split = tp_bytes_per_step(name, "dp=1 tp=2 sequence_parallel=true", extra);
+    INFO(name << (extra.empty() ? "" : " " + extra[0]) << ": plain tp " << plain
+              << " B, sequence parallel " << split << " B, expected difference " << expected);
+    if (world.rank() == 0)
+      std::printf("tp bytes per step and rank, %s%s: plain tp %lld, sequence parallel %lld "
+                  "(+%lld: routed rows and scores %lld, partial gradients %lld of %lld parameters)\n",
+                  name.c_str(), extra.empty() ? "" : (" " + extra[0]).c_str(),
+                  static_cast<long long>(plain), static_cast<long long>(split),
+                  static_cast<long long>(split - plain), static_cast<long long>(routed_extra),
+                  static_cast<long long>(4 * p_seq), static_cast<long long>(p_seq));
+    CHECK(split - plain == expected);
   }
 }

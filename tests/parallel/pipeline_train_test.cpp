@@ -100,7 +100,8 @@ TEST_CASE("pp refuses what the pipeline trainer does not run, naming the fields"
     }
   };
   refused({"parallel.tp=2"}, "parallel.tp");
-  refused({"parallel.zero1=true"}, "parallel.zero1");
+  refused({"parallel.zero1=true"}, "parallel.zero_stage 1");
+  refused({"parallel.sequence_parallel=true"}, "parallel.sequence_parallel");
   refused({"train.recompute=FULL"}, "train.recompute");
   refused({"parallel.pp_schedule=INTERLEAVED_1F1B", "parallel.virtual_stages=2",
            "train.grad_accum=" + std::to_string(parallel::world().size())},

@@ -3,7 +3,8 @@
 // - Same layout: the resumed losses and final parameters are bitwise equal (tiny_dense, and
 //   tiny_mod with its predictor; ZeRO-1 off and on).
 // - Another layout (tp=2 -> dp=2 and back, under mpirun -np 2): equal to float tolerance, as in
-//   the parity tests (relative 1e-5), since a layout only reorders sums.
+//   the parity tests (relative 1e-5), since a layout only reorders sums; ZeRO-2 -> ZeRO-1 at
+//   dp=2 bitwise (the same sums).
 // - MoDE: experts saved split over ep=2 resume under ep=1 (every rank reads all experts), and
 //   the reverse, with ZeRO-1 moments gathered over the expert data-parallel group.
 #include <cstring>
@@ -86,6 +87,8 @@ TEST_CASE("a checkpoint saved under one layout resumes under another", "[mpi][re
   if (parallel::world().size() != 2) return;  // needs two ranks: tp=2 <-> dp=2
   check_resume("tiny_mod", "tp=2", "dp=2", /*bitwise=*/false);
   check_resume("tiny_mod", "dp=2 zero1=true", "tp=2", /*bitwise=*/false);
+  // ZeRO-2 saves what ZeRO-1 saves (moments gathered, parameters whole) and reduces alike.
+  check_resume("tiny_mod", "dp=2 zero_stage=2", "dp=2 zero_stage=1", /*bitwise=*/true);
   check_resume("tiny_dense", "dp=2", "tp=2", /*bitwise=*/false);
 }
 

@@ -4,7 +4,9 @@
 // - at any world size, finite-difference gradient checks in float64 on a group of one, where
 //   each collective is the identity and the custom backward rules still run;
 // - under mpirun, each op on its tp slice against the single-process op on the whole tensor,
-//   forward and backward, and gather_parameter reassembling shards along dim 0 and dim 1.
+//   forward and backward, and gather_parameter reassembling shards along dim 0 and dim 1;
+// - sequence parallelism's ops (the pair and MoD's routed rows) on each rank's positions against
+//   the whole-sequence ops, forward and backward, bitwise.
 #include <catch2/catch.hpp>
 #include <set>
 
@@ -50,6 +52,12 @@ std::vector<test::GradCase> collective_cases() {
       {"scatter_to_tp [2,3,4]", Op::ScatterToTp,
        [](Rng& r) { return std::vector<Tensor>{randn({2, 3, 4}, r, DType::F64).set_requires_grad(true)}; },
        [](const std::vector<Tensor>& in) { return scatter_to_tp(in[0], local()); }},
+      {"gather_seq_from_tp [2,3,4]", Op::GatherSeqFromTp,
+       [](Rng& r) { return std::vector<Tensor>{randn({2, 3, 4}, r, DType::F64).set_requires_grad(true)}; },
+       [](const std::vector<Tensor>& in) { return gather_seq_from_tp(in[0], local()); }},
+      {"reduce_scatter_seq_to_tp [2,3,4]", Op::ReduceScatterSeqToTp,
+       [](Rng& r) { return std::vector<Tensor>{randn({2, 3, 4}, r, DType::F64).set_requires_grad(true)}; },
+       [](const std::vector<Tensor>& in) { return reduce_scatter_seq_to_tp(in[0], local()); }},
       {"expert_dispatch [3,4,2]", Op::ExpertDispatch,
        [](Rng& r) { return std::vector<Tensor>{randn({3, 4, 2}, r, DType::F64).set_requires_grad(true)}; },
        [](const std::vector<Tensor>& in) { return dispatch_to_experts(in[0], local_ep(), local()); }},
@@ -175,4 +183,79 @@ TEST_CASE("the tp routing check catches ranks that route differently", "[mpi]") 
   if (tp.size() > 1)
     CHECK_THROWS_WITH(check_same_routing(differs, tp),
                       Catch::Contains("routed block 0 chose different tokens on tp rank 1"));
+}
+
+namespace {
+// Rank r's positions [r*t, (r+1)*t) of x [B, n*t, ...] along dim 1.
+Tensor own_rows(const Tensor& x, Communicator& tp) {
+  const int64_t t = x.size(1) / tp.size();
+  return slice_dim(x, 1, tp.rank() * t, t);
+}
+}  // namespace
+
+TEST_CASE("sequence-parallel mappings: forward and backward across ranks", "[mpi]") {
+  auto& tp = world();
+  const int n = tp.size(), r = tp.rank();
+  const double ranks_sum = n * (n + 1) / 2.0;  // sum over ranks of (rank + 1)
+  Rng rng(17);  // the same data on every rank
+  const Tensor whole = randn({2, 3 * n, 4}, rng, DType::F64);
+  const Tensor grad = randn({2, 3 * n, 4}, rng, DType::F64);
+
+  // gather: every rank gets the whole sequence; its backward reduce-scatters the gradients.
+  Tensor mine = own_rows(whole, tp).set_requires_grad(true);
+  Tensor all = gather_seq_from_tp(mine, tp);
+  CHECK(max_abs_diff(all, whole) == 0.0);
+  backward(all, scale(grad, r + 1.0));
+  // (Sums of n rank-scaled terms against one product: equal to rounding beyond n = 2.)
+  CHECK(max_abs_diff(mine.grad(), own_rows(scale(grad, ranks_sum), tp)) < 1e-12);
+
+  // reduce-scatter: each rank its positions of the sum; the backward all-gathers them.
+  Tensor part = scale(whole, r + 1.0).set_requires_grad(true);
+  Tensor sum = reduce_scatter_seq_to_tp(part, tp);
+  CHECK(max_abs_diff(sum, own_rows(scale(whole, ranks_sum), tp)) < 1e-12);
+  backward(sum, own_rows(grad, tp));
+  CHECK(max_abs_diff(part.grad(), grad) == 0.0);
+
+  // A sequence not divisible by tp is refused, naming the sizes.
+  if (n > 1)
+    CHECK_THROWS_WITH(reduce_scatter_seq_to_tp(randn({1, 3 * n + 1, 2}, rng, DType::F64), tp),
+                      Catch::Contains("not divisible by tp " + std::to_string(n)));
+}
+
+TEST_CASE("MoD's routed rows on a split sequence equal gather_rows and scatter_add_rows", "[mpi]") {
+  auto& tp = world();
+  const int n = tp.size();
+  Rng rng(23);
+  const int64_t b = 2, t = 4 * n, d = 3;
+  const Tensor whole = randn({b, t, d}, rng, DType::F64);
+  // Ascending positions per sequence, every other one, spread over every rank's range.
+  const int64_t c = t / 2;
+  std::vector<int64_t> ids;
+  for (int64_t s = 0; s < b; ++s)
+    for (int64_t j = 0; j < c; ++j) ids.push_back(s + 2 * j);
+  const Tensor idx = Tensor::from_indices(ids, {b, c});
+  const Tensor dy = randn({b, c, d}, rng, DType::F64);
+
+  Tensor ref_x = whole.clone().set_requires_grad(true);
+  Tensor ref = gather_rows(ref_x, idx);
+  backward(ref, dy);
+  Tensor mine = own_rows(whole, tp).set_requires_grad(true);
+  Tensor got = gather_routed_rows(mine, idx, tp);
+  CHECK(max_abs_diff(got, ref) == 0.0);  // every rank: all C rows
+  backward(got, dy);
+  CHECK(max_abs_diff(mine.grad(), own_rows(ref_x.grad(), tp)) == 0.0);
+
+  const Tensor y = randn({b, c, d}, rng, DType::F64);
+  const Tensor dout = randn({b, t, d}, rng, DType::F64);
+  Tensor ref_base = whole.clone().set_requires_grad(true);
+  Tensor ref_y = y.clone().set_requires_grad(true);
+  Tensor ref_out = scatter_add_rows(ref_base, idx, ref_y);
+  backward(ref_out, dout);
+  Tensor base = own_rows(whole, tp).set_requires_grad(true);
+  Tensor my_y = y.clone().set_requires_grad(true);
+  Tensor out = scatter_add_routed_rows(base, idx, my_y, tp);
+  CHECK(max_abs_diff(out, own_rows(ref_out, tp)) == 0.0);
+  backward(out, own_rows(dout, tp));
+  CHECK(max_abs_diff(base.grad(), own_rows(ref_base.grad(), tp)) == 0.0);
+  CHECK(max_abs_diff(my_y.grad(), ref_y.grad()) == 0.0);  // all-reduced: whole on every rank
 }

@@ -6,6 +6,8 @@
 // trains the single-process reference on its local communicator and broadcasts it; every rank
 // then checks its own run.
 //
+// np4 adds dp4 under ZeRO-2; np2 checks ZeRO-2 bitwise against ZeRO-1 (parity_test.cpp).
+//
 // Tolerance: float32 throughout; a layout changes only the order of sums (row-parallel partial
 // products, dp averaging), so per-step losses must agree to a relative 1e-5, and each final
 // parameter to a relative 1e-5 in norm (||p - p_ref|| / ||p_ref||).
@@ -72,7 +74,7 @@ inline RunResult reference(const std::string& name, int steps,
   ref.losses = losses.to_vector();
   if (world.rank() != 0) {
     // Same names and shapes as rank 0's model: build one to learn them.
-    modtrain::ModelConfig m = recipe(name, "", steps).model();
+    modtrain::ModelConfig m = recipe(name, "", steps, extra).model();
     model::Transformer shape_of(m, 0);
     for (const auto& [n, p] : shape_of.named_parameters()) ref.params.emplace_back(n, Tensor::empty(p.shape()));
   }
@@ -82,15 +84,17 @@ inline RunResult reference(const std::string& name, int steps,
 
 inline std::vector<std::string> layouts(int world) {
   if (world == 2) return {"dp=1 tp=2", "dp=2 tp=1", "dp=2 tp=1 zero1=true"};
-  if (world == 4) return {"dp=2 tp=2", "dp=2 tp=2 zero1=true", "dp=4 tp=1"};
+  if (world == 4)
+    return {"dp=2 tp=2", "dp=2 tp=2 zero1=true", "dp=4 tp=1", "dp=4 tp=1 zero_stage=2"};
   return {"dp=1 tp=1 zero1=true"};  // a world of one: the parallel code paths still run
 }
 
-// Expert parallelism: ep=2 alone, with ZeRO-1, with tp (tokens de-duplicated over tp), and with
-// more data parallelism than ep (expert gradients reduced over their edp group). Four
+// Expert parallelism: ep=2 alone, with ZeRO-2 (np2) and ZeRO-1 (np4), with tp (tokens
+// de-duplicated over tp), and with more data parallelism than ep (expert gradients reduced over
+// their edp group). Four
 // oversubscribed ranks on two cores are slow, so np4 runs the two layouts that compose most.
 inline std::vector<std::string> expert_layouts(int world) {
-  if (world == 2) return {"dp=2 ep=2", "dp=2 ep=2 zero1=true", "tp=2"};
+  if (world == 2) return {"dp=2 ep=2", "dp=2 ep=2 zero_stage=2", "tp=2"};
   if (world == 4) return {"dp=4 ep=2", "dp=2 tp=2 ep=2 zero1=true"};
   return {"zero1=true"};
 }

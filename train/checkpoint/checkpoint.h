@@ -37,7 +37,7 @@ struct TensorEntry {
 struct MeshLayout {
   int dp = 1;          // data-parallel degree, e.g. 2
   int tp = 1;          // tensor-parallel degree, e.g. 2
-  bool zero1 = false;  // optimizer state sharded over dp
+  int zero_stage = 0;  // parallel.zero_stage (0: nothing sharded over dp)
   int world_size = 1;  // ranks in the save, e.g. 4
 };
 

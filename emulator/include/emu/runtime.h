@@ -2,18 +2,29 @@
 // a stream, the capture state, device memory. The CUDA API itself (cudaMalloc, streams, graphs)
 // is defined in emulator/runtime/ under the toolkit's own declarations (cuda_runtime_api.h).
 //
-// Execution model: work runs when it is issued, in issue order. That is one of the schedules
-// CUDA allows (a stream runs its work in order; work on different streams, ordered only by
-// events, may run in any order consistent with them), so a program correct on a GPU is correct
-// here. While a stream is captured, work is recorded into the capturing graph instead and runs
-// only when the graph is launched.
+// Execution model: a stream runs its work in order; work on different streams, ordered only by
+// events, may run in any order consistent with them (CUDA C++ Programming Guide, "Streams"). By
+// default work waits for the host's next synchronisation and then runs latest-issued first
+// wherever that freedom allows (emulator/runtime/streams.cpp), so a missing event shows;
+// MOD_EMU_STREAMS=at_issue runs it when issued. While a stream is captured, work is recorded into
+// the capturing graph instead and runs only when the graph is launched.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
+
+// The CUPTI stand-in's view of device work (emulator/libs/cupti.cpp): every item as it runs,
+// named as issued (a kernel's launch name, "cudaMemcpyAsync HtoD", "ncclAllReduce", ...), its
+// start and end in host nanoseconds. Exported from every executable that links the runtime, so
+// a libcupti.so opened with dlopen finds it; null stops observing.
+extern "C" {
+typedef void (*emu_activity_observer)(const char* what, uint64_t start_ns, uint64_t end_ns);
+void emu_observe_activity(emu_activity_observer observer);
+}
 
 namespace emu::rt {
 
@@ -21,6 +32,11 @@ namespace emu::rt {
 // it in messages ("cublasGemmStridedBatchedEx"). An error raised while it runs
 // (fail_sticky) is returned by the next runtime call, as a kernel's fault is on a GPU.
 cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()> work);
+// enqueue for a collective (the NCCL stand-in): it also waits for every collective this process
+// issued before it, so ranks that issue the same sequence run it in the same order.
+cudaError_t enqueue_collective(cudaStream_t stream, const char* what, std::function<void()> work);
+// Runs all queued work (what ncclCommDestroy and ncclCommFinalize wait for).
+void synchronize();
 
 // Whether `stream` is being captured (cudaStreamIsCapturing's answer).
 bool capturing(cudaStream_t stream);

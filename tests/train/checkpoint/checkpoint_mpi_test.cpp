@@ -44,7 +44,7 @@ std::vector<ckpt::TensorEntry> my_entries(int rank, int n) {
 
 ckpt::TrainState mesh_state(int64_t step, int n) {
   ckpt::TrainState s = state_at(step);
-  s.mesh = {1, n, false, n};
+  s.mesh = {1, n, 0, n};
   return s;
 }
 

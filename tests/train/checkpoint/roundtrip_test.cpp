@@ -7,6 +7,7 @@
 
 #include "configs/config.h"
 #include "tests/train/checkpoint/helpers.h"
+#include "train/checkpoint/metadata.h"
 #include "train/checkpoint/reader.h"
 #include "train/checkpoint/retention.h"
 #include "train/checkpoint/writer.h"
@@ -215,4 +216,19 @@ TEST_CASE("CheckpointConfig maps to save options and is validated by field", "[c
   config::apply_override(run, "checkpoint.every_steps=100");
   config::apply_override(run, "checkpoint.keep_every=-1");
   CHECK_THROWS_WITH(config::validate(run), Catch::Contains("checkpoint.keep_every"));
+}
+
+// The mesh records parallel.zero_stage; files older than the field hold only the boolean zero1,
+// read as stage 1 (true) or 0.
+TEST_CASE("the saved mesh's ZeRO stage round trips, and older files' zero1 reads as stage 1",
+          "[checkpoint]") {
+  ckpt::TrainState s = state_at(3);
+  s.mesh = {2, 1, 2, 2};
+  modtrain::ckpt::CheckpointMeta meta = ckpt::make_meta(s, {});
+  CHECK(meta.mesh().zero1());  // readers that know only zero1 see the optimizer state sharded
+  CHECK(ckpt::state_from_meta(meta).mesh.zero_stage == 2);
+  meta.mutable_mesh()->clear_zero_stage();
+  CHECK(ckpt::state_from_meta(meta).mesh.zero_stage == 1);
+  meta.mutable_mesh()->set_zero1(false);
+  CHECK(ckpt::state_from_meta(meta).mesh.zero_stage == 0);
 }
