@@ -4,10 +4,10 @@
 // same ops in the same order; the gradient norm sums the stages' squares over pp (another
 // association than one process's single pass), so clipping may differ in the last bit:
 // losses and parameters agree to relative 1e-6 (measured: parameters 2.4e-7 in norm; every
-// loss bitwise but tiny_dense's fourth, equal to 6 digits). A pp run's
-// checkpoint (each stage writes what it owns, by global name) resumes on one process and
-// continues like the uninterrupted pp run. Configurations the pipeline trainer does not run
-// are refused naming the fields.
+// loss bitwise but tiny_dense's fourth, equal to 6 digits). A pp run's checkpoint (each stage
+// writes what it owns, by global name) resumes on one process and continues like the
+// uninterrupted pp run, and one process's checkpoint resumes under pp. Configurations the
+// pipeline trainer does not run are refused naming the fields.
 #include <cmath>
 
 #include "parallel/communicator.h"
@@ -74,15 +74,21 @@ TEST_CASE("pp = world size trains as one process and resumes on one process", "[
                                        std::pair{"tiny_mod", "ONE_F_ONE_B"},
                                        std::pair{"tiny_mod", "GPIPE"}}) {
     INFO(name << " under " << schedule);
-    const Run one = train_run(name, self(), test::temp_dir("pp_one"), {});
+    const std::string one_dir = test::temp_dir("pp_one");
+    const Run one = train_run(name, self(), one_dir, {});
     const std::string dir = shared_dir("pp_run");
-    const Run pp = train_run(name, parallel::world(), dir,
-                             {pp_field(), std::string("parallel.pp_schedule=") + schedule});
+    const std::vector<std::string> pp_set = {pp_field(), std::string("parallel.pp_schedule=") + schedule};
+    const Run pp = train_run(name, parallel::world(), dir, pp_set);
     check_close(pp, one, 0);
     // The pp run's step-2 checkpoint, continued by one process on every rank.
-    const std::string ckpt = ckpt::checkpoints_dir(dir) + "/" + ckpt::step_dir_name(2);
-    const Run resumed = train_run(name, self(), test::temp_dir("pp_resumed"), {}, ckpt);
+    const std::string step2 = "/" + ckpt::step_dir_name(2);
+    const Run resumed = train_run(name, self(), test::temp_dir("pp_resumed"), {},
+                                  ckpt::checkpoints_dir(dir) + step2);
     check_close(resumed, pp, 2);
+    // And the reverse: one process's step-2 checkpoint (each rank its own copy) under pp.
+    const Run resumed_pp = train_run(name, parallel::world(), shared_dir("pp_resumed_pp"), pp_set,
+                                     ckpt::checkpoints_dir(one_dir) + step2);
+    check_close(resumed_pp, one, 2);
   }
 }
 
