@@ -18,6 +18,7 @@ struct ForwardResult {
   Tensor lm_loss;   // scalar; undefined without targets
   Tensor aux_loss;  // scalar: predictor BCE + weighted router BCE + MoE losses; undefined if none
   Tensor loss;      // lm_loss (+ aux_loss): what backward runs on
+  Tensor hidden;    // [B,T,D]: a pipeline stage's output (Transformer::forward_stage), else undefined
   std::vector<RoutedBlockStats> stats;
   std::vector<MoeStats> moe_stats;  // per MoE layer run, in block order
   std::vector<Tensor> routed_idx;   // top-C mode: [B,C] i64 per routed block, in block order

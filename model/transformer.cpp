@@ -159,22 +159,24 @@ const Tensor& Transformer::positions(int64_t b, int64_t t, Device device) const 
 // keeps its activations (a recomputed block's region keeps x alone and runs norm1 inside; taking
 // norm1(x) as a second input would keep both). A routed next block reads x in its router and
 // normalises only the gathered rows.
-const nn::Norm* Transformer::norm_after(size_t b, bool fuse_final_norm) const {
+const nn::Norm* Transformer::norm_after(size_t b, bool fuse_final_norm, size_t end) const {
   if (!fusions_.add_norm || routed_[b]) return nullptr;
+  if (b + 1 == end && end < blocks_.size()) return nullptr;
   if (b + 1 == blocks_.size()) return fuse_final_norm ? final_norm_.get() : nullptr;
   if (routed_[b + 1] || recompute_[b + 1] != modtrain::TrainConfig::NONE) return nullptr;
   return &blocks_[b + 1]->norm1();
 }
 
 Residual Transformer::run_blocks(Tensor x, int64_t seq_len, RoutingMode mode,
-                                 ForwardResult& result, bool fuse_final_norm) const {
+                                 ForwardResult& result, bool fuse_final_norm, size_t first,
+                                 size_t end) const {
   const Tensor pos = positions(x.size(0), seq_len, x.device());
   Residual stream{std::move(x), Tensor()};
-  for (size_t b = 0; b < blocks_.size(); ++b) {
+  for (size_t b = first; b < end; ++b) {
     const size_t moe_before = result.moe_stats.size();
     if (!routed_[b])
       stream = dense_update(*blocks_[b], stream, pos, mode, &result, recompute_[b],
-                            norm_after(b, fuse_final_norm));
+                            norm_after(b, fuse_final_norm, end));
     else  // stream.normed is undefined here: norm_after gives no norm before a routed block
       stream = {mode == RoutingMode::TopC ? top_c_block(b, stream.x, pos, result)
                                           : causal_block(b, stream.x, pos, result),
@@ -197,7 +199,7 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets,
   Tensor x = embed_->forward(tokens);  // [B,T,D] ([B,T/n,D] on a split stream)
   Tensor normed;                       // final_norm(x) when the last block's add made it
   if (mode == RoutingMode::TopC) {
-    Residual out = run_blocks(x, seq_len, mode, result, /*fuse_final_norm=*/true);
+    Residual out = run_blocks(x, seq_len, mode, result, /*fuse_final_norm=*/true, 0, blocks_.size());
     x = out.x;
     normed = out.normed;
   } else {
@@ -207,9 +209,36 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets,
     // Routed counts differ per sequence, so sequences run one at a time.
     Tensor h = Tensor::empty(x.shape(), x.dtype(), x.device());
     for (int64_t s = 0; s < x.size(0); ++s)
-      h.narrow0(s, 1).copy_from(run_blocks(x.narrow0(s, 1), seq_len, mode, result, false).x);
+      h.narrow0(s, 1).copy_from(
+          run_blocks(x.narrow0(s, 1), seq_len, mode, result, false, 0, blocks_.size()).x);
     x = h;
   }
+  head_and_loss(result, x, normed, targets);
+  return result;
+}
+
+ForwardResult Transformer::forward_stage(const Tensor& tokens, const Tensor& x_in, size_t first,
+                                         size_t end, const Tensor& targets) const {
+  if (first >= end || end > blocks_.size())
+    throw std::invalid_argument("transformer: stage blocks [" + std::to_string(first) + ", " +
+                                std::to_string(end) + ") is not a range of the " +
+                                std::to_string(blocks_.size()) + " blocks");
+  ForwardResult result;
+  const Tensor x = first == 0 ? embed_->forward(tokens) : x_in;  // [B,T,D]
+  const bool last = end == blocks_.size();
+  Residual out = run_blocks(x, x.size(1), RoutingMode::TopC, result, /*fuse_final_norm=*/last,
+                            first, end);
+  if (last) {
+    head_and_loss(result, out.x, out.normed, targets);
+  } else {
+    result.hidden = out.x;
+    result.loss = result.aux_loss;
+  }
+  return result;
+}
+
+void Transformer::head_and_loss(ForwardResult& result, const Tensor& x, const Tensor& normed,
+                                const Tensor& targets) const {
   if (targets.defined() && fused_classifier_ && !lm_loss_) {
     // The head's weight as Linear::forward and Embedding::attend read it (autocast), without
     // their hooks: those are set only under tensor parallelism, which sets lm_loss_.
@@ -225,7 +254,6 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets,
   }
   if (targets.defined())
     result.loss = result.aux_loss.defined() ? add(result.lm_loss, result.aux_loss) : result.lm_loss;
-  return result;
 }
 
 }  // namespace mod::model

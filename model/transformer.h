@@ -44,6 +44,14 @@ class Transformer : public nn::Module {
   ForwardResult forward(const Tensor& tokens, const Tensor& targets,
                         RoutingMode mode = RoutingMode::TopC) const;
 
+  // A pipeline stage's share of a top-C forward (parallel/pipeline_runtime.h): blocks
+  // [first, end) on x [B,T,D], or on the embedding of tokens [B,T] when first == 0 (x is then
+  // ignored); the final norm, head and loss when end == num_blocks() and targets are defined.
+  // result.hidden is the blocks' output [B,T,D] when end < num_blocks(); result.loss is this
+  // stage's part of the loss (its routed blocks' aux_loss, plus lm_loss on the last stage).
+  ForwardResult forward_stage(const Tensor& tokens, const Tensor& x, size_t first, size_t end,
+                              const Tensor& targets) const;
+
   // Sampling: feeds one token at `pos` through the caches (one per block) -> logits [V].
   Tensor decode_step(int64_t token, int64_t pos, std::vector<KvCache>& caches) const;
   std::vector<KvCache> make_caches(int64_t max_len) const;
@@ -83,10 +91,15 @@ class Transformer : public nn::Module {
  private:
   // The blocks in order; with fuse_final_norm, the final norm of the result too where the last
   // block's residual add can make it (Residual::normed).
+  // Blocks [first, end) only: a pipeline stage's (forward_stage).
   Residual run_blocks(Tensor x, int64_t seq_len, RoutingMode mode, ForwardResult& result,
-                      bool fuse_final_norm) const;
-  // The norm a fused add + norm makes at the end of dense block b, or null (see run_blocks).
-  const nn::Norm* norm_after(size_t b, bool fuse_final_norm) const;
+                      bool fuse_final_norm, size_t first, size_t end) const;
+  // The norm a fused add + norm makes at the end of dense block b, or null (see run_blocks);
+  // none at a stage's end (end < the number of blocks): the next stage gets x alone.
+  const nn::Norm* norm_after(size_t b, bool fuse_final_norm, size_t end) const;
+  // result's logits (or fused loss), lm_loss and loss from the last block's output x.
+  void head_and_loss(ForwardResult& result, const Tensor& x, const Tensor& normed,
+                     const Tensor& targets) const;
   // Routed block b under top-C routing (with its causal-decision loss) or causal routing; both
   // update x through routed_update (model/block.h), as decode_step does. pos [B,T] covers every
   // position, x only its own under a sequence split.

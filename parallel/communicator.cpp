@@ -24,6 +24,11 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+std::unique_ptr<Work> Communicator::send_async(const Tensor&, int, int) {
+  throw std::logic_error(detail::collective_where("send_async", *this) +
+                         ": this backend has no non-blocking send (the MPI backend has)");
+}
+
 double seconds_from_env(const char* var, double default_seconds) {
   const char* text = std::getenv(var);
   if (text == nullptr) return default_seconds;

@@ -58,6 +58,9 @@ class Communicator {
   virtual void barrier() = 0;
   virtual void send(const Tensor& t, int dst, int tag = 0) = 0;
   virtual void recv(const Tensor& t, int src, int tag = 0) = 0;
+  // send started without blocking; t stays untouched until the Work is waited (pipeline
+  // stages send while their neighbour sends back). Only the MPI backend has it; others throw.
+  virtual std::unique_ptr<Work> send_async(const Tensor& t, int dst, int tag = 0);
 
   // A sub-group of the ranks that pass the same color, ordered by key (MPI_Comm_split).
   // Collective over this group.

@@ -11,20 +11,26 @@ std::string s(int64_t v) { return std::to_string(v); }
 }  // namespace
 
 ParallelDims ParallelDims::from_config(const modtrain::ParallelConfig& cfg) {
-  ParallelDims d{cfg.dp(), cfg.tp(), cfg.ep()};
-  if (d.dp < 1 || d.tp < 1 || d.ep < 1)
+  ParallelDims d{cfg.dp(), cfg.tp(), cfg.ep(), cfg.pp()};
+  if (d.dp < 1 || d.tp < 1 || d.ep < 1 || d.pp < 1)
     throw std::invalid_argument("config: parallel.dp (" + s(d.dp) + "), parallel.tp (" + s(d.tp) +
-                                ") and parallel.ep (" + s(d.ep) + ") must be >= 1");
-  // The schedules and the stage partition exist (parallel/pipeline_*.h); the runtime does not.
-  if (cfg.pp() != 1)
-    throw std::invalid_argument("config: parallel.pp = " + s(cfg.pp()) +
-                                ": training with pipeline stages is not implemented yet (modtrain "
-                                "flops and memory show its partition and bubble); set parallel.pp=1");
+                                "), parallel.ep (" + s(d.ep) + ") and parallel.pp (" + s(d.pp) +
+                                ") must be >= 1");
+  // The pipeline runtime trains pp alone (parallel/pipeline_runtime.h).
+  if (d.pp > 1 && (d.dp != 1 || d.tp != 1 || d.ep != 1))
+    throw std::invalid_argument("config: parallel.pp = " + s(d.pp) + " trains with parallel.dp, "
+                                "parallel.tp and parallel.ep all 1 (got dp " + s(d.dp) + ", tp " +
+                                s(d.tp) + ", ep " + s(d.ep) + "): pipeline stages do not combine "
+                                "with other layouts yet");
   return d;
 }
 
 void ParallelDims::validate(int world_size) const {
-  if (dp * tp != world_size)
+  if (pp > 1 && pp != world_size)
+    throw std::invalid_argument("parallel layout: pp (" + s(pp) + ") does not equal the world size " +
+                                s(world_size) + " (the number of processes); under pipeline "
+                                "stages set parallel.pp = " + s(world_size));
+  if (pp == 1 && dp * tp != world_size)
     throw std::invalid_argument(
         "parallel layout: dp (" + s(dp) + ") x tp (" + s(tp) + ") = " + s(dp * tp) +
         " does not equal the world size " + s(world_size) +
@@ -58,12 +64,15 @@ void ParallelDims::validate_model(const modtrain::ModelConfig& m) const {
 
 Mesh::Mesh(Communicator& world, ParallelDims dims) : world_(world), dims_(dims) {
   dims_.validate(world.size());
-  const int r = world.rank(), dp_rank = r / dims_.tp, tp_rank = r % dims_.tp;
-  tp_ = world.split(dp_rank, tp_rank, "tp");
-  dp_ = world.split(tp_rank, dp_rank, "dp");
+  // Under pp the world is the pp group and every other group is one rank (its stage's).
+  const int stage = world.rank() / (dims_.dp * dims_.tp), r = world.rank() % (dims_.dp * dims_.tp);
+  const int dp_rank = r / dims_.tp, tp_rank = r % dims_.tp, stride = world.size();
+  tp_ = world.split(stage * stride + dp_rank, tp_rank, "tp");
+  dp_ = world.split(stage * stride + tp_rank, dp_rank, "dp");
   // ep: a run of ep consecutive dp ranks per tp rank; edp: every such run's rank dp_rank % ep.
-  ep_ = world.split((dp_rank / dims_.ep) * dims_.tp + tp_rank, dp_rank, "ep");
-  edp_ = world.split(dp_rank % dims_.ep, r, "edp");
+  ep_ = world.split(stage * stride + (dp_rank / dims_.ep) * dims_.tp + tp_rank, dp_rank, "ep");
+  edp_ = world.split(stage * stride + dp_rank % dims_.ep, r, "edp");
+  pp_ = world.split(r, stage, "pp");
 }
 
 }  // namespace mod::parallel

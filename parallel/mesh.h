@@ -1,4 +1,6 @@
-// The world's factorisation into data-, tensor- and expert-parallel groups (docs/parallel.md).
+// The world's factorisation into data-, tensor-, expert- and pipeline-parallel groups
+// (docs/parallel.md). Pipeline stages (pp > 1) are trained with dp = tp = ep = 1 only: the world
+// is the pp group, world rank = stage.
 // World rank = dp_rank * tp + tp_rank: tensor parallelism is the fastest axis, so a TP group is
 // a run of consecutive ranks and sits inside a node. Expert parallelism splits each dp axis
 // into ep groups (ep | dp): ep rank = dp_rank % ep holds experts [ep_rank * E/ep, ...), so the
@@ -16,11 +18,11 @@
 namespace mod::parallel {
 
 struct ParallelDims {
-  int dp = 1, tp = 1, ep = 1;
+  int dp = 1, tp = 1, ep = 1, pp = 1;
 
-  // parallel.pp other than 1 is refused here: no pipeline runtime yet (docs/parallel.md).
+  // parallel.pp > 1 combined with dp, tp or ep above 1 is refused (errors name the fields).
   static ParallelDims from_config(const modtrain::ParallelConfig& cfg);
-  // dp x tp must equal the world size and ep must divide dp; errors print the equation.
+  // dp x tp x pp must equal the world size and ep must divide dp; errors print the equation.
   void validate(int world_size) const;
   // tp must divide the heads, the MLP width and the vocabulary; ep > 1 needs model.moe.enabled
   // and must divide model.moe.n_experts. Errors name the field.
@@ -40,6 +42,9 @@ class Mesh {
   // Same dp_rank % ep, all tp ranks, ordered by world rank (size dp/ep x tp): the ranks holding
   // the same experts, which reduce expert gradients together (expert data parallelism).
   Communicator& edp() const { return *edp_; }
+  // The pipeline stages, ordered by stage (size pp; the world when pp > 1).
+  Communicator& pp() const { return *pp_; }
+  int pp_rank() const { return pp_->rank(); }
   int dp_rank() const { return dp_->rank(); }
   int tp_rank() const { return tp_->rank(); }
   int ep_rank() const { return ep_->rank(); }  // = dp_rank % ep
@@ -48,7 +53,7 @@ class Mesh {
  private:
   Communicator& world_;
   ParallelDims dims_;
-  std::unique_ptr<Communicator> dp_, tp_, ep_, edp_;
+  std::unique_ptr<Communicator> dp_, tp_, ep_, edp_, pp_;
 };
 
 }  // namespace mod::parallel

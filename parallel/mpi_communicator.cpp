@@ -274,6 +274,10 @@ void MpiCommunicator::barrier() {
 }
 
 void MpiCommunicator::send(const Tensor& t, int dst, int tag) {
+  send_async(t, dst, tag)->wait();
+}
+
+std::unique_ptr<Work> MpiCommunicator::send_async(const Tensor& t, int dst, int tag) {
   detail::check_tensor("send", *this, t, false);
   detail::check_peer("send", *this, dst, false);
   check_host("send", *this, t, t.numel());
@@ -283,7 +287,7 @@ void MpiCommunicator::send(const Tensor& t, int dst, int tag) {
   MPI_Request request;
   check(MPI_Isend(t.raw_data(), count_of(t), mpi_type(t.dtype()), dst, tag, comm_, &request),
         "MPI_Isend");
-  wait(request, "send");
+  return std::make_unique<MpiWork>(*this, request, "send", t);
 }
 
 void MpiCommunicator::recv(const Tensor& t, int src, int tag) {

@@ -42,6 +42,7 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
   void send(const Tensor& t, int dst, int tag) override;
   void recv(const Tensor& t, int src, int tag) override;
+  std::unique_ptr<Work> send_async(const Tensor& t, int dst, int tag) override;
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
   [[noreturn]] void abort(const std::string& message, int code = 1) override;
 

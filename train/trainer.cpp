@@ -20,6 +20,7 @@
 #include "model/routing_trace.h"
 #include "parallel/adamw.h"
 #include "parallel/device_communicator.h"
+#include "parallel/pipeline_training.h"
 #include "train/data/loader.h"
 #include "train/lr_schedule.h"
 #include "train/metrics/kernel_profile.h"
@@ -50,6 +51,7 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
       writer_(world.rank() == 0), hooks_(hooks) {
   config::validate(cfg_);
   const auto dims = parallel::ParallelDims::from_config(cfg_.parallel());
+  parallel::check_pipeline_training(cfg_);
   dims.validate(world.size());
   dims.validate_model(cfg_.model());
   device_ = cfg_.train().device() == modtrain::TrainConfig::CUDA ? Device::CUDA : Device::CPU;
@@ -63,6 +65,7 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
   model_->set_fused_classifier(cfg_.train().fusions().classifier());
   plan_ = parallel::parallelize(*model_, *mesh_, cfg_.parallel(), device_, cfg_.optimizer(),
                                 optimizer_fusion(cfg_.train()));
+  setup_pipeline();
   const int64_t rows = cfg_.train().batch_size() / dims.dp;
   row_begin_ = mesh_->dp_rank() * rows;
   row_end_ = row_begin_ + rows;
@@ -77,6 +80,7 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
 }
 
 std::vector<std::pair<std::string, Tensor>> Trainer::full_parameters() const {
+  sync_stage_parameters();
   std::vector<std::pair<std::string, Tensor>> out;
   for (const auto& [name, t] : model_->named_parameters()) {
     const parallel::ShardSpec& spec = plan_.shards.at(name);
@@ -168,7 +172,12 @@ void Trainer::print_run_header(const model::FlopCount& flops) const {
               static_cast<double>(cfg_.train().steps()) / static_cast<double>(std::max<int64_t>(1, steps_per_epoch)),
               static_cast<double>(data_.val.tokens()));
   const int zero_stage = config::zero_stage(cfg_.parallel());
-  if (world > 1)
+  if (pipeline_schedule_)
+    std::printf("parallel: %d processes (%s) = pp %d pipeline stages, %s schedule, %d "
+                "micro-batches (train.grad_accum), every stage reads them\n",
+                world, parallel::launch_info().source.c_str(), world,
+                parallel::schedule_name(pipeline_schedule_->kind), pipeline_schedule_->microbatches);
+  else if (world > 1)
     std::printf("parallel: %d processes (%s) = dp %d x tp %d (ep %d)%s, %zu gradient buckets\n",
                 world, parallel::launch_info().source.c_str(), mesh_->dims().dp, mesh_->dims().tp,
                 mesh_->dims().ep,
@@ -272,6 +281,7 @@ bool Trainer::evaluation_due(int64_t step) const {
 }
 
 void Trainer::evaluate_validation(int64_t step, StepMetrics& m) const {
+  sync_stage_parameters();  // every stage evaluates the whole model
   const auto& t = cfg_.train();
   const auto& mc = cfg_.model();
   m.val_loss = evaluate(*model_, data_.val, mc.seq_len(), t.batch_size(), t.eval_batches(),

@@ -7,7 +7,10 @@
 // rank from the same seed, then parallel::parallelize shards it and returns the plan the steps
 // run with (gradient buckets, clipping groups, the optimizer); each dp rank trains on its rows of
 // every global batch. Losses and metrics are reduced over dp, so every layout logs what one
-// process would.
+// process would. Under parallel.pp = world size (pp alone, train/trainer_pipeline.cpp) every
+// stage reads the same micro-batches (train.grad_accum of them) and runs its blocks through
+// the pipeline schedule; the loss comes from the last stage, and world rank 0 (the first
+// stage) logs what every stage's blocks reported.
 #pragma once
 
 #include <chrono>
@@ -22,6 +25,8 @@
 #include "model/transformer.h"
 #include "parallel/mesh.h"
 #include "parallel/parallelize.h"
+#include "parallel/pipeline_partition.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/world.h"
 #include "train/checkpoint/writer.h"
 #include "train/data/loader.h"
@@ -102,6 +107,13 @@ class Trainer {
   StepMetrics train_step(int64_t step);
   void load_step(int64_t step);
   StepOutputs enqueue_step(int64_t step);
+  // enqueue_step under pp > 1 (trainer_pipeline.cpp): the host waits for each stage's step.
+  StepOutputs enqueue_pipeline_step();
+  // Under pp > 1: the partition and schedule, the tied embedding's group, and the norm groups
+  // of the parameters this stage owns (set up by the constructor). No-op when pp is 1.
+  void setup_pipeline();
+  // Under pp > 1 every parameter from its owner stage, before anything reads the whole model.
+  void sync_stage_parameters() const;
   StepMetrics finish_step(int64_t step, const StepOutputs& out);
   using Clock = std::chrono::steady_clock;
   static double seconds_since(Clock::time_point t) {
@@ -119,6 +131,8 @@ class Trainer {
     ClipFactor model, predictor;
   };
   StepClip grad_clips();
+  // The norms, then the optimizer's update with the clip factors (out's norms set).
+  void clip_and_update(StepOutputs& out);
   // One per norm group: the device's table of its gradients, kept while they stay in place
   // (and alive as long as a captured step that reads it).
   std::vector<MultiTensorTable> norm_tables_;
@@ -135,6 +149,10 @@ class Trainer {
   Device device_ = Device::CPU;       // train.device: where parameters, batches and optimizer live
   parallel::ParallelPlan plan_;       // shards, gradient buckets, clipping groups, the optimizer
   std::unique_ptr<data::WindowLoader> loader_;
+  // Under pp > 1 (setup_pipeline): the stages' blocks and this run's schedule.
+  std::optional<parallel::PipelinePartition> pipeline_partition_;
+  std::optional<parallel::PipelineSchedule> pipeline_schedule_;
+  std::unique_ptr<parallel::Communicator> tied_embedding_group_;
   // The training shards' fingerprints, read once, on the first checkpoint or resume.
   const std::vector<data::ShardFingerprint>& data_fingerprint();
   // The dataset's tokenizer seal, recorded in checkpoints and weights (none: not sealed).

@@ -2,7 +2,7 @@
 // resuming under any layout.
 // Tensors are saved by their global names and shapes: model/<param>, optim/m/<param> and
 // optim/v/<param>, tensor-parallel slices as pieces of the global tensor, written by dp rank 0
-// (its dp replicas are identical). ZeRO-1 moments are gathered over dp first, so the files do
+// (its dp replicas are identical); under pp, by the stage that owns them. ZeRO-1 moments are gathered over dp first, so the files do
 // not depend on dp or ZeRO-1 and a resume under another layout just reads other slices.
 #include <cstdio>
 #include <stdexcept>
@@ -12,6 +12,7 @@
 #include "core/util/safetensors.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/reader.h"
+#include "parallel/pipeline_runtime.h"
 #include "train/hf/import.h"
 #include "train/stop_signal.h"
 #include "train/trainer.h"
@@ -37,12 +38,18 @@ std::vector<ckpt::TensorEntry> Trainer::checkpoint_entries() {
   // for experts the first rank of their expert data-parallel group (edp holds their replicas).
   const bool dp_writer = mesh_->dp_rank() == 0, tp_writer = dp_writer && mesh_->tp_rank() == 0;
   const bool expert_writer = mesh_->edp().rank() == 0;
+  // Under pp each stage writes the tensors it owns (the tied embedding: the first stage).
+  auto stage_writes = [&](const std::string& name) {
+    return !pipeline_partition_ || parallel::stage_owns(*pipeline_partition_, mesh_->pp_rank(),
+                                                        name, /*tie_embeddings=*/false);
+  };
   std::vector<ckpt::TensorEntry> out;
   const auto params = model_->named_parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, p] = params[i];
     const parallel::ShardSpec& spec = plan_.shards.at(name);
-    const bool writer = spec.expert ? expert_writer : spec.dim >= 0 ? dp_writer : tp_writer;
+    const bool writer =
+        (spec.expert ? expert_writer : spec.dim >= 0 ? dp_writer : tp_writer) && stage_writes(name);
     out.push_back(entry("model/" + name, p, spec, writer));
     const auto [m, v] = plan_.optimizer->full_moments(i);  // collective under ZeRO-1
     out.push_back(entry("optim/m/" + name, m, spec, writer));

@@ -132,6 +132,7 @@ void Trainer::load_step(int64_t step) {
 
 // The device's part: nothing here reads a device tensor on the host.
 Trainer::StepOutputs Trainer::enqueue_step(int64_t step) {
+  if (pipeline_schedule_) return enqueue_pipeline_step();
   const int accum = cfg_.train().grad_accum();
   model_->zero_grad();
   StepOutputs out;
@@ -158,13 +159,17 @@ Trainer::StepOutputs Trainer::enqueue_step(int64_t step) {
     }
   }
   plan_.finish_grad_sync();
+  clip_and_update(out);
+  return out;
+}
+
+void Trainer::clip_and_update(StepOutputs& out) {
   const StepClip clip = grad_clips();
   out.grad_norm = clip.model.norm;
   out.predictor_grad_norm = clip.predictor.norm;  // undefined without a predictor
   plan_.optimizer->apply(clip.model.factor, clip.predictor.factor.defined()
                                                 ? clip.predictor.factor
                                                 : clip.model.factor);
-  return out;
 }
 
 // The host waits for the step here, once: losses, norm and routing statistics.

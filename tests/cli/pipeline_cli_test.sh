@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The pipeline settings on the command line: `flops` and `memory` print the stage partition and
-# the bubble, a bad parallel.pp_layout names the field, and `train` refuses parallel.pp > 1
-# (no pipeline runtime yet) before it reads any data. Usage: pipeline_cli_test.sh MODTRAIN SOURCE_DIR
+# the bubble, a bad parallel.pp_layout names the field, and `train` refuses, before it reads any
+# data, parallel.pp other than the number of processes and pp with what the pipeline trainer
+# does not run (tests/parallel/pipeline_train_test.cpp trains under mpirun).
+# Usage: pipeline_cli_test.sh MODTRAIN SOURCE_DIR
 set -euo pipefail
 modtrain=$1
 recipe=$2/configs/recipes/tiny_mod.textproto
@@ -27,6 +29,9 @@ expect_error() {  # expect_error PATTERN command...
 }
 expect_error "parallel.pp_layout: sums to 5 blocks, expected model.n_layers 6" \
   "$modtrain" flops --config "$recipe" --set parallel.pp=2 --set parallel.pp_layout=[3,2]
-expect_error "parallel.pp = 2: training with pipeline stages is not implemented yet" \
+expect_error "parallel layout: pp (2) does not equal the world size 1" \
   "$modtrain" train --config "$recipe" --set parallel.pp=2 --run-dir "$work/run" --data "$work/none"
+expect_error "remove: parallel.zero_stage 1, train.recompute" \
+  "$modtrain" train --config "$recipe" --set parallel.pp=2 --set parallel.zero_stage=1 \
+  --set train.recompute=FULL --run-dir "$work/run" --data "$work/none"
 echo "pipeline_cli_test: ok"

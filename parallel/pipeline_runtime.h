@@ -1,0 +1,63 @@
+// One pipeline stage's forward and backward of a training step's micro-batches, driven by a
+// schedule (parallel/pipeline_schedule.h) over the pp group: activations [B,T,D] f32 and their
+// gradients go point to point (fixed shapes, known before the step); each stage runs its
+// blocks of the partition (parallel/pipeline_partition.h) through Transformer::forward_stage.
+//
+// Invariants:
+// - Every stage holds the whole model built from the same seed, so its blocks start exactly as
+//   one process's; it computes gradients for its own parameters only (the rest get none, and
+//   an optimizer skips parameters without a gradient).
+// - Backward scales each micro-batch's loss by 1/m, as one process's gradient accumulation
+//   does, and every stage runs its backwards in micro-batch order.
+// - With tied embeddings the first stage's lookup and the last stage's head share one weight:
+//   sum_tied_embedding_grads adds their gradients over the two (pp > 1), so both apply the
+//   same update and stay equal.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/transformer.h"
+#include "parallel/communicator.h"
+#include "parallel/pipeline_partition.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace mod::parallel {
+
+struct PipelineMicroBatch {
+  Tensor tokens, targets;  // [B,T] i64
+};
+
+struct StageStep {
+  // Sums over the micro-batches of loss / m: lm_loss on the last stage (0 elsewhere); aux_loss
+  // of this stage's routed blocks and MoE layers.
+  double lm_loss = 0, aux_loss = 0;
+  // Per micro-batch: this stage's routing statistics and top-C choices (hidden, logits dropped).
+  std::vector<model::ForwardResult> results;
+};
+
+// Runs schedule s's actions of rank pp.rank() (one chunk per rank: s.virtual_stages == 1).
+// Collective over pp. Gradients accumulate into the model's parameters (zero them before).
+StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule& s,
+                         const PipelinePartition& part, Communicator& pp,
+                         const std::vector<PipelineMicroBatch>& microbatches);
+
+// The first and last stages of pp (world ranks in pp's order), for the tied embedding's
+// gradient sum; null on the other stages and when pp has one rank. Collective over pp.
+std::unique_ptr<Communicator> make_tied_embedding_group(Communicator& pp);
+// embed.weight's gradient summed over the group (a no-op without one or without tying).
+void sum_tied_embedding_grads(const model::Transformer& model, Communicator* group);
+
+// The whole model's gradient norm (what clipping scales by) from each stage's own gradients:
+// every stage sums the squares of what it owns (the tied embedding counted on the first stage
+// only), in f64, then the sums add over pp. Every parameter with a gradient counts (the
+// trainer's separate norm of the causal predictors is not split off yet). Collective over pp.
+double pipeline_grad_norm(const model::Transformer& model, const PipelinePartition& part,
+                          Communicator& pp);
+
+// The parameters stage pp_rank owns by name: its blocks, the embedding on the first stage, the
+// final norm and head on the last (and the tied embedding there too).
+bool stage_owns(const PipelinePartition& part, int pp_rank, const std::string& name,
+                bool tie_embeddings);
+
+}  // namespace mod::parallel

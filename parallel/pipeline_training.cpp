@@ -1,0 +1,95 @@
+// The trainer's pipeline pieces (see pipeline_training.h).
+#include "parallel/pipeline_training.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "configs/config.h"
+#include "parallel/pipeline_runtime.h"
+
+namespace mod::parallel {
+
+namespace {
+constexpr int kStatsTag = 54;  // apart from run_stage_step's activation and gradient tags
+}  // namespace
+
+void check_pipeline_training(const modtrain::RunConfig& cfg) {
+  const auto& p = cfg.parallel();
+  if (p.pp() <= 1) return;
+  std::string bad;
+  auto refuse = [&](bool when, const std::string& what) {
+    if (when) bad += (bad.empty() ? "" : ", ") + what;
+  };
+  refuse(config::zero_stage(p) > 0, "parallel.zero_stage " + std::to_string(config::zero_stage(p)));
+  refuse(p.sequence_parallel(), "parallel.sequence_parallel");
+  refuse(cfg.train().device() == modtrain::TrainConfig::CUDA, "train.device CUDA");
+  refuse(p.pp_schedule() == modtrain::ParallelConfig::INTERLEAVED_1F1B,
+         "parallel.pp_schedule INTERLEAVED_1F1B");
+  refuse(p.virtual_stages() != 1, "parallel.virtual_stages " + std::to_string(p.virtual_stages()));
+  refuse(cfg.train().recompute() != modtrain::TrainConfig::NONE, "train.recompute");
+  refuse(cfg.train().recompute_blocks_size() > 0, "train.recompute_blocks");
+  if (!bad.empty())
+    throw std::invalid_argument("config: parallel.pp = " + std::to_string(p.pp()) +
+                                " trains on CPUs with GPIPE or ONE_F_ONE_B, one chunk per rank, "
+                                "no ZeRO, sequence parallelism or recomputation; remove: " + bad);
+}
+
+void broadcast_stage_parameters(const model::Transformer& model, const PipelinePartition& part,
+                                Communicator& pp) {
+  for (const auto& [name, p] : model.named_parameters()) {
+    int owner = 0;
+    while (!stage_owns(part, owner, name, /*tie_embeddings=*/false)) ++owner;
+    pp.broadcast(p, owner);
+  }
+}
+
+void gather_stage_stats(std::vector<model::RoutedBlockStats>& routed,
+                        std::vector<model::MoeStats>& moe, Communicator& pp) {
+  model::resolve_stats(routed);
+  model::resolve_moe_stats(moe);
+  if (pp.size() == 1) return;
+  // Packed as [n_routed, n_moe, per routed block: block, mean, std, accuracy, precision,
+  // recall, buckets, fractions..., per MoE layer: block, four fractions].
+  if (pp.rank() > 0) {
+    std::vector<double> v = {static_cast<double>(routed.size()), static_cast<double>(moe.size())};
+    for (const auto& s : routed) {
+      v.insert(v.end(), {static_cast<double>(s.block), s.router_mean, s.router_std, s.accuracy,
+                         s.precision, s.recall,
+                         static_cast<double>(s.routed_fraction_by_bucket.size())});
+      v.insert(v.end(), s.routed_fraction_by_bucket.begin(), s.routed_fraction_by_bucket.end());
+    }
+    for (const auto& s : moe)
+      v.insert(v.end(), {static_cast<double>(s.block), s.unrouted_fraction, s.noop_fraction,
+                         s.dropped_fraction, s.max_load});
+    Tensor size = Tensor::from_vector(std::vector<double>{static_cast<double>(v.size())}, {1}, DType::F64);
+    pp.send(size, 0, kStatsTag);
+    pp.send(Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64), 0, kStatsTag);
+    return;
+  }
+  for (int src = 1; src < pp.size(); ++src) {
+    Tensor size = Tensor::empty({1}, DType::F64);
+    pp.recv(size, src, kStatsTag);
+    Tensor t = Tensor::empty({static_cast<int64_t>(size.at(0))}, DType::F64);
+    pp.recv(t, src, kStatsTag);
+    const double* d = t.data<double>();
+    const int64_t n_routed = static_cast<int64_t>(d[0]), n_moe = static_cast<int64_t>(d[1]);
+    d += 2;
+    for (int64_t i = 0; i < n_routed; ++i) {
+      model::RoutedBlockStats s;
+      s.block = static_cast<int>(*d++);
+      for (double* x : {&s.router_mean, &s.router_std, &s.accuracy, &s.precision, &s.recall}) *x = *d++;
+      const int64_t buckets = static_cast<int64_t>(*d++);
+      s.routed_fraction_by_bucket.assign(d, d + buckets);
+      d += buckets;
+      routed.push_back(std::move(s));
+    }
+    for (int64_t i = 0; i < n_moe; ++i) {
+      model::MoeStats s;
+      s.block = static_cast<int>(*d++);
+      for (double* x : {&s.unrouted_fraction, &s.noop_fraction, &s.dropped_fraction, &s.max_load}) *x = *d++;
+      moe.push_back(std::move(s));
+    }
+  }
+}
+
+}  // namespace mod::parallel

@@ -1,0 +1,36 @@
+// What the trainer needs around run_stage_step (pipeline_runtime.h) to train pp = world size:
+// the configurations it refuses, the stages' parameters made whole on every rank (weights,
+// evaluation), and the routing statistics of every stage's blocks brought to stage 0, the
+// rank that logs.
+#pragma once
+
+#include <vector>
+
+#include "configs/modtrain.pb.h"
+#include "model/moe.h"
+#include "model/routing_stats.h"
+#include "model/transformer.h"
+#include "parallel/communicator.h"
+#include "parallel/pipeline_partition.h"
+
+namespace mod::parallel {
+
+// Throws std::invalid_argument naming the fields when cfg has parallel.pp > 1 with something
+// the pipeline trainer does not run: parallel.zero_stage (or zero1), parallel.sequence_parallel,
+// train.device CUDA, an interleaved
+// schedule (parallel.pp_schedule INTERLEAVED_1F1B or parallel.virtual_stages > 1),
+// train.recompute or train.recompute_blocks. (dp, tp and ep: ParallelDims::from_config.)
+void check_pipeline_training(const modtrain::RunConfig& cfg);
+
+// Every parameter broadcast from the stage that owns it (stage_owns, the tied embedding from
+// the first stage), so every rank holds the whole trained model. Collective over pp.
+void broadcast_stage_parameters(const model::Transformer& model, const PipelinePartition& part,
+                                Communicator& pp);
+
+// Stage 0 receives the other stages' resolved statistics and appends them in stage order (so
+// its lists cover every routed and MoE block, as one process's do; router histograms stay on
+// their stage); the other stages keep their own. Collective over pp.
+void gather_stage_stats(std::vector<model::RoutedBlockStats>& routed,
+                        std::vector<model::MoeStats>& moe, Communicator& pp);
+
+}  // namespace mod::parallel
