@@ -115,6 +115,7 @@ void observe(const char* what, uint64_t start, uint64_t end) {
 }
 
 CUptiResult set_kind(CUpti_ActivityKind kind, bool on) {
+  bool any = false;
   {
     std::lock_guard lock(g_mutex);
     switch (kind) {
@@ -124,8 +125,9 @@ CUptiResult set_kind(CUpti_ActivityKind kind, bool on) {
       case CUPTI_ACTIVITY_KIND_MEMSET: g_memsets = on; break;
       default: return CUPTI_ERROR_NOT_SUPPORTED;
     }
+    any = g_kernels || g_copies || g_memsets;
   }
-  emu_observe_activity(g_kernels || g_copies || g_memsets ? observe : nullptr);
+  emu_observe_activity(any ? observe : nullptr);
   return CUPTI_SUCCESS;
 }
 
