@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/cuda/device.h"
+#include "tests/support/hang_watchdog.h"
 
 int main(int argc, char** argv) {
   if (mod::cuda::device_count() == 0) {

@@ -7,6 +7,8 @@
 // stand-in adds where NCCL would hang: ranks calling different operations get an error naming
 // both. tests/parallel/nccl_test.cpp covers every collective through the communicator.
 #include <nccl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,7 +34,10 @@ void two_ranks(const std::function<bool(int, ncclUniqueId)>& body) {
   REQUIRE(child >= 0);
   // One emulated GPU shared by both: each rank its own NCCL_HOSTID, or NCCL refuses the pair.
   setenv("NCCL_HOSTID", child == 0 ? "nccl-test-rank-1" : "nccl-test-rank-0", 1);
-  if (child == 0) _exit(body(1, id) ? 0 : 1);
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // not left behind by a parent the watchdog ends
+    _exit(body(1, id) ? 0 : 1);
+  }
   const bool ok = body(0, id);
   unsetenv("NCCL_HOSTID");
   int status = 0;

@@ -2,6 +2,8 @@
 // capture records instead of running and what invalidates it, forks and joins by events, graph
 // replay on the captured memory, conditional IF nodes, errors last and sticky, device memory
 // poisoned, guarded and closed to the host. Faults are checked in a forked child.
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,6 +54,7 @@ float* device_zeros(int n) {
 bool dies_of_segv(const std::function<void()>& body) {
   const pid_t pid = fork();
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // not left behind by a parent the watchdog ends
     signal(SIGSEGV, SIG_DFL);
     body();
     _exit(0);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "parallel/world.h"
+#include "tests/support/hang_watchdog.h"
 
 int main(int argc, char** argv) {
   mod::parallel::init_world(&argc, &argv);

@@ -6,6 +6,7 @@
 // a clear error, and the previous checkpoint stays intact.
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,6 +40,7 @@ int in_child(Fn fn) {
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // not left behind by a parent the watchdog ends
     int code = 0;
     try {
       code = fn();
