@@ -113,6 +113,7 @@ TEST_CASE("ranks meet over TCP and through a file, at 2 and 4 ranks") {
       const fs::path dir = temp_dir("meet");
       const auto errors = on_ranks(size, [&](int rank) {
         RendezvousOptions o = options(rank, size, port);
+        o.timeout_s = 20;  // the meeting succeeds; a loaded machine may start a rank late
         if (file) o.file_dir = dir.string();
         auto r = Rendezvous::meet(o);
         exercise(*r, size);
@@ -134,6 +135,7 @@ TEST_CASE("a stale file from an earlier job is not taken for this job's") {
     o.file_dir = dir.string();
     o.master_addr.clear();
     o.host = "127.0.0.1";  // what rank 0 publishes without MASTER_ADDR
+    o.timeout_s = 20;  // the meeting succeeds; a loaded machine may start rank 0 seconds late
     CHECK(Rendezvous::meet(o)->all_gather("x").size() == 3);
   });
   for (const auto& e : errors) CHECK(e == "");
