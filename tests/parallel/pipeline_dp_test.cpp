@@ -9,6 +9,8 @@
 // (measured in docs/parallel.md); every routed block's top-C choices on the stage's rows, per
 // micro-batch, bitwise. The pp 2 x dp 2 run's step-2 checkpoint records pp and dp and resumes
 // on one process (world rank 0), which continues as the pp 2 x dp 2 run did (the same bound).
+// tiny_mod also trains under pp 4 (two middle stages that read no data) and pp 2 x tp 2 against
+// one process (the same bound).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -87,6 +89,53 @@ void check_close(const Run& got, const Run& want, size_t first_step) {
   }
 }
 
+// One process's run, trained on world rank 0 alone and sent to every rank as one f64 vector:
+// losses, parameters (in named_parameters order), then per micro-batch the routed blocks'
+// [rows, cols, indices...]. (Four ranks each training it would double the test's time.)
+Run reference(const std::string& name) {
+  auto& world = parallel::world();
+  parallel::Communicator& alone = self();  // a collective split the first time: on every rank
+  Run one;
+  std::vector<double> v;
+  if (world.rank() == 0) {
+    one = train_run(name, alone, test::temp_dir("ppdp_one"), {});
+    v = one.losses;
+    for (const auto& [n, t] : one.params) for (double x : t.to_vector()) v.push_back(x);
+    for (const auto& blocks : one.routing) {
+      v.push_back(static_cast<double>(blocks.size()));
+      for (const Tensor& idx : blocks) {
+        v.insert(v.end(), {static_cast<double>(idx.size(0)), static_cast<double>(idx.size(1))});
+        for (double x : idx.to_vector()) v.push_back(x);
+      }
+    }
+  }
+  Tensor size = Tensor::from_vector({static_cast<double>(v.size())}, {1}, DType::F64);
+  world.broadcast(size, 0);
+  Tensor all = world.rank() == 0 ? Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64)
+                                 : Tensor::empty({static_cast<int64_t>(size.at(0))}, DType::F64);
+  world.broadcast(all, 0);
+  if (world.rank() == 0) return one;
+  const double* d = all.data<double>();
+  one.losses.assign(d, d + kSteps);
+  d += kSteps;
+  const model::Transformer shapes(recipe(name, {}).model(), 0);
+  for (const auto& [n, t] : shapes.named_parameters()) {
+    one.params.emplace_back(n, Tensor::from_vector(std::vector<double>(d, d + t.numel()), t.shape(), t.dtype()));
+    d += t.numel();
+  }
+  for (int i = 0; i < kSteps * kMicroBatches; ++i) {
+    one.routing.emplace_back(static_cast<size_t>(*d++));
+    for (Tensor& idx : one.routing.back()) {
+      const int64_t r = static_cast<int64_t>(d[0]), c = static_cast<int64_t>(d[1]);
+      d += 2;
+      idx = Tensor::from_vector(std::vector<double>(d, d + r * c), {r, c}, DType::I64);
+      d += r * c;
+    }
+  }
+  REQUIRE(d == all.data<double>() + all.numel());
+  return one;
+}
+
 // The world ranks of `group`, in group-rank order.
 std::vector<int64_t> members(parallel::Communicator& group) {
   Tensor mine = Tensor::from_indices({parallel::world().rank()}, {1});
@@ -136,7 +185,7 @@ TEST_CASE("pp 2 x dp 2 trains as one process, routes the same tokens and resumes
   const int rank = world.rank(), stage = rank / 2, dp_rank = rank % 2;
   for (const std::string name : {"tiny_dense", "tiny_mod"}) {
     INFO(name << ", world rank " << rank);
-    const Run one = train_run(name, self(), test::temp_dir("ppdp_one"), {});
+    const Run one = reference(name);
     const std::string dir = shared_dir("ppdp_run");
     const Run ppdp = train_run(name, world, dir, kLayout);
     check_close(ppdp, one, 0);
@@ -186,6 +235,15 @@ TEST_CASE("pp 2 x dp 2 trains as one process, routes the same tokens and resumes
       CHECK(reader.state().mesh.dp == 2);
       CHECK(reader.state().mesh.tp == 1);
       CHECK(reader.state().mesh.world_size == 4);
+    }
+    if (name == "tiny_mod") {
+      // pp 4: stages 1 and 2 read neither tokens nor targets; pp 2 x tp 2: each stage's tp pair
+      // holds its blocks' shards, the norm sums the tp-sharded squares over tp, then over pp.
+      for (const std::vector<std::string>& layout :
+           {std::vector<std::string>{"parallel.pp=4"}, {"parallel.pp=2", "parallel.tp=2"}}) {
+        INFO(layout.back());
+        check_close(train_run(name, world, shared_dir("pp_other"), layout), one, 0);
+      }
     }
     if (rank == 0) {  // one process is enough (the others hold the same pp 2 x dp 2 result)
       const Run resumed = train_run(name, self(), test::temp_dir("ppdp_resumed"), {}, step2);
