@@ -33,6 +33,11 @@ void ParallelDims::validate(int world_size) const {
         " (the number of processes); set parallel.dp, parallel.tp and parallel.pp so that "
         "dp x tp x pp = " + s(world_size));
   if (pp == 1 && dp * tp != world_size)
+    throw std::invalid_argument(
+        "parallel layout: dp (" + s(dp) + ") x tp (" + s(tp) + ") = " + s(dp * tp) +
+        " does not equal the world size " + s(world_size) +
+        " (the number of processes); set parallel.dp and parallel.tp so that dp x tp = " +
+        s(world_size));
   if (dp % ep != 0)
     throw std::invalid_argument("parallel layout: ep (" + s(ep) + ") must divide dp (" + s(dp) +
                                 "): dp = " + s(dp) + " = ep x " + s(dp / ep) + " + " + s(dp % ep));

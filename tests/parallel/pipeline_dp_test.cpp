@@ -1,4 +1,5 @@
-// The trainer under pipeline stages composed with data parallelism, pp 2 x dp 2 (np4), against
+// ParallelDims's equation and its errors (any world size), and the trainer under pipeline stages
+// composed with data parallelism, pp 2 x dp 2 (np4), against
 // one process with the same micro-batches (what `mpirun -np 4 modtrain train --set
 // parallel.pp=2 --set parallel.dp=2` runs): the mesh's ranks in the documented order (tp
 // fastest, then dp, then pp); tiny_dense and tiny_mod (its causal predictor clipped apart) for
@@ -14,6 +15,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <stdexcept>
 
 #include "model/transformer.h"
 #include "parallel/communicator.h"
@@ -153,6 +156,38 @@ std::vector<double> rows(const Tensor& idx, int64_t begin, int64_t end) {
   return {all.begin() + begin * c, all.begin() + end * c};
 }
 }  // namespace
+
+// Pure checks, at any world size: the world must be dp x tp x pp, and ep must divide dp.
+TEST_CASE("ParallelDims: dp x tp x pp is the world size, errors print the equation",
+          "[mpi][pipeline]") {
+  using parallel::ParallelDims;
+  auto error_of = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK_NOTHROW(ParallelDims{2, 1, 1, 1}.validate(2));
+  CHECK_NOTHROW(ParallelDims{2, 1, 1, 2}.validate(4));
+  CHECK_NOTHROW(ParallelDims{2, 2, 1, 2}.validate(8));
+  CHECK_THAT(error_of([] { ParallelDims{2, 1, 1, 1}.validate(4); }),
+             Catch::Matchers::Contains("dp (2) x tp (1) = 2 does not equal the world size 4"));
+  CHECK_THAT(error_of([] { ParallelDims{2, 1, 1, 2}.validate(2); }),
+             Catch::Matchers::Contains("dp (2) x tp (1) x pp (2) = 4 does not equal the world size "
+                                       "2 (the number of processes); set parallel.dp, parallel.tp "
+                                       "and parallel.pp so that dp x tp x pp = 2"));
+  CHECK_THAT(error_of([] { ParallelDims{4, 1, 3, 1}.validate(4); }),
+             Catch::Matchers::Contains("ep (3) must divide dp (4)"));
+  modtrain::ParallelConfig cfg;
+  cfg.set_pp(2);
+  cfg.set_dp(2);
+  CHECK(ParallelDims::from_config(cfg).dp == 2);
+  cfg.set_ep(2);
+  CHECK_THAT(error_of([&] { ParallelDims::from_config(cfg); }),
+             Catch::Matchers::Contains("parallel.pp = 2 trains with parallel.ep 1 (got ep 2)"));
+}
 
 TEST_CASE("pp x dp mesh: a stage is a run of dp x tp ranks, tp fastest", "[mpi][pipeline]") {
   auto& world = parallel::world();
