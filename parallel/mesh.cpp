@@ -1,4 +1,4 @@
-// Mesh validation and the split of the world into dp, tp, ep and edp groups (see mesh.h).
+// Mesh validation and the split of the world into dp, tp, ep, edp and pp groups (see mesh.h).
 #include "parallel/mesh.h"
 
 #include <stdexcept>
@@ -16,20 +16,22 @@ ParallelDims ParallelDims::from_config(const modtrain::ParallelConfig& cfg) {
     throw std::invalid_argument("config: parallel.dp (" + s(d.dp) + "), parallel.tp (" + s(d.tp) +
                                 "), parallel.ep (" + s(d.ep) + ") and parallel.pp (" + s(d.pp) +
                                 ") must be >= 1");
-  // The pipeline runtime trains pp alone (parallel/pipeline_runtime.h).
-  if (d.pp > 1 && (d.dp != 1 || d.tp != 1 || d.ep != 1))
-    throw std::invalid_argument("config: parallel.pp = " + s(d.pp) + " trains with parallel.dp, "
-                                "parallel.tp and parallel.ep all 1 (got dp " + s(d.dp) + ", tp " +
-                                s(d.tp) + ", ep " + s(d.ep) + "): pipeline stages do not combine "
-                                "with other layouts yet");
+  // The pipeline trainer composes stages with dp and tp; expert parallelism is not run under
+  // pp yet (parallel/pipeline_training.h).
+  if (d.pp > 1 && d.ep != 1)
+    throw std::invalid_argument("config: parallel.pp = " + s(d.pp) + " trains with parallel.ep 1 "
+                                "(got ep " + s(d.ep) + "): pipeline stages do not combine with "
+                                "expert parallelism yet");
   return d;
 }
 
 void ParallelDims::validate(int world_size) const {
-  if (pp > 1 && pp != world_size)
-    throw std::invalid_argument("parallel layout: pp (" + s(pp) + ") does not equal the world size " +
-                                s(world_size) + " (the number of processes); under pipeline "
-                                "stages set parallel.pp = " + s(world_size));
+  if (pp > 1 && dp * tp * pp != world_size)
+    throw std::invalid_argument(
+        "parallel layout: dp (" + s(dp) + ") x tp (" + s(tp) + ") x pp (" + s(pp) + ") = " +
+        s(dp * tp * pp) + " does not equal the world size " + s(world_size) +
+        " (the number of processes); set parallel.dp, parallel.tp and parallel.pp so that "
+        "dp x tp x pp = " + s(world_size));
   if (pp == 1 && dp * tp != world_size)
     throw std::invalid_argument(
         "parallel layout: dp (" + s(dp) + ") x tp (" + s(tp) + ") = " + s(dp * tp) +
@@ -64,7 +66,8 @@ void ParallelDims::validate_model(const modtrain::ModelConfig& m) const {
 
 Mesh::Mesh(Communicator& world, ParallelDims dims) : world_(world), dims_(dims) {
   dims_.validate(world.size());
-  // Under pp the world is the pp group and every other group is one rank (its stage's).
+  // World rank = (stage x dp + dp_rank) x tp + tp_rank: each stage is a run of dp x tp ranks
+  // laid out as without pp, and a pp group takes one rank of the same (dp, tp) from each stage.
   const int stage = world.rank() / (dims_.dp * dims_.tp), r = world.rank() % (dims_.dp * dims_.tp);
   const int dp_rank = r / dims_.tp, tp_rank = r % dims_.tp, stride = world.size();
   tp_ = world.split(stage * stride + dp_rank, tp_rank, "tp");

@@ -218,7 +218,6 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
     plan.sequence_tp = &mesh.tp();
   }
   const auto params = model.named_parameters();
-  std::vector<std::pair<std::string, Tensor>> dense, experts;
   std::vector<bool> is_expert;
   // ZeRO shards dense parameters over dp and experts over edp; replicated ones split in two,
   // since the two halves' slices sum over different groups.
@@ -226,22 +225,9 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
   Communicator* dense_shard = stage >= 1 ? &mesh.dp() : nullptr;
   Communicator* expert_shard = stage >= 1 ? &mesh.edp() : nullptr;
   for (const auto& [name, t] : params) {
-    const ShardSpec& spec = plan.shards.at(name);
-    (spec.expert ? experts : dense).emplace_back(name, t);
-    is_expert.push_back(spec.expert);
+    is_expert.push_back(plan.shards.at(name).expert);
   }
-  const int dp = mesh.dims().dp;
-  // Stage 1 reduce-scatters; stage 2 also lets go of the full gradients (data_parallel.h).
-  const GradReduce reduce = stage >= 1 ? GradReduce::ReduceScatter : GradReduce::AllReduce;
-  const bool release = stage >= 2;
-  if (dp > 1)
-    plan.dense_buckets =
-        std::make_unique<GradBucketer>(dense, mesh.dp(), cfg.bucket_mb(), 0, reduce, release);
-  // Expert gradients: the all-to-all summed the ep group's tokens in; the edp group (dp / ep
-  // replicas times the tp shares of the slots) sums the rest; dividing by dp makes the mean.
-  if (!experts.empty() && (dp > 1 || mesh.edp().size() > 1))
-    plan.expert_buckets =
-        std::make_unique<GradBucketer>(experts, mesh.edp(), cfg.bucket_mb(), dp, reduce, release);
+  make_grad_buckets(plan, params, mesh, cfg);
   // Where the owned slices are read from (null: the parameters' own gradients).
   const GradBucketer* dense_grads = stage >= 1 ? plan.dense_buckets.get() : nullptr;
   const GradBucketer* expert_grads = stage >= 1 ? plan.expert_buckets.get() : nullptr;
@@ -281,6 +267,27 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
     plan.optimizer = std::make_unique<AdamW>(params, optimizer, fusion);
   }
   return plan;
+}
+
+void make_grad_buckets(ParallelPlan& plan,
+                       const std::vector<std::pair<std::string, Tensor>>& params,
+                       const Mesh& mesh, const modtrain::ParallelConfig& cfg) {
+  std::vector<std::pair<std::string, Tensor>> dense, experts;
+  for (const auto& [name, t] : params) (plan.shards.at(name).expert ? experts : dense).emplace_back(name, t);
+  const int dp = mesh.dims().dp, stage = config::zero_stage(cfg);
+  // Stage 1 reduce-scatters; stage 2 also lets go of the full gradients (data_parallel.h).
+  const GradReduce reduce = stage >= 1 ? GradReduce::ReduceScatter : GradReduce::AllReduce;
+  const bool release = stage >= 2;
+  plan.dense_buckets.reset();
+  plan.expert_buckets.reset();
+  if (dp > 1 && !dense.empty())
+    plan.dense_buckets =
+        std::make_unique<GradBucketer>(dense, mesh.dp(), cfg.bucket_mb(), 0, reduce, release);
+  // Expert gradients: the all-to-all summed the ep group's tokens in; the edp group (dp / ep
+  // replicas times the tp shares of the slots) sums the rest; dividing by dp makes the mean.
+  if (!experts.empty() && (dp > 1 || mesh.edp().size() > 1))
+    plan.expert_buckets =
+        std::make_unique<GradBucketer>(experts, mesh.edp(), cfg.bucket_mb(), dp, reduce, release);
 }
 
 LeafGradReady ParallelPlan::grad_ready_hook() const {

@@ -131,6 +131,13 @@ struct ParallelPlan {
   void finish_grad_sync() const;
 };
 
+// (Re)makes plan's dp gradient buckets (experts: over edp) over `params` alone, as parallelize
+// does over every parameter; a pipeline stage passes the parameters it owns, so its dp group
+// reduces only those. plan.shards must know every name.
+void make_grad_buckets(ParallelPlan& plan,
+                       const std::vector<std::pair<std::string, Tensor>>& params,
+                       const Mesh& mesh, const modtrain::ParallelConfig& cfg);
+
 // Each parameter's gradient (where defined) becomes its sum over tp, in one all-reduce.
 void sum_sequence_grads(const std::vector<Tensor>& params, Communicator& tp);
 

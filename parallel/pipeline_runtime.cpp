@@ -18,7 +18,8 @@ constexpr int kActivationTag = 52, kGradTag = 53;
 
 StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule& s,
                          const PipelinePartition& part, Communicator& pp,
-                         const std::vector<PipelineMicroBatch>& mbs) {
+                         const std::vector<PipelineMicroBatch>& mbs,
+                         const LeafGradReady& last_backward_ready) {
   const int r = pp.rank(), m = static_cast<int>(mbs.size());
   if (s.virtual_stages != 1 || part.virtual_stages != 1)
     throw std::invalid_argument("pipeline runtime: one model chunk per rank (interleaved "
@@ -72,7 +73,7 @@ StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule
           roots.push_back(scale(res.loss, 1.0 / m));
           seeds.push_back(Tensor::full({}, 1.0, roots.back().dtype(), roots.back().device()));
         }
-        backward(roots, seeds);
+        backward(roots, seeds, i == m - 1 ? last_backward_ready : LeafGradReady());
         res.hidden = res.logits = res.loss = res.lm_loss = res.aux_loss = Tensor();
         grads[i] = Tensor();
         break;

@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/autograd.h"
 #include "model/transformer.h"
 #include "parallel/communicator.h"
 #include "parallel/pipeline_partition.h"
@@ -38,9 +39,13 @@ struct StageStep {
 
 // Runs schedule s's actions of rank pp.rank() (one chunk per rank: s.virtual_stages == 1).
 // Collective over pp. Gradients accumulate into the model's parameters (zero them before).
+// last_backward_ready is passed to the backward of the last micro-batch (the stage's last), so
+// data-parallel buckets reduce while it runs. The tokens are read on the first stage only, the
+// targets on the last: the other stages may pass empty tensors of the same [B,T] shape.
 StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule& s,
                          const PipelinePartition& part, Communicator& pp,
-                         const std::vector<PipelineMicroBatch>& microbatches);
+                         const std::vector<PipelineMicroBatch>& microbatches,
+                         const LeafGradReady& last_backward_ready = nullptr);
 
 // The first and last stages of pp (world ranks in pp's order), for the tied embedding's
 // gradient sum; null on the other stages and when pp has one rank. Collective over pp.

@@ -1,4 +1,5 @@
-// What the trainer needs around run_stage_step (pipeline_runtime.h) to train pp = world size:
+// What the trainer needs around run_stage_step (pipeline_runtime.h) to train pp stages (with
+// dp and tp inside each stage):
 // the configurations it refuses, the stages' parameters made whole on every rank (weights,
 // evaluation), and the routing statistics of every stage's blocks brought to stage 0, the
 // rank that logs.
@@ -19,11 +20,12 @@ namespace mod::parallel {
 // the pipeline trainer does not run: parallel.zero_stage (or zero1), parallel.sequence_parallel,
 // train.device CUDA, an interleaved
 // schedule (parallel.pp_schedule INTERLEAVED_1F1B or parallel.virtual_stages > 1),
-// train.recompute or train.recompute_blocks. (dp, tp and ep: ParallelDims::from_config.)
+// train.recompute or train.recompute_blocks. (ep: ParallelDims::from_config; dp and tp run.)
 void check_pipeline_training(const modtrain::RunConfig& cfg);
 
 // Every parameter broadcast from the stage that owns it (stage_owns, the tied embedding from
-// the first stage), so every rank holds the whole trained model. Collective over pp.
+// the first stage), so every rank holds the whole trained model (its tp shards). Collective
+// over pp.
 void broadcast_stage_parameters(const model::Transformer& model, const PipelinePartition& part,
                                 Communicator& pp);
 

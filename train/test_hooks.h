@@ -25,7 +25,8 @@ struct TestHooks {
   ckpt::FaultPoint checkpoint_fault = ckpt::FaultPoint::None;  // where a save kills its process
   bool check_tp_routing = false;  // parallel::check_same_routing after every training forward
   // Set by tests only (no variable): every training forward's routed_idx, copied to the host,
-  // is appended here (the parity tests compare layouts' routing step by step). Null: off.
+  // is appended here (the parity tests compare layouts' routing step by step; under pp, each
+  // micro-batch's routed blocks of this rank's stage). Null: off.
   std::vector<std::vector<Tensor>>* routing_log = nullptr;
   // Before step nan_step (1-based) the first weight is overwritten with NaN, so the step's loss
   // is non-finite whatever the machine's rounding (a real divergence depends on it). 0: none.

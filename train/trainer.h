@@ -3,13 +3,14 @@
 // TensorBoard scalars, and the final weights file. The run directory holds config.textproto,
 // metrics.csv, tb/ and model.safetensors, written by world rank 0.
 //
-// Parallel layout (parallel.dp x parallel.tp = world size): the model is built whole on every
-// rank from the same seed, then parallel::parallelize shards it and returns the plan the steps
-// run with (gradient buckets, clipping groups, the optimizer); each dp rank trains on its rows of
-// every global batch. Losses and metrics are reduced over dp, so every layout logs what one
-// process would. Under parallel.pp = world size (pp alone, train/trainer_pipeline.cpp) every
-// stage reads the same micro-batches (train.grad_accum of them) and runs its blocks through
-// the pipeline schedule; the loss comes from the last stage, and world rank 0 (the first
+// Parallel layout (parallel.dp x parallel.tp x parallel.pp = world size): the model is built
+// whole on every rank from the same seed, then parallel::parallelize shards it and returns the
+// plan the steps run with (gradient buckets, clipping groups, the optimizer); each dp rank
+// trains on its rows of every global batch. Losses and metrics are reduced over dp, so every
+// layout logs what one process would. Under parallel.pp > 1 (train/trainer_pipeline.cpp) each
+// stage's dp ranks run their blocks on their rows of the train.grad_accum micro-batches through
+// the pipeline schedule (the first stage reads the tokens, the last the targets) and reduce the
+// stage's gradients over dp; the loss comes from the last stage, and world rank 0 (the first
 // stage) logs what every stage's blocks reported.
 #pragma once
 
@@ -46,7 +47,7 @@ class Trainer {
           parallel::Communicator& world = parallel::world(), const TestHooks& hooks = {});
   // Continues from a checkpoint before run(): "auto" takes the run directory's latest (and
   // starts fresh when there is none); anything else is a checkpoint or run directory. The
-  // checkpoint may come from any dp x tp layout, with or without ZeRO-1. Collective.
+  // checkpoint may come from any dp x tp x pp layout, with or without ZeRO-1. Collective.
   void resume(const std::string& spec);
   // Starts from full parameters: a safetensors file (modtrain export, model.safetensors), or a
   // Hugging Face Llama directory (train/hf/import.h), whose MoD routers start fresh.

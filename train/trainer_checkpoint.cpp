@@ -82,7 +82,7 @@ void Trainer::save_checkpoint(int64_t steps_done, double elapsed) {
   const auto words = Rng(cfg_.train().seed()).state();  // init stream; training draws no randomness
   st.rng_state.assign(words.begin(), words.end());
   st.mesh = {mesh_->dims().dp, mesh_->dims().tp, config::zero_stage(cfg_.parallel()),
-             mesh_->world().size()};
+             mesh_->world().size(), mesh_->dims().pp};
   st.elapsed_seconds = elapsed;
   st.last_metrics_step = steps_done;
   st.optimizer_steps = plan_.optimizer->steps_taken();
@@ -164,8 +164,8 @@ void Trainer::resume(const std::string& spec) {
   start_step_ = st.step;
   elapsed_before_ = st.elapsed_seconds;
   if (!quiet_)
-    std::printf("resumed from %s: step %lld, saved under dp %d x tp %d%s\n", dir->c_str(),
-                static_cast<long long>(st.step), st.mesh.dp, st.mesh.tp,
+    std::printf("resumed from %s: step %lld, saved under dp %d x tp %d x pp %d%s\n", dir->c_str(),
+                static_cast<long long>(st.step), st.mesh.dp, st.mesh.tp, st.mesh.pp,
                 st.mesh.zero_stage > 0 ? (" (ZeRO stage " + std::to_string(st.mesh.zero_stage) + ")").c_str()
                                        : "");
 }

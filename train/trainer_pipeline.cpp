@@ -1,8 +1,10 @@
-// The trainer under parallel.pp = world size (see trainer.h): the stages' set-up and a step
-// through run_stage_step (parallel/pipeline_runtime.h). Every stage holds the whole model but
-// computes, clips and updates only the parameters it owns; the others are brought from their
-// owners before anything reads the whole model (evaluation, weights).
-#include "model/parameter_roles.h"
+// The trainer under parallel.pp > 1 (see trainer.h): the stages' set-up and a step through
+// run_stage_step (parallel/pipeline_runtime.h). Every stage holds the whole model but
+// computes, reduces over its dp group, clips and updates only the parameters it owns; the
+// others are brought from their owners before anything reads the whole model (evaluation,
+// weights).
+#include <unordered_set>
+
 #include "parallel/pipeline_runtime.h"
 #include "parallel/pipeline_training.h"
 #include "train/trainer.h"
@@ -16,15 +18,23 @@ void Trainer::setup_pipeline() {
   pipeline_schedule_ = parallel::make_schedule(parallel::schedule_kind(cfg_.parallel()), pp,
                                                cfg_.train().grad_accum());
   tied_embedding_group_ = parallel::make_tied_embedding_group(mesh_->pp());
-  // The norms over the stages: each sums the squares of what it owns (the tied embedding on
-  // the first stage only), then the sums add over pp; the causal predictors' apart, as in one
-  // process.
-  parallel::NormGroup model{{}, &mesh_->pp(), nullptr}, predictor{{}, &mesh_->pp(), nullptr};
+  const int stage = mesh_->pp_rank();
+  const bool tie = cfg_.model().tie_embeddings();
+  // The stage's dp group reduces only what the stage owns (the tied embedding on both ends).
+  std::vector<std::pair<std::string, Tensor>> owned;
   for (const auto& [name, t] : model_->named_parameters())
-    if (parallel::stage_owns(*pipeline_partition_, mesh_->pp_rank(), name, /*tie_embeddings=*/false))
-      (model::is_causal_predictor(name) ? predictor : model).params.push_back(t);
-  plan_.norm_groups = {std::move(model)};
-  if (!plan_.predictor_norm_groups.empty()) plan_.predictor_norm_groups = {std::move(predictor)};
+    if (parallel::stage_owns(*pipeline_partition_, stage, name, tie)) owned.emplace_back(name, t);
+  parallel::make_grad_buckets(plan_, owned, *mesh_, cfg_.parallel());
+  // The norms keep the plan's groups (tp-sharded over tp, replicated ones counted once) with
+  // only what this stage owns, the tied embedding on the first stage only; grad_clips then adds
+  // the stages' sums over pp. The causal predictors' norm apart, as in one process.
+  std::unordered_set<const TensorImpl*> counted;
+  for (const auto& [name, t] : model_->named_parameters())
+    if (parallel::stage_owns(*pipeline_partition_, stage, name, /*tie_embeddings=*/false))
+      counted.insert(t.impl_ptr().get());
+  for (auto* groups : {&plan_.norm_groups, &plan_.predictor_norm_groups})
+    for (parallel::NormGroup& g : *groups)
+      std::erase_if(g.params, [&](const Tensor& p) { return !counted.contains(p.impl_ptr().get()); });
 }
 
 void Trainer::sync_stage_parameters() const {
@@ -37,10 +47,19 @@ Trainer::StepOutputs Trainer::enqueue_pipeline_step() {
   model_->zero_grad();
   std::vector<parallel::PipelineMicroBatch> mbs;
   for (const auto& [inputs, targets] : step_inputs_) mbs.push_back({inputs, targets});
-  parallel::StageStep st =
-      parallel::run_stage_step(*model_, *pipeline_schedule_, *pipeline_partition_, pp, mbs);
+  parallel::StageStep st = parallel::run_stage_step(*model_, *pipeline_schedule_,
+                                                    *pipeline_partition_, pp, mbs,
+                                                    plan_.grad_ready_hook());
+  if (hooks_.routing_log)  // per micro-batch, the stage's routed blocks on this rank's rows
+    for (const model::ForwardResult& r : st.results) {
+      hooks_.routing_log->emplace_back();
+      for (const Tensor& idx : r.routed_idx) hooks_.routing_log->back().push_back(idx.to(Device::CPU));
+    }
+  // dp means of the stage's gradients (its buckets), then the tied embedding's two halves.
+  plan_.finish_grad_sync();
   parallel::sum_tied_embedding_grads(*model_, tied_embedding_group_.get());
-  // lm_loss is the last stage's (0 elsewhere, so the sum is exact); aux_loss adds the stages'.
+  // lm_loss is the last stage's (0 elsewhere, so the sum is exact); aux_loss adds the stages';
+  // finish_step then takes the mean over dp.
   Tensor sums = Tensor::from_vector(std::vector<double>{st.lm_loss, st.aux_loss}, {2}, DType::F64);
   pp.all_reduce(sums);
   StepOutputs out;

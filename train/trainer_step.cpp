@@ -62,7 +62,8 @@ constexpr int64_t kGraphWarmupSteps = 1;
 }  // namespace
 
 // The norm over the language model: each of the plan's groups sums its squares over its
-// communicator (tp-sharded over tp, experts over ep, replicated ones counted once). Gradients
+// communicator (tp-sharded over tp, experts over ep, replicated ones counted once; under pp,
+// the stage's own parameters, then over pp). Gradients
 // are already reduced over dp; under ZeRO only on owned slices, whose squares sum over the
 // shard group first. All on the device. The causal predictors' norm, apart, clips them alone.
 Trainer::StepClip Trainer::grad_clips() {
@@ -88,6 +89,8 @@ Trainer::StepClip Trainer::grad_clips() {
       else
         sq = group_sq;
     }
+    // Under pp each stage's groups hold what it owns: the stages' squares add up.
+    if (pipeline_partition_ && mesh_->pp().size() > 1) mesh_->pp().all_reduce(sq);
     return sq;
   };
   StepClip c;
@@ -113,14 +116,25 @@ model::ForwardResult Trainer::forward_batch(const Tensor& inputs, const Tensor& 
 // same tensors every step: a captured step reads them) and the learning rate set.
 void Trainer::load_step(int64_t step) {
   const int accum = cfg_.train().grad_accum();
+  // Under pp the first stage's ranks use the tokens and the last stage's the targets (their dp
+  // rows, both from one read of the windows); the stages between read nothing and only advance
+  // the loader, so every rank's loader stays at the same batch.
+  const int stage = mesh_->pp_rank(), last_stage = mesh_->dims().pp - 1;
+  const bool wants_tokens = stage == 0, wants_targets = stage == last_stage;
   for (int micro = 0; micro < accum; ++micro) {
+    if (step_inputs_.size() <= static_cast<size_t>(micro)) {
+      const Shape shape{row_end_ - row_begin_, cfg_.model().seq_len()};
+      step_inputs_.push_back({Tensor::empty(shape, DType::I64, device_),
+                              Tensor::empty(shape, DType::I64, device_)});
+    }
+    if (!wants_tokens && !wants_targets) {
+      const data::LoaderState s = loader_->state();
+      loader_->restore({s.seed, s.batches_drawn + 1});
+      continue;
+    }
     const data::Batch batch = loader_->next(row_begin_, row_end_);
-    if (step_inputs_.size() <= static_cast<size_t>(micro))
-      step_inputs_.push_back(
-          {Tensor::empty(batch.inputs.shape(), batch.inputs.dtype(), device_),
-           Tensor::empty(batch.targets.shape(), batch.targets.dtype(), device_)});
-    step_inputs_[micro].first.copy_from(batch.inputs);
-    step_inputs_[micro].second.copy_from(batch.targets);
+    if (wants_tokens) step_inputs_[micro].first.copy_from(batch.inputs);
+    if (wants_targets) step_inputs_[micro].second.copy_from(batch.targets);
   }
   const double lr = learning_rate(cfg_.optimizer(), step, cfg_.train().steps());
   plan_.optimizer->set_learning_rate(lr);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The pipeline settings on the command line: `flops` and `memory` print the stage partition and
 # the bubble, a bad parallel.pp_layout names the field, and `train` refuses, before it reads any
-# data, parallel.pp other than the number of processes and pp with what the pipeline trainer
+# data, dp x tp x pp other than the number of processes and pp with what the pipeline trainer
 # does not run (tests/parallel/pipeline_train_test.cpp trains under mpirun).
 # Usage: pipeline_cli_test.sh MODTRAIN SOURCE_DIR
 set -euo pipefail
@@ -29,7 +29,7 @@ expect_error() {  # expect_error PATTERN command...
 }
 expect_error "parallel.pp_layout: sums to 5 blocks, expected model.n_layers 6" \
   "$modtrain" flops --config "$recipe" --set parallel.pp=2 --set parallel.pp_layout=[3,2]
-expect_error "parallel layout: pp (2) does not equal the world size 1" \
+expect_error "parallel layout: dp (1) x tp (1) x pp (2) = 2 does not equal the world size 1" \
   "$modtrain" train --config "$recipe" --set parallel.pp=2 --run-dir "$work/run" --data "$work/none"
 expect_error "remove: parallel.zero_stage 1, train.recompute" \
   "$modtrain" train --config "$recipe" --set parallel.pp=2 --set parallel.zero_stage=1 \

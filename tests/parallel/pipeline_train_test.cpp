@@ -105,7 +105,9 @@ TEST_CASE("pp refuses what the pipeline trainer does not run, naming the fields"
       CHECK_THAT(e.what(), Catch::Matchers::Contains(field));
     }
   };
-  refused({"parallel.tp=2"}, "parallel.tp");
+  refused({"parallel.ep=2"}, "parallel.ep");
+  refused({"parallel.dp=2"}, "dp (2) x tp (1) x pp (" + std::to_string(parallel::world().size()) +
+                                 ")");
   refused({"parallel.zero1=true"}, "parallel.zero_stage 1");
   refused({"parallel.sequence_parallel=true"}, "parallel.sequence_parallel");
   refused({"train.recompute=FULL"}, "train.recompute");

@@ -38,7 +38,8 @@ struct MeshLayout {
   int dp = 1;          // data-parallel degree, e.g. 2
   int tp = 1;          // tensor-parallel degree, e.g. 2
   int zero_stage = 0;  // parallel.zero_stage (0: nothing sharded over dp)
-  int world_size = 1;  // ranks in the save, e.g. 4
+  int world_size = 1;  // ranks in the save, e.g. 4 (= dp x tp x pp)
+  int pp = 1;          // pipeline stages, e.g. 2
 };
 
 // Everything besides tensors that a resume restores. Rank 0's copy is the one saved.

@@ -69,6 +69,7 @@ pb::CheckpointMeta make_meta(const TrainState& s, std::vector<pb::TensorInfo> te
   m.mutable_mesh()->set_zero1(s.mesh.zero_stage >= 1);
   m.mutable_mesh()->set_zero_stage(s.mesh.zero_stage);
   m.mutable_mesh()->set_world_size(s.mesh.world_size);
+  m.mutable_mesh()->set_pp(s.mesh.pp);
   m.mutable_progress()->set_elapsed_seconds(s.elapsed_seconds);
   m.mutable_progress()->set_last_metrics_step(s.last_metrics_step);
   m.set_optimizer_steps(s.optimizer_steps);
@@ -88,7 +89,7 @@ TrainState state_from_meta(const pb::CheckpointMeta& m) {
     s.data_shards.push_back({d.name(), d.tokens(), d.crc32c(), d.sample_crc()});
   s.rng_state.assign(m.rng_state().begin(), m.rng_state().end());
   const int stage = m.mesh().zero_stage() > 0 ? m.mesh().zero_stage() : m.mesh().zero1() ? 1 : 0;
-  s.mesh = {m.mesh().dp(), m.mesh().tp(), stage, m.mesh().world_size()};
+  s.mesh = {m.mesh().dp(), m.mesh().tp(), stage, m.mesh().world_size(), std::max(1, m.mesh().pp())};
   s.elapsed_seconds = m.progress().elapsed_seconds();
   s.last_metrics_step = m.progress().last_metrics_step();
   s.optimizer_steps = m.optimizer_steps();

@@ -1,0 +1,288 @@
+// ParallelDims's equation and its errors (any world size), and the trainer under pipeline stages
+// composed with data parallelism, pp 2 x dp 2 (np4), against
+// one process with the same micro-batches (what `mpirun -np 4 modtrain train --set
+// parallel.pp=2 --set parallel.dp=2` runs): the mesh's ranks in the documented order (tp
+// fastest, then dp, then pp); tiny_dense and tiny_mod (its causal predictor clipped apart) for
+// 4 steps of 2 micro-batches under 1F1B, each dp rank of a stage on its half of the rows. Checked
+// every step: the loss (the last stage's, averaged over dp) and, at the end, the parameters to
+// relative kBound: each dp rank's loss is a mean over its rows and the dp mean of those, and the
+// gradients are averaged over dp in buckets, another association than one process's single sum
+// (measured in docs/parallel.md); every routed block's top-C choices on the stage's rows, per
+// micro-batch, bitwise. The pp 2 x dp 2 run's step-2 checkpoint records pp and dp and resumes
+// on one process (world rank 0), which continues as the pp 2 x dp 2 run did (the same bound).
+// tiny_mod also trains under pp 4 (two middle stages that read no data) and pp 2 x tp 2 against
+// one process (the same bound).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <stdexcept>
+
+#include "model/transformer.h"
+#include "parallel/communicator.h"
+#include "parallel/mesh.h"
+#include "parallel/pipeline_partition.h"
+#include "parallel/world.h"
+#include "tests/support/bitwise.h"
+#include "tests/support/tiny_runs.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/reader.h"
+
+using namespace mod;
+
+namespace {
+constexpr int kSteps = 4, kMicroBatches = 2;
+constexpr double kBound = 1e-6;  // relative: losses and parameters (measured 1.1e-7)
+const std::vector<std::string> kLayout = {"parallel.pp=2", "parallel.dp=2"};
+
+struct Run {
+  std::vector<double> losses;
+  std::vector<std::pair<std::string, Tensor>> params;
+  std::vector<std::vector<Tensor>> routing;  // per micro-batch: per routed block run here, [B,C]
+};
+
+// Rank 0's private directory, for a run every rank of the world writes to.
+std::string shared_dir(const std::string& tag) {
+  const std::string dir = test::temp_dir(tag);
+  Tensor chars = Tensor::zeros({256}, DType::I32);
+  for (size_t i = 0; i < dir.size() && i < 255; ++i) chars.data<int32_t>()[i] = dir[i];
+  parallel::world().broadcast(chars, 0);
+  std::string out;
+  for (int i = 0; i < 256 && chars.data<int32_t>()[i]; ++i) out += static_cast<char>(chars.data<int32_t>()[i]);
+  return out;
+}
+
+// One process per rank: a group of this rank alone.
+parallel::Communicator& self() {
+  static std::unique_ptr<parallel::Communicator> c =
+      parallel::world().split(parallel::world().rank(), 0, "self");
+  return *c;
+}
+
+modtrain::RunConfig recipe(const std::string& name, std::vector<std::string> extra) {
+  extra.insert(extra.end(), {"train.grad_accum=" + std::to_string(kMicroBatches),
+                             "checkpoint.every_steps=2", "parallel.pp_schedule=ONE_F_ONE_B"});
+  return test::tiny_recipe(name, kSteps, "", extra);
+}
+
+Run train_run(const std::string& name, parallel::Communicator& comm, const std::string& dir,
+              const std::vector<std::string>& extra, const std::string& from = "") {
+  Run out;
+  train::TestHooks hooks;
+  hooks.routing_log = &out.routing;
+  train::Trainer trainer(recipe(name, extra), dir, /*quiet=*/true, comm, hooks);
+  if (!from.empty()) trainer.resume(from);
+  trainer.run();
+  out.losses = trainer.losses();
+  out.params = trainer.full_parameters();
+  return out;
+}
+
+void check_close(const Run& got, const Run& want, size_t first_step) {
+  REQUIRE(got.losses.size() + first_step == want.losses.size());
+  for (size_t s = 0; s < got.losses.size(); ++s) {
+    const double a = got.losses[s], b = want.losses[first_step + s];
+    INFO("step " << first_step + s + 1 << ": " << a << " against " << b);
+    CHECK(std::abs(a - b) <= kBound * std::abs(b));
+  }
+  REQUIRE(got.params.size() == want.params.size());
+  for (size_t i = 0; i < want.params.size(); ++i) {
+    INFO("parameter " << want.params[i].first);
+    CHECK(test::relative_norm_diff(got.params[i].second, want.params[i].second) < kBound);
+  }
+}
+
+// One process's run, trained on world rank 0 alone and sent to every rank as one f64 vector:
+// losses, parameters (in named_parameters order), then per micro-batch the routed blocks'
+// [rows, cols, indices...]. (Four ranks each training it would double the test's time.)
+Run reference(const std::string& name) {
+  auto& world = parallel::world();
+  parallel::Communicator& alone = self();  // a collective split the first time: on every rank
+  Run one;
+  std::vector<double> v;
+  if (world.rank() == 0) {
+    one = train_run(name, alone, test::temp_dir("ppdp_one"), {});
+    v = one.losses;
+    for (const auto& [n, t] : one.params) for (double x : t.to_vector()) v.push_back(x);
+    for (const auto& blocks : one.routing) {
+      v.push_back(static_cast<double>(blocks.size()));
+      for (const Tensor& idx : blocks) {
+        v.insert(v.end(), {static_cast<double>(idx.size(0)), static_cast<double>(idx.size(1))});
+        for (double x : idx.to_vector()) v.push_back(x);
+      }
+    }
+  }
+  Tensor size = Tensor::from_vector({static_cast<double>(v.size())}, {1}, DType::F64);
+  world.broadcast(size, 0);
+  Tensor all = world.rank() == 0 ? Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64)
+                                 : Tensor::empty({static_cast<int64_t>(size.at(0))}, DType::F64);
+  world.broadcast(all, 0);
+  if (world.rank() == 0) return one;
+  const double* d = all.data<double>();
+  one.losses.assign(d, d + kSteps);
+  d += kSteps;
+  const model::Transformer shapes(recipe(name, {}).model(), 0);
+  for (const auto& [n, t] : shapes.named_parameters()) {
+    one.params.emplace_back(n, Tensor::from_vector(std::vector<double>(d, d + t.numel()), t.shape(), t.dtype()));
+    d += t.numel();
+  }
+  for (int i = 0; i < kSteps * kMicroBatches; ++i) {
+    one.routing.emplace_back(static_cast<size_t>(*d++));
+    for (Tensor& idx : one.routing.back()) {
+      const int64_t r = static_cast<int64_t>(d[0]), c = static_cast<int64_t>(d[1]);
+      d += 2;
+      idx = Tensor::from_vector(std::vector<double>(d, d + r * c), {r, c}, DType::I64);
+      d += r * c;
+    }
+  }
+  REQUIRE(d == all.data<double>() + all.numel());
+  return one;
+}
+
+// The world ranks of `group`, in group-rank order.
+std::vector<int64_t> members(parallel::Communicator& group) {
+  Tensor mine = Tensor::from_indices({parallel::world().rank()}, {1});
+  Tensor all = Tensor::empty({group.size()}, DType::I64);
+  group.all_gather(mine, all);
+  std::vector<int64_t> out;
+  for (double x : all.to_vector()) out.push_back(static_cast<int64_t>(x));
+  return out;
+}
+
+// Rows [begin, end) of idx [B,C].
+std::vector<double> rows(const Tensor& idx, int64_t begin, int64_t end) {
+  const std::vector<double> all = idx.to_vector();
+  const int64_t c = idx.size(1);
+  return {all.begin() + begin * c, all.begin() + end * c};
+}
+}  // namespace
+
+// Pure checks, at any world size: the world must be dp x tp x pp, and ep must divide dp.
+TEST_CASE("ParallelDims: dp x tp x pp is the world size, errors print the equation",
+          "[mpi][pipeline]") {
+  using parallel::ParallelDims;
+  auto error_of = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK_NOTHROW(ParallelDims{2, 1, 1, 1}.validate(2));
+  CHECK_NOTHROW(ParallelDims{2, 1, 1, 2}.validate(4));
+  CHECK_NOTHROW(ParallelDims{2, 2, 1, 2}.validate(8));
+  CHECK_THAT(error_of([] { ParallelDims{2, 1, 1, 1}.validate(4); }),
+             Catch::Matchers::Contains("dp (2) x tp (1) = 2 does not equal the world size 4"));
+  CHECK_THAT(error_of([] { ParallelDims{2, 1, 1, 2}.validate(2); }),
+             Catch::Matchers::Contains("dp (2) x tp (1) x pp (2) = 4 does not equal the world size "
+                                       "2 (the number of processes); set parallel.dp, parallel.tp "
+                                       "and parallel.pp so that dp x tp x pp = 2"));
+  CHECK_THAT(error_of([] { ParallelDims{4, 1, 3, 1}.validate(4); }),
+             Catch::Matchers::Contains("ep (3) must divide dp (4)"));
+  modtrain::ParallelConfig cfg;
+  cfg.set_pp(2);
+  cfg.set_dp(2);
+  CHECK(ParallelDims::from_config(cfg).dp == 2);
+  cfg.set_ep(2);
+  CHECK_THAT(error_of([&] { ParallelDims::from_config(cfg); }),
+             Catch::Matchers::Contains("parallel.pp = 2 trains with parallel.ep 1 (got ep 2)"));
+}
+
+TEST_CASE("pp x dp mesh: a stage is a run of dp x tp ranks, tp fastest", "[mpi][pipeline]") {
+  auto& world = parallel::world();
+  if (world.size() != 4) return;  // pp 2 x dp 2, or pp 2 x tp 2
+  const int r = world.rank();
+  {
+    parallel::Mesh mesh(world, {/*dp=*/2, /*tp=*/1, /*ep=*/1, /*pp=*/2});
+    INFO("pp 2 x dp 2, world rank " << r);
+    CHECK(mesh.pp_rank() == r / 2);
+    CHECK(mesh.dp_rank() == r % 2);
+    CHECK(members(mesh.dp()) == std::vector<int64_t>{r / 2 * 2, r / 2 * 2 + 1});
+    CHECK(members(mesh.pp()) == std::vector<int64_t>{r % 2, r % 2 + 2});
+    CHECK(members(mesh.tp()) == std::vector<int64_t>{r});
+  }
+  {
+    parallel::Mesh mesh(world, {/*dp=*/1, /*tp=*/2, /*ep=*/1, /*pp=*/2});
+    INFO("pp 2 x tp 2, world rank " << r);
+    CHECK(mesh.pp_rank() == r / 2);
+    CHECK(mesh.tp_rank() == r % 2);
+    CHECK(members(mesh.tp()) == std::vector<int64_t>{r / 2 * 2, r / 2 * 2 + 1});
+    CHECK(members(mesh.pp()) == std::vector<int64_t>{r % 2, r % 2 + 2});
+    CHECK(members(mesh.dp()) == std::vector<int64_t>{r});
+  }
+}
+
+TEST_CASE("pp 2 x dp 2 trains as one process, routes the same tokens and resumes on one process",
+          "[mpi][pipeline]") {
+  auto& world = parallel::world();
+  if (world.size() != 4) return;  // pp 2 x dp 2
+  const int rank = world.rank(), stage = rank / 2, dp_rank = rank % 2;
+  for (const std::string name : {"tiny_dense", "tiny_mod"}) {
+    INFO(name << ", world rank " << rank);
+    const Run one = reference(name);
+    const std::string dir = shared_dir("ppdp_run");
+    const Run ppdp = train_run(name, world, dir, kLayout);
+    check_close(ppdp, one, 0);
+    double worst_loss = 0, worst_param = 0;  // printed for docs/parallel.md
+    for (size_t i = 0; i < one.losses.size(); ++i)
+      worst_loss = std::max(worst_loss, std::abs(ppdp.losses[i] - one.losses[i]) / std::abs(one.losses[i]));
+    for (size_t i = 0; i < one.params.size(); ++i)
+      worst_param = std::max(worst_param, test::relative_norm_diff(ppdp.params[i].second, one.params[i].second));
+    if (rank == 0)
+      std::printf("pp 2 x dp 2 %s: against one process, losses %.2e (step 1 %s), parameters %.2e "
+                  "(relative, worst of %d steps)\n",
+                  name.c_str(), worst_loss, ppdp.losses[0] == one.losses[0] ? "bitwise" : "not bitwise",
+                  worst_param, kSteps);
+
+    // The stage's routed blocks on this dp rank's rows, against one process's, per micro-batch.
+    const modtrain::RunConfig cfg = recipe(name, kLayout);
+    const parallel::PipelinePartition part = parallel::plan_partition(cfg);
+    const model::Transformer shapes(cfg.model(), 0);
+    size_t first_routed = 0, stage_routed = 0;  // this stage's routed blocks in one process's list
+    for (size_t b = 0; b < shapes.num_blocks(); ++b) {
+      if (!shapes.routed(b)) continue;
+      const int owner = part.stage_of_block(static_cast<int>(b));
+      if (owner < stage) ++first_routed;
+      if (owner == stage) ++stage_routed;
+    }
+    const int64_t rows_per_rank = cfg.train().batch_size() / 2;
+    REQUIRE(ppdp.routing.size() == one.routing.size());
+    REQUIRE(one.routing.size() == static_cast<size_t>(kSteps * kMicroBatches));
+    for (size_t i = 0; i < one.routing.size(); ++i) {
+      INFO("step " << i / kMicroBatches + 1 << ", micro-batch " << i % kMicroBatches);
+      REQUIRE(ppdp.routing[i].size() == stage_routed);
+      for (size_t k = 0; k < stage_routed; ++k) {
+        INFO("routed block " << first_routed + k << " of one process's list");
+        REQUIRE(ppdp.routing[i][k].size(0) == rows_per_rank);
+        test::check_bitwise(ppdp.routing[i][k].to_vector(),
+                            rows(one.routing[i][first_routed + k], dp_rank * rows_per_rank,
+                                 (dp_rank + 1) * rows_per_rank));
+      }
+    }
+    if (name == "tiny_mod") CHECK(stage_routed > 0);
+
+    // The step-2 checkpoint records the layout, and one process continues it.
+    const std::string step2 = ckpt::checkpoints_dir(dir) + "/" + ckpt::step_dir_name(2);
+    {
+      ckpt::CheckpointReader reader(step2);
+      CHECK(reader.state().mesh.pp == 2);
+      CHECK(reader.state().mesh.dp == 2);
+      CHECK(reader.state().mesh.tp == 1);
+      CHECK(reader.state().mesh.world_size == 4);
+    }
+    if (name == "tiny_mod") {
+      // pp 4: stages 1 and 2 read neither tokens nor targets; pp 2 x tp 2: each stage's tp pair
+      // holds its blocks' shards, the norm sums the tp-sharded squares over tp, then over pp.
+      for (const std::vector<std::string>& layout :
+           {std::vector<std::string>{"parallel.pp=4"}, {"parallel.pp=2", "parallel.tp=2"}}) {
+        INFO(layout.back());
+        check_close(train_run(name, world, shared_dir("pp_other"), layout), one, 0);
+      }
+    }
+    if (rank == 0) {  // one process is enough (the others hold the same pp 2 x dp 2 result)
+      const Run resumed = train_run(name, self(), test::temp_dir("ppdp_resumed"), {}, step2);
+      check_close(resumed, ppdp, 2);
+    }
+  }
+}
