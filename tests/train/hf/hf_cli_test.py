@@ -71,13 +71,15 @@ def admissions(modtrain, run_dir):
                                    re.findall(r"admitted (\d+)/(\d+)", p.stderr)]
 
 
-def scramble_decisions(modtrain, run_dir):
+def scramble_decisions(modtrain, run_dir, routed=True):
     """A few hundred steps leave a predictor that admits nearly every token or none, so the
     causal decisions would test little: the weights file is rewritten with the decision layers
     (predictor.in and .out, or the router under aux-BCE) drawn from N(0, 1/fan_in), biases 1e-3
     (not 0, which the lr-1e-30 round trip would move), seeds tried until greedy sampling has a
-    routed block that admits some tokens and not others. The file loses its seal (safetensors
-    cannot write it), which modtrain accepts with a note."""
+    routed block that admits some tokens and not others. MoE routers (mlp.router) are redrawn
+    the same way, so that tokens spread over the experts and the no-op expert; without MoD
+    (routed false) the first seed is kept. The file loses its seal (safetensors cannot write
+    it), which modtrain accepts with a note."""
     import numpy as np
     import safetensors
     import safetensors.numpy
@@ -86,7 +88,8 @@ def scramble_decisions(modtrain, run_dir):
         meta = {k: v for k, v in f.metadata().items() if not k.startswith("crc32c.")}
         original = {k: f.get_tensor(k) for k in f.keys()}
     has_predictor = any(".predictor." in k for k in original)
-    layers = (".predictor.",) if has_predictor else (".router.proj.",)
+    layers = (".mlp.router.",) + (() if not routed else
+                                  (".predictor.",) if has_predictor else (".router.proj.",))
     for seed in range(20):
         rng = np.random.default_rng(seed)
         tensors = dict(original)
@@ -95,6 +98,8 @@ def scramble_decisions(modtrain, run_dir):
                 tensors[k] = (rng.standard_normal(t.shape) / np.sqrt(t.shape[-1])).astype(
                     np.float32) if k.endswith(".weight") else np.full_like(t, 1e-3)
         safetensors.numpy.save_file(tensors, path, metadata=meta)
+        if not routed:
+            return
         _, counts = admissions(modtrain, run_dir)
         if any(0 < a < n for a, n in counts):
             return
@@ -102,14 +107,29 @@ def scramble_decisions(modtrain, run_dir):
 
 
 TINY = SHAPE + ["--set", "model.mlp=SWIGLU", "--set", "model.norm=RMS"]  # a Llama
-# MoD on tiny_mod (GELU), as ModtrainForCausalLM: with a predictor; and LayerNorm with aux-BCE,
-# a sigmoid gate and a router bias in every block.
-MOD_VARIANTS = {
-    "mod_predictor": ["--set", "model.mod.capacity=0.25"],
-    "mod_aux_bce": ["--set", "model.norm=LAYER", "--set", "model.mod.causal.method=AUX_BCE",
-                    "--set", "model.mod.router.gate=SIGMOID", "--set", "model.mod.router.bias=true",
-                    "--set", "model.mod.schedule=EVERY", "--set", "model.mod.capacity=0.5"],
+# Models exported as ModtrainForCausalLM: name -> (recipe, --sets, training steps). MoD on tiny_mod
+# (GELU) with a predictor; LayerNorm with aux-BCE, a sigmoid gate and a router bias in every block.
+# MoE with token choice (2 of 4 SwiGLU experts of their own width, router bias, capacity factor
+# 0.5 so that choices are dropped); integrated MoDE (expert choice with the no-op expert);
+# staged MoDE (MoE in every block, MoD's routed block 1 with a predictor, capacity 0.25). The MoE
+# models train fewer steps: their routers only need to be away from their initialisation.
+VARIANTS = {
+    "mod_predictor": ("tiny_mod", ["--set", "model.mod.capacity=0.25"], 300),
+    "mod_aux_bce": ("tiny_mod", ["--set", "model.norm=LAYER", "--set", "model.mod.causal.method=AUX_BCE",
+                                 "--set", "model.mod.router.gate=SIGMOID",
+                                 "--set", "model.mod.router.bias=true",
+                                 "--set", "model.mod.schedule=EVERY", "--set", "model.mod.capacity=0.5"],
+                    300),
+    "moe_token_choice": ("tiny_moe", ["--set", "model.mlp=SWIGLU", "--set", "model.moe.routing=TOKEN_CHOICE",
+                                      "--set", "model.moe.top_k=2", "--set", "model.moe.capacity_factor=0.5",
+                                      "--set", "model.moe.d_expert=40",
+                                      "--set", "model.moe.router_bias=true"], 60),
+    "mode_integrated": ("tiny_mode_integrated", [], 60),
+    "mode_staged": ("tiny_mode_staged", ["--set", "model.mod.capacity=0.25",
+                                         "--set", "model.mod.causal.predictor_hidden=16"], 60),
 }
+ROUTED = {"mod_predictor", "mod_aux_bce", "mode_staged"}  # with MoD's routed blocks
+MOE = {"moe_token_choice", "mode_integrated", "mode_staged"}  # with MoE MLPs
 
 
 def main():
@@ -237,14 +257,16 @@ def main():
         if "MoD router/predictor tensors start fresh" not in p.stdout:
             fail("the MoD conversion did not say its routers start fresh:\n" + p.stdout)
 
-        # MoD exports as ModtrainForCausalLM under modtrain's names; --init-from DIR reads it back.
-        for name, extra in MOD_VARIANTS.items():
+        # MoD, MoE and MoDE export as ModtrainForCausalLM under modtrain's names; --init-from DIR
+        # reads it back.
+        for name, (recipe, extra, steps) in VARIANTS.items():
             run_dir, out = os.path.join(work, "run_" + name), os.path.join(work, "hf_" + name)
-            recipe = os.path.join(src, "configs/recipes/tiny_mod.textproto")
+            recipe = os.path.join(src, "configs/recipes/%s.textproto" % recipe)
             run([modtrain, "train", "--config", recipe, "--run-dir", run_dir, "--data", data,
-                 "--set", "model.vocab_size=400", "--set", "train.steps=300",
-                 "--set", "train.eval_every=300"] + SHAPE + extra)
-            scramble_decisions(modtrain, run_dir)
+                 "--set", "model.vocab_size=400", "--set", "train.steps=%d" % steps,
+                 "--set", "train.eval_every=%d" % steps] + SHAPE + extra)
+            if name in ROUTED or name in MOE:
+                scramble_decisions(modtrain, run_dir, name in ROUTED)
             p = run([modtrain, "export", "--checkpoint", run_dir, "--format", "hf", "--out", out])
             if "ModtrainForCausalLM" not in p.stdout:
                 fail("export said: " + p.stdout)
@@ -313,14 +335,49 @@ model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float
 model.eval()
 assert type(model).__name__ == arch, type(model).__name__
 tokens = torch.from_numpy(np.fromfile(tokens_path, dtype=np.int64).reshape(b, t))
+# Each MoE layer's selections, counted so that the comparison is known to cover them: under
+# causal routing the no-op expert's picks (integrated MoDE), under token choice dropped choices.
+moe = {"tokens": 0, "noop": 0, "choices": 0, "kept": 0, "experts": set()}
+def count(module, args, _out):
+    h, causal = args
+    probs = torch.softmax(module.router(h).float(), dim=-1)
+    moe["tokens"] += h.shape[0] * h.shape[1]
+    if causal:
+        moe["experts"] |= set(torch.nonzero(module.causal_choice(probs))[:, -1].tolist())
+    if causal and module.noop:
+        moe["noop"] += int((probs.argmax(-1) == module.n_experts).sum())
+    if not causal and module.token_choice:
+        moe["choices"] += h.shape[0] * h.shape[1] * module.top_k
+        moe["kept"] += int(module.token_choice_slots(probs).sum())
+for m in model.modules():
+    if type(m).__name__ == "MoeMlp":
+        m.register_forward_hook(count)
 with torch.no_grad():
     kwargs = {"routing": routing} if arch != "LlamaForCausalLM" else {}
     got = model(tokens, **kwargs).logits.numpy()
+extra = ""
+if moe["tokens"]:
+    extra = "; MoE layers saw %d tokens" % moe["tokens"]
+    cfg = model.config
+    if routing == "causal":
+        extra += ", experts %s picked" % sorted(moe["experts"])
+        if len(moe["experts"]) < 2:
+            sys.exit("causal routing picked experts %s only" % sorted(moe["experts"]))
+    if routing == "causal" and cfg.moe_noop_expert:
+        extra += ", %d took the no-op expert" % moe["noop"]
+        if not 0 < moe["noop"] < moe["tokens"]:
+            sys.exit("the no-op expert took %d of %d tokens: its causal pick is untested"
+                     % (moe["noop"], moe["tokens"]))
+    if routing == "top_c" and cfg.moe_routing == "token_choice":
+        extra += ", %d of %d choices kept" % (moe["kept"], moe["choices"])
+        if not 0 < moe["kept"] < moe["choices"]:
+            sys.exit("token choice kept %d of %d choices: dropping is untested"
+                     % (moe["kept"], moe["choices"]))
 want = np.fromfile(logits_path, dtype=np.float32).reshape(got.shape)
 diff = np.abs(got - want)
 rel = diff / np.maximum(np.abs(want), 1.0)
-print("transformers %s vs modtrain, %s routing: logits %s, max |diff| %.3g, max relative %.3g"
-      % (transformers.__version__, routing, got.shape, diff.max(), rel.max()))
+print("transformers %s vs modtrain, %s routing: logits %s, max |diff| %.3g, max relative %.3g%s"
+      % (transformers.__version__, routing, got.shape, diff.max(), rel.max(), extra))
 if rel.max() > 1e-4:
     sys.exit("logits differ by more than 1e-4 relative")
 '''
@@ -361,11 +418,11 @@ def transformers_parity(python, hf_tests, src, work):
     parity(os.path.join(work, "run_bpe"), os.path.join(work, "hf_bpe"), "top_c",
            "LlamaForCausalLM")
     greedy(os.path.join(work, "run_bpe"), os.path.join(work, "hf_bpe"), False)
-    for name in MOD_VARIANTS:
+    for name in VARIANTS:
         run_dir, out = os.path.join(work, "run_" + name), os.path.join(work, "hf_" + name)
         for routing in ("top_c", "causal"):
             parity(run_dir, out, routing, "ModtrainForCausalLM")
-        greedy(run_dir, out, True)
+        greedy(run_dir, out, name in ROUTED)
 
     # A LlamaForCausalLM made by transformers (sharded, untied), imported, trained 20 steps as
     # MoD, exported (ModtrainForCausalLM) and loaded back by transformers.
