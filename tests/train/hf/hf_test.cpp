@@ -312,7 +312,7 @@ modtrain::RunConfig moe_run(int kind) {
   return cfg;
 }
 
-TEST_CASE("hf: MoE and MoDE export as ModtrainForCausalLM; export then import is bitwise",
+TEST_CASE("hf: MoE and MoDE export as ModtrainForCausalLM, and export then import is bitwise",
           "[hf]") {
   for (int kind = 0; kind < 3; ++kind) {
     INFO("kind " << kind << " (0 MoE token choice, 1 integrated MoDE, 2 staged MoDE)");
