@@ -442,12 +442,14 @@ def transformers_parity(python, hf_tests, src, work):
     run([modtrain_bin, "export", "--checkpoint", mod_run, "--format", "hf", "--out", out])
     parity(mod_run, out, "top_c", "ModtrainForCausalLM")
 
-    lm_eval_local_task(python, work)
+    lm_eval_local_task(python, src, work)
 
 
-def lm_eval_local_task(python, work):
+def lm_eval_local_task(python, src, work):
     """lm-evaluation-harness on a local multiple-choice task made from the validation document
-    (no network): each line's first 40 characters, its next 20 against 3 other lines' (seeded)."""
+    (no network): each line's first 40 characters, its next 20 against 3 other lines' (seeded).
+    Then the repository's perplexity task (configs/lm_eval/modtrain_val.yaml) on the validation
+    text that scripts/lm_eval_val_text.py writes, for the staged MoDE export, 2 documents."""
     if subprocess.run([python, "-c", "import lm_eval, accelerate"], capture_output=True).returncode:
         print("lm-eval: part skipped: %s has no lm_eval or accelerate (scripts/install_hf.sh "
               "installs them)" % python)
@@ -477,6 +479,21 @@ def lm_eval_local_task(python, work):
     if not m:
         fail("lm-eval printed no accuracy:\n" + p.stdout[-2000:])
     print("lm-eval %s on the local task: acc %s" % (os.path.basename(out), m.group(1)))
+
+    out = os.path.join(work, "hf_mode_staged")
+    run([python, os.path.join(src, "scripts", "lm_eval_val_text.py"), os.path.join(work, "data_bpe"),
+         out, os.path.join(work, "runs", "lm_eval", "val.jsonl"), "--doc-chars", "2000"])
+    p = subprocess.run([python, "-m", "lm_eval", "--model", "hf", "--model_args",
+                        "pretrained=%s,trust_remote_code=True,dtype=float32,prefix_token_id=10" % out,
+                        "--tasks", "modtrain_val", "--include_path",
+                        os.path.join(src, "configs", "lm_eval"), "--device", "cpu",
+                        "--batch_size", "1", "--limit", "2"],
+                       capture_output=True, text=True, env=env, cwd=work)  # the task's path is cwd's
+    m = re.search(r"\|modtrain_val\|.*\|bits_per_byte\s*\|.*?\|\s*([0-9.]+)\|", p.stdout)
+    if p.returncode != 0 or not m:
+        fail("lm-eval modtrain_val printed no bits_per_byte:\n" + p.stdout[-2000:] + p.stderr[-2000:])
+    print("lm-eval %s on configs/lm_eval/modtrain_val.yaml (2 documents): bits_per_byte %s"
+          % (os.path.basename(out), m.group(1)))
 
 
 LM_EVAL_TASK = """task: modtrain_mc
