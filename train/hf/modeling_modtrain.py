@@ -110,8 +110,10 @@ class Mlp(nn.Module):
 
 
 def llround(v):
-    """C's llround for v >= 0 (half away from zero), as model/moe_routing.cpp rounds."""
-    return int(math.floor(v + 0.5))
+    """C's llround for v >= 0 (half away from zero), as modtrain's capacities round; exact, where
+    floor(v + 0.5) would round 0.49999999999999994 up."""
+    r = math.floor(v)
+    return int(r + 1 if v - r >= 0.5 else r)
 
 
 class Experts(nn.Module):
@@ -300,7 +302,7 @@ class ModtrainForCausalLM(ModtrainPreTrainedModel):
     def top_c(self, b, blk, x, pos):
         t = x.shape[1]
         r = blk.router(x)
-        c = max(1, math.floor(self.capacity[b] * t + 0.5))  # llround of a positive value
+        c = max(1, llround(self.capacity[b] * t))
         order = torch.sort(r, dim=1, descending=True, stable=True).indices[:, :c]
         return self.routed_update(blk, x, pos, r, order.sort(dim=1).values)
 

@@ -7,13 +7,16 @@ Without --transformers (CI; needs the `tokenizers`, `safetensors` and numpy pack
 77): prep byte and BPE datasets, train a tiny Llama-shaped model, `modtrain export --format hf`;
 the written tokenizer.json under the `tokenizers` library encodes the validation document to the
 ids in the validation shard and decodes them back; `train --init-from DIR` at lr 1e-30 ends on the
-exported weights bitwise, with model.mod on it trains with fresh routers, and bad directories are
-refused naming the file and field with nothing written.
+exported weights bitwise, with model.mod on it trains with fresh routers, the MoD, MoE and MoDE
+variants (VARIANTS) export as ModtrainForCausalLM and import back bitwise, and bad directories
+are refused naming the file and field with nothing written.
 
 With --transformers PYTHON (slow:hf): that interpreter, or $MOD_HF_PYTHON when set (torch + transformers, see
 scripts/install_hf.sh; exit 77 when it lacks them) loads the export with
 AutoModelForCausalLM.from_pretrained and its logits on the validation windows must equal
-modtrain's forward (dumped by HF_TESTS's hidden case [.hf_logits_dump]) to 1e-4.
+modtrain's forward (dumped by HF_TESTS's hidden case [.hf_logits_dump]) to 1e-4, top-C and
+causal, and greedy generate() gives modtrain sample's text; lm-eval runs a local multiple-choice
+task and configs/lm_eval/modtrain_val.yaml.
 """
 import json
 import os
@@ -420,6 +423,8 @@ def transformers_parity(python, hf_tests, src, work):
     greedy(os.path.join(work, "run_bpe"), os.path.join(work, "hf_bpe"), False)
     for name in VARIANTS:
         run_dir, out = os.path.join(work, "run_" + name), os.path.join(work, "hf_" + name)
+        if name in MOE:
+            spread_experts(python, run_dir, out, tokens, b, seq, name in ROUTED)
         for routing in ("top_c", "causal"):
             parity(run_dir, out, routing, "ModtrainForCausalLM")
         greedy(run_dir, out, name in ROUTED)
@@ -443,6 +448,67 @@ def transformers_parity(python, hf_tests, src, work):
     parity(mod_run, out, "top_c", "ModtrainForCausalLM")
 
     lm_eval_local_task(python, src, work)
+
+
+def spread_experts(python, run_dir, out, tokens, b, t, routed):
+    """Whether one redraw of the MoE routers (scramble_decisions) spreads the tokens depends on
+    the trained hidden states (a shared direction in them can send nearly every token to one
+    column). So the routers are redrawn again, seeds tried, and the model re-exported until,
+    under causal routing on the parity windows, two real experts or more are picked and, with
+    the no-op expert, it takes between 10% and 90% of the tokens; with MoD (routed), greedy
+    sampling must still have a routed block that admits some tokens and not others."""
+    import numpy as np
+    import safetensors
+    import safetensors.numpy
+    path = os.path.join(run_dir, "model.safetensors")
+    with safetensors.safe_open(path, "np") as f:
+        meta = {k: v for k, v in f.metadata().items() if not k.startswith("crc32c.")}
+        original = {k: f.get_tensor(k) for k in f.keys()}
+    for seed in range(100, 120):
+        rng = np.random.default_rng(seed)
+        tensors = dict(original)
+        for k, v in original.items():
+            if ".mlp.router." in k:
+                tensors[k] = (rng.standard_normal(v.shape) / np.sqrt(v.shape[-1])).astype(
+                    np.float32) if k.endswith(".weight") else np.full_like(v, 1e-3)
+        safetensors.numpy.save_file(tensors, path, metadata=meta)
+        run([modtrain_bin, "export", "--checkpoint", run_dir, "--format", "hf", "--out", out])
+        p = subprocess.run([python, "-c", SPREAD, out, tokens, str(b), str(t)],
+                           capture_output=True, text=True)
+        if p.returncode == 0 and routed:
+            _, counts = admissions(modtrain_bin, run_dir)
+            if not any(0 < a < n for a, n in counts):
+                continue
+        if p.returncode == 0:
+            print("%s: MoE routers redrawn (seed %d): %s" % (os.path.basename(out), seed,
+                                                             p.stdout.strip()))
+            return
+    fail(run_dir + ": no seed spread the tokens over the experts: " + p.stdout + p.stderr[-500:])
+
+
+SPREAD = r'''
+import sys, numpy as np, torch, transformers
+out, tokens_path, b, t = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32,
+                                                          trust_remote_code=True)
+tokens = torch.from_numpy(np.fromfile(tokens_path, dtype=np.int64).reshape(b, t))
+counts = None
+def count(module, args, _out):
+    global counts
+    probs = torch.softmax(module.router(args[0]).float(), dim=-1)
+    c = torch.bincount(probs.argmax(-1).flatten(), minlength=probs.shape[-1])
+    counts = c if counts is None else counts + c
+for m in model.modules():
+    if type(m).__name__ == "MoeMlp":
+        m.register_forward_hook(count)
+with torch.no_grad():
+    model(tokens, routing="causal")
+e = model.config.moe_n_experts
+real = counts[:e]
+print("causal first picks per column %s" % counts.tolist())
+noop = counts[e].item() / counts.sum().item() if model.config.moe_noop_expert else 0.5
+sys.exit(0 if int((real > 0).sum()) >= 2 and 0.1 <= noop <= 0.9 else 1)
+'''
 
 
 def lm_eval_local_task(python, src, work):
