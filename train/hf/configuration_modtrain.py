@@ -1,6 +1,6 @@
 # The configuration of a modtrain model exported for transformers (docs/hf.md): the fields of
-# modtrain's ModelConfig that the forward in modeling_modtrain.py reads, with the MoD schedule
-# already expanded into the routed blocks and their capacity fractions. Written by
+# modtrain's ModelConfig that the forward in modeling_modtrain.py reads, with the MoD and MoE
+# schedules already expanded into block lists (and MoD's capacity fractions). Written by
 # `modtrain export --format hf` beside modeling_modtrain.py; loaded with trust_remote_code=True.
 from transformers import PretrainedConfig
 
@@ -13,7 +13,9 @@ class ModtrainConfig(PretrainedConfig):
                  norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
                  mod_routed_blocks=(), mod_capacity=(), mod_gate="identity",
                  mod_router_bias=False, mod_causal="predictor", mod_predictor_hidden=0,
-                 routing="top_c", **kwargs):
+                 moe_blocks=(), moe_n_experts=4, moe_d_expert=0, moe_routing="expert_choice",
+                 moe_capacity_factor=1.0, moe_top_k=1, moe_noop_expert=False,
+                 moe_noop_capacity=0.5, moe_router_bias=False, routing="top_c", **kwargs):
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size                  # model.d_model
         self.num_hidden_layers = num_hidden_layers      # model.n_layers
@@ -30,8 +32,18 @@ class ModtrainConfig(PretrainedConfig):
         self.mod_router_bias = mod_router_bias
         self.mod_causal = mod_causal            # "predictor", "aux_bce" or "none"
         self.mod_predictor_hidden = mod_predictor_hidden
-        # "top_c": each routed block takes the top C of every whole sequence (as trained);
-        # "causal": a token enters iff its predictor (or router) logit is > 0 (as sampled).
+        self.moe_blocks = list(moe_blocks)      # 0-based blocks whose MLP is an MoE, e.g. [0, 1]
+        self.moe_n_experts = moe_n_experts      # real experts E
+        self.moe_d_expert = moe_d_expert        # expert hidden width; 0: intermediate_size
+        self.moe_routing = moe_routing          # "expert_choice" or "token_choice"
+        self.moe_capacity_factor = moe_capacity_factor
+        self.moe_top_k = moe_top_k              # token choice: experts per token, 1 or 2
+        self.moe_noop_expert = moe_noop_expert  # integrated MoDE: the router's last column
+        self.moe_noop_capacity = moe_noop_capacity  # the no-op expert's share of each sequence
+        self.moe_router_bias = moe_router_bias
+        # "top_c": training's routing over every whole sequence (each routed block's top C, each
+        # MoE's expert or token choice); "causal": a token enters a routed block iff its
+        # predictor (or router) logit is > 0, and picks its own experts (as sampled).
         # generate() always routes causally.
         self.routing = routing
         kwargs.setdefault("use_cache", False)

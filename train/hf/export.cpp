@@ -87,9 +87,10 @@ std::string lower(std::string name) {
   return name;
 }
 
-// config.json for modeling_modtrain.py: ModtrainConfig's fields, the MoD schedule expanded.
+// config.json for modeling_modtrain.py: ModtrainConfig's fields, the MoD and MoE schedules
+// expanded into block lists.
 ojson modtrain_config_json(const modtrain::ModelConfig& cfg, std::optional<uint32_t> eos) {
-  ojson routed = ojson::array(), capacity = ojson::array();
+  ojson routed = ojson::array(), capacity = ojson::array(), moe = ojson::array();
   if (cfg.mod().enabled()) {
     const auto is_routed = model::routed_blocks(cfg);
     const auto fractions = model::capacity_fractions(cfg);
@@ -99,6 +100,10 @@ ojson modtrain_config_json(const modtrain::ModelConfig& cfg, std::optional<uint3
         capacity.push_back(fractions[b]);
       }
   }
+  const auto is_moe = model::moe_blocks(cfg);
+  for (size_t b = 0; b < is_moe.size(); ++b)
+    if (is_moe[b]) moe.push_back(b);
+  const modtrain::MoEConfig& e = cfg.moe();
   return {
       {"architectures", {"ModtrainForCausalLM"}},
       {"model_type", "modtrain"},
@@ -123,6 +128,15 @@ ojson modtrain_config_json(const modtrain::ModelConfig& cfg, std::optional<uint3
       {"mod_causal",
        lower(modtrain::CausalRoutingConfig::Method_Name(cfg.mod().causal().method()))},
       {"mod_predictor_hidden", cfg.mod().causal().predictor_hidden()},
+      {"moe_blocks", moe},
+      {"moe_n_experts", e.n_experts()},
+      {"moe_d_expert", e.d_expert()},
+      {"moe_routing", lower(modtrain::MoEConfig::Routing_Name(e.routing()))},
+      {"moe_capacity_factor", e.capacity_factor()},
+      {"moe_top_k", e.top_k()},
+      {"moe_noop_expert", e.noop_expert()},
+      {"moe_noop_capacity", e.noop_capacity()},
+      {"moe_router_bias", e.router_bias()},
       {"routing", "top_c"},
       {"bos_token_id", nullptr},
       {"eos_token_id", eos ? ojson(*eos) : ojson(nullptr)},
@@ -142,11 +156,8 @@ ExportSummary export_hf(const ExportOptions& o) {
 
   const train::LoadedModel loaded = train::load_model(o.from);
   const modtrain::ModelConfig& cfg = loaded.config.model();
-  // Llama when it can express the model; else modtrain's own modeling code, which has no MoE.
+  // Llama when it can express the model (no MoE, no MoD); else modtrain's own modeling code.
   const bool llama = llama_incompatibility(cfg).empty() && !cfg.mod().enabled();
-  if (cfg.moe().enabled())
-    throw std::invalid_argument(loaded.source + ": cannot be exported to Hugging Face: model.moe "
-                                "(MoE, MoDE) has no modeling code yet (dense and MoD models do)");
   const TokenizerFiles tok = tokenizer_files(loaded, o.tokenizer);
 
   ExportSummary s{loaded.source, loaded.step, 0, 0,
@@ -154,7 +165,7 @@ ExportSummary export_hf(const ExportOptions& o) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const auto& [name, p] : loaded.model->named_parameters()) {
     const auto hf_name = llama ? llama_name(name) : std::optional<std::string>(name);
-    if (!hf_name)  // llama_incompatibility() and the MoD check leave none
+    if (!hf_name)  // llama_incompatibility() (MoE) and the MoD check leave none
       throw std::logic_error("hf export: parameter " + name + " has no Llama name");
     Tensor t = p.to(Device::CPU).to(DType::F32);
     ++s.tensors;

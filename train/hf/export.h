@@ -1,8 +1,8 @@
 // `modtrain export --format hf`: a trained model as a Hugging Face directory that
 // transformers.AutoModelForCausalLM.from_pretrained(DIR) loads (docs/hf.md). A dense SwiGLU/RMS
-// model is a LlamaForCausalLM with no custom code; any other dense or MoD model (GELU, LayerNorm,
-// MoD) is a ModtrainForCausalLM, whose modeling code is written beside it (trust_remote_code);
-// MoE and MoDE are refused.
+// model is a LlamaForCausalLM with no custom code; any other model (GELU, LayerNorm, MoD, MoE,
+// integrated and staged MoDE) is a ModtrainForCausalLM, whose modeling code is written beside it
+// (trust_remote_code).
 //   config.json             LlamaForCausalLM (train/hf/llama.h), or ModtrainConfig's fields; f32
 //   model.safetensors       every parameter, f32, under its HF name (Llama) or its modtrain name,
 //                           metadata format "pt"

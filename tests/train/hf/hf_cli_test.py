@@ -7,13 +7,16 @@ Without --transformers (CI; needs the `tokenizers`, `safetensors` and numpy pack
 77): prep byte and BPE datasets, train a tiny Llama-shaped model, `modtrain export --format hf`;
 the written tokenizer.json under the `tokenizers` library encodes the validation document to the
 ids in the validation shard and decodes them back; `train --init-from DIR` at lr 1e-30 ends on the
-exported weights bitwise, with model.mod on it trains with fresh routers, and bad directories are
-refused naming the file and field with nothing written.
+exported weights bitwise, with model.mod on it trains with fresh routers, the MoD, MoE and MoDE
+variants (VARIANTS) export as ModtrainForCausalLM and import back bitwise, and bad directories
+are refused naming the file and field with nothing written.
 
 With --transformers PYTHON (slow:hf): that interpreter, or $MOD_HF_PYTHON when set (torch + transformers, see
 scripts/install_hf.sh; exit 77 when it lacks them) loads the export with
 AutoModelForCausalLM.from_pretrained and its logits on the validation windows must equal
-modtrain's forward (dumped by HF_TESTS's hidden case [.hf_logits_dump]) to 1e-4.
+modtrain's forward (dumped by HF_TESTS's hidden case [.hf_logits_dump]) to 1e-4, top-C and
+causal, and greedy generate() gives modtrain sample's text; lm-eval runs a local multiple-choice
+task and configs/lm_eval/modtrain_val.yaml.
 """
 import json
 import os
@@ -71,13 +74,15 @@ def admissions(modtrain, run_dir):
                                    re.findall(r"admitted (\d+)/(\d+)", p.stderr)]
 
 
-def scramble_decisions(modtrain, run_dir):
+def scramble_decisions(modtrain, run_dir, routed=True):
     """A few hundred steps leave a predictor that admits nearly every token or none, so the
     causal decisions would test little: the weights file is rewritten with the decision layers
     (predictor.in and .out, or the router under aux-BCE) drawn from N(0, 1/fan_in), biases 1e-3
     (not 0, which the lr-1e-30 round trip would move), seeds tried until greedy sampling has a
-    routed block that admits some tokens and not others. The file loses its seal (safetensors
-    cannot write it), which modtrain accepts with a note."""
+    routed block that admits some tokens and not others. MoE routers (mlp.router) are redrawn
+    the same way, so that tokens spread over the experts and the no-op expert; without MoD
+    (routed false) the first seed is kept. The file loses its seal (safetensors cannot write
+    it), which modtrain accepts with a note."""
     import numpy as np
     import safetensors
     import safetensors.numpy
@@ -86,7 +91,8 @@ def scramble_decisions(modtrain, run_dir):
         meta = {k: v for k, v in f.metadata().items() if not k.startswith("crc32c.")}
         original = {k: f.get_tensor(k) for k in f.keys()}
     has_predictor = any(".predictor." in k for k in original)
-    layers = (".predictor.",) if has_predictor else (".router.proj.",)
+    layers = (".mlp.router.",) + (() if not routed else
+                                  (".predictor.",) if has_predictor else (".router.proj.",))
     for seed in range(20):
         rng = np.random.default_rng(seed)
         tensors = dict(original)
@@ -95,6 +101,8 @@ def scramble_decisions(modtrain, run_dir):
                 tensors[k] = (rng.standard_normal(t.shape) / np.sqrt(t.shape[-1])).astype(
                     np.float32) if k.endswith(".weight") else np.full_like(t, 1e-3)
         safetensors.numpy.save_file(tensors, path, metadata=meta)
+        if not routed:
+            return
         _, counts = admissions(modtrain, run_dir)
         if any(0 < a < n for a, n in counts):
             return
@@ -102,14 +110,29 @@ def scramble_decisions(modtrain, run_dir):
 
 
 TINY = SHAPE + ["--set", "model.mlp=SWIGLU", "--set", "model.norm=RMS"]  # a Llama
-# MoD on tiny_mod (GELU), as ModtrainForCausalLM: with a predictor; and LayerNorm with aux-BCE,
-# a sigmoid gate and a router bias in every block.
-MOD_VARIANTS = {
-    "mod_predictor": ["--set", "model.mod.capacity=0.25"],
-    "mod_aux_bce": ["--set", "model.norm=LAYER", "--set", "model.mod.causal.method=AUX_BCE",
-                    "--set", "model.mod.router.gate=SIGMOID", "--set", "model.mod.router.bias=true",
-                    "--set", "model.mod.schedule=EVERY", "--set", "model.mod.capacity=0.5"],
+# Models exported as ModtrainForCausalLM: name -> (recipe, --sets, training steps). MoD on tiny_mod
+# (GELU) with a predictor; LayerNorm with aux-BCE, a sigmoid gate and a router bias in every block.
+# MoE with token choice (2 of 4 SwiGLU experts of their own width, router bias, capacity factor
+# 0.5 so that choices are dropped); integrated MoDE (expert choice with the no-op expert);
+# staged MoDE (MoE in every block, MoD's routed block 1 with a predictor, capacity 0.25). The MoE
+# models train fewer steps: their routers only need to be away from their initialisation.
+VARIANTS = {
+    "mod_predictor": ("tiny_mod", ["--set", "model.mod.capacity=0.25"], 300),
+    "mod_aux_bce": ("tiny_mod", ["--set", "model.norm=LAYER", "--set", "model.mod.causal.method=AUX_BCE",
+                                 "--set", "model.mod.router.gate=SIGMOID",
+                                 "--set", "model.mod.router.bias=true",
+                                 "--set", "model.mod.schedule=EVERY", "--set", "model.mod.capacity=0.5"],
+                    300),
+    "moe_token_choice": ("tiny_moe", ["--set", "model.mlp=SWIGLU", "--set", "model.moe.routing=TOKEN_CHOICE",
+                                      "--set", "model.moe.top_k=2", "--set", "model.moe.capacity_factor=0.5",
+                                      "--set", "model.moe.d_expert=40",
+                                      "--set", "model.moe.router_bias=true"], 60),
+    "mode_integrated": ("tiny_mode_integrated", [], 60),
+    "mode_staged": ("tiny_mode_staged", ["--set", "model.mod.capacity=0.25",
+                                         "--set", "model.mod.causal.predictor_hidden=16"], 60),
 }
+ROUTED = {"mod_predictor", "mod_aux_bce", "mode_staged"}  # with MoD's routed blocks
+MOE = {"moe_token_choice", "mode_integrated", "mode_staged"}  # with MoE MLPs
 
 
 def main():
@@ -237,14 +260,16 @@ def main():
         if "MoD router/predictor tensors start fresh" not in p.stdout:
             fail("the MoD conversion did not say its routers start fresh:\n" + p.stdout)
 
-        # MoD exports as ModtrainForCausalLM under modtrain's names; --init-from DIR reads it back.
-        for name, extra in MOD_VARIANTS.items():
+        # MoD, MoE and MoDE export as ModtrainForCausalLM under modtrain's names; --init-from DIR
+        # reads it back.
+        for name, (recipe, extra, steps) in VARIANTS.items():
             run_dir, out = os.path.join(work, "run_" + name), os.path.join(work, "hf_" + name)
-            recipe = os.path.join(src, "configs/recipes/tiny_mod.textproto")
+            recipe = os.path.join(src, "configs/recipes/%s.textproto" % recipe)
             run([modtrain, "train", "--config", recipe, "--run-dir", run_dir, "--data", data,
-                 "--set", "model.vocab_size=400", "--set", "train.steps=300",
-                 "--set", "train.eval_every=300"] + SHAPE + extra)
-            scramble_decisions(modtrain, run_dir)
+                 "--set", "model.vocab_size=400", "--set", "train.steps=%d" % steps,
+                 "--set", "train.eval_every=%d" % steps] + SHAPE + extra)
+            if name in ROUTED or name in MOE:
+                scramble_decisions(modtrain, run_dir, name in ROUTED)
             p = run([modtrain, "export", "--checkpoint", run_dir, "--format", "hf", "--out", out])
             if "ModtrainForCausalLM" not in p.stdout:
                 fail("export said: " + p.stdout)
@@ -313,14 +338,49 @@ model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float
 model.eval()
 assert type(model).__name__ == arch, type(model).__name__
 tokens = torch.from_numpy(np.fromfile(tokens_path, dtype=np.int64).reshape(b, t))
+# Each MoE layer's selections, counted so that the comparison is known to cover them: under
+# causal routing the no-op expert's picks (integrated MoDE), under token choice dropped choices.
+moe = {"tokens": 0, "noop": 0, "choices": 0, "kept": 0, "experts": set()}
+def count(module, args, _out):
+    h, causal = args
+    probs = torch.softmax(module.router(h).float(), dim=-1)
+    moe["tokens"] += h.shape[0] * h.shape[1]
+    if causal:
+        moe["experts"] |= set(torch.nonzero(module.causal_choice(probs))[:, -1].tolist())
+    if causal and module.noop:
+        moe["noop"] += int((probs.argmax(-1) == module.n_experts).sum())
+    if not causal and module.token_choice:
+        moe["choices"] += h.shape[0] * h.shape[1] * module.top_k
+        moe["kept"] += int(module.token_choice_slots(probs).sum())
+for m in model.modules():
+    if type(m).__name__ == "MoeMlp":
+        m.register_forward_hook(count)
 with torch.no_grad():
     kwargs = {"routing": routing} if arch != "LlamaForCausalLM" else {}
     got = model(tokens, **kwargs).logits.numpy()
+extra = ""
+if moe["tokens"]:
+    extra = "; MoE layers saw %d tokens" % moe["tokens"]
+    cfg = model.config
+    if routing == "causal":
+        extra += ", experts %s picked" % sorted(moe["experts"])
+        if len(moe["experts"]) < 2:
+            sys.exit("causal routing picked experts %s only" % sorted(moe["experts"]))
+    if routing == "causal" and cfg.moe_noop_expert:
+        extra += ", %d took the no-op expert" % moe["noop"]
+        if not 0 < moe["noop"] < moe["tokens"]:
+            sys.exit("the no-op expert took %d of %d tokens: its causal pick is untested"
+                     % (moe["noop"], moe["tokens"]))
+    if routing == "top_c" and cfg.moe_routing == "token_choice":
+        extra += ", %d of %d choices kept" % (moe["kept"], moe["choices"])
+        if not 0 < moe["kept"] < moe["choices"]:
+            sys.exit("token choice kept %d of %d choices: dropping is untested"
+                     % (moe["kept"], moe["choices"]))
 want = np.fromfile(logits_path, dtype=np.float32).reshape(got.shape)
 diff = np.abs(got - want)
 rel = diff / np.maximum(np.abs(want), 1.0)
-print("transformers %s vs modtrain, %s routing: logits %s, max |diff| %.3g, max relative %.3g"
-      % (transformers.__version__, routing, got.shape, diff.max(), rel.max()))
+print("transformers %s vs modtrain, %s routing: logits %s, max |diff| %.3g, max relative %.3g%s"
+      % (transformers.__version__, routing, got.shape, diff.max(), rel.max(), extra))
 if rel.max() > 1e-4:
     sys.exit("logits differ by more than 1e-4 relative")
 '''
@@ -361,11 +421,13 @@ def transformers_parity(python, hf_tests, src, work):
     parity(os.path.join(work, "run_bpe"), os.path.join(work, "hf_bpe"), "top_c",
            "LlamaForCausalLM")
     greedy(os.path.join(work, "run_bpe"), os.path.join(work, "hf_bpe"), False)
-    for name in MOD_VARIANTS:
+    for name in VARIANTS:
         run_dir, out = os.path.join(work, "run_" + name), os.path.join(work, "hf_" + name)
+        if name in MOE:
+            spread_experts(python, run_dir, out, tokens, b, seq, name in ROUTED)
         for routing in ("top_c", "causal"):
             parity(run_dir, out, routing, "ModtrainForCausalLM")
-        greedy(run_dir, out, True)
+        greedy(run_dir, out, name in ROUTED)
 
     # A LlamaForCausalLM made by transformers (sharded, untied), imported, trained 20 steps as
     # MoD, exported (ModtrainForCausalLM) and loaded back by transformers.
@@ -385,12 +447,75 @@ def transformers_parity(python, hf_tests, src, work):
     run([modtrain_bin, "export", "--checkpoint", mod_run, "--format", "hf", "--out", out])
     parity(mod_run, out, "top_c", "ModtrainForCausalLM")
 
-    lm_eval_local_task(python, work)
+    lm_eval_local_task(python, src, work)
 
 
-def lm_eval_local_task(python, work):
+def spread_experts(python, run_dir, out, tokens, b, t, routed):
+    """Whether one redraw of the MoE routers (scramble_decisions) spreads the tokens depends on
+    the trained hidden states (a shared direction in them can send nearly every token to one
+    column). So the routers are redrawn again, seeds tried, and the model re-exported until,
+    under causal routing on the parity windows, two real experts or more are picked and, with
+    the no-op expert, it takes between 10% and 90% of the tokens; with MoD (routed), greedy
+    sampling must still have a routed block that admits some tokens and not others."""
+    import numpy as np
+    import safetensors
+    import safetensors.numpy
+    path = os.path.join(run_dir, "model.safetensors")
+    with safetensors.safe_open(path, "np") as f:
+        meta = {k: v for k, v in f.metadata().items() if not k.startswith("crc32c.")}
+        original = {k: f.get_tensor(k) for k in f.keys()}
+    for seed in range(100, 120):
+        rng = np.random.default_rng(seed)
+        tensors = dict(original)
+        for k, v in original.items():
+            if ".mlp.router." in k:
+                tensors[k] = (rng.standard_normal(v.shape) / np.sqrt(v.shape[-1])).astype(
+                    np.float32) if k.endswith(".weight") else np.full_like(v, 1e-3)
+        safetensors.numpy.save_file(tensors, path, metadata=meta)
+        run([modtrain_bin, "export", "--checkpoint", run_dir, "--format", "hf", "--out", out])
+        p = subprocess.run([python, "-c", SPREAD, out, tokens, str(b), str(t)],
+                           capture_output=True, text=True)
+        if p.returncode == 0 and routed:
+            _, counts = admissions(modtrain_bin, run_dir)
+            if not any(0 < a < n for a, n in counts):
+                continue
+        if p.returncode == 0:
+            print("%s: MoE routers redrawn (seed %d): %s" % (os.path.basename(out), seed,
+                                                             p.stdout.strip()))
+            return
+    fail(run_dir + ": no seed spread the tokens over the experts: " + p.stdout + p.stderr[-500:])
+
+
+SPREAD = r'''
+import sys, numpy as np, torch, transformers
+out, tokens_path, b, t = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32,
+                                                          trust_remote_code=True)
+tokens = torch.from_numpy(np.fromfile(tokens_path, dtype=np.int64).reshape(b, t))
+counts = None
+def count(module, args, _out):
+    global counts
+    probs = torch.softmax(module.router(args[0]).float(), dim=-1)
+    c = torch.bincount(probs.argmax(-1).flatten(), minlength=probs.shape[-1])
+    counts = c if counts is None else counts + c
+for m in model.modules():
+    if type(m).__name__ == "MoeMlp":
+        m.register_forward_hook(count)
+with torch.no_grad():
+    model(tokens, routing="causal")
+e = model.config.moe_n_experts
+real = counts[:e]
+print("causal first picks per column %s" % counts.tolist())
+noop = counts[e].item() / counts.sum().item() if model.config.moe_noop_expert else 0.5
+sys.exit(0 if int((real > 0).sum()) >= 2 and 0.1 <= noop <= 0.9 else 1)
+'''
+
+
+def lm_eval_local_task(python, src, work):
     """lm-evaluation-harness on a local multiple-choice task made from the validation document
-    (no network): each line's first 40 characters, its next 20 against 3 other lines' (seeded)."""
+    (no network): each line's first 40 characters, its next 20 against 3 other lines' (seeded).
+    Then the repository's perplexity task (configs/lm_eval/modtrain_val.yaml) on the validation
+    text that scripts/lm_eval_val_text.py writes, for the staged MoDE export, 2 documents."""
     if subprocess.run([python, "-c", "import lm_eval, accelerate"], capture_output=True).returncode:
         print("lm-eval: part skipped: %s has no lm_eval or accelerate (scripts/install_hf.sh "
               "installs them)" % python)
@@ -420,6 +545,21 @@ def lm_eval_local_task(python, work):
     if not m:
         fail("lm-eval printed no accuracy:\n" + p.stdout[-2000:])
     print("lm-eval %s on the local task: acc %s" % (os.path.basename(out), m.group(1)))
+
+    out = os.path.join(work, "hf_mode_staged")
+    run([python, os.path.join(src, "scripts", "lm_eval_val_text.py"), os.path.join(work, "data_bpe"),
+         out, os.path.join(work, "runs", "lm_eval", "val.jsonl"), "--doc-chars", "2000"])
+    p = subprocess.run([python, "-m", "lm_eval", "--model", "hf", "--model_args",
+                        "pretrained=%s,trust_remote_code=True,dtype=float32,prefix_token_id=10" % out,
+                        "--tasks", "modtrain_val", "--include_path",
+                        os.path.join(src, "configs", "lm_eval"), "--device", "cpu",
+                        "--batch_size", "1", "--limit", "2"],
+                       capture_output=True, text=True, env=env, cwd=work)  # the task's path is cwd's
+    m = re.search(r"\|modtrain_val\|.*\|bits_per_byte\s*\|.*?\|\s*([0-9.]+)\|", p.stdout)
+    if p.returncode != 0 or not m:
+        fail("lm-eval modtrain_val printed no bits_per_byte:\n" + p.stdout[-2000:] + p.stderr[-2000:])
+    print("lm-eval %s on configs/lm_eval/modtrain_val.yaml (2 documents): bits_per_byte %s"
+          % (os.path.basename(out), m.group(1)))
 
 
 LM_EVAL_TASK = """task: modtrain_mc

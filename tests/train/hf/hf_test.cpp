@@ -1,6 +1,6 @@
 // Hugging Face interoperability (train/hf/): export as LlamaForCausalLM then import equals the
-// original weights bitwise (tied and untied, f32, bf16, sharded); GELU, LayerNorm and MoD export
-// as ModtrainForCausalLM under modtrain's names, bitwise; MoE is refused and nothing written; bad
+// original weights bitwise (tied and untied, f32, bf16, sharded); GELU, LayerNorm, MoD, MoE and
+// both MoDEs export as ModtrainForCausalLM under modtrain's names, and import back bitwise; bad
 // directories (a missing shard, a shape that disagrees with config.json, another architecture,
 // GQA, biases, rope scaling) are refused naming the file and field; the written tokenizer.json
 // encodes as modtrain's own tokenizer (through HfTokenizer; the `tokenizers` library itself is
@@ -281,23 +281,86 @@ TEST_CASE("hf: GELU, LayerNorm and MoD export as ModtrainForCausalLM under modtr
   }
 }
 
-TEST_CASE("hf: export refuses MoE and writes nothing", "[hf]") {
-  {
-    modtrain::RunConfig cfg = llama_run(true);
-    cfg.mutable_model()->mutable_moe()->set_enabled(true);
-    cfg.mutable_model()->mutable_moe()->set_n_experts(2);
-    const model::Transformer m(cfg.model(), 1);
-    ScratchDir s("hf_refuse");
-    train::save_weights(s.str() + "/w.safetensors", m, cfg, 1);
-    data::ByteTokenizer().save(s.str() + "/tok.txt");
-    CHECK_THAT(error_of([&] {
-                 hf::export_hf({s.str() + "/w.safetensors", s.str() + "/hf", s.str() + "/tok.txt"});
-               }),
-               Catch::Contains("cannot be exported to Hugging Face: model.moe (MoE, MoDE) has no "
-                               "modeling code yet"));
-    CHECK(!fs::exists(s.str() + "/hf"));
-    CHECK(!fs::exists(s.str() + "/hf" + hf::kTempSuffix));
+// MoE (token choice, SwiGLU experts of their own width, router bias, untied), integrated MoDE
+// (expert choice with the no-op expert) and staged MoDE (MoE inside MoD's routed blocks).
+modtrain::RunConfig moe_run(int kind) {
+  modtrain::RunConfig cfg = llama_run(kind != 0);
+  auto& m = *cfg.mutable_model();
+  auto& moe = *m.mutable_moe();
+  moe.set_enabled(true);
+  moe.set_n_experts(3);
+  if (kind == 0) {
+    moe.set_routing(modtrain::MoEConfig::TOKEN_CHOICE);
+    moe.set_top_k(2);
+    moe.set_capacity_factor(0.5);
+    moe.set_d_expert(20);
+    moe.set_router_bias(true);
   }
+  if (kind == 1) {
+    m.set_mlp(modtrain::ModelConfig::GELU);
+    moe.set_noop_expert(true);
+    moe.set_noop_capacity(0.25);
+    moe.set_schedule(modtrain::MoDConfig::EXPLICIT);
+    moe.add_moe_blocks(1);
+  }
+  if (kind == 2) {
+    auto& mod = *m.mutable_mod();
+    mod.set_enabled(true);
+    mod.set_capacity(0.5);
+    mod.mutable_causal()->set_predictor_hidden(8);
+  }
+  return cfg;
+}
+
+TEST_CASE("hf: MoE and MoDE export as ModtrainForCausalLM, and export then import is bitwise",
+          "[hf]") {
+  for (int kind = 0; kind < 3; ++kind) {
+    INFO("kind " << kind << " (0 MoE token choice, 1 integrated MoDE, 2 staged MoDE)");
+    const modtrain::RunConfig cfg = moe_run(kind);
+    const model::Transformer m(cfg.model(), 7);
+    Exported e;
+    export_model(e, m, cfg);
+    const auto config = read_json(e.dir + "/config.json");
+    CHECK(config["architectures"][0] == "ModtrainForCausalLM");
+    CHECK(config["moe_blocks"] == (kind == 1 ? nlohmann::json{1} : nlohmann::json{0, 1}));
+    CHECK(config["moe_n_experts"] == 3);
+    CHECK(config["moe_routing"] == (kind == 0 ? "token_choice" : "expert_choice"));
+    CHECK(config["moe_top_k"] == (kind == 0 ? 2 : 1));
+    CHECK(config["moe_capacity_factor"] == (kind == 0 ? 0.5 : 1.0));
+    CHECK(config["moe_d_expert"] == (kind == 0 ? 20 : 0));
+    CHECK(config["moe_router_bias"] == (kind == 0));
+    CHECK(config["moe_noop_expert"] == (kind == 1));
+    CHECK(config["moe_noop_capacity"] == (kind == 1 ? 0.25 : 0.5));
+    CHECK(config["mod_routed_blocks"] == (kind == 2 ? nlohmann::json{1} : nlohmann::json::array()));
+    CHECK(config["tie_word_embeddings"] == (kind != 0));
+    const SafetensorsFile file = load_safetensors(e.dir + "/model.safetensors");
+    const auto params = m.named_parameters();
+    REQUIRE(file.tensors.size() == params.size());
+    for (const auto& [name, p] : params) {
+      INFO(name);
+      REQUIRE(file.tensors.count(name));
+      CHECK(bitwise_equal(file.tensors.at(name), p));
+    }
+    CHECK(file.tensors.count("blocks.1.mlp.experts.up"));
+    CHECK(file.tensors.count("blocks.1.mlp.experts.gate") == (kind == 1 ? 0u : 1u));  // SwiGLU
+    // Import: --init-from DIR reads such a directory's model.safetensors by modtrain name
+    // (Trainer::init_from); a model built from another seed ends on the original bitwise.
+    REQUIRE(hf::is_hf_dir(e.dir));
+    REQUIRE(hf::is_modtrain_dir(e.dir));
+    model::Transformer back(cfg.model(), 8);
+    train::assign_parameters(back, e.dir + "/model.safetensors");
+    const auto imported = back.named_parameters();
+    REQUIRE(imported.size() == params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      INFO(params[i].first);
+      CHECK(imported[i].first == params[i].first);
+      CHECK(bitwise_equal(imported[i].second, params[i].second));
+    }
+  }
+}
+
+TEST_CASE("hf: export refuses an --out it would not replace, a full disk and a foreign "
+          "vocabulary, writing nothing", "[hf]") {
   // An --out that holds other files is not replaced.
   const modtrain::RunConfig cfg = llama_run(true);
   const model::Transformer m(cfg.model(), 1);
