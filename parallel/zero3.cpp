@@ -1,6 +1,7 @@
 // ZeRO-3's sharded parameter units (see zero3.h).
 #include "parallel/zero3.h"
 
+#include <algorithm>
 #include <new>
 #include <stdexcept>
 #include <string>

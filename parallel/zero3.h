@@ -20,8 +20,10 @@
 // on every rank: MoD's shapes are static), so the all-gathers match.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/autograd.h"
