@@ -61,6 +61,9 @@ enum class Op : uint16_t {
   // Expert-parallel all-to-all pair (parallel/expert_parallel.h).
   ExpertDispatch,
   ExpertCombine,
+  // ZeRO-3's unit boundary (parallel/zero3.h): identity on a block's outputs, whose backward
+  // all-gathers the block's parameters before any of its ops' backward runs.
+  GatherUnitForBackward,
   // A recompute region and the node of each of its outputs (core/recompute.h).
   Recompute,
   RecomputeOutput,
@@ -120,6 +123,7 @@ inline constexpr OpInfo kOpInfo[] = {
     {Op::VocabParallelCrossEntropy, "vocab_parallel_cross_entropy", true, true},
     {Op::ExpertDispatch, "expert_dispatch", true, true},
     {Op::ExpertCombine, "expert_combine", true, true},
+    {Op::GatherUnitForBackward, "gather_unit_for_backward", true, true},
     {Op::Recompute, "recompute", true},
     {Op::RecomputeOutput, "recompute_output", true},
 };

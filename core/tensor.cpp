@@ -44,6 +44,16 @@ Storage::Storage(size_t bytes, Device device)
 
 void Storage::mark_written() { stamp_ = g_next_stamp.fetch_add(1); }
 
+void Storage::resize(size_t bytes) {
+  if (bytes == bytes_) return;
+  backend(device_).deallocate(data_, bytes_);
+  data_ = nullptr;
+  bytes_ = 0;
+  data_ = backend(device_).allocate(bytes);
+  bytes_ = bytes;
+  mark_written();
+}
+
 Storage::~Storage() { backend(device_).deallocate(data_, bytes_); }
 
 bool Tensor::sole_owner() const {
@@ -118,6 +128,9 @@ Device Tensor::device() const { return impl_->device; }
 
 void* Tensor::raw_data() const {
   if (!impl_) throw std::logic_error("data() of an undefined tensor");
+  // A storage without the tensor's bytes: a ZeRO-3 parameter outside its unit (parallel/zero3.h).
+  if (!impl_->storage || impl_->storage->bytes() < impl_->offset_bytes + nbytes())
+    throw std::logic_error("data() of " + describe(*this) + " whose storage is released");
   return static_cast<char*>(impl_->storage->data()) + impl_->offset_bytes;
 }
 

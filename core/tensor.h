@@ -40,6 +40,10 @@ class Storage {
   // the current values while stamp() == s (weight copies, core/weight_copy.h).
   uint64_t stamp() const { return stamp_; }
   void mark_written();
+  // Frees the bytes and allocates `bytes` anew (contents undefined, stamped as written); every
+  // tensor on this storage sees the new bytes. ZeRO-3 shrinks a parameter's storage to 0 between
+  // its unit's uses and grows it back when gathered (parallel/zero3.h), as FSDP resizes storage.
+  void resize(size_t bytes);
 
  private:
   void* data_ = nullptr;

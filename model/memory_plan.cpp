@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -198,6 +199,14 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   const double param_elems = dense_elems + expert_elems;
   plan.parameters = param_elems * kMaster;
   plan.gradients = plan.parameters;
+  // ZeRO-3 (parallel/zero3.h): each rank keeps its 1/dp slices, the outer unit (embedding,
+  // final norm, head) whole through the step, and at most one block whole at a time; its
+  // gradient buckets are the units, so the largest unit bounds a bucket.
+  const bool stage3 = opt.layout.zero_stage >= 3;
+  const double outer_elems = dense_elems + expert_elems -
+                             std::accumulate(block_grads.begin(), block_grads.end(), 0.0) / kMaster;
+  const double largest_block = *std::max_element(block_grads.begin(), block_grads.end());
+  if (stage3) plan.parameters = kMaster * (param_elems / opt.layout.dp + outer_elems) + largest_block;
   // Expert weights are shared by edp ranks: dp / ep replicas times the tp ranks (which hold
   // the same experts and split the slots).
   const int dp = opt.layout.dp, edp = std::max(1, opt.layout.dp / opt.layout.ep) * opt.layout.tp;
@@ -221,7 +230,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   // gradient accumulation every full gradient is kept until then.
   const bool releases_all = released && dense_buckets && (expert_elems == 0 || expert_buckets) &&
                             opt.grad_accum == 1;
-  const double bucket_bytes = opt.layout.bucket_mb * 1024 * 1024;
+  const double bucket_bytes =
+      stage3 ? std::max(largest_block, outer_elems * kMaster) : opt.layout.bucket_mb * 1024 * 1024;
   auto live_grads = [&](double made) {
     return releases_all ? std::min(made, 2 * bucket_bytes) : made;
   };
@@ -359,7 +369,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   if (releases_all) grads = 0;  // finish(): every bucket reduced, its buffer gone
   // Clipping reads each gradient in place (its factor is applied inside the update); ZeRO-1's
   // update gathers every slice.
-  if (opt.layout.zero_stage >= 1)
+  if (opt.layout.zero_stage >= 1 && !stage3)
     visit(base + grads + kept + kMaster * (param_elems + param_elems / dp), "ZeRO all-gather");
   plan.peak = peak;
 
@@ -396,7 +406,9 @@ std::string describe_memory(const MemoryPlan& p, const MemoryOptions& opt) {
     std::snprintf(line, sizeof line, "  %-34s %12s\n", what, format_bytes(bytes).c_str());
     os << line;
   };
-  row("parameters (f32 masters)", p.parameters);
+  row(opt.layout.zero_stage >= 3 ? "parameters (ZeRO-3: /dp + units)"
+                                  : "parameters (f32 masters)",
+      p.parameters);
   row(opt.layout.zero_stage >= 2 ? "gradients (f32; ZeRO-2: owned /dp)" : "gradients (f32)",
       p.gradients);
   row(opt.layout.zero_stage >= 1 ? "optimizer (AdamW m, v; ZeRO /dp)" : "optimizer (AdamW m, v)",

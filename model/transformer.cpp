@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "core/all_ops.h"
 #include "core/autograd.h"
@@ -160,7 +161,7 @@ const Tensor& Transformer::positions(int64_t b, int64_t t, Device device) const 
 // norm1(x) as a second input would keep both). A routed next block reads x in its router and
 // normalises only the gathered rows.
 const nn::Norm* Transformer::norm_after(size_t b, bool fuse_final_norm, size_t end) const {
-  if (!fusions_.add_norm || routed_[b]) return nullptr;
+  if (!fusions_.add_norm || routed_[b] || units_) return nullptr;
   if (b + 1 == end && end < blocks_.size()) return nullptr;
   if (b + 1 == blocks_.size()) return fuse_final_norm ? final_norm_.get() : nullptr;
   if (routed_[b + 1] || recompute_[b + 1] != modtrain::TrainConfig::NONE) return nullptr;
@@ -174,6 +175,7 @@ Residual Transformer::run_blocks(Tensor x, int64_t seq_len, RoutingMode mode,
   Residual stream{std::move(x), Tensor()};
   for (size_t b = first; b < end; ++b) {
     const size_t moe_before = result.moe_stats.size();
+    if (units_) units_->enter_block(b);
     if (!routed_[b])
       stream = dense_update(*blocks_[b], stream, pos, mode, &result, recompute_[b],
                             norm_after(b, fuse_final_norm, end));
@@ -181,6 +183,7 @@ Residual Transformer::run_blocks(Tensor x, int64_t seq_len, RoutingMode mode,
       stream = {mode == RoutingMode::TopC ? top_c_block(b, stream.x, pos, result)
                                           : causal_block(b, stream.x, pos, result),
                 Tensor()};
+    if (units_) std::tie(stream.x, result.aux_loss) = units_->leave_block(b, stream.x, result.aux_loss);
     for (size_t i = moe_before; i < result.moe_stats.size(); ++i)
       result.moe_stats[i].block = static_cast<int>(b);
   }
@@ -196,6 +199,7 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets,
                                 " tokens exceed model.seq_len " + std::to_string(cfg_.seq_len()));
   ForwardResult result;
   const int64_t seq_len = tokens.size(1);
+  if (units_) units_->begin_forward();
   Tensor x = embed_->forward(tokens);  // [B,T,D] ([B,T/n,D] on a split stream)
   Tensor normed;                       // final_norm(x) when the last block's add made it
   if (mode == RoutingMode::TopC) {
@@ -214,6 +218,7 @@ ForwardResult Transformer::forward(const Tensor& tokens, const Tensor& targets,
     x = h;
   }
   head_and_loss(result, x, normed, targets);
+  if (units_) units_->end_forward();
   return result;
 }
 

@@ -33,6 +33,19 @@ struct DecodeState {
   std::vector<KvCache> caches;    // per block, static kind (model/layers.h)
 };
 
+// Hooks at the boundaries of the model's parameter units, for sharding them (ZeRO-3,
+// parallel/zero3.h): a unit is one block, or the outer unit (embedding, final norm, head).
+// forward() calls begin_forward before it reads any parameter and end_forward after the loss;
+// enter_block(b) before block b reads its parameters; leave_block(b, x, aux) after block b with
+// the stream and the aux loss so far (undefined if none), and continues with what it returns
+// (an identity whose backward comes before every backward of the block's ops).
+struct UnitHooks {
+  std::function<void()> begin_forward, end_forward;
+  std::function<void(size_t block)> enter_block;
+  std::function<std::pair<Tensor, Tensor>(size_t block, const Tensor& x, const Tensor& aux)>
+      leave_block;
+};
+
 class Transformer : public nn::Module {
  public:
   // dtype F64 serves the gradient checks; training runs in F32 on the CPU. fusions: the fused
@@ -86,6 +99,9 @@ class Transformer : public nn::Module {
   // train.recompute and train.recompute_blocks (empty: every block): what the blocks keep for
   // backward (model/block.h). NONE until set.
   void set_recompute(Recompute mode, const std::vector<int>& blocks = {});
+  // See UnitHooks. A block's parameters are then present only while it runs, so no block's add
+  // fuses the next block's norm (norm_after).
+  void set_unit_hooks(UnitHooks hooks) { units_ = std::make_shared<UnitHooks>(std::move(hooks)); }
   Recompute recompute(size_t block) const { return recompute_[block]; }
 
  private:
@@ -125,6 +141,7 @@ class Transformer : public nn::Module {
   LmLoss lm_loss_;                       // null: cross_entropy
   std::shared_ptr<SequenceSplit> split_;  // null: the stream holds every position
   bool fused_classifier_ = false;        // set_fused_classifier
+  std::shared_ptr<UnitHooks> units_;     // null: parameters are always present
   mutable std::deque<Tensor> positions_;  // positions() made so far (references stay valid)
 };
 

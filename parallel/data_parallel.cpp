@@ -10,18 +10,21 @@ namespace mod::parallel {
 
 GradBucketer::GradBucketer(std::vector<std::pair<std::string, Tensor>> params, Communicator& group,
                            double bucket_mb, int average_over, GradReduce reduce,
-                           bool release_grads)
+                           bool release_grads, const std::vector<int>& unit_of)
     : params_(std::move(params)), bucket_of_(params_.size()), shard_at_(params_.size(), 0),
       dp_(group), inv_average_(1.0 / (average_over > 0 ? average_over : group.size())),
       reduce_(reduce), release_grads_(release_grads) {
   if (release_grads && reduce != GradReduce::ReduceScatter)
     throw std::logic_error("GradBucketer: release_grads needs GradReduce::ReduceScatter (the "
                            "owned slices must live somewhere once the full gradients are gone)");
+  if (!unit_of.empty() && unit_of.size() != params_.size())
+    throw std::logic_error("GradBucketer: " + std::to_string(unit_of.size()) + " units for " +
+                           std::to_string(params_.size()) + " parameters");
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024));
   int64_t filled = 0;
   for (size_t k = params_.size(); k-- > 0;) {
     const Tensor& p = params_[k].second;
-    if (buckets_.empty() || filled >= cap) {
+    if (buckets_.empty() || (unit_of.empty() ? filled >= cap : unit_of[k] != unit_of[k + 1])) {
       buckets_.emplace_back();
       filled = 0;
     }

@@ -40,9 +40,13 @@ class GradBucketer {
   // Sums gradients over `group` and divides by average_over (0: the group's size). Expert
   // weights sum over their expert data-parallel group and divide by dp, since the all-to-all
   // already summed the other ep ranks' tokens into them. `reduce`: see the top of this file.
+  // unit_of (ZeRO-3), one entry per parameter: a bucket closes where the unit changes (in
+  // reverse registration order) and nowhere else, so a block's gradients reduce-scatter as soon
+  // as its backward is done; bucket_mb is then unused. Empty: buckets of about bucket_mb.
   GradBucketer(std::vector<std::pair<std::string, Tensor>> params, Communicator& group,
                double bucket_mb, int average_over = 0,
-               GradReduce reduce = GradReduce::AllReduce, bool release_grads = false);
+               GradReduce reduce = GradReduce::AllReduce, bool release_grads = false,
+               const std::vector<int>& unit_of = {});
   ~GradBucketer();
 
   // Pass to backward() on the micro-batch that ends the step (earlier micro-batches only

@@ -227,7 +227,24 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
   for (const auto& [name, t] : params) {
     is_expert.push_back(plan.shards.at(name).expert);
   }
-  make_grad_buckets(plan, params, mesh, cfg);
+  // Stage 3: unit 0 is the outer one (embedding, final norm, head), unit 1 + b block b; the
+  // gradients reduce-scatter one bucket per unit, as each unit's backward ends.
+  std::vector<int> unit_of;
+  if (stage >= 3) {
+    if (mesh.tp().size() > 1 || mesh.ep().size() > 1 ||
+        std::find(is_expert.begin(), is_expert.end(), true) != is_expert.end())
+      throw std::logic_error("parallelize: ZeRO stage 3 runs at tp 1 without experts "
+                             "(config::validate refuses the rest)");
+    std::vector<std::vector<Tensor>> units(1 + model.num_blocks());
+    for (const auto& [name, t] : params) {
+      const int u = name.rfind("blocks.", 0) == 0 ? 1 + std::stoi(name.substr(7)) : 0;
+      unit_of.push_back(u);
+      units[u].push_back(t);
+    }
+    plan.units = std::make_unique<ShardedUnits>(std::move(units), mesh.dp());
+    model.set_unit_hooks(plan.units->hooks());
+  }
+  make_grad_buckets(plan, params, mesh, cfg, unit_of);
   // Where the owned slices are read from (null: the parameters' own gradients).
   const GradBucketer* dense_grads = stage >= 1 ? plan.dense_buckets.get() : nullptr;
   const GradBucketer* expert_grads = stage >= 1 ? plan.expert_buckets.get() : nullptr;
@@ -259,7 +276,8 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
   if (stage >= 1) {
     std::vector<ShardedAdamW::Param> zp;
     for (const auto& [name, t] : params)
-      zp.push_back({name, t, takes_weight_decay(name, optimizer), model::is_causal_predictor(name)});
+      zp.push_back({name, t, takes_weight_decay(name, optimizer), model::is_causal_predictor(name),
+                    plan.units ? plan.units->owned_values(t) : Tensor()});
     plan.optimizer = std::make_unique<Zero1Optimizer>(zp, is_expert, adamw_hyper(optimizer),
                                                       mesh.dp(), mesh.edp(), fusion, dense_grads,
                                                       expert_grads);
@@ -271,7 +289,8 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
 
 void make_grad_buckets(ParallelPlan& plan,
                        const std::vector<std::pair<std::string, Tensor>>& params,
-                       const Mesh& mesh, const modtrain::ParallelConfig& cfg) {
+                       const Mesh& mesh, const modtrain::ParallelConfig& cfg,
+                       const std::vector<int>& unit_of) {
   std::vector<std::pair<std::string, Tensor>> dense, experts;
   for (const auto& [name, t] : params) (plan.shards.at(name).expert ? experts : dense).emplace_back(name, t);
   const int dp = mesh.dims().dp, stage = config::zero_stage(cfg);
@@ -281,8 +300,8 @@ void make_grad_buckets(ParallelPlan& plan,
   plan.dense_buckets.reset();
   plan.expert_buckets.reset();
   if (dp > 1 && !dense.empty())
-    plan.dense_buckets =
-        std::make_unique<GradBucketer>(dense, mesh.dp(), cfg.bucket_mb(), 0, reduce, release);
+    plan.dense_buckets = std::make_unique<GradBucketer>(dense, mesh.dp(), cfg.bucket_mb(), 0,
+                                                        reduce, release, unit_of);
   // Expert gradients: the all-to-all summed the ep group's tokens in; the edp group (dp / ep
   // replicas times the tp shares of the slots) sums the rest; dividing by dp makes the mean.
   if (!experts.empty() && (dp > 1 || mesh.edp().size() > 1))
@@ -291,20 +310,33 @@ void make_grad_buckets(ParallelPlan& plan,
 }
 
 LeafGradReady ParallelPlan::grad_ready_hook() const {
-  LeafGradReady d = dense_buckets ? dense_buckets->ready_hook() : LeafGradReady();
-  LeafGradReady e = expert_buckets ? expert_buckets->ready_hook() : LeafGradReady();
-  if (!e) return d;
-  if (!d) return e;
-  return [d, e](const Tensor& leaf) {
-    d(leaf);
-    e(leaf);
+  std::vector<LeafGradReady> hooks;
+  if (dense_buckets) hooks.push_back(dense_buckets->ready_hook());
+  if (expert_buckets) hooks.push_back(expert_buckets->ready_hook());
+  if (units) hooks.push_back(units->release_hook());  // after the bucket has packed the gradient
+  if (hooks.size() <= 1) return hooks.empty() ? LeafGradReady() : hooks.front();
+  return [hooks](const Tensor& leaf) {
+    for (const LeafGradReady& h : hooks) h(leaf);
   };
+}
+
+LeafGradReady ParallelPlan::accumulate_hook() const {
+  return units ? units->release_hook() : LeafGradReady();
 }
 
 void ParallelPlan::finish_grad_sync() const {
   if (dense_buckets) dense_buckets->finish();
   if (expert_buckets) expert_buckets->finish();
   if (!sequence_grads.empty()) sum_sequence_grads(sequence_grads, *sequence_tp);
+  if (units) units->release_all();
+}
+
+ParallelPlan::WholeParameters::WholeParameters(const ParallelPlan& plan) : units(plan.units.get()) {
+  if (units) units->gather_all();
+}
+
+ParallelPlan::WholeParameters::~WholeParameters() {
+  if (units) units->reshard_all();
 }
 
 void sum_sequence_grads(const std::vector<Tensor>& params, Communicator& tp) {

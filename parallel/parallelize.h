@@ -31,8 +31,8 @@
 //   mlp.router.weight [E', D]                replicated
 //
 // parallelize applies both, then data parallelism (gradient buckets) and the optimizer (AdamW,
-// or ZeRO-1's sharded AdamW), and returns the plan a training step runs with: the model itself
-// never learns it is parallel.
+// or ZeRO's sharded AdamW; at ZeRO stage 3 the parameters sharded in units, zero3.h), and
+// returns the plan a training step runs with: the model itself never learns it is parallel.
 #pragma once
 
 #include <map>
@@ -44,6 +44,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/mesh.h"
 #include "parallel/optimizer.h"
+#include "parallel/zero3.h"
 
 namespace mod::parallel {
 
@@ -114,6 +115,8 @@ struct ParallelPlan {
   std::unique_ptr<GradBucketer> dense_buckets;   // dense parameters over dp (dp > 1)
   std::unique_ptr<GradBucketer> expert_buckets;  // expert weights over edp
   std::unique_ptr<Optimizer> optimizer;          // AdamW, sharded by ZeRO stage >= 1
+  // ZeRO stage 3: the parameters sharded over dp, whole only while their unit runs; null below.
+  std::unique_ptr<ShardedUnits> units;
   // Sequence parallelism: sequence_partial_parameters, whose gradients finish_grad_sync sums
   // over sequence_tp (one all-reduce of them all); empty otherwise.
   std::vector<Tensor> sequence_grads;
@@ -126,17 +129,32 @@ struct ParallelPlan {
   // For the backward of a step's last micro-batch: buckets start all-reducing as their
   // gradients become final (each bucketer ignores the other's parameters).
   LeafGradReady grad_ready_hook() const;
+  // For the backward of every earlier micro-batch: ZeRO-3's release of each unit after its
+  // backward; null below stage 3.
+  LeafGradReady accumulate_hook() const;
+  // Every parameter whole on this rank while it lives (ZeRO-3: gathered, then resharded from
+  // the whole values at its end, so what was written into them is kept); nothing otherwise.
+  struct WholeParameters {
+    explicit WholeParameters(const ParallelPlan& plan);
+    ~WholeParameters();
+    WholeParameters(const WholeParameters&) = delete;
+    WholeParameters& operator=(const WholeParameters&) = delete;
+    ShardedUnits* units;
+  };
   // Waits for every bucket: gradients are then dp means (experts: summed over edp, / dp);
-  // under ZeRO-1 only on the slices this rank owns. Then sums sequence_grads over tp.
+  // under ZeRO-1 only on the slices this rank owns. Then sums sequence_grads over tp, and
+  // releases any ZeRO-3 unit still gathered.
   void finish_grad_sync() const;
 };
 
 // (Re)makes plan's dp gradient buckets (experts: over edp) over `params` alone, as parallelize
 // does over every parameter; a pipeline stage passes the parameters it owns, so its dp group
-// reduces only those. plan.shards must know every name.
+// reduces only those. plan.shards must know every name. `unit_of` (ZeRO-3: each dense
+// parameter's unit, in order; empty otherwise) gives every unit a bucket of its own.
 void make_grad_buckets(ParallelPlan& plan,
                        const std::vector<std::pair<std::string, Tensor>>& params,
-                       const Mesh& mesh, const modtrain::ParallelConfig& cfg);
+                       const Mesh& mesh, const modtrain::ParallelConfig& cfg,
+                       const std::vector<int>& unit_of = {});
 
 // Each parameter's gradient (where defined) becomes its sum over tp, in one all-reduce.
 void sum_sequence_grads(const std::vector<Tensor>& params, Communicator& tp);

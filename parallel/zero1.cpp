@@ -1,6 +1,8 @@
 // ZeRO-1 sharded AdamW, and over a whole model (see zero1.h).
 #include "parallel/zero1.h"
 
+#include <stdexcept>
+
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops/optim.h"
@@ -19,6 +21,12 @@ ShardedAdamW::ShardedAdamW(std::vector<Param> params, const AdamWArgs& hyper,
     v_.push_back(Tensor::zeros({chunk(i)}, p.dtype(), p.device()));
     total_chunk_ += chunk(i);
   }
+  sharded_values_ = !params_.empty() && params_.front().owned_values.defined();
+  for (const Param& p : params_)
+    if (p.owned_values.defined() != sharded_values_)
+      throw std::logic_error("ShardedAdamW: " + p.name +
+                             (sharded_values_ ? " has no" : " has") + " owned_values, unlike " +
+                             params_.front().name + " (ZeRO-3 shards every parameter or none)");
 }
 
 int64_t zero1_chunk(int64_t n, int size) { return (n + size - 1) / size; }
@@ -50,7 +58,6 @@ void ShardedAdamW::apply(const Tensor& grad_scale, const Tensor& detached_scale)
   NoGradGuard no_grad;
   const DType dtype = params_.front().tensor.dtype();
   const Device device = params_.front().tensor.device();
-  Tensor send = Tensor::zeros({total_chunk_}, dtype, device);
   const bool split = !detached_scale.same(grad_scale);  // the predictor's own clip factor
   // multi_tensor_: this rank's slices, updated in one pass (two when the scales differ)
   std::vector<AdamWSlot> slots, detached;
@@ -60,7 +67,7 @@ void ShardedAdamW::apply(const Tensor& grad_scale, const Tensor& detached_scale)
     const int64_t len = end - begin;
     Tensor g = owned_grad(i);
     if (!g.defined()) continue;
-    Tensor mine = p.view({p.numel()}).narrow0(begin, len);
+    Tensor mine = sharded_values_ ? params_[i].owned_values : p.view({p.numel()}).narrow0(begin, len);
     Tensor m = m_[i].narrow0(0, len), v = v_[i].narrow0(0, len);
     const bool decays = params_[i].decays, own = split && params_[i].detached;
     if (multi_tensor_)
@@ -74,6 +81,8 @@ void ShardedAdamW::apply(const Tensor& grad_scale, const Tensor& detached_scale)
     if (!detached.empty())
       adamw_update_multi(detached, consts_.args(true), detached_scale, detached_table_);
   }
+  if (sharded_values_) return;  // ZeRO-3 gathers each unit when it next runs
+  Tensor send = Tensor::zeros({total_chunk_}, dtype, device);
   int64_t at = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].tensor;

@@ -34,6 +34,10 @@ class ShardedAdamW : public Optimizer {
     Tensor tensor;
     bool decays = true;     // takes weight decay
     bool detached = false;  // the causal predictor's: scaled by apply's detached_scale
+    // ZeRO-3 (zero3.h): this rank's slice of the parameter, flattened [owned length], the only
+    // copy kept between steps; the update writes it and nothing is all-gathered. Undefined: the
+    // owned slice of `tensor` itself, all-gathered after the update (stages 1 and 2).
+    Tensor owned_values;
   };
   // hyper: beta1, beta2, eps and the decayed parameters' weight decay (adamw_hyper, adamw.h).
   // multi_tensor: this rank's slices updated in one adamw_update_multi pass. grads: the
@@ -43,7 +47,8 @@ class ShardedAdamW : public Optimizer {
                bool multi_tensor = false, const GradBucketer* grads = nullptr);
 
   void set_learning_rate(double lr) override;
-  // Updates this rank's slice of every parameter with a gradient, then all-gathers them.
+  // Updates this rank's slice of every parameter with a gradient, then all-gathers them
+  // (ZeRO-3: the owned values alone, no all-gather).
   using Optimizer::apply;
   void apply(const Tensor& grad_scale, const Tensor& detached_scale) override;
   int64_t steps_taken() const override { return step_; }
@@ -68,6 +73,7 @@ class ShardedAdamW : public Optimizer {
   int64_t total_chunk_ = 0;  // sum of chunks: the all-gather's per-rank length
   AdamWStepConstants consts_;
   bool multi_tensor_ = false;
+  bool sharded_values_ = false;  // every Param has owned_values (ZeRO-3)
   const GradBucketer* grads_ = nullptr;
   MultiTensorTable table_, detached_table_;
 };

@@ -5,6 +5,7 @@
 // (its dp replicas are identical); under pp, by the stage that owns them. ZeRO-1 moments are gathered over dp first, so the files do
 // not depend on dp or ZeRO-1 and a resume under another layout just reads other slices.
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 
 #include "configs/config.h"
@@ -45,12 +46,14 @@ std::vector<ckpt::TensorEntry> Trainer::checkpoint_entries() {
   };
   std::vector<ckpt::TensorEntry> out;
   const auto params = model_->named_parameters();
+  const parallel::ParallelPlan::WholeParameters whole(plan_);  // ZeRO-3: the entries copy them
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, p] = params[i];
     const parallel::ShardSpec& spec = plan_.shards.at(name);
     const bool writer =
         (spec.expert ? expert_writer : spec.dim >= 0 ? dp_writer : tp_writer) && stage_writes(name);
-    out.push_back(entry("model/" + name, p, spec, writer));
+    // ZeRO-3 lets the whole tensor go when `whole` ends: the entry keeps a copy.
+    out.push_back(entry("model/" + name, whole.units ? p.clone() : p, spec, writer));
     const auto [m, v] = plan_.optimizer->full_moments(i);  // collective under ZeRO-1
     out.push_back(entry("optim/m/" + name, m, spec, writer));
     out.push_back(entry("optim/v/" + name, v, spec, writer));
@@ -143,6 +146,8 @@ void Trainer::resume(const std::string& spec) {
                                 ", not before train.steps " + std::to_string(cfg_.train().steps()) +
                                 " (raise train.steps to train further)");
   const auto params = model_->named_parameters();
+  // ZeRO-3: loaded whole, then each rank keeps its slices when `whole` ends.
+  std::optional<parallel::ParallelPlan::WholeParameters> whole(std::in_place, plan_);
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, p] = params[i];
     const parallel::ShardSpec& s = plan_.shards.at(name);
@@ -154,6 +159,7 @@ void Trainer::resume(const std::string& spec) {
     const Tensor m = read("optim/m/" + name), v = read("optim/v/" + name);
     plan_.optimizer->load_moments(i, m, v);
   }
+  whole.reset();
   plan_.optimizer->set_steps_taken(st.optimizer_steps);
   if (!st.data_shards.empty())
     data::check_same_shards(st.data_shards, data_fingerprint(), "resume: checkpoint " + *dir);
@@ -176,6 +182,7 @@ void Trainer::init_from(const std::string& path) {
     return init_from(path + "/model.safetensors");  // ModtrainForCausalLM: modtrain's names
   }
   SafetensorsFile file = load_safetensors(path);
+  const parallel::ParallelPlan::WholeParameters whole(plan_);
   for (const auto& [name, p] : model_->named_parameters()) {
     const parallel::ShardSpec& s = plan_.shards.at(name);
     auto it = file.tensors.find(name);
@@ -196,6 +203,7 @@ void Trainer::init_from(const std::string& path) {
 // initialisation the model was built with (docs/hf.md, "Converting a dense model to MoD").
 void Trainer::init_from_hf(const std::string& dir) {
   std::map<std::string, Tensor> weights = hf::read_llama(dir, cfg_.model());
+  const parallel::ParallelPlan::WholeParameters whole(plan_);
   int64_t fresh = 0;
   for (const auto& [name, p] : model_->named_parameters()) {
     const parallel::ShardSpec& s = plan_.shards.at(name);

@@ -162,9 +162,10 @@ Trainer::StepOutputs Trainer::enqueue_step(int64_t step) {
     }
     maybe_exit_for_test(hooks_, mesh_->world().rank(), step);
     const bool last = micro == accum - 1;
-    // Buckets all-reduce during the last micro-batch's backward; earlier ones accumulate.
+    // Buckets all-reduce during the last micro-batch's backward; earlier ones accumulate
+    // (ZeRO-3 releases each unit after its backward in every one).
     backward(scale(r.loss, 1.0 / accum), Tensor(),
-             last ? plan_.grad_ready_hook() : LeafGradReady());
+             last ? plan_.grad_ready_hook() : plan_.accumulate_hook());
     be.axpy(1.0 / accum, detach(r.lm_loss).to(DType::F64), out.loss);
     if (r.aux_loss.defined()) be.axpy(1.0 / accum, detach(r.aux_loss).to(DType::F64), out.aux);
     if (last) {

@@ -208,7 +208,8 @@ TEST_CASE("parallel.zero_stage, and the old parallel.zero1 as stage 1", "[config
   CHECK(config::zero_stage(config::load(r, {"parallel.zero_stage=2"}).parallel()) == 2);
   CHECK_THROWS_WITH(config::load(r, {"parallel.zero1=true", "parallel.zero_stage=2"}),
                     Contains("parallel.zero_stage") && Contains("parallel.zero1 true"));
-  CHECK_THROWS_WITH(config::load(r, {"parallel.zero_stage=3"}),
-                    Contains("parallel.zero_stage") && Contains("3 is not a stage") &&
-                        Contains("2 (and the reduced gradients)"));
+  CHECK(config::zero_stage(config::load(r, {"parallel.zero_stage=3", "parallel.dp=2"}).parallel()) == 3);
+  CHECK_THROWS_WITH(config::load(r, {"parallel.zero_stage=4"}),
+                    Contains("parallel.zero_stage") && Contains("4 is not a stage") &&
+                        Contains("3 (and the parameters, gathered per block)"));
 }

@@ -17,6 +17,7 @@
 #include "parallel/parallelize.h"
 #include "parallel/tp_mappings.h"
 #include "parallel/vocab_parallel.h"
+#include "parallel/zero3.h"
 #include "parallel/world.h"
 #include "tests/support/grad_check.h"
 
@@ -64,6 +65,16 @@ std::vector<test::GradCase> collective_cases() {
       {"expert_combine [2,3,4]", Op::ExpertCombine,
        [](Rng& r) { return std::vector<Tensor>{randn({2, 3, 4}, r, DType::F64).set_requires_grad(true)}; },
        [](const std::vector<Tensor>& in) { return combine_from_experts(in[0], local_ep(), local()); }},
+      // ZeRO-3's boundary: identity on both; here its before-backward step does nothing.
+      {"gather_unit_for_backward [3,5] twice", Op::GatherUnitForBackward,
+       [](Rng& r) {
+         return std::vector<Tensor>{randn({3, 5}, r, DType::F64).set_requires_grad(true),
+                                    randn({3, 5}, r, DType::F64).set_requires_grad(true)};
+       },
+       [](const std::vector<Tensor>& in) {
+         const auto [x, aux] = gather_unit_for_backward(in[0], in[1], [] {});
+         return add(x, aux);
+       }},
       {"vocab_parallel_cross_entropy [2,3,7] with an ignored target", Op::VocabParallelCrossEntropy,
        [ids](Rng& r) {
          auto t = ids(r, 6, 7);

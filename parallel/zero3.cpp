@@ -1,0 +1,146 @@
+// ZeRO-3's sharded parameter units (see zero3.h).
+#include "parallel/zero3.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "core/backend.h"
+#include "parallel/zero1.h"
+
+namespace mod::parallel {
+
+// A parameter keeps its Storage object, since the views its ops saved for backward (matmul's
+// reshaped weight) share it; only the bytes go and come back (Storage::resize), so every view
+// sees the gathered values.
+
+ShardedUnits::ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp) : dp_(dp) {
+  for (auto& params : units) {
+    Unit unit;
+    for (Tensor& p : params) {
+      if (p.impl()->offset_bytes != 0 || p.impl()->storage->bytes() != p.nbytes())
+        throw std::logic_error("ZeRO-3: parameter " + describe(p) + " is a view into a larger storage");
+      where_[p.impl()] = {units_.size(), unit.members.size()};
+      const auto [begin, end] = zero1_owned(p.numel(), dp_.rank(), dp_.size());
+      unit.members.push_back({p, Tensor::empty({end - begin}, p.dtype(), p.device()),
+                              unit.chunk_total});
+      unit.chunk_total += zero1_chunk(p.numel(), dp_.size());
+    }
+    units_.push_back(std::move(unit));
+  }
+  for (Unit& unit : units_) {
+    take_owned(unit);
+    unit.gathered = true;
+  }
+  release_all();
+}
+
+void ShardedUnits::take_owned(Unit& unit) {
+  for (Member& m : unit.members) {
+    const auto [begin, end] = zero1_owned(m.param.numel(), dp_.rank(), dp_.size());
+    if (end > begin) m.owned.copy_from(m.param.view({m.param.numel()}).narrow0(begin, end - begin));
+  }
+}
+
+void ShardedUnits::gather(size_t u) {
+  Unit& unit = units_[u];
+  if (unit.members.empty()) return;
+  const Tensor& first = unit.members.front().param;
+  // send [L]: each member's owned slice at its chunk's offset (the padding is never read).
+  Tensor send = Tensor::empty({unit.chunk_total}, first.dtype(), first.device());
+  for (const Member& m : unit.members)
+    if (m.owned.numel() > 0) send.narrow0(m.at, m.owned.numel()).copy_from(m.owned);
+  Tensor all = Tensor::empty({dp_.size() * unit.chunk_total}, first.dtype(), first.device());
+  dp_.all_gather(send, all);
+  for (Member& m : unit.members) {
+    m.param.impl()->storage->resize(m.param.nbytes());  // a parameter spans its storage
+    Tensor flat = m.param.view({m.param.numel()});
+    const int64_t n = m.param.numel(), c = zero1_chunk(n, dp_.size());
+    // Rank r's slice of this member sits at r * L + at in `all`.
+    for (int r = 0; r < dp_.size(); ++r) {
+      const int64_t begin = std::min(n, r * c), len = std::min(n, begin + c) - begin;
+      if (len > 0) flat.narrow0(begin, len).copy_from(all.narrow0(r * unit.chunk_total + m.at, len));
+    }
+  }
+  unit.gathered = true;
+  unit.pending = static_cast<int>(unit.members.size());
+}
+
+void ShardedUnits::release(size_t u) {
+  Unit& unit = units_[u];
+  for (Member& m : unit.members) m.param.impl()->storage->resize(0);
+  unit.gathered = false;
+}
+
+void ShardedUnits::release_all() {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u].gathered) release(u);
+}
+
+const Tensor& ShardedUnits::owned_values(const Tensor& p) const {
+  auto it = where_.find(p.impl());
+  if (it == where_.end())
+    throw std::logic_error("ShardedUnits: " + describe(p) + " is in no unit");
+  return units_[it->second.first].members[it->second.second].owned;
+}
+
+void ShardedUnits::gather_all() {
+  for (size_t u = 0; u < units_.size(); ++u) gather(u);
+  all_whole_ = true;
+}
+
+void ShardedUnits::reshard_all() {
+  for (Unit& unit : units_)
+    if (unit.gathered) take_owned(unit);
+  release_all();
+  all_whole_ = false;
+}
+
+model::UnitHooks ShardedUnits::hooks() {
+  model::UnitHooks h;
+  h.begin_forward = [this] {
+    if (!all_whole_) gather(0);
+  };
+  h.end_forward = [this] {
+    if (!all_whole_ && !grad_enabled()) release(0);  // else backward's head needs it first
+  };
+  h.enter_block = [this](size_t b) {
+    if (!all_whole_) gather(1 + b);
+  };
+  h.leave_block = [this](size_t b, const Tensor& x, const Tensor& aux) {
+    if (all_whole_) return std::pair{x, aux};
+    release(1 + b);
+    return gather_unit_for_backward(x, aux, [this, b] { gather(1 + b); });
+  };
+  return h;
+}
+
+LeafGradReady ShardedUnits::release_hook() {
+  return [this](const Tensor& leaf) {
+    auto it = where_.find(leaf.impl());
+    if (all_whole_ || it == where_.end()) return;
+    Unit& unit = units_[it->second.first];
+    if (--unit.pending == 0 && unit.gathered) release(it->second.first);
+  };
+}
+
+std::pair<Tensor, Tensor> gather_unit_for_backward(const Tensor& x, const Tensor& aux,
+                                                   std::function<void()> before_backward) {
+  const bool with_aux = aux.defined();
+  if (!any_requires_grad({x, with_aux ? aux : x})) return {x, aux};
+  Tensor out = detach(x), out_aux = with_aux ? detach(aux) : Tensor();
+  std::vector<Tensor> inputs{x};
+  if (with_aux) inputs.push_back(aux);
+  auto backward_fn = [fn = std::move(before_backward)](const std::vector<Tensor>& grads,
+                                                      const NeedsGrad&) {
+    fn();
+    return grads;
+  };
+  if (with_aux)
+    record_outputs({&out, &out_aux}, Op::GatherUnitForBackward, inputs, backward_fn);
+  else
+    record_outputs({&out}, Op::GatherUnitForBackward, inputs, backward_fn);
+  return {out, out_aux};
+}
+
+}  // namespace mod::parallel

@@ -1,0 +1,90 @@
+// ZeRO-3 over dp, FSDP-style: the parameters themselves sharded. The model is cut into units,
+// the outer one (embedding, final norm, head) and one per block (its norms, attention, MLP and
+// MoD's router and predictor). Rank r keeps only its owned slice of every parameter's flattened
+// tensor (zero1_owned over dp, the split of ZeRO-1's moments and ZeRO-2's gradients), which the
+// sharded AdamW (zero1.h, Param::owned_values) updates in place. A unit's parameters are whole
+// only while it runs:
+//
+//   forward:  block b all-gathered before it runs, released after (leave_block)
+//   backward: all-gathered again by an identity node on the block's outputs, whose backward
+//             runs before any of the block's (Op::GatherUnitForBackward); released when every
+//             parameter of the unit has its final gradient (release_hook, every micro-batch)
+//   outer:    gathered at the start of forward and kept until backward has finished with it,
+//             since the head runs last in forward and first in backward (FSDP's root unit);
+//             released after a forward without gradients
+//
+// Released means the parameter's storage holds no bytes (the object stays: views of it saved for
+// backward see the values again once gathered), and any read throws, naming the tensor. The
+// gradients are reduce-scattered by the ZeRO-2 bucketer (data_parallel.h) with one bucket per
+// unit. Invariant: every dp rank gathers the same units in the same order (the graph is the same
+// on every rank: MoD's shapes are static), so the all-gathers match.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/autograd.h"
+#include "model/transformer.h"
+#include "parallel/communicator.h"
+
+namespace mod::parallel {
+
+class ShardedUnits {
+ public:
+  // units[u]: the parameters of unit u (0: the outer unit; 1 + b: block b), whole and equal on
+  // every dp rank. Each rank copies out its owned slices and releases the whole tensors.
+  ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp);
+
+  size_t size() const { return units_.size(); }
+  // Collective over dp: unit u's parameters whole from every rank's owned slices.
+  void gather(size_t u);
+  // Unit u's whole parameters let go; the owned slices stay.
+  void release(size_t u);
+  bool gathered(size_t u) const { return units_[u].gathered; }
+  void release_all();
+  // This rank's slice of parameter p, flattened [owned length]: the values the optimizer updates.
+  const Tensor& owned_values(const Tensor& p) const;
+
+  // The model's unit boundaries (Transformer::set_unit_hooks); `this` must outlive the model's use.
+  model::UnitHooks hooks();
+  // For every micro-batch's backward: releases a unit once all its parameters' gradients are
+  // final. A unit whose parameter got no gradient stays gathered until release_all.
+  LeafGradReady release_hook();
+
+  // Every parameter whole (collective), for the host's reads and writes (checkpoints, weights)
+  // and evaluation: until reshard_all the hooks neither gather nor release, so each rank may run
+  // as many forwards as it likes.
+  void gather_all();
+  // After gather_all: each rank takes its owned slices from the whole values (which may have
+  // been overwritten, by a resume) and releases them.
+  void reshard_all();
+
+ private:
+  struct Member {
+    Tensor param;   // the module's tensor: whole while gathered, its storage empty otherwise
+    Tensor owned;   // [end - begin] of zero1_owned(numel)
+    int64_t at = 0;  // offset of its padded chunk in the unit's gather buffer
+  };
+  struct Unit {
+    std::vector<Member> members;
+    int64_t chunk_total = 0;  // the gather's per-rank length: members' chunks summed
+    bool gathered = true;
+    int pending = 0;          // members whose gradient is not final yet this backward
+  };
+  void take_owned(Unit& unit);  // owned slices from the whole values
+
+  std::vector<Unit> units_;
+  bool all_whole_ = false;  // between gather_all and reshard_all
+  std::unordered_map<TensorImpl*, std::pair<size_t, size_t>> where_;  // param -> (unit, member)
+  Communicator& dp_;
+};
+
+// An identity on x and aux (undefined: left out) whose backward first calls before_backward:
+// the node that gathers a block's parameters before its backward (Op::GatherUnitForBackward).
+std::pair<Tensor, Tensor> gather_unit_for_backward(const Tensor& x, const Tensor& aux,
+                                                   std::function<void()> before_backward);
+
+}  // namespace mod::parallel
