@@ -1,4 +1,5 @@
-// Peak memory per rank, predicted from the config: parameters, gradients, AdamW state (sharded
+// Peak memory per rank, predicted from the config: parameters (ZeRO-3: this rank's slices plus
+// the outer unit and the largest block gathered whole), gradients, AdamW state (sharded
 // over dp from ZeRO stage 1 on), the activations each block keeps for backward (a routed block keeps
 // them for its C tokens only), the compute-dtype weight copies autocast keeps, and the largest
 // temporary; the peak is found by walking backward block by block, as the autograd engine frees
@@ -61,7 +62,7 @@ struct BlockMemory {
 };
 
 struct MemoryPlan {
-  double parameters = 0;    // bytes, this rank's shards, master dtype
+  double parameters = 0;    // bytes, this rank's shards, master dtype (ZeRO-3: + gathered units)
   double gradients = 0;     // bytes after backward (master dtype; ZeRO-2: the owned slices)
   double optimizer = 0;     // AdamW m and v (/dp under ZeRO-1)
   double weight_copies = 0; // compute-dtype copies of weights kept for backward (bf16 only)
