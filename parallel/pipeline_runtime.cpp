@@ -1,6 +1,7 @@
 // A pipeline stage's step (see pipeline_runtime.h).
 #include "parallel/pipeline_runtime.h"
 
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,11 @@ namespace {
 // Tags keep activations and gradients on separate channels between two ranks (MPI matches
 // messages of one tag in order; the schedule sends each channel in its receiver's order).
 constexpr int kActivationTag = 52, kGradTag = 53;
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 }  // namespace
 
 StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule& s,
@@ -42,17 +48,20 @@ StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule
   for (const PipeAction& a : s.ranks.at(r)) {
     const int i = a.microbatch;
     model::ForwardResult& res = out.results[i];
+    const auto t0 = Clock::now();
     switch (a.op) {
       case PipeOp::RecvActivation:
         inputs[i] = Tensor::empty({b, t, d}, DType::F32, device);
         pp.recv(inputs[i], a.peer, kActivationTag);
         inputs[i].set_requires_grad(true);
+        out.wait_s += seconds_since(t0);
         break;
       case PipeOp::Forward:
         res = model.forward_stage(mbs[i].tokens, inputs[i], first, end,
                                   last ? mbs[i].targets : Tensor());
         if (last) out.lm_loss += detach(res.lm_loss).to(DType::F64).item() / m;
         if (res.aux_loss.defined()) out.aux_loss += detach(res.aux_loss).to(DType::F64).item() / m;
+        out.compute_s += seconds_since(t0);
         break;
       case PipeOp::SendActivation:
         sends.push_back(pp.send_async(res.hidden, a.peer, kActivationTag));
@@ -60,6 +69,7 @@ StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule
       case PipeOp::RecvGrad:
         grads[i] = Tensor::empty({b, t, d}, DType::F32, device);
         pp.recv(grads[i], a.peer, kGradTag);
+        out.wait_s += seconds_since(t0);
         break;
       case PipeOp::Backward: {
         // The stage's own loss terms at 1/m, and the next stage's gradient into its output.
@@ -76,6 +86,7 @@ StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule
         backward(roots, seeds, i == m - 1 ? last_backward_ready : LeafGradReady());
         res.hidden = res.logits = res.loss = res.lm_loss = res.aux_loss = Tensor();
         grads[i] = Tensor();
+        out.compute_s += seconds_since(t0);
         break;
       }
       case PipeOp::SendGrad:
@@ -84,7 +95,9 @@ StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule
         break;
     }
   }
+  const auto t0 = Clock::now();
   for (auto& w : sends) w->wait();
+  out.wait_s += seconds_since(t0);
   return out;
 }
 

@@ -35,6 +35,9 @@ struct StageStep {
   double lm_loss = 0, aux_loss = 0;
   // Per micro-batch: this stage's routing statistics and top-C choices (hidden, logits dropped).
   std::vector<model::ForwardResult> results;
+  // Wall seconds this stage spent blocked on its receives and on its sends' completion at the
+  // step's end (idle: the bubble, plus transfer time), and in its forwards and backwards.
+  double wait_s = 0, compute_s = 0;
 };
 
 // Runs schedule s's actions of rank pp.rank() (one chunk per rank: s.virtual_stages == 1).

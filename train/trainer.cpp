@@ -137,11 +137,13 @@ double Trainer::run() {
     }
     if (stop) {
       report_peak_memory();
+      report_pipeline_bubble();
       stop_after(step + 1);
       return loss;
     }
   }
   report_peak_memory();
+  report_pipeline_bubble();
   write_weights();
   return loss;
 }

@@ -66,6 +66,15 @@ class Trainer {
   // tp and ep groups.
   std::vector<std::pair<std::string, Tensor>> full_parameters() const;
   const parallel::Mesh& mesh() const { return *mesh_; }
+  // Under pp > 1, after run(): the pipeline's measured bubble, the fraction of the stages' time
+  // in the steps run here spent blocked on receives and on sends' completion (idle), against
+  // that plus their forwards and backwards; per stage of this rank's pp group, and over them
+  // all (their idle time over their total). Empty when pp is 1.
+  struct MeasuredBubble {
+    double total = 0;
+    std::vector<double> per_stage;
+  };
+  const std::optional<MeasuredBubble>& measured_bubble() const { return measured_bubble_; }
 
  private:
   void init_from_hf(const std::string& dir);
@@ -115,6 +124,9 @@ class Trainer {
   void setup_pipeline();
   // Under pp > 1 every parameter from its owner stage, before anything reads the whole model.
   void sync_stage_parameters() const;
+  // Under pp > 1: sets measured_bubble_ from every stage's idle and compute seconds (one
+  // all-gather over pp) and rank 0 prints it beside the prediction. Collective; no-op at pp 1.
+  void report_pipeline_bubble();
   StepMetrics finish_step(int64_t step, const StepOutputs& out);
   using Clock = std::chrono::steady_clock;
   static double seconds_since(Clock::time_point t) {
@@ -154,6 +166,9 @@ class Trainer {
   std::optional<parallel::PipelinePartition> pipeline_partition_;
   std::optional<parallel::PipelineSchedule> pipeline_schedule_;
   std::unique_ptr<parallel::Communicator> tied_embedding_group_;
+  // This stage's seconds over the steps run here: blocked on transfers, and computing.
+  double pipeline_wait_s_ = 0, pipeline_compute_s_ = 0;
+  std::optional<MeasuredBubble> measured_bubble_;
   // The training shards' fingerprints, read once, on the first checkpoint or resume.
   const std::vector<data::ShardFingerprint>& data_fingerprint();
   // The dataset's tokenizer seal, recorded in checkpoints and weights (none: not sealed).

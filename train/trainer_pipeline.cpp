@@ -3,6 +3,7 @@
 // computes, reduces over its dp group, clips and updates only the parameters it owns; the
 // others are brought from their owners before anything reads the whole model (evaluation,
 // weights).
+#include <cstdio>
 #include <unordered_set>
 
 #include "parallel/pipeline_runtime.h"
@@ -50,6 +51,8 @@ Trainer::StepOutputs Trainer::enqueue_pipeline_step() {
   parallel::StageStep st = parallel::run_stage_step(*model_, *pipeline_schedule_,
                                                     *pipeline_partition_, pp, mbs,
                                                     plan_.grad_ready_hook());
+  pipeline_wait_s_ += st.wait_s;
+  pipeline_compute_s_ += st.compute_s;
   if (hooks_.routing_log)  // per micro-batch, the stage's routed blocks on this rank's rows
     for (const model::ForwardResult& r : st.results) {
       hooks_.routing_log->emplace_back();
@@ -72,6 +75,35 @@ Trainer::StepOutputs Trainer::enqueue_pipeline_step() {
   out.moe_stats = std::move(last.moe_stats);
   clip_and_update(out);
   return out;
+}
+
+void Trainer::report_pipeline_bubble() {
+  if (!pipeline_schedule_) return;
+  parallel::Communicator& pp = mesh_->pp();
+  Tensor mine = Tensor::from_vector(std::vector<double>{pipeline_wait_s_, pipeline_compute_s_},
+                                    {2}, DType::F64);
+  Tensor all = Tensor::empty({2 * pp.size()}, DType::F64);
+  pp.all_gather(mine, all);
+  MeasuredBubble b;
+  double wait = 0, total = 0;
+  for (int s = 0; s < pp.size(); ++s) {
+    const double w = all.at(2 * s), c = all.at(2 * s + 1);
+    b.per_stage.push_back(w + c > 0 ? w / (w + c) : 0.0);
+    wait += w;
+    total += w + c;
+  }
+  b.total = total > 0 ? wait / total : 0.0;
+  measured_bubble_ = b;
+  if (quiet_ || !writer_) return;
+  const parallel::PipelineSchedule& s = *pipeline_schedule_;
+  std::printf("pipeline bubble: measured %.4f (", b.total);
+  for (size_t i = 0; i < b.per_stage.size(); ++i)
+    std::printf("%sstage %zu %.4f", i ? ", " : "", i, b.per_stage[i]);
+  std::printf("), predicted (pp-1)/(m+pp-1) = %.4f for equal stages; measured: the stages' time "
+              "blocked on receives and sends over that plus their forwards and backwards, in the "
+              "%zu steps run here\n",
+              parallel::predicted_bubble(s.pp, s.microbatches), losses_.size());
+  std::fflush(stdout);
 }
 
 }  // namespace mod::train

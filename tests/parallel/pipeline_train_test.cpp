@@ -7,7 +7,8 @@
 // loss bitwise but tiny_dense's fourth, equal to 6 digits). A pp run's checkpoint (each stage
 // writes what it owns, by global name) resumes on one process and continues like the
 // uninterrupted pp run, and one process's checkpoint resumes under pp. Configurations the
-// pipeline trainer does not run are refused naming the fields.
+// pipeline trainer does not run are refused naming the fields. Every pp run reports a measured
+// bubble per stage inside (0, 1).
 #include <cmath>
 
 #include "parallel/communicator.h"
@@ -48,6 +49,15 @@ Run train_run(const std::string& name, parallel::Communicator& comm, const std::
   train::Trainer trainer(test::tiny_recipe(name, kSteps, "", extra), dir, /*quiet=*/true, comm);
   if (!from.empty()) trainer.resume(from);
   trainer.run();
+  // The measured bubble: under pp, one fraction per stage and their total, each inside (0, 1)
+  // (every stage computes, and waits at least on a receive).
+  const auto& bubble = trainer.measured_bubble();
+  REQUIRE(bubble.has_value() == (trainer.mesh().dims().pp > 1));
+  if (bubble) {
+    CHECK(bubble->per_stage.size() == static_cast<size_t>(trainer.mesh().dims().pp));
+    for (double b : bubble->per_stage) CHECK((b > 0 && b < 1));
+    CHECK((bubble->total > 0 && bubble->total < 1));
+  }
   return {trainer.losses(), trainer.full_parameters()};
 }
 
