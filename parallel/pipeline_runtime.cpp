@@ -95,8 +95,11 @@ StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule
         break;
     }
   }
+  // The step ends when the last stage does (the schedule's makespan): a stage done early (the
+  // drain) waits for the others here, as it would in the trainer's next collective over pp.
   const auto t0 = Clock::now();
   for (auto& w : sends) w->wait();
+  pp.barrier();
   out.wait_s += seconds_since(t0);
   return out;
 }

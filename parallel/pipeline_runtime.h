@@ -35,15 +35,17 @@ struct StageStep {
   double lm_loss = 0, aux_loss = 0;
   // Per micro-batch: this stage's routing statistics and top-C choices (hidden, logits dropped).
   std::vector<model::ForwardResult> results;
-  // Wall seconds this stage spent blocked on its receives and on its sends' completion at the
-  // step's end (idle: the bubble, plus transfer time), and in its forwards and backwards.
+  // Wall seconds this stage spent blocked on its receives, and at the step's end on its sends'
+  // completion and on the other stages finishing (idle: the bubble, plus transfer time), and
+  // in its forwards and backwards. So every stage's wait_s + compute_s is about the step's
+  // makespan (the stages start it together, give or take the previous step's last collective).
   double wait_s = 0, compute_s = 0;
 };
 
 // Runs schedule s's actions of rank pp.rank() (one chunk per rank: s.virtual_stages == 1).
-// Collective over pp. Gradients accumulate into the model's parameters (zero them before).
-// last_backward_ready is passed to the backward of the last micro-batch (the stage's last), so
-// data-parallel buckets reduce while it runs. The tokens are read on the first stage only, the
+// Collective over pp; ends with a barrier over pp. Gradients accumulate into the model's
+// parameters (zero them before). last_backward_ready is passed to the backward of the last
+// micro-batch (the stage's last), so data-parallel buckets reduce while it runs. The tokens are read on the first stage only, the
 // targets on the last: the other stages may pass empty tensors of the same [B,T] shape.
 StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule& s,
                          const PipelinePartition& part, Communicator& pp,

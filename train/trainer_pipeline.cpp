@@ -100,8 +100,8 @@ void Trainer::report_pipeline_bubble() {
   for (size_t i = 0; i < b.per_stage.size(); ++i)
     std::printf("%sstage %zu %.4f", i ? ", " : "", i, b.per_stage[i]);
   std::printf("), predicted (pp-1)/(m+pp-1) = %.4f for equal stages; measured: the stages' time "
-              "blocked on receives and sends over that plus their forwards and backwards, in the "
-              "%zu steps run here\n",
+              "blocked on receives, sends and the last stage's end of step, over that plus their "
+              "forwards and backwards, in the %zu steps run here\n",
               parallel::predicted_bubble(s.pp, s.microbatches), losses_.size());
   std::fflush(stdout);
 }
