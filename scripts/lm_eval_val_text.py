@@ -44,17 +44,9 @@ def split_lines(text, n):
     return out
 
 
-def main():
-    args = sys.argv[1:]
-    doc_chars = 4000
-    if "--doc-chars" in args:
-        i = args.index("--doc-chars")
-        doc_chars = int(args[i + 1])
-        del args[i:i + 2]
-    if len(args) not in (2, 3) or doc_chars < 1:
-        die(__doc__.split("\n\n")[1])
-    data_dir, hf_dir = args[0], args[1]
-    out = args[2] if len(args) == 3 else os.path.join("runs", "lm_eval", "val.jsonl")
+def validation_texts(data_dir, hf_dir):
+    """The validation split of DATA_DIR decoded with HF_DIR's tokenizer.json, as one text per
+    piece between end-of-text tokens (one text when the dataset has none)."""
     manifest_path = os.path.join(data_dir, "dataset.textproto")
     if not os.path.exists(manifest_path):
         die(manifest_path + ": no such file (a directory made by `modtrain prep`)")
@@ -80,14 +72,28 @@ def main():
         else:
             current.append(i)
     pieces.append(current)
-    docs = [d for p in pieces if p
-            for d in split_lines(tok.decode(p, skip_special_tokens=False), doc_chars)]
+    return [tok.decode(p, skip_special_tokens=False) for p in pieces if p], len(ids)
+
+
+def main():
+    args = sys.argv[1:]
+    doc_chars = 4000
+    if "--doc-chars" in args:
+        i = args.index("--doc-chars")
+        doc_chars = int(args[i + 1])
+        del args[i:i + 2]
+    if len(args) not in (2, 3) or doc_chars < 1:
+        die(__doc__.split("\n\n")[1])
+    data_dir, hf_dir = args[0], args[1]
+    out = args[2] if len(args) == 3 else os.path.join("runs", "lm_eval", "val.jsonl")
+    texts, n_ids = validation_texts(data_dir, hf_dir)
+    docs = [d for t in texts for d in split_lines(t, doc_chars)]
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         for d in docs:
             f.write(json.dumps({"text": d}) + "\n")
     print("%s: %d documents, %d characters, from %d validation tokens of %s"
-          % (out, len(docs), sum(len(d) for d in docs), len(ids), data_dir))
+          % (out, len(docs), sum(len(d) for d in docs), n_ids, data_dir))
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ With --transformers PYTHON (slow:hf): that interpreter, or $MOD_HF_PYTHON when s
 scripts/install_hf.sh; exit 77 when it lacks them) loads the export with
 AutoModelForCausalLM.from_pretrained and its logits on the validation windows must equal
 modtrain's forward (dumped by HF_TESTS's hidden case [.hf_logits_dump]) to 1e-4, top-C and
-causal, and greedy generate() gives modtrain sample's text; lm-eval runs a local multiple-choice
-task and configs/lm_eval/modtrain_val.yaml.
+causal, and greedy generate() gives modtrain sample's text; lm-eval runs
+configs/lm_eval/modtrain_val.yaml (the multiple-choice task: hf_lm_eval_test.py).
 """
 import json
 import os
@@ -447,7 +447,7 @@ def transformers_parity(python, hf_tests, src, work):
     run([modtrain_bin, "export", "--checkpoint", mod_run, "--format", "hf", "--out", out])
     parity(mod_run, out, "top_c", "ModtrainForCausalLM")
 
-    lm_eval_local_task(python, src, work)
+    lm_eval_perplexity(python, src, work)
 
 
 def spread_experts(python, run_dir, out, tokens, b, t, routed):
@@ -511,41 +511,15 @@ sys.exit(0 if int((real > 0).sum()) >= 2 and 0.1 <= noop <= 0.9 else 1)
 '''
 
 
-def lm_eval_local_task(python, src, work):
-    """lm-evaluation-harness on a local multiple-choice task made from the validation document
-    (no network): each line's first 40 characters, its next 20 against 3 other lines' (seeded).
-    Then the repository's perplexity task (configs/lm_eval/modtrain_val.yaml) on the validation
-    text that scripts/lm_eval_val_text.py writes, for the staged MoDE export, 2 documents."""
+def lm_eval_perplexity(python, src, work):
+    """lm-evaluation-harness on the repository's perplexity task (configs/lm_eval/modtrain_val.yaml)
+    over the validation text that scripts/lm_eval_val_text.py writes, for the staged MoDE export,
+    2 documents. (The multiple-choice task runs in slow:hf_lm_eval, on the KJV.)"""
     if subprocess.run([python, "-c", "import lm_eval, accelerate"], capture_output=True).returncode:
         print("lm-eval: part skipped: %s has no lm_eval or accelerate (scripts/install_hf.sh "
               "installs them)" % python)
         return
-    import random
-    text = json.loads(open(os.path.join(work, "corpus.jsonl")).readline())["text"]
-    lines = [l.strip() for l in text.splitlines() if len(l.strip()) > 60]
-    rng = random.Random(0)
-    task = os.path.join(work, "lm_eval_task")
-    os.makedirs(task)
-    with open(os.path.join(task, "mc.jsonl"), "w") as f:
-        for i, line in enumerate(lines[:20]):
-            choices = [line[40:60]] + [o[40:60] for o in rng.sample(lines[:i] + lines[i + 1:], 3)]
-            rng.shuffle(choices)
-            f.write(json.dumps({"context": line[:40], "choices": choices,
-                                "label": choices.index(line[40:60])}) + "\n")
-    with open(os.path.join(task, "modtrain_mc.yaml"), "w") as f:
-        f.write(LM_EVAL_TASK % os.path.join(task, "mc.jsonl"))
     env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
-    out = os.path.join(work, "hf_mod_predictor")
-    # Byte and BPE tokenizers have no BOS: lm-eval's context prefix is "\n" (id 10).
-    p = run([python, "-m", "lm_eval", "--model", "hf", "--model_args",
-             "pretrained=%s,trust_remote_code=True,dtype=float32,prefix_token_id=10" % out,
-             "--tasks", "modtrain_mc", "--include_path", task, "--device", "cpu",
-             "--batch_size", "1"], env=env)
-    m = re.search(r"\|modtrain_mc\|.*\|acc\s*\|.*?\|\s*([0-9.]+)\|", p.stdout)
-    if not m:
-        fail("lm-eval printed no accuracy:\n" + p.stdout[-2000:])
-    print("lm-eval %s on the local task: acc %s" % (os.path.basename(out), m.group(1)))
-
     out = os.path.join(work, "hf_mode_staged")
     run([python, os.path.join(src, "scripts", "lm_eval_val_text.py"), os.path.join(work, "data_bpe"),
          out, os.path.join(work, "runs", "lm_eval", "val.jsonl"), "--doc-chars", "2000"])
@@ -560,23 +534,6 @@ def lm_eval_local_task(python, src, work):
         fail("lm-eval modtrain_val printed no bits_per_byte:\n" + p.stdout[-2000:] + p.stderr[-2000:])
     print("lm-eval %s on configs/lm_eval/modtrain_val.yaml (2 documents): bits_per_byte %s"
           % (os.path.basename(out), m.group(1)))
-
-
-LM_EVAL_TASK = """task: modtrain_mc
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: %s
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{context}}"
-doc_to_choice: "{{choices}}"
-doc_to_target: "{{label}}"
-metric_list:
-  - metric: acc
-    aggregation: mean
-    higher_is_better: true
-"""
 
 
 MAKE_LLAMA = r'''
