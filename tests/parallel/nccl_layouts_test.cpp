@@ -15,6 +15,7 @@
 
 #include "parallel/communicator.h"
 #include "parallel/world.h"
+#include "tests/support/shared_dir.h"
 #include "tests/support/tiny_runs.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/trainer.h"
@@ -33,19 +34,6 @@ struct Run {
   std::string dir;
 };
 
-// Rank 0's temporary directory, the same name on every rank (a collective checkpoint's run
-// directory must be shared).
-std::string shared_dir(const std::string& tag) {
-  std::string dir = test::temp_dir(tag);
-  Tensor chars = Tensor::zeros({256}, DType::I32);
-  for (size_t i = 0; i < dir.size() && i < 255; ++i) chars.data<int32_t>()[i] = dir[i];
-  parallel::world().broadcast(chars, 0);
-  dir.clear();
-  for (int i = 0; i < 256 && chars.data<int32_t>()[i] != 0; ++i)
-    dir += static_cast<char>(chars.data<int32_t>()[i]);
-  return dir;
-}
-
 Run train_run(const std::string& recipe, const std::string& layout, const std::string& device,
               bool graphed, parallel::Communicator& world = parallel::world(),
               const std::string& resume_from = "") {
@@ -58,7 +46,7 @@ Run train_run(const std::string& recipe, const std::string& layout, const std::s
   sets.push_back("checkpoint.every_steps=" + std::to_string(kSteps / 2));
   const auto cfg = test::tiny_recipe(recipe, kSteps, layout, sets);
   Run r;
-  r.dir = world.size() > 1 ? shared_dir("nccl_layouts") : test::temp_dir("nccl_layouts_one");
+  r.dir = world.size() > 1 ? test::shared_dir("nccl_layouts") : test::temp_dir("nccl_layouts_one");
   train::Trainer trainer(cfg, r.dir, /*quiet=*/true, world);
   if (!resume_from.empty()) trainer.resume(resume_from);
   trainer.run();

@@ -24,6 +24,7 @@
 #include "parallel/pipeline_partition.h"
 #include "parallel/world.h"
 #include "tests/support/bitwise.h"
+#include "tests/support/shared_dir.h"
 #include "tests/support/tiny_runs.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/reader.h"
@@ -40,24 +41,6 @@ struct Run {
   std::vector<std::pair<std::string, Tensor>> params;
   std::vector<std::vector<Tensor>> routing;  // per micro-batch: per routed block run here, [B,C]
 };
-
-// Rank 0's private directory, for a run every rank of the world writes to.
-std::string shared_dir(const std::string& tag) {
-  const std::string dir = test::temp_dir(tag);
-  Tensor chars = Tensor::zeros({256}, DType::I32);
-  for (size_t i = 0; i < dir.size() && i < 255; ++i) chars.data<int32_t>()[i] = dir[i];
-  parallel::world().broadcast(chars, 0);
-  std::string out;
-  for (int i = 0; i < 256 && chars.data<int32_t>()[i]; ++i) out += static_cast<char>(chars.data<int32_t>()[i]);
-  return out;
-}
-
-// One process per rank: a group of this rank alone.
-parallel::Communicator& self() {
-  static std::unique_ptr<parallel::Communicator> c =
-      parallel::world().split(parallel::world().rank(), 0, "self");
-  return *c;
-}
 
 modtrain::RunConfig recipe(const std::string& name, std::vector<std::string> extra) {
   extra.insert(extra.end(), {"train.grad_accum=" + std::to_string(kMicroBatches),
@@ -97,7 +80,7 @@ void check_close(const Run& got, const Run& want, size_t first_step) {
 // [rows, cols, indices...]. (Four ranks each training it would double the test's time.)
 Run reference(const std::string& name) {
   auto& world = parallel::world();
-  parallel::Communicator& alone = self();  // a collective split the first time: on every rank
+  parallel::Communicator& alone = test::self_group();  // a collective split the first time: on every rank
   Run one;
   std::vector<double> v;
   if (world.rank() == 0) {
@@ -221,7 +204,7 @@ TEST_CASE("pp 2 x dp 2 trains as one process, routes the same tokens and resumes
   for (const std::string name : {"tiny_dense", "tiny_mod"}) {
     INFO(name << ", world rank " << rank);
     const Run one = reference(name);
-    const std::string dir = shared_dir("ppdp_run");
+    const std::string dir = test::shared_dir("ppdp_run");
     const Run ppdp = train_run(name, world, dir, kLayout);
     check_close(ppdp, one, 0);
     double worst_loss = 0, worst_param = 0;  // printed for docs/parallel.md
@@ -277,11 +260,11 @@ TEST_CASE("pp 2 x dp 2 trains as one process, routes the same tokens and resumes
       for (const std::vector<std::string>& layout :
            {std::vector<std::string>{"parallel.pp=4"}, {"parallel.pp=2", "parallel.tp=2"}}) {
         INFO(layout.back());
-        check_close(train_run(name, world, shared_dir("pp_other"), layout), one, 0);
+        check_close(train_run(name, world, test::shared_dir("pp_other"), layout), one, 0);
       }
     }
     if (rank == 0) {  // one process is enough (the others hold the same pp 2 x dp 2 result)
-      const Run resumed = train_run(name, self(), test::temp_dir("ppdp_resumed"), {}, step2);
+      const Run resumed = train_run(name, test::self_group(), test::temp_dir("ppdp_resumed"), {}, step2);
       check_close(resumed, ppdp, 2);
     }
   }

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "parallel/communicator.h"
+#include "tests/support/shared_dir.h"
 #include "tests/support/tiny_runs.h"
 #include "train/checkpoint/checkpoint.h"
 
@@ -24,24 +25,6 @@ struct Run {
   std::vector<double> losses;
   std::vector<std::pair<std::string, Tensor>> params;
 };
-
-// Rank 0's private directory, for a run every rank of the world writes to.
-std::string shared_dir(const std::string& tag) {
-  const std::string dir = test::temp_dir(tag);
-  Tensor chars = Tensor::zeros({256}, DType::I32);
-  for (size_t i = 0; i < dir.size() && i < 255; ++i) chars.data<int32_t>()[i] = dir[i];
-  parallel::world().broadcast(chars, 0);
-  std::string out;
-  for (int i = 0; i < 256 && chars.data<int32_t>()[i]; ++i) out += static_cast<char>(chars.data<int32_t>()[i]);
-  return out;
-}
-
-// One process per rank: a group of this rank alone.
-parallel::Communicator& self() {
-  static std::unique_ptr<parallel::Communicator> c =
-      parallel::world().split(parallel::world().rank(), 0, "self");
-  return *c;
-}
 
 Run train_run(const std::string& name, parallel::Communicator& comm, const std::string& dir,
               std::vector<std::string> extra, const std::string& from = "") {
@@ -85,18 +68,18 @@ TEST_CASE("pp = world size trains as one process and resumes on one process", "[
                                        std::pair{"tiny_mod", "GPIPE"}}) {
     INFO(name << " under " << schedule);
     const std::string one_dir = test::temp_dir("pp_one");
-    const Run one = train_run(name, self(), one_dir, {});
-    const std::string dir = shared_dir("pp_run");
+    const Run one = train_run(name, test::self_group(), one_dir, {});
+    const std::string dir = test::shared_dir("pp_run");
     const std::vector<std::string> pp_set = {pp_field(), std::string("parallel.pp_schedule=") + schedule};
     const Run pp = train_run(name, parallel::world(), dir, pp_set);
     check_close(pp, one, 0);
     // The pp run's step-2 checkpoint, continued by one process on every rank.
     const std::string step2 = "/" + ckpt::step_dir_name(2);
-    const Run resumed = train_run(name, self(), test::temp_dir("pp_resumed"), {},
+    const Run resumed = train_run(name, test::self_group(), test::temp_dir("pp_resumed"), {},
                                   ckpt::checkpoints_dir(dir) + step2);
     check_close(resumed, pp, 2);
     // And the reverse: one process's step-2 checkpoint (each rank its own copy) under pp.
-    const Run resumed_pp = train_run(name, parallel::world(), shared_dir("pp_resumed_pp"), pp_set,
+    const Run resumed_pp = train_run(name, parallel::world(), test::shared_dir("pp_resumed_pp"), pp_set,
                                      ckpt::checkpoints_dir(one_dir) + step2);
     check_close(resumed_pp, one, 2);
   }

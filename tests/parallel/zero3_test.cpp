@@ -13,6 +13,7 @@
 
 #include "core/backend.h"
 #include "model/memory_plan.h"
+#include "tests/support/shared_dir.h"
 #include "tests/support/tiny_runs.h"
 #include "train/checkpoint/checkpoint.h"
 
@@ -27,21 +28,10 @@ struct Run {
   std::vector<std::pair<std::string, Tensor>> params;
 };
 
-// Every rank of a job must use rank 0's run directory: its name is broadcast over `comm`.
-std::string shared_dir(const std::string& tag, parallel::Communicator& comm) {
-  const std::string dir = test::temp_dir(tag);
-  Tensor chars = Tensor::zeros({256}, DType::I32);
-  for (size_t i = 0; i < dir.size() && i < 255; ++i) chars.data<int32_t>()[i] = dir[i];
-  comm.broadcast(chars, 0);
-  std::string out;
-  for (int i = 0; i < 256 && chars.data<int32_t>()[i]; ++i) out += static_cast<char>(chars.data<int32_t>()[i]);
-  return out;
-}
-
 // Trains; with `from`, resumes from that checkpoint first. checkpoint_at > 0 saves there.
 Run run_job(const modtrain::RunConfig& cfg, parallel::Communicator& comm,
           const std::string& dir = "", const std::string& from = "") {
-  train::Trainer trainer(cfg, dir.empty() ? shared_dir("zero3", comm) : dir, /*quiet=*/true, comm);
+  train::Trainer trainer(cfg, dir.empty() ? test::shared_dir("zero3", comm) : dir, /*quiet=*/true, comm);
   if (!from.empty()) trainer.resume(from);
   trainer.run();
   Run r{trainer.losses(), trainer.full_parameters()};
@@ -143,7 +133,7 @@ TEST_CASE("a ZeRO-3 checkpoint resumes at stage 1 and on one process, and back",
   auto step2 = [](const std::string& dir) {
     return ckpt::checkpoints_dir(dir) + "/" + ckpt::step_dir_name(2);
   };
-  const std::string dir3 = shared_dir("zero3_saved", world);
+  const std::string dir3 = test::shared_dir("zero3_saved", world);
   const Run whole = run_job(recipe("tiny_mod", "dp=2 zero_stage=3", kSteps, save), world, dir3);
   auto check_tail = [&](const Run& resumed, bool bitwise) {
     REQUIRE(resumed.losses.size() == static_cast<size_t>(kSteps - 2));
@@ -165,7 +155,7 @@ TEST_CASE("a ZeRO-3 checkpoint resumes at stage 1 and on one process, and back",
   }
   {
     INFO("stage 1 dp2 -> stage 3 dp2");
-    const std::string dir1 = shared_dir("zero1_saved", world);
+    const std::string dir1 = test::shared_dir("zero1_saved", world);
     run_job(recipe("tiny_mod", "dp=2 zero_stage=1", kSteps, save), world, dir1);
     check_tail(run_job(recipe("tiny_mod", "dp=2 zero_stage=3"), world, "", step2(dir1)), true);
   }
