@@ -25,7 +25,7 @@ modtrain::RunConfig recipe(const std::string& name, const std::vector<std::strin
 
 }  // namespace
 
-TEST_CASE("pipeline layouts parse and label themselves; +vK needs pp", "[bench]") {
+TEST_CASE("pipeline layouts parse and label themselves and +vK needs pp", "[bench]") {
   const Layout l = parse_layout("dp8xtp4xpp2+v2");
   CHECK(l.dp == 8);
   CHECK(l.tp == 4);
