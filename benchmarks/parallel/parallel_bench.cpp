@@ -334,11 +334,14 @@ int main(int argc, char** argv) {
       parallel::finalize_world();
       return 0;
     }
-    for (const Layout& l : o.layouts)
+    for (const Layout& l : o.layouts) {
+      if (l.pp > 1)
+        fail("layout " + l.label() + ": pipeline layouts are predicted only (--napkin-only)");
       if (l.dp * l.tp != n)
         fail("layout " + l.label() + " needs dp x tp = " + std::to_string(l.dp) + " x " +
              std::to_string(l.tp) + " = " + std::to_string(l.dp * l.tp) + " ranks, the world has " +
              std::to_string(n));
+    }
     const double start_load = set_up_threads(vm, o);
     const std::vector<Row> rows = bench_configs(vm, o);
     if (leader()) print_summary(rows, start_load);

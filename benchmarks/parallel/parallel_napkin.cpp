@@ -2,6 +2,7 @@
 #include "benchmarks/parallel/parallel_napkin.h"
 
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 
@@ -12,22 +13,24 @@
 namespace mod::bench {
 
 std::string Layout::label() const {
-  char s[64];
-  if (tp == 1)
-    std::snprintf(s, sizeof s, "dp%d", dp);
-  else if (dp == 1)
-    std::snprintf(s, sizeof s, "tp%d", tp);
-  else
-    std::snprintf(s, sizeof s, "dp%dxtp%d", dp, tp);
-  return std::string(s) + (ep > 1 ? "+ep" + std::to_string(ep) : "") +
-         (zero_stage > 0 ? "+zero" + std::to_string(zero_stage) : "");
+  std::string s;
+  auto add = [&](const char* name, int n) {
+    s += (s.empty() ? "" : "x") + std::string(name) + std::to_string(n);
+  };
+  if (dp > 1 || (tp == 1 && pp == 1)) add("dp", dp);
+  if (tp > 1) add("tp", tp);
+  if (pp > 1) add("pp", pp);
+  return s + (ep > 1 ? "+ep" + std::to_string(ep) : "") +
+         (zero_stage > 0 ? "+zero" + std::to_string(zero_stage) : "") +
+         (v > 1 ? "+v" + std::to_string(v) : "");
 }
 
 namespace {
-// "dp2" -> ('d', 2); false unless two letters and a positive decimal.
+// "dp2" -> 2 for name "dp"; false unless the name, then a positive decimal.
 bool factor(const std::string& part, const char* name, int& value) {
-  if (part.rfind(name, 0) != 0 || part.size() <= 2) return false;
-  const std::string digits = part.substr(2);
+  const size_t n = std::strlen(name);
+  if (part.rfind(name, 0) != 0 || part.size() <= n) return false;
+  const std::string digits = part.substr(n);
   if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 6)
     return false;
   value = std::stoi(digits);
@@ -37,7 +40,8 @@ bool factor(const std::string& part, const char* name, int& value) {
 
 Layout parse_layout(const std::string& text) {
   const std::string usage =
-      "layout '" + text + "': expected dpN, tpN or dpNxtpM, then +epK, +zero1 or +zero2";
+      "layout '" + text + "': expected dpN, tpN, ppN or a product (dpNxtpMxppK), then +epK, "
+      "+zero1, +zero2 or +vK";
   Layout l;
   std::stringstream items(text);
   std::string item;
@@ -46,16 +50,19 @@ Layout parse_layout(const std::string& text) {
   std::string part;
   bool any = false;
   while (std::getline(parts, part, 'x')) {
-    if (!factor(part, "dp", l.dp) && !factor(part, "tp", l.tp)) throw std::invalid_argument(usage);
+    if (!factor(part, "dp", l.dp) && !factor(part, "tp", l.tp) && !factor(part, "pp", l.pp))
+      throw std::invalid_argument(usage);
     any = true;
   }
   if (!any || text.back() == '+') throw std::invalid_argument(usage);
   while (std::getline(items, item, '+')) {
     if (item == "zero1" || item == "zero2")
       l.zero_stage = item.back() - '0';
-    else if (!factor(item, "ep", l.ep))
+    else if (!factor(item, "ep", l.ep) && !factor(item, "v", l.v))
       throw std::invalid_argument(usage + " (not '+" + item + "')");
   }
+  if (l.v > 1 && l.pp == 1)
+    throw std::invalid_argument(usage + " (+v" + std::to_string(l.v) + " needs ppN)");
   return l;
 }
 

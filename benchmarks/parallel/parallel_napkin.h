@@ -13,13 +13,17 @@
 namespace mod::bench {
 
 struct Layout {
-  int dp = 1, tp = 1, ep = 1;  // world = dp x tp; ep divides dp (parallel/mesh.h)
+  int dp = 1, tp = 1, ep = 1;  // world = dp x tp x pp; ep divides dp (parallel/mesh.h)
   int zero_stage = 0;  // parallel.zero_stage; stages 1 and 2 send the same bytes
+  int pp = 1, v = 1;   // pipeline stages (ranks) and virtual stages per rank (interleaved 1F1B)
   bool sharded() const { return zero_stage >= 1; }  // reduce-scatter + all-gather over dp
-  std::string label() const;  // "dp2", "tp2", "dp2xtp2", "dp2+ep2", "dp2+zero1", "dp2+ep2+zero2"
+  int world() const { return dp * tp * pp; }
+  // "dp2", "tp2", "dp2xtp2", "dp2+ep2", "dp2+zero1", "dp2+ep2+zero2", "dp8xtp4xpp2", "dp8xpp4+v2"
+  std::string label() const;
 };
-// dpN, tpN or dpNxtpM, then any of "+epK" and "+zero1" or "+zero2"; anything else is an error
-// quoting the text. Examples: "dp2+ep2", "dp4xtp2+ep2+zero1", "dp8+zero2".
+// dpN, tpN, ppN or a product such as dpNxtpM or dpNxtpMxppK, then any of "+epK", "+zero1" or
+// "+zero2", and "+vK" (interleaved 1F1B, K virtual stages a rank; needs pp); anything else is an
+// error quoting the text. Examples: "dp2+ep2", "dp4xtp2+ep2+zero1", "dp8+zero2", "dp8xtp4xpp2+v2".
 Layout parse_layout(const std::string& text);
 // What fits n ranks: 1 -> dp1; 2 -> dp2, tp2, dp2+zero1 (and dp2+ep2 with experts); 4 ->
 // dp2xtp2, dp4, tp4 (and dp2xtp2+ep2, dp4+ep2 with experts).

@@ -28,8 +28,14 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Split by tp (parallel/parallelize.cpp parallelize_tensor): the attention and dense-MLP matrices,
-// the embedding and an untied LM head.
+// "blocks.7.attn.wq.weight" -> 7; -1 for anything outside the blocks.
+int block_of(const std::string& name) {
+  if (!starts_with(name, "blocks.")) return -1;
+  return std::stoi(name.substr(7));
+}
+
+}  // namespace
+
 bool tp_split(const std::string& name) {
   if (name == "embed.weight" || name == "lm_head.weight") return true;
   for (const char* w : {".attn.wq.weight", ".attn.wk.weight", ".attn.wv.weight", ".attn.wo.weight",
@@ -38,13 +44,14 @@ bool tp_split(const std::string& name) {
   return false;
 }
 
-// "blocks.7.attn.wq.weight" -> 7; -1 for anything outside the blocks.
-int block_of(const std::string& name) {
-  if (!starts_with(name, "blocks.")) return -1;
-  return std::stoi(name.substr(7));
+double state_bytes(double local, const Layout& l) {
+  const double dp = l.dp;
+  switch (l.zero_stage) {
+    case 0: return 16 * local;
+    case 1: return (4 + 4 + 8 / dp) * local;
+    default: return (4 + 4 / dp + 8 / dp) * local;
+  }
 }
-
-}  // namespace
 
 std::string Fabric::describe() const {
   return name +

@@ -35,6 +35,15 @@ struct Fabric {
 Fabric fabric_preset(const std::string& name);
 std::vector<std::string> fabric_names();
 
+// Split by tp (parallel/parallelize.cpp parallelize_tensor): the attention and dense-MLP
+// matrices, the embedding and an untied LM head.
+bool tp_split(const std::string& parameter_name);
+
+// Training state on one GPU holding `local` dense parameters: f32 parameters, gradients and AdamW
+// moments (16 B each), the moments sharded over dp by ZeRO-1, the gradients too by ZeRO-2.
+// Activations are not counted.
+double state_bytes(double local, const Layout& l);
+
 // One collective on the comm stream: when backward makes its data final (seconds from the start
 // of the step's last backward) and how long it takes once started.
 struct BucketTime {
