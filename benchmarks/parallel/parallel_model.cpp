@@ -14,6 +14,7 @@
 
 #include "benchmarks/parallel/parallel_bench.h"
 #include "benchmarks/parallel/parallel_pipeline_napkin.h"
+#include "configs/config.h"
 #include "model/flops.h"
 #include "model/routing_schedule.h"
 #include "model/transformer.h"
@@ -52,7 +53,8 @@ std::string breakdown(const parallel::Stats& d, const std::string& group, int st
     if (!out.empty()) out += ", ";
     out += fmt("%.3g x ", static_cast<double>(s.calls) / steps) + parallel::collective_name(kind) +
            " " + mb(static_cast<double>(s.bytes_sent) / steps);
-    out += kind == Collective::AllReduceAsync || kind == Collective::ReduceScatterAsync
+    out += kind == Collective::AllReduceAsync || kind == Collective::ReduceScatterAsync ||
+                   kind == Collective::AllGatherAsync
                ? fmt(" (launch %.1f ms, waiting %.1f ms)", ms(s.seconds), ms(s.wait_seconds))
                : fmt(" (%.1f ms)", ms(s.seconds));
   }
@@ -66,6 +68,7 @@ std::string misfit(const modtrain::RunConfig& cfg, const Layout& l) {
     const parallel::ParallelDims dims{l.dp, l.tp, l.ep};
     dims.validate(l.dp * l.tp);
     dims.validate_model(cfg.model());
+    config::validate(layout_config(cfg, l, 1));  // what stage 3 and sequence parallelism refuse
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -343,13 +346,24 @@ void print_napkins(const modtrain::RunConfig& cfg, const std::vector<Layout>& la
     if (!fabric) continue;
     const StepTime t = predict_step(cfg, l, nk, *fabric);
     times.emplace_back(l, t);
-    std::printf(
-        "    time: compute %.2f ms (the last micro-batch's backward %.2f ms); %d gradient "
-        "bucket%s of parallel.bucket_mb %g MiB: %.2f ms, %.2f ms of it after backward with "
-        "overlap",
-        1e3 * t.compute, 1e3 * t.last_backward, t.buckets, t.buckets == 1 ? "" : "s",
-        cfg.parallel().bucket_mb(), 1e3 * t.grad_comm, 1e3 * t.exposed_grad);
-    if (l.sharded()) std::printf("; ZeRO all-gather %.2f ms", 1e3 * t.gather);
+    std::printf("    time: compute %.2f ms (the last micro-batch's backward %.2f ms); ",
+                1e3 * t.compute, 1e3 * t.last_backward);
+    if (l.stage3())
+      std::printf("%d reduce-scatters, one per unit: %.2f ms, %.2f ms of it after backward with "
+                  "overlap",
+                  t.buckets, 1e3 * t.grad_comm, 1e3 * t.exposed_grad);
+    else
+      std::printf("%d gradient bucket%s of parallel.bucket_mb %g MiB: %.2f ms, %.2f ms of it "
+                  "after backward with overlap",
+                  t.buckets, t.buckets == 1 ? "" : "s", cfg.parallel().bucket_mb(),
+                  1e3 * t.grad_comm, 1e3 * t.exposed_grad);
+    if (l.stage3() && l.dp > 1)
+      std::printf("; ZeRO-3 all-gathers %.2f ms; with prefetch compute waits %.2f ms on them "
+                  "(on a stream shared with the reduce-scatters), without %.2f ms more",
+                  1e3 * t.gather, 1e3 * t.exposed_gather,
+                  1e3 * (t.exposed_dp_no_prefetch - t.exposed_gather - t.exposed_grad));
+    else if (l.sharded())
+      std::printf("; ZeRO all-gather %.2f ms", 1e3 * t.gather);
     if (l.tp > 1) std::printf("; tp %.2f ms in %d calls", 1e3 * t.tp, t.tp_calls);
     if (l.ep > 1) std::printf("; ep %.2f ms in %d calls", 1e3 * t.ep, t.ep_calls);
     std::printf("\n");
@@ -371,8 +385,11 @@ void print_napkins(const modtrain::RunConfig& cfg, const std::vector<Layout>& la
   std::printf(
       "(predictions, not measurements: compute = FLOPs / (dp x tp) / (peak x MFU); comm = bytes "
       "/ busbw + latency per collective; with overlap the gradient buckets travel during the "
-      "last micro-batch's backward, one at a time in launch order; tp, ep and ZeRO-1's "
-      "all-gather are always exposed)\n");
+      "last micro-batch's backward, one at a time in launch order; tp (sequence parallel "
+      "too), ep and ZeRO-1/2's all-gather are always exposed; ZeRO-3 with overlap: each "
+      "unit's all-gather prefetched one unit ahead and its reduce-scatter at the end of its "
+      "backward, all on one comm stream in the order issued, exposed = compute's stalls on a "
+      "gather + what follows the last backward)\n");
   if (pipelines.empty()) return;
   // Beside the layouts without stages: the training state a GPU must hold, which is what
   // pipelining buys.

@@ -28,6 +28,8 @@ std::string pipeline_misfit(const modtrain::RunConfig& cfg, const Layout& l) {
   const auto& m = cfg.model();
   if (m.moe().enabled()) return "MoE blocks under pp are not modelled here";
   if (l.ep > 1) return "ep under pp is not modelled here";
+  if (l.sp) return "sequence parallelism under pp is not modelled here";
+  if (l.stage3()) return "ZeRO-3 under pp is not modelled here";
   if (m.n_layers() < l.pp * l.v)
     return fmt("model.n_layers %.0f < pp x v = %.0f stages of a block at least", m.n_layers(),
                l.pp * l.v);
@@ -58,7 +60,7 @@ std::vector<Stage> stages_of(const modtrain::RunConfig& cfg, const Layout& l,
   for (const auto& [name, shape] : model::parameter_shapes(m)) {
     double elems = 1;
     for (int64_t d : shape) elems *= static_cast<double>(d);
-    auto add = [&](int s) { (tp_split(name) ? out[s].split : out[s].replicated) += elems; };
+    auto add = [&](int s) { (tp_split_parameter(name) ? out[s].split : out[s].replicated) += elems; };
     if (name.rfind("blocks.", 0) == 0) {
       add(part.stage_of_block(std::stoi(name.substr(7))));
     } else if (name.rfind("embed.", 0) == 0) {
