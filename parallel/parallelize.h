@@ -145,7 +145,8 @@ struct ParallelPlan {
     ShardedUnits* units;
   };
   // Waits for every bucket: gradients are then dp means (experts: summed over edp, / dp);
-  // under ZeRO-1 only on the slices this rank owns. Then sums sequence_grads over tp, and
+  // under ZeRO-1 only on the slices this rank owns. Then sums sequence_grads over tp (under
+  // ZeRO at dp > 1 their owned slices: sequence_grads_owned), and
   // releases any ZeRO-3 unit still gathered.
   void finish_grad_sync() const;
 };
