@@ -199,7 +199,6 @@ TEST_CASE("ZeRO-3's measured peak per rank matches the planner within 10%, below
 
 TEST_CASE("ZeRO-3 refuses the layouts it does not reach, naming the field", "[zero3]") {
   const std::pair<std::string, std::string> refused[] = {
-      {"parallel.tp=2", "parallel.tp"},
       {"parallel.ep=2", "parallel.ep"},
       {"train.recompute=FULL", "train.recompute"},
       {"train.device=CUDA", "train.device"},
