@@ -111,7 +111,8 @@ double Trainer::run() {
   peak_flops_ = peak_flops_per_process() * mesh_->world().size();
   if (!quiet_) print_run_header(flops);
   // Only world rank 0 writes; the others compute the same reduced metrics and drop them.
-  if (writer_) log_ = std::make_unique<MetricsLog>(run_dir_, *model_, start_step_);
+  if (writer_)
+    log_ = std::make_unique<MetricsLog>(run_dir_, *model_, start_step_, pipeline_schedule_.has_value());
 
   install_stop_handlers();
   const auto start = Clock::now();
