@@ -9,8 +9,9 @@
 // choices per micro-batch, bitwise, on the rank whose chunk holds it; the interleaved run's
 // step-2 checkpoint continued by one process as the interleaved run continued (the same
 // bound); its metrics.csv has a pp_bubble inside (0, 1) on every row, one process's has no
-// such column. The one-process runs train on world rank 0 alone (np4 would otherwise train
-// four on two cores) and are broadcast.
+// such column. np4 also trains pp 2 x dp 2 interleaved against one process (the same bound).
+// The one-process runs train on world rank 0 alone (np4 would otherwise train four on two
+// cores) and are broadcast.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -161,6 +162,14 @@ TEST_CASE("interleaved 1F1B equals one process and 1F1B, and resumes on one proc
     if (rank == 0) mine = train_run(recipe(name, {}), test::self_group(), one_dir);
     const Run one = broadcast_run(mine, interleaved);
     check_close(interleaved, one, 0, "interleaved against one process");
+
+    // np4 also pp 2 x dp 2, interleaved: each rank's buckets hold both its chunks' blocks.
+    if (pp == 4) {
+      const Run ppdp = train_run(recipe(name, {"parallel.pp=2", "parallel.dp=2", kInterleaved[0],
+                                               kInterleaved[1]}),
+                                 world, test::shared_dir("ppv_ppdp"));
+      check_close(ppdp, one, 0, "pp 2 x dp 2 interleaved against one process");
+    }
 
     // Rank r's log lists, per micro-batch, the routed blocks of its chunks in block order.
     const parallel::PipelinePartition part = parallel::plan_partition(cfg);
