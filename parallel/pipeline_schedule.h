@@ -10,7 +10,7 @@
 //   directly followed by its send.
 // - Sends do not block (MPI_Isend, buffer kept until the step ends); receives block. Every
 //   channel (sender, receiver, activation or gradient) carries its tensors in the order the
-//   receiver expects them, so the runtime needs no tags beyond the channel's.
+//   receiver expects them (the runtime also tags each link between virtual stages apart).
 // - Each chunk runs its backwards in micro-batch order 0, 1, ..., m - 1, so gradients
 //   accumulate in the order of one process's gradient accumulation.
 #pragma once
