@@ -73,6 +73,7 @@ class Trainer {
   struct MeasuredBubble {
     double total = 0;
     std::vector<double> per_stage;
+    std::vector<double> compute_s;  // per stage: its forwards' and backwards' seconds a step
   };
   const std::optional<MeasuredBubble>& measured_bubble() const { return measured_bubble_; }
 

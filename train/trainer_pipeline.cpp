@@ -3,9 +3,11 @@
 // computes, reduces over its dp group, clips and updates only the parameters it owns; the
 // others are brought from their owners before anything reads the whole model (evaluation,
 // weights).
+#include <algorithm>
 #include <cstdio>
 #include <unordered_set>
 
+#include "parallel/pipeline_partition.h"
 #include "parallel/pipeline_runtime.h"
 #include "parallel/pipeline_training.h"
 #include "train/trainer.h"
@@ -94,6 +96,7 @@ void Trainer::report_pipeline_bubble() {
   for (int s = 0; s < pp.size(); ++s) {
     const double w = all.at(2 * s), c = all.at(2 * s + 1);
     b.per_stage.push_back(w + c > 0 ? w / (w + c) : 0.0);
+    b.compute_s.push_back(losses_.empty() ? 0.0 : c / static_cast<double>(losses_.size()));
     wait += w;
     total += w + c;
   }
@@ -110,6 +113,22 @@ void Trainer::report_pipeline_bubble() {
               parallel::predicted_bubble(s.pp, s.microbatches, s.virtual_stages),
               parallel::schedule_name(s.kind), s.pp, s.virtual_stages, s.microbatches,
               losses_.size());
+  // The balance the partition aimed at: each stage's measured compute against its predicted
+  // FLOPs (parallel/pipeline_partition.h), both as the slowest over the mean.
+  const parallel::PipelinePartition part = parallel::plan_partition(cfg_);
+  std::vector<double> predicted(pp.size(), 0.0);
+  for (int v = 0; v < part.stages(); ++v) predicted[v % pp.size()] += part.forward_per_token[v];
+  auto slowest_over_mean = [](const std::vector<double>& x) {
+    double sum = 0;
+    for (double e : x) sum += e;
+    return sum > 0 ? *std::max_element(x.begin(), x.end()) * x.size() / sum : 0.0;
+  };
+  std::printf("pipeline stages: compute per step");
+  for (size_t i = 0; i < b.compute_s.size(); ++i)
+    std::printf("%s stage %zu %.4f s", i ? "," : "", i, b.compute_s[i]);
+  std::printf("; slowest / mean: measured %.3f, predicted from FLOPs %.3f (%s)\n",
+              slowest_over_mean(b.compute_s), slowest_over_mean(predicted),
+              part.by_hand ? "parallel.pp_layout" : "partition by cost");
   std::fflush(stdout);
 }
 
