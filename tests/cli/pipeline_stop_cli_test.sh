@@ -75,6 +75,26 @@ finish
 grep -Eq "^pipeline bubble: measured 0\.[0-9]+ .*= 0\.1111 for equal stages \(interleaved-1f1b, pp 2, v 2, m 4\)" \
   "$work/interleaved.log" || fail "interleaved: no bubble line predicting 1/9: $(cat "$work/interleaved.log")"
 
+# One process evaluates and samples from a pp run's checkpoint (each stage wrote its own tensors,
+# read back by global name): tiny_mod with its routed block 1 and predictor on stage 1 gives the
+# same losses (top-C and causal) and greedy text as the run's final weights, which the pp
+# trainer gathers over the stages before writing them.
+"$mpiexec" -n 2 --oversubscribe "$modtrain" train --config "$src/configs/recipes/tiny_mod.textproto" \
+  --data "$work/data" --run-dir "$work/mod" --set model.d_model=64 --set model.n_heads=2 \
+  --set model.d_ff=128 --set model.n_layers=2 --set model.seq_len=32 --set train.batch_size=4 \
+  --set train.grad_accum=2 --set train.steps=10 --set train.eval_every=0 \
+  --set checkpoint.every_steps=10 --set parallel.pp=2 > "$work/mod.log" 2>&1 \
+  || fail "tiny_mod under pp 2 failed: $(cat "$work/mod.log")"
+for weights in "$work/mod/checkpoints/step_00000010" "$work/mod/model.safetensors"; do
+  "$modtrain" eval --checkpoint "$weights" --data "$work/data" --json 2> /dev/null
+  "$modtrain" sample --checkpoint "$weights" --tokenizer "$work/data/tokenizer.txt" \
+    --temperature 0 --max-new-tokens 16 2> /dev/null
+done > "$work/mod.eval" || fail "eval or sample of the pp checkpoint failed"
+[ "$(wc -l < "$work/mod.eval")" -eq 4 ] || fail "eval and sample printed: $(cat "$work/mod.eval")"
+grep -q '"causal_loss":[0-9]' "$work/mod.eval" || fail "no causal loss: $(cat "$work/mod.eval")"
+[ "$(sed -n 1,2p "$work/mod.eval")" = "$(sed -n 3,4p "$work/mod.eval")" ] \
+  || fail "the pp checkpoint evaluates or samples unlike the run's weights: $(cat "$work/mod.eval")"
+
 # SIGTERM to stage 1 only, mid-run.
 launch "$work/cut" "$work/cut.log"
 wait_rows "$work/cut" 10
