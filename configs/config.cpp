@@ -327,11 +327,7 @@ void validate(const modtrain::RunConfig& cfg) {
                               "2, or leave " + field + " at its default)");
     };
     if (p.tp() > 1) refuse("parallel.tp", std::to_string(p.tp()));
-    if (p.ep() > 1) refuse("parallel.ep", std::to_string(p.ep()));
     if (p.pp() > 1) refuse("parallel.pp", std::to_string(p.pp()));
-    if (m.moe().enabled()) refuse("model.moe", "enabled (experts)");
-    if (t.recompute() != modtrain::TrainConfig::NONE)
-      refuse("train.recompute", modtrain::TrainConfig::Recompute_Name(t.recompute()));
     if (t.device() != modtrain::TrainConfig::CPU)
       refuse("train.device", modtrain::TrainConfig::Device_Name(t.device()));
   }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 
 #include "core/backend.h"
 #include "parallel/zero1.h"
@@ -14,17 +15,27 @@ namespace mod::parallel {
 // reshaped weight) share it; only the bytes go and come back (Storage::resize), so every view
 // sees the gathered values.
 
-ShardedUnits::ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp) : dp_(dp) {
+ShardedUnits::ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp,
+                           const std::vector<Tensor>& experts, Communicator* edp)
+    : dp_(dp) {
+  std::unordered_set<const TensorImpl*> is_expert;
+  for (const Tensor& e : experts) is_expert.insert(e.impl());
+  if (!experts.empty() && !edp)
+    throw std::logic_error("ZeRO-3: experts to shard but no expert data-parallel group");
   for (auto& params : units) {
     Unit unit;
     for (Tensor& p : params) {
       if (p.impl()->offset_bytes != 0 || p.impl()->storage->bytes() != p.nbytes())
         throw std::logic_error("ZeRO-3: parameter " + describe(p) + " is a view into a larger storage");
       where_[p.impl()] = {units_.size(), unit.members.size()};
-      const auto [begin, end] = zero1_owned(p.numel(), dp_.rank(), dp_.size());
-      unit.members.push_back({p, Tensor::empty({end - begin}, p.dtype(), p.device()),
-                              unit.chunk_total});
-      unit.chunk_total += zero1_chunk(p.numel(), dp_.size());
+      Communicator* comm = is_expert.count(p.impl()) ? edp : &dp_;
+      auto group = std::find_if(unit.groups.begin(), unit.groups.end(),
+                                [comm](const Group& g) { return g.comm == comm; });
+      if (group == unit.groups.end()) group = unit.groups.insert(unit.groups.end(), {comm, 0});
+      const auto [begin, end] = zero1_owned(p.numel(), comm->rank(), comm->size());
+      unit.members.push_back({p, Tensor::empty({end - begin}, p.dtype(), p.device()), comm,
+                              group->chunk_total});
+      group->chunk_total += zero1_chunk(p.numel(), comm->size());
     }
     units_.push_back(std::move(unit));
   }
@@ -37,7 +48,7 @@ ShardedUnits::ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator&
 
 void ShardedUnits::take_owned(Unit& unit) {
   for (Member& m : unit.members) {
-    const auto [begin, end] = zero1_owned(m.param.numel(), dp_.rank(), dp_.size());
+    const auto [begin, end] = zero1_owned(m.param.numel(), m.group->rank(), m.group->size());
     if (end > begin) m.owned.copy_from(m.param.view({m.param.numel()}).narrow0(begin, end - begin));
   }
 }
@@ -46,20 +57,25 @@ void ShardedUnits::gather(size_t u) {
   Unit& unit = units_[u];
   if (unit.members.empty()) return;
   const Tensor& first = unit.members.front().param;
-  // send [L]: each member's owned slice at its chunk's offset (the padding is never read).
-  Tensor send = Tensor::empty({unit.chunk_total}, first.dtype(), first.device());
-  for (const Member& m : unit.members)
-    if (m.owned.numel() > 0) send.narrow0(m.at, m.owned.numel()).copy_from(m.owned);
-  Tensor all = Tensor::empty({dp_.size() * unit.chunk_total}, first.dtype(), first.device());
-  dp_.all_gather(send, all);
-  for (Member& m : unit.members) {
-    m.param.impl()->storage->resize(m.param.nbytes());  // a parameter spans its storage
-    Tensor flat = m.param.view({m.param.numel()});
-    const int64_t n = m.param.numel(), c = zero1_chunk(n, dp_.size());
-    // Rank r's slice of this member sits at r * L + at in `all`.
-    for (int r = 0; r < dp_.size(); ++r) {
-      const int64_t begin = std::min(n, r * c), len = std::min(n, begin + c) - begin;
-      if (len > 0) flat.narrow0(begin, len).copy_from(all.narrow0(r * unit.chunk_total + m.at, len));
+  for (const Group& g : unit.groups) {
+    Communicator& comm = *g.comm;
+    // send [L]: each member's owned slice at its chunk's offset (the padding is never read).
+    Tensor send = Tensor::empty({g.chunk_total}, first.dtype(), first.device());
+    for (const Member& m : unit.members)
+      if (m.group == g.comm && m.owned.numel() > 0)
+        send.narrow0(m.at, m.owned.numel()).copy_from(m.owned);
+    Tensor all = Tensor::empty({comm.size() * g.chunk_total}, first.dtype(), first.device());
+    comm.all_gather(send, all);
+    for (Member& m : unit.members) {
+      if (m.group != g.comm) continue;
+      m.param.impl()->storage->resize(m.param.nbytes());  // a parameter spans its storage
+      Tensor flat = m.param.view({m.param.numel()});
+      const int64_t n = m.param.numel(), c = zero1_chunk(n, comm.size());
+      // Rank r's slice of this member sits at r * L + at in `all`.
+      for (int r = 0; r < comm.size(); ++r) {
+        const int64_t begin = std::min(n, r * c), len = std::min(n, begin + c) - begin;
+        if (len > 0) flat.narrow0(begin, len).copy_from(all.narrow0(r * g.chunk_total + m.at, len));
+      }
     }
   }
   unit.gathered = true;

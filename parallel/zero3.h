@@ -1,14 +1,18 @@
 // ZeRO-3 over dp, FSDP-style: the parameters themselves sharded. The model is cut into units,
 // the outer one (embedding, final norm, head) and one per block (its norms, attention, MLP and
-// MoD's router and predictor). Rank r keeps only its owned slice of every parameter's flattened
-// tensor (zero1_owned over dp, the split of ZeRO-1's moments and ZeRO-2's gradients), which the
-// sharded AdamW (zero1.h, Param::owned_values) updates in place. A unit's parameters are whole
+// MoD's router and predictor, and MoE's experts). Rank r keeps only its owned slice of every
+// parameter's flattened tensor (zero1_owned over its shard group, the split of ZeRO-1's moments
+// and ZeRO-2's gradients), which the sharded AdamW (zero1.h, Param::owned_values) updates in
+// place. The shard group is dp, but experts shard over edp (the ranks holding the same experts,
+// mesh.h), as their moments and gradients do: a unit with experts gathers twice, once a group. A unit's parameters are whole
 // only while it runs:
 //
 //   forward:  block b all-gathered before it runs, released after (leave_block)
 //   backward: all-gathered again by an identity node on the block's outputs, whose backward
 //             runs before any of the block's (Op::GatherUnitForBackward); released when every
-//             parameter of the unit has its final gradient (release_hook, every micro-batch)
+//             parameter of the unit has its final gradient (release_hook, every micro-batch).
+//             A recomputed block (train.recompute) reruns its region inside that window, so the
+//             recomputation reads the parameters gathered again, and they go after its backward
 //   outer:    gathered at the start of forward and kept until backward has finished with it,
 //             since the head runs last in forward and first in backward (FSDP's root unit);
 //             released after a forward without gradients
@@ -35,8 +39,10 @@ namespace mod::parallel {
 class ShardedUnits {
  public:
   // units[u]: the parameters of unit u (0: the outer unit; 1 + b: block b), whole and equal on
-  // every dp rank. Each rank copies out its owned slices and releases the whole tensors.
-  ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp);
+  // every rank of their shard group: dp, or edp for those in `experts`. Each rank copies out its
+  // owned slices and releases the whole tensors.
+  ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp,
+               const std::vector<Tensor>& experts = {}, Communicator* edp = nullptr);
 
   size_t size() const { return units_.size(); }
   // Collective over dp: unit u's parameters whole from every rank's owned slices.
@@ -65,12 +71,17 @@ class ShardedUnits {
  private:
   struct Member {
     Tensor param;   // the module's tensor: whole while gathered, its storage empty otherwise
-    Tensor owned;   // [end - begin] of zero1_owned(numel)
-    int64_t at = 0;  // offset of its padded chunk in the unit's gather buffer
+    Tensor owned;   // [end - begin] of zero1_owned(numel) over its group
+    Communicator* group = nullptr;  // what it is sharded over: dp, or edp for an expert
+    int64_t at = 0;  // offset of its padded chunk in its group's gather buffer
+  };
+  struct Group {  // one all-gather of the unit: its members sharded over `comm`
+    Communicator* comm = nullptr;
+    int64_t chunk_total = 0;  // the gather's per-rank length: its members' chunks summed
   };
   struct Unit {
     std::vector<Member> members;
-    int64_t chunk_total = 0;  // the gather's per-rank length: members' chunks summed
+    std::vector<Group> groups;  // dp's first, then edp's (when the unit has experts)
     bool gathered = true;
     int pending = 0;          // members whose gradient is not final yet this backward
   };
