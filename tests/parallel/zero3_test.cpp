@@ -8,18 +8,23 @@
 //   keeping every activation, bit for bit (the region reruns the same ops on the parameters
 //   gathered again for the block's backward).
 // - Resume: a stage-3 dp2 checkpoint under stage 1 at dp2 (bitwise) and on one process; a
-//   stage-1 checkpoint under stage 3.
+//   stage-1 checkpoint under stage 3. A copy with a flipped byte in a shard is refused, naming
+//   the file (the checkpoint reader's CRC32C, as for any stage: corruption_test.cpp).
 // - Memory: each rank's measured peak within 10% of the planner, below ZeRO-2's.
 // - The layouts stage 3 does not reach are refused, naming the field.
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 
 #include "core/backend.h"
 #include "model/memory_plan.h"
+#include "tests/support/errors.h"
 #include "tests/support/shared_dir.h"
 #include "tests/support/tiny_runs.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/shard_file.h"
 
 using namespace mod;
 
@@ -186,6 +191,21 @@ TEST_CASE("a ZeRO-3 checkpoint resumes at stage 1 and on one process, and back",
     auto local = parallel::make_local_communicator();
     check_tail(run_job(recipe("tiny_mod", ""), *local, test::temp_dir("zero3_one"), step2(dir3)),
                false);
+    INFO("a copy with a flipped byte in a shard is refused, naming the file");
+    const std::string copy = test::temp_dir("zero3_corrupt") + "/step";
+    std::filesystem::copy(step2(dir3), copy, std::filesystem::copy_options::recursive);
+    const std::string shard = copy + "/" + ckpt::shard_file_name(0);
+    {
+      std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(-3, std::ios::end);  // inside the last tensor's bytes
+      const char c = static_cast<char>(f.peek() ^ 0x10);
+      f.seekp(-3, std::ios::end);
+      f.put(c);
+    }
+    const std::string e = test::error_of(
+        [&] { run_job(recipe("tiny_mod", ""), *local, test::temp_dir("zero3_bad"), copy); });
+    CHECK_THAT(e, Catch::Contains("checkpoint " + shard + ": tensor "));
+    CHECK_THAT(e, Catch::Contains("CRC32C mismatch"));
   }
   {
     INFO("stage 1 dp2 -> stage 3 dp2");
