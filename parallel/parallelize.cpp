@@ -242,6 +242,7 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
       const int u = name.rfind("blocks.", 0) == 0 ? 1 + std::stoi(name.substr(7)) : 0;
       unit_of.push_back(u);
       units[u].push_back(t);
+      t.impl()->storage->set_label(name);  // a read while released names the parameter
       if (is_expert[i]) experts.push_back(t);
     }
     plan.units = std::make_unique<ShardedUnits>(std::move(units), mesh.dp(), experts, &mesh.edp());

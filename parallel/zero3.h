@@ -18,7 +18,7 @@
 //             released after a forward without gradients
 //
 // Released means the parameter's storage holds no bytes (the object stays: views of it saved for
-// backward see the values again once gathered), and any read throws, naming the tensor. The
+// backward see the values again once gathered), and any read throws, naming the parameter. The
 // gradients are reduce-scattered by the ZeRO-2 bucketer (data_parallel.h) with one bucket per
 // unit. Invariant: every dp rank gathers the same units in the same order (the graph is the same
 // on every rank: MoD's shapes are static), so the all-gathers match.

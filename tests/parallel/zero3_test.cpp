@@ -11,6 +11,7 @@
 //   stage-1 checkpoint under stage 3. A copy with a flipped byte in a shard is refused, naming
 //   the file (the checkpoint reader's CRC32C, as for any stage: corruption_test.cpp).
 // - Memory: each rank's measured peak within 10% of the planner, below ZeRO-2's.
+// - A parameter read outside its unit throws, naming it.
 // - The layouts stage 3 does not reach are refused, naming the field.
 #include <cstring>
 #include <filesystem>
@@ -122,6 +123,19 @@ TEST_CASE("ZeRO-3 matches one process step by step, and ZeRO-2 bitwise at dp 2",
       INFO("against ZeRO-2 at dp 2");
       check_bits(stage3, run_job(recipe(name, dp + " zero_stage=2"), world));
     }
+  }
+}
+
+TEST_CASE("a ZeRO-3 parameter read outside its unit throws, naming it", "[mpi][zero3]") {
+  auto& world = parallel::world();
+  if (world.size() != 2) return;
+  train::Trainer trainer(recipe("tiny_dense", "dp=2 zero_stage=3", 1),
+                         test::shared_dir("zero3_released", world), /*quiet=*/true, world);
+  trainer.run();  // every unit released after the step
+  for (const auto& [name, p] : trainer.model().named_parameters()) {
+    INFO(name);
+    const std::string e = test::error_of([&p = p] { (void)p.raw_data(); });
+    CHECK_THAT(e, Catch::Contains("(" + name + ") whose storage is released"));
   }
 }
 
