@@ -6,8 +6,7 @@
 //   is held to one process within 1e-5 by mode_parity_tests, so these are too.
 // - np2, tiny_moe at dp2 (ep 1: edp spans the dp ranks, so the experts are halved too): stage 3
 //   equals plain dp2 bitwise and one process to 1e-5.
-// - np4 (label slow: four ranks on two cores take minutes), staged MoDE at dp4 x ep2 (edp of
-//   two: experts halved, dense parameters quartered): stage 3 against stage 2 bit for bit (the
+// - np4, staged MoDE at dp4 x ep2 (edp of two: experts halved, dense parameters quartered): stage 3 against stage 2 bit for bit (the
 //   same reduce-scatters, the same sums), and one process to 1e-5.
 #include <cstring>
 
