@@ -18,8 +18,7 @@ namespace mod::parallel {
 
 // Throws std::invalid_argument naming the fields when cfg has parallel.pp > 1 with something
 // the pipeline trainer does not run: parallel.zero_stage (or zero1), parallel.sequence_parallel,
-// train.device CUDA, an interleaved
-// schedule (parallel.pp_schedule INTERLEAVED_1F1B or parallel.virtual_stages > 1),
+// train.device CUDA,
 // train.recompute or train.recompute_blocks. (ep: ParallelDims::from_config; dp and tp run.)
 void check_pipeline_training(const modtrain::RunConfig& cfg);
 
@@ -29,7 +28,7 @@ void check_pipeline_training(const modtrain::RunConfig& cfg);
 void broadcast_stage_parameters(const model::Transformer& model, const PipelinePartition& part,
                                 Communicator& pp);
 
-// Stage 0 receives the other stages' resolved statistics and appends them in stage order (so
+// Stage 0 receives the other stages' resolved statistics and merges them in block order (so
 // its lists cover every routed and MoE block, as one process's do; router histograms stay on
 // their stage); the other stages keep their own. Collective over pp.
 void gather_stage_stats(std::vector<model::RoutedBlockStats>& routed,

@@ -16,8 +16,8 @@ namespace mod::parallel {
 // sees the gathered values.
 
 ShardedUnits::ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp,
-                           const std::vector<Tensor>& experts, Communicator* edp)
-    : dp_(dp) {
+                           bool prefetch, const std::vector<Tensor>& experts, Communicator* edp)
+    : prefetch_(prefetch), dp_(dp) {
   std::unordered_set<const TensorImpl*> is_expert;
   for (const Tensor& e : experts) is_expert.insert(e.impl());
   if (!experts.empty() && !edp)
@@ -31,7 +31,11 @@ ShardedUnits::ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator&
       Communicator* comm = is_expert.count(p.impl()) ? edp : &dp_;
       auto group = std::find_if(unit.groups.begin(), unit.groups.end(),
                                 [comm](const Group& g) { return g.comm == comm; });
-      if (group == unit.groups.end()) group = unit.groups.insert(unit.groups.end(), {comm, 0});
+      if (group == unit.groups.end()) {
+        unit.groups.emplace_back();
+        group = unit.groups.end() - 1;
+        group->comm = comm;
+      }
       const auto [begin, end] = zero1_owned(p.numel(), comm->rank(), comm->size());
       unit.members.push_back({p, Tensor::empty({end - begin}, p.dtype(), p.device()), comm,
                               group->chunk_total});
@@ -53,26 +57,56 @@ void ShardedUnits::take_owned(Unit& unit) {
   }
 }
 
+void ShardedUnits::start_gather(size_t u) {
+  Unit& unit = units_[u];
+  if (in_flight(u)) return;
+  const Tensor& first = unit.members.front().param;
+  for (Group& g : unit.groups) {
+    // send [L]: each member's owned slice at its chunk's offset (the padding is never read).
+    g.send = Tensor::empty({g.chunk_total}, first.dtype(), first.device());
+    for (const Member& m : unit.members)
+      if (m.group == g.comm && m.owned.numel() > 0)
+        g.send.narrow0(m.at, m.owned.numel()).copy_from(m.owned);
+    g.all = Tensor::empty({g.comm->size() * g.chunk_total}, first.dtype(), first.device());
+    g.work = g.comm->all_gather_async(g.send, g.all);
+  }
+}
+
+bool ShardedUnits::in_flight(size_t u) const {
+  for (const Group& g : units_[u].groups)
+    if (g.work) return true;
+  return false;
+}
+
+void ShardedUnits::wait_gathers(Unit& unit) {
+  for (Group& g : unit.groups)
+    if (g.work) {
+      g.work->wait();
+      g.work.reset();
+    }
+}
+
+void ShardedUnits::prefetch(size_t u) {
+  if (u >= units_.size() || units_[u].members.empty() || units_[u].gathered) return;
+  start_gather(u);
+}
+
 void ShardedUnits::gather(size_t u) {
   Unit& unit = units_[u];
   if (unit.members.empty()) return;
-  const Tensor& first = unit.members.front().param;
-  for (const Group& g : unit.groups) {
-    Communicator& comm = *g.comm;
-    // send [L]: each member's owned slice at its chunk's offset (the padding is never read).
-    Tensor send = Tensor::empty({g.chunk_total}, first.dtype(), first.device());
-    for (const Member& m : unit.members)
-      if (m.group == g.comm && m.owned.numel() > 0)
-        send.narrow0(m.at, m.owned.numel()).copy_from(m.owned);
-    Tensor all = Tensor::empty({comm.size() * g.chunk_total}, first.dtype(), first.device());
-    comm.all_gather(send, all);
+  start_gather(u);
+  wait_gathers(unit);
+  for (Group& g : unit.groups) {
+    const Tensor all = g.all;
+    g.send = g.all = Tensor();
+    const int size = g.comm->size();
     for (Member& m : unit.members) {
       if (m.group != g.comm) continue;
       m.param.impl()->storage->resize(m.param.nbytes());  // a parameter spans its storage
       Tensor flat = m.param.view({m.param.numel()});
-      const int64_t n = m.param.numel(), c = zero1_chunk(n, comm.size());
+      const int64_t n = m.param.numel(), c = zero1_chunk(n, size);
       // Rank r's slice of this member sits at r * L + at in `all`.
-      for (int r = 0; r < comm.size(); ++r) {
+      for (int r = 0; r < size; ++r) {
         const int64_t begin = std::min(n, r * c), len = std::min(n, begin + c) - begin;
         if (len > 0) flat.narrow0(begin, len).copy_from(all.narrow0(r * g.chunk_total + m.at, len));
       }
@@ -84,13 +118,17 @@ void ShardedUnits::gather(size_t u) {
 
 void ShardedUnits::release(size_t u) {
   Unit& unit = units_[u];
+  if (in_flight(u)) {  // its buffers must outlive the collective, which every rank has started
+    wait_gathers(unit);
+    for (Group& g : unit.groups) g.send = g.all = Tensor();
+  }
   for (Member& m : unit.members) m.param.impl()->storage->resize(0);
   unit.gathered = false;
 }
 
 void ShardedUnits::release_all() {
   for (size_t u = 0; u < units_.size(); ++u)
-    if (units_[u].gathered) release(u);
+    if (units_[u].gathered || in_flight(u)) release(u);
 }
 
 const Tensor& ShardedUnits::owned_values(const Tensor& p) const {
@@ -115,18 +153,25 @@ void ShardedUnits::reshard_all() {
 model::UnitHooks ShardedUnits::hooks() {
   model::UnitHooks h;
   h.begin_forward = [this] {
-    if (!all_whole_) gather(0);
+    if (all_whole_) return;
+    gather(0);
+    if (prefetch_) prefetch(1);  // block 0 travels while the embedding runs
   };
   h.end_forward = [this] {
     if (!all_whole_ && !grad_enabled()) release(0);  // else backward's head needs it first
   };
   h.enter_block = [this](size_t b) {
-    if (!all_whole_) gather(1 + b);
+    if (all_whole_) return;
+    gather(1 + b);
+    if (prefetch_) prefetch(2 + b);  // block b + 1 travels while block b computes
   };
   h.leave_block = [this](size_t b, const Tensor& x, const Tensor& aux) {
     if (all_whole_) return std::pair{x, aux};
     release(1 + b);
-    return gather_unit_for_backward(x, aux, [this, b] { gather(1 + b); });
+    return gather_unit_for_backward(x, aux, [this, b] {
+      gather(1 + b);
+      if (prefetch_ && b > 0) prefetch(b);  // block b - 1 travels while block b's backward runs
+    });
   };
   return h;
 }

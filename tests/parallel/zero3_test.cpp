@@ -11,7 +11,7 @@
 //   stage-1 checkpoint under stage 3. A copy with a flipped byte in a shard is refused, naming
 //   the file (the checkpoint reader's CRC32C, as for any stage: corruption_test.cpp).
 // - Memory (tiny_dense, tiny_mod, tiny_moe): each rank's measured peak within 10% of the
-//   planner, below ZeRO-2's; under FULL recomputation within 10% and lower again.
+//   planner, below ZeRO-2's (prefetch included); under FULL recomputation within 10% and lower again.
 // - A parameter read outside its unit throws, naming it.
 // - The layouts stage 3 does not reach are refused, naming the field.
 #include <cstring>
@@ -230,8 +230,9 @@ TEST_CASE("a ZeRO-3 checkpoint resumes at stage 1 and on one process, and back",
   }
 }
 
-// One step's peak: ZeRO-3 keeps 1/dp of the parameters, the outer unit and one block whole, so
-// it falls below ZeRO-2's by at least an eighth of the parameters at dp 2, measured and
+// One step's peak: ZeRO-3 keeps 1/dp of the parameters, the outer unit, one block whole and the
+// next one's gather in flight (prefetch), so it falls below ZeRO-2's by at least a sixteenth of
+// the parameters at dp 2 (tiny_dense's 6 blocks: P/2 - 2.5 blocks ~ P/12), measured and
 // predicted (its peak moves from the all-gather after the update into backward). Under FULL
 // recomputation the blocks keep only their inputs: lower again, still as predicted.
 TEST_CASE("ZeRO-3's measured peak per rank matches the planner within 10%, below ZeRO-2's",
@@ -265,8 +266,8 @@ TEST_CASE("ZeRO-3's measured peak per rank matches the planner within 10%, below
     }
     INFO(name << ": ZeRO-2 " << measured[kStage2] << ", ZeRO-3 " << measured[kStage3]
               << ", with FULL " << measured[kStage3Full] << ", parameters " << parameters);
-    CHECK(measured[kStage2] - measured[kStage3] >= parameters / 8);
-    CHECK(predicted[kStage2] - predicted[kStage3] >= parameters / 8);
+    CHECK(measured[kStage2] - measured[kStage3] >= parameters / 16);
+    CHECK(predicted[kStage2] - predicted[kStage3] >= parameters / 16);
     CHECK(measured[kStage3Full] < measured[kStage3]);
     CHECK(predicted[kStage3Full] < predicted[kStage3]);
   }
@@ -274,7 +275,6 @@ TEST_CASE("ZeRO-3's measured peak per rank matches the planner within 10%, below
 
 TEST_CASE("ZeRO-3 refuses the layouts it does not reach, naming the field", "[zero3]") {
   const std::pair<std::string, std::string> refused[] = {
-      {"parallel.tp=2", "parallel.tp"},
       {"train.device=CUDA", "train.device"},
   };
   for (const auto& [set, field] : refused) {
