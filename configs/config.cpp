@@ -326,11 +326,7 @@ void validate(const modtrain::RunConfig& cfg) {
       bad_field(field, what + " does not combine with parallel.zero_stage 3 yet (use zero_stage "
                               "2, or leave " + field + " at its default)");
     };
-    if (p.ep() > 1) refuse("parallel.ep", std::to_string(p.ep()));
     if (p.pp() > 1) refuse("parallel.pp", std::to_string(p.pp()));
-    if (m.moe().enabled()) refuse("model.moe", "enabled (experts)");
-    if (t.recompute() != modtrain::TrainConfig::NONE)
-      refuse("train.recompute", modtrain::TrainConfig::Recompute_Name(t.recompute()));
     if (t.device() != modtrain::TrainConfig::CPU)
       refuse("train.device", modtrain::TrainConfig::Device_Name(t.device()));
   }

@@ -130,7 +130,10 @@ void* Tensor::raw_data() const {
   if (!impl_) throw std::logic_error("data() of an undefined tensor");
   // A storage without the tensor's bytes: a ZeRO-3 parameter outside its unit (parallel/zero3.h).
   if (!impl_->storage || impl_->storage->bytes() < impl_->offset_bytes + nbytes())
-    throw std::logic_error("data() of " + describe(*this) + " whose storage is released");
+    throw std::logic_error("data() of " + describe(*this) +
+                           (impl_->storage && !impl_->storage->label().empty()
+                                ? " (" + impl_->storage->label() + ")" : "") +
+                           " whose storage is released");
   return static_cast<char*>(impl_->storage->data()) + impl_->offset_bytes;
 }
 

@@ -44,12 +44,16 @@ class Storage {
   // tensor on this storage sees the new bytes. ZeRO-3 shrinks a parameter's storage to 0 between
   // its unit's uses and grows it back when gathered (parallel/zero3.h), as FSDP resizes storage.
   void resize(size_t bytes);
+  // What the bytes hold, said by a read that finds them released (a ZeRO-3 parameter's name).
+  void set_label(std::string label) { label_ = std::move(label); }
+  const std::string& label() const { return label_; }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
   uint64_t stamp_;
+  std::string label_;
 };
 
 struct Node;

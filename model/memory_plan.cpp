@@ -207,12 +207,12 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   const double outer_elems = dense_elems + expert_elems -
                              std::accumulate(block_grads.begin(), block_grads.end(), 0.0) / kMaster;
   const double largest_block = *std::max_element(block_grads.begin(), block_grads.end());
-  if (stage3)
-    plan.parameters = kMaster * (param_elems / opt.layout.dp + outer_elems) +
-                      (2 + 1.0 / opt.layout.dp) * largest_block;
   // Expert weights are shared by edp ranks: dp / ep replicas times the tp ranks (which hold
-  // the same experts and split the slots).
+  // the same experts and split the slots); ZeRO shards them over edp.
   const int dp = opt.layout.dp, edp = std::max(1, opt.layout.dp / opt.layout.ep) * opt.layout.tp;
+  if (stage3)
+    plan.parameters = kMaster * (dense_elems / dp + expert_elems / edp + outer_elems) +
+                      (2 + 1.0 / dp) * largest_block;
   if (opt.layout.zero_stage >= 1)
     plan.optimizer = 2 * kMaster * (dense_elems / dp + expert_elems / edp);
   else

@@ -231,17 +231,19 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
   // gradients reduce-scatter one bucket per unit, as each unit's backward ends.
   std::vector<int> unit_of;
   if (stage >= 3) {
-    if (mesh.ep().size() > 1 ||
-        std::find(is_expert.begin(), is_expert.end(), true) != is_expert.end())
-      throw std::logic_error("parallelize: ZeRO stage 3 runs without experts "
-                             "(config::validate refuses the rest)");
+    // A block's experts live in its unit, sharded over edp like their moments and gradients.
     std::vector<std::vector<Tensor>> units(1 + model.num_blocks());
-    for (const auto& [name, t] : params) {
+    std::vector<Tensor> experts;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto& [name, t] = params[i];
       const int u = name.rfind("blocks.", 0) == 0 ? 1 + std::stoi(name.substr(7)) : 0;
       unit_of.push_back(u);
       units[u].push_back(t);
+      t.impl()->storage->set_label(name);  // a read while released names the parameter
+      if (is_expert[i]) experts.push_back(t);
     }
-    plan.units = std::make_unique<ShardedUnits>(std::move(units), mesh.dp());
+    plan.units = std::make_unique<ShardedUnits>(std::move(units), mesh.dp(), /*prefetch=*/true,
+                                                experts, &mesh.edp());
     model.set_unit_hooks(plan.units->hooks());
   }
   make_grad_buckets(plan, params, mesh, cfg, unit_of);
@@ -294,7 +296,12 @@ void make_grad_buckets(ParallelPlan& plan,
                        const Mesh& mesh, const modtrain::ParallelConfig& cfg,
                        const std::vector<int>& unit_of) {
   std::vector<std::pair<std::string, Tensor>> dense, experts;
-  for (const auto& [name, t] : params) (plan.shards.at(name).expert ? experts : dense).emplace_back(name, t);
+  std::vector<int> dense_units, expert_units;  // unit_of split alike (ZeRO-3)
+  for (size_t i = 0; i < params.size(); ++i) {
+    const bool expert = plan.shards.at(params[i].first).expert;
+    (expert ? experts : dense).push_back(params[i]);
+    if (!unit_of.empty()) (expert ? expert_units : dense_units).push_back(unit_of[i]);
+  }
   const int dp = mesh.dims().dp, stage = config::zero_stage(cfg);
   // Stage 1 reduce-scatters; stage 2 also lets go of the full gradients (data_parallel.h).
   const GradReduce reduce = stage >= 1 ? GradReduce::ReduceScatter : GradReduce::AllReduce;
@@ -303,12 +310,13 @@ void make_grad_buckets(ParallelPlan& plan,
   plan.expert_buckets.reset();
   if (dp > 1 && !dense.empty())
     plan.dense_buckets = std::make_unique<GradBucketer>(dense, mesh.dp(), cfg.bucket_mb(), 0,
-                                                        reduce, release, unit_of);
+                                                        reduce, release, dense_units);
   // Expert gradients: the all-to-all summed the ep group's tokens in; the edp group (dp / ep
   // replicas times the tp shares of the slots) sums the rest; dividing by dp makes the mean.
   if (!experts.empty() && (dp > 1 || mesh.edp().size() > 1))
     plan.expert_buckets =
-        std::make_unique<GradBucketer>(experts, mesh.edp(), cfg.bucket_mb(), dp, reduce, release);
+        std::make_unique<GradBucketer>(experts, mesh.edp(), cfg.bucket_mb(), dp, reduce, release,
+                                       expert_units);
 }
 
 LeafGradReady ParallelPlan::grad_ready_hook() const {

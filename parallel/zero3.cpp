@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 
 #include "core/backend.h"
 #include "parallel/zero1.h"
@@ -15,18 +16,30 @@ namespace mod::parallel {
 // sees the gathered values.
 
 ShardedUnits::ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp,
-                           bool prefetch)
+                           bool prefetch, const std::vector<Tensor>& experts, Communicator* edp)
     : prefetch_(prefetch), dp_(dp) {
+  std::unordered_set<const TensorImpl*> is_expert;
+  for (const Tensor& e : experts) is_expert.insert(e.impl());
+  if (!experts.empty() && !edp)
+    throw std::logic_error("ZeRO-3: experts to shard but no expert data-parallel group");
   for (auto& params : units) {
     Unit unit;
     for (Tensor& p : params) {
       if (p.impl()->offset_bytes != 0 || p.impl()->storage->bytes() != p.nbytes())
         throw std::logic_error("ZeRO-3: parameter " + describe(p) + " is a view into a larger storage");
       where_[p.impl()] = {units_.size(), unit.members.size()};
-      const auto [begin, end] = zero1_owned(p.numel(), dp_.rank(), dp_.size());
-      unit.members.push_back({p, Tensor::empty({end - begin}, p.dtype(), p.device()),
-                              unit.chunk_total});
-      unit.chunk_total += zero1_chunk(p.numel(), dp_.size());
+      Communicator* comm = is_expert.count(p.impl()) ? edp : &dp_;
+      auto group = std::find_if(unit.groups.begin(), unit.groups.end(),
+                                [comm](const Group& g) { return g.comm == comm; });
+      if (group == unit.groups.end()) {
+        unit.groups.emplace_back();
+        group = unit.groups.end() - 1;
+        group->comm = comm;
+      }
+      const auto [begin, end] = zero1_owned(p.numel(), comm->rank(), comm->size());
+      unit.members.push_back({p, Tensor::empty({end - begin}, p.dtype(), p.device()), comm,
+                              group->chunk_total});
+      group->chunk_total += zero1_chunk(p.numel(), comm->size());
     }
     units_.push_back(std::move(unit));
   }
@@ -39,21 +52,38 @@ ShardedUnits::ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator&
 
 void ShardedUnits::take_owned(Unit& unit) {
   for (Member& m : unit.members) {
-    const auto [begin, end] = zero1_owned(m.param.numel(), dp_.rank(), dp_.size());
+    const auto [begin, end] = zero1_owned(m.param.numel(), m.group->rank(), m.group->size());
     if (end > begin) m.owned.copy_from(m.param.view({m.param.numel()}).narrow0(begin, end - begin));
   }
 }
 
 void ShardedUnits::start_gather(size_t u) {
   Unit& unit = units_[u];
-  if (unit.work) return;
+  if (in_flight(u)) return;
   const Tensor& first = unit.members.front().param;
-  // send [L]: each member's owned slice at its chunk's offset (the padding is never read).
-  unit.send = Tensor::empty({unit.chunk_total}, first.dtype(), first.device());
-  for (const Member& m : unit.members)
-    if (m.owned.numel() > 0) unit.send.narrow0(m.at, m.owned.numel()).copy_from(m.owned);
-  unit.all = Tensor::empty({dp_.size() * unit.chunk_total}, first.dtype(), first.device());
-  unit.work = dp_.all_gather_async(unit.send, unit.all);
+  for (Group& g : unit.groups) {
+    // send [L]: each member's owned slice at its chunk's offset (the padding is never read).
+    g.send = Tensor::empty({g.chunk_total}, first.dtype(), first.device());
+    for (const Member& m : unit.members)
+      if (m.group == g.comm && m.owned.numel() > 0)
+        g.send.narrow0(m.at, m.owned.numel()).copy_from(m.owned);
+    g.all = Tensor::empty({g.comm->size() * g.chunk_total}, first.dtype(), first.device());
+    g.work = g.comm->all_gather_async(g.send, g.all);
+  }
+}
+
+bool ShardedUnits::in_flight(size_t u) const {
+  for (const Group& g : units_[u].groups)
+    if (g.work) return true;
+  return false;
+}
+
+void ShardedUnits::wait_gathers(Unit& unit) {
+  for (Group& g : unit.groups)
+    if (g.work) {
+      g.work->wait();
+      g.work.reset();
+    }
 }
 
 void ShardedUnits::prefetch(size_t u) {
@@ -65,18 +95,21 @@ void ShardedUnits::gather(size_t u) {
   Unit& unit = units_[u];
   if (unit.members.empty()) return;
   start_gather(u);
-  unit.work->wait();
-  unit.work.reset();
-  const Tensor all = unit.all;
-  unit.send = unit.all = Tensor();
-  for (Member& m : unit.members) {
-    m.param.impl()->storage->resize(m.param.nbytes());  // a parameter spans its storage
-    Tensor flat = m.param.view({m.param.numel()});
-    const int64_t n = m.param.numel(), c = zero1_chunk(n, dp_.size());
-    // Rank r's slice of this member sits at r * L + at in `all`.
-    for (int r = 0; r < dp_.size(); ++r) {
-      const int64_t begin = std::min(n, r * c), len = std::min(n, begin + c) - begin;
-      if (len > 0) flat.narrow0(begin, len).copy_from(all.narrow0(r * unit.chunk_total + m.at, len));
+  wait_gathers(unit);
+  for (Group& g : unit.groups) {
+    const Tensor all = g.all;
+    g.send = g.all = Tensor();
+    const int size = g.comm->size();
+    for (Member& m : unit.members) {
+      if (m.group != g.comm) continue;
+      m.param.impl()->storage->resize(m.param.nbytes());  // a parameter spans its storage
+      Tensor flat = m.param.view({m.param.numel()});
+      const int64_t n = m.param.numel(), c = zero1_chunk(n, size);
+      // Rank r's slice of this member sits at r * L + at in `all`.
+      for (int r = 0; r < size; ++r) {
+        const int64_t begin = std::min(n, r * c), len = std::min(n, begin + c) - begin;
+        if (len > 0) flat.narrow0(begin, len).copy_from(all.narrow0(r * g.chunk_total + m.at, len));
+      }
     }
   }
   unit.gathered = true;
@@ -85,10 +118,9 @@ void ShardedUnits::gather(size_t u) {
 
 void ShardedUnits::release(size_t u) {
   Unit& unit = units_[u];
-  if (unit.work) {  // its buffers must outlive the collective, which every rank has started
-    unit.work->wait();
-    unit.work.reset();
-    unit.send = unit.all = Tensor();
+  if (in_flight(u)) {  // its buffers must outlive the collective, which every rank has started
+    wait_gathers(unit);
+    for (Group& g : unit.groups) g.send = g.all = Tensor();
   }
   for (Member& m : unit.members) m.param.impl()->storage->resize(0);
   unit.gathered = false;
@@ -96,7 +128,7 @@ void ShardedUnits::release(size_t u) {
 
 void ShardedUnits::release_all() {
   for (size_t u = 0; u < units_.size(); ++u)
-    if (units_[u].gathered || units_[u].work) release(u);
+    if (units_[u].gathered || in_flight(u)) release(u);
 }
 
 const Tensor& ShardedUnits::owned_values(const Tensor& p) const {

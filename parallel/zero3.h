@@ -1,14 +1,18 @@
 // ZeRO-3 over dp, FSDP-style: the parameters themselves sharded. The model is cut into units,
 // the outer one (embedding, final norm, head) and one per block (its norms, attention, MLP and
-// MoD's router and predictor). Rank r keeps only its owned slice of every parameter's flattened
-// tensor (zero1_owned over dp, the split of ZeRO-1's moments and ZeRO-2's gradients), which the
-// sharded AdamW (zero1.h, Param::owned_values) updates in place. A unit's parameters are whole
+// MoD's router and predictor, and MoE's experts). Rank r keeps only its owned slice of every
+// parameter's flattened tensor (zero1_owned over its shard group, the split of ZeRO-1's moments
+// and ZeRO-2's gradients), which the sharded AdamW (zero1.h, Param::owned_values) updates in
+// place. The shard group is dp, but experts shard over edp (the ranks holding the same experts,
+// mesh.h), as their moments and gradients do: a unit with experts gathers twice, once a group. A unit's parameters are whole
 // only while it runs:
 //
 //   forward:  block b all-gathered before it runs, released after (leave_block)
 //   backward: all-gathered again by an identity node on the block's outputs, whose backward
 //             runs before any of the block's (Op::GatherUnitForBackward); released when every
-//             parameter of the unit has its final gradient (release_hook, every micro-batch)
+//             parameter of the unit has its final gradient (release_hook, every micro-batch).
+//             A recomputed block (train.recompute) reruns its region inside that window, so the
+//             recomputation reads the parameters gathered again, and they go after its backward
 //   outer:    gathered at the start of forward and kept until backward has finished with it,
 //             since the head runs last in forward and first in backward (FSDP's root unit);
 //             released after a forward without gradients
@@ -20,7 +24,7 @@
 //             The gathered values are the same bytes either way, so results are bitwise equal.
 //
 // Released means the parameter's storage holds no bytes (the object stays: views of it saved for
-// backward see the values again once gathered), and any read throws, naming the tensor. The
+// backward see the values again once gathered), and any read throws, naming the parameter. The
 // gradients are reduce-scattered by the ZeRO-2 bucketer (data_parallel.h) with one bucket per
 // unit. Invariant: every dp rank gathers the same units in the same order (the graph is the same
 // on every rank: MoD's shapes are static), so the all-gathers match.
@@ -41,9 +45,11 @@ namespace mod::parallel {
 class ShardedUnits {
  public:
   // units[u]: the parameters of unit u (0: the outer unit; 1 + b: block b), whole and equal on
-  // every dp rank. Each rank copies out its owned slices and releases the whole tensors.
-  // prefetch false: each unit gathered only when needed (the tests' reference).
-  ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp, bool prefetch = true);
+  // every rank of their shard group: dp, or edp for those in `experts`. Each rank copies out its
+  // owned slices and releases the whole tensors. prefetch false: each unit gathered only when
+  // needed (the tests' reference).
+  ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp, bool prefetch = true,
+               const std::vector<Tensor>& experts = {}, Communicator* edp = nullptr);
 
   size_t size() const { return units_.size(); }
   // Collective over dp: unit u's parameters whole from every rank's owned slices (finishing
@@ -52,7 +58,7 @@ class ShardedUnits {
   // Starts unit u's all-gather unless it is whole or in flight; gather(u) finishes it. Collective
   // over dp: every rank prefetches the same units in the same order.
   void prefetch(size_t u);
-  bool in_flight(size_t u) const { return units_[u].work != nullptr; }
+  bool in_flight(size_t u) const;
   // Unit u's whole parameters let go (a prefetch in flight is waited out first); the owned
   // slices stay.
   void release(size_t u);
@@ -78,19 +84,25 @@ class ShardedUnits {
  private:
   struct Member {
     Tensor param;   // the module's tensor: whole while gathered, its storage empty otherwise
-    Tensor owned;   // [end - begin] of zero1_owned(numel)
-    int64_t at = 0;  // offset of its padded chunk in the unit's gather buffer
+    Tensor owned;   // [end - begin] of zero1_owned(numel) over its group
+    Communicator* group = nullptr;  // what it is sharded over: dp, or edp for an expert
+    int64_t at = 0;  // offset of its padded chunk in its group's gather buffer
   };
-  struct Unit {
-    std::vector<Member> members;
-    int64_t chunk_total = 0;  // the gather's per-rank length: members' chunks summed
-    bool gathered = true;
-    int pending = 0;          // members whose gradient is not final yet this backward
+  struct Group {  // one all-gather of the unit: its members sharded over `comm`
+    Communicator* comm = nullptr;
+    int64_t chunk_total = 0;     // the gather's per-rank length: its members' chunks summed
     std::unique_ptr<Work> work;  // the all-gather in flight (null: none)
     Tensor send, all;            // its buffers, held until it is waited
   };
+  struct Unit {
+    std::vector<Member> members;
+    std::vector<Group> groups;  // dp's first, then edp's (when the unit has experts)
+    bool gathered = true;
+    int pending = 0;          // members whose gradient is not final yet this backward
+  };
   void take_owned(Unit& unit);  // owned slices from the whole values
-  void start_gather(size_t u);  // packs the owned slices and starts the all-gather
+  void start_gather(size_t u);  // packs the owned slices and starts the all-gathers
+  void wait_gathers(Unit& unit);  // waits out the all-gathers in flight
 
   std::vector<Unit> units_;
   bool all_whole_ = false;  // between gather_all and reshard_all
