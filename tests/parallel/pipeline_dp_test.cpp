@@ -11,7 +11,9 @@
 // micro-batch, bitwise. The pp 2 x dp 2 run's step-2 checkpoint records pp and dp and resumes
 // on one process (world rank 0), which continues as the pp 2 x dp 2 run did (the same bound).
 // tiny_mod also trains under pp 4 (two middle stages that read no data) and pp 2 x tp 2 against
-// one process (the same bound).
+// one process (the same bound), and under pp 2 x dp 2 with ZeRO-1 and ZeRO-2 (each stage's dp
+// pair sharding what the stage owns) bitwise as without ZeRO; ZeRO-1's step-2 checkpoint
+// resumes on one process.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -255,6 +257,31 @@ TEST_CASE("pp 2 x dp 2 trains as one process, routes the same tokens and resumes
       CHECK(reader.state().mesh.world_size == 4);
     }
     if (name == "tiny_mod") {
+      // ZeRO-1 and ZeRO-2: each stage's dp pair shards the moments (and gradients) of what the
+      // stage owns; the tied embedding's owned slices sum over its two ends, the norm's squares
+      // over the dp pair, then over pp. Against pp 2 x dp 2 without ZeRO, bitwise: a sum of two
+      // ranks is the same reduced or scattered, and each element takes the same AdamW update
+      // (the norm's squares add in another order, but its f64 sum rounds to the same clip
+      // factor here); so one process's bound. ZeRO-1's step-2 checkpoint (moments gathered
+      // over the stage's dp pair, by global name) resumes on one process.
+      for (const int zero : {1, 2}) {
+        INFO("ZeRO stage " << zero);
+        std::vector<std::string> layout = kLayout;
+        layout.push_back("parallel.zero_stage=" + std::to_string(zero));
+        const std::string zdir = test::shared_dir("ppdp_zero");
+        const Run z = train_run(name, world, zdir, layout);
+        test::check_bitwise(z.losses, ppdp.losses);
+        for (size_t i = 0; i < ppdp.params.size(); ++i) {
+          INFO("parameter " << ppdp.params[i].first);
+          test::check_bitwise(z.params[i].second.to_vector(), ppdp.params[i].second.to_vector());
+        }
+        check_close(z, one, 0);
+        if (zero == 1 && rank == 0) {
+          const Run resumed = train_run(name, test::self_group(), test::temp_dir("ppdp_zero_resumed"), {},
+                                        ckpt::checkpoints_dir(zdir) + "/" + ckpt::step_dir_name(2));
+          check_close(resumed, z, 2);
+        }
+      }
       // pp 4: stages 1 and 2 read neither tokens nor targets; pp 2 x tp 2: each stage's tp pair
       // holds its blocks' shards, the norm sums the tp-sharded squares over tp, then over pp.
       for (const std::vector<std::string>& layout :
