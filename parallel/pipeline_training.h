@@ -20,9 +20,8 @@ namespace mod::parallel {
 // Throws std::invalid_argument naming the fields when cfg has parallel.pp > 1 with something
 // the pipeline trainer does not run: parallel.sequence_parallel,
 // train.device CUDA, an interleaved
-// schedule (parallel.pp_schedule INTERLEAVED_1F1B or parallel.virtual_stages > 1). (ep:
-// ParallelDims::from_config; ZeRO stage 3: config::validate. dp, tp, ZeRO stages 1 and 2 and
-// train.recompute run.)
+// schedule (parallel.pp_schedule INTERLEAVED_1F1B or parallel.virtual_stages > 1). (ZeRO stage
+// 3: config::validate. dp, tp, ep, ZeRO stages 1 and 2 and train.recompute run.)
 void check_pipeline_training(const modtrain::RunConfig& cfg);
 
 // Under ZeRO (reduce-scattered buckets over dp): sum_tied_embedding_grads of the slice of

@@ -13,7 +13,7 @@
 // tiny_mod also trains under pp 4 (two middle stages that read no data) and pp 2 x tp 2 against
 // one process (the same bound), and under pp 2 x dp 2 with ZeRO-1 and ZeRO-2 (each stage's dp
 // pair sharding what the stage owns) bitwise as without ZeRO; ZeRO-1's step-2 checkpoint
-// resumes on one process.
+// resumes on one process. tiny_mode_staged trains under pp 2 x dp 2 x ep 2 as one process.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -169,9 +169,21 @@ TEST_CASE("ParallelDims: dp x tp x pp is the world size, errors print the equati
   cfg.set_pp(2);
   cfg.set_dp(2);
   CHECK(ParallelDims::from_config(cfg).dp == 2);
-  cfg.set_ep(2);
-  CHECK_THAT(error_of([&] { ParallelDims::from_config(cfg); }),
-             Catch::Matchers::Contains("parallel.pp = 2 trains with parallel.ep 1 (got ep 2)"));
+  cfg.set_ep(2);  // experts sharded inside each stage
+  CHECK(ParallelDims::from_config(cfg).ep == 2);
+}
+
+// Expert parallelism inside each stage: pp 2 x dp 2 x ep 2, each stage's dp pair an ep pair
+// holding half of every MoE layer's experts of the stage's blocks (the all-to-all within the
+// pair), against one process (the bound above).
+TEST_CASE("pp 2 x dp 2 x ep 2: MoDE with experts sharded in each stage trains as one process",
+          "[mpi][pipeline][moe]") {
+  auto& world = parallel::world();
+  if (world.size() != 4) return;
+  const Run one = reference("tiny_mode_staged");
+  std::vector<std::string> layout = kLayout;
+  layout.push_back("parallel.ep=2");
+  check_close(train_run("tiny_mode_staged", world, test::shared_dir("ppdpep"), layout), one, 0);
 }
 
 TEST_CASE("pp x dp mesh: a stage is a run of dp x tp ranks, tp fastest", "[mpi][pipeline]") {

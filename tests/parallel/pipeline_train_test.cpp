@@ -169,7 +169,7 @@ TEST_CASE("pp refuses what the pipeline trainer does not run, naming the fields"
       CHECK_THAT(e.what(), Catch::Matchers::Contains(field));
     }
   };
-  refused({"parallel.ep=2"}, "parallel.ep");
+  refused({"parallel.ep=2"}, "ep (2) must divide dp (1)");
   refused({"parallel.dp=2"}, "dp (2) x tp (1) x pp (" + std::to_string(parallel::world().size()) +
                                  ")");
   refused({"parallel.zero_stage=3"}, "does not combine with parallel.zero_stage 3");
