@@ -10,7 +10,8 @@
 // pipeline trainer does not run are refused naming the fields. Every pp run reports a measured
 // bubble per stage inside (0, 1). tiny_mod under pp with train.recompute (FULL; SELECTIVE of
 // blocks 2 and 3, one per stage) equals the pp run without it bitwise, in less memory on every
-// stage; the MoE and MoDE recipes train under pp as on one process, aux losses included.
+// stage; the MoDE recipes (MoE in every block) train under pp as on one process, aux losses
+// included.
 #include <cmath>
 #include <cstdio>
 
@@ -132,15 +133,15 @@ TEST_CASE("pp = world size trains as one process and resumes on one process", "[
 }
 
 // Experts under pp: each MoE layer's experts live in its block's stage (ep 1 inside a stage).
-// tiny_moe (expert-choice MoE in every block) and the MoDE recipes (routed blocks with MoE,
-// staged and integrated, no-op experts) at pp 2 against one process for 2 steps: losses and
+// The MoDE recipes (expert-choice MoE in every block, with routed blocks: staged, and
+// integrated with no-op experts) at pp 2 against one process for 2 steps: losses and
 // parameters as above, and every step's aux loss (MoE balance and z losses, the predictors' BCE), which
 // each stage computes for its own blocks and the trainer sums over pp, to relative 1e-6 (f64
 // sums of the stages' f32 terms, in another order than one process's).
 TEST_CASE("experts train under pp as on one process, their aux losses summed over the stages",
           "[mpi][pipeline][moe]") {
   if (parallel::world().size() != 2) return;  // every stage holds MoE blocks at pp 2
-  for (const char* name : {"tiny_moe", "tiny_mode_staged", "tiny_mode_integrated"}) {
+  for (const char* name : {"tiny_mode_staged", "tiny_mode_integrated"}) {
     INFO(name);
     const std::string steps = "train.steps=2";  // 2 steps of 2 micro-batches: CI time
     const Run one = train_run(name, test::self_group(), test::temp_dir("pp_moe_one"), {steps});
