@@ -326,7 +326,6 @@ void validate(const modtrain::RunConfig& cfg) {
       bad_field(field, what + " does not combine with parallel.zero_stage 3 yet (use zero_stage "
                               "2, or leave " + field + " at its default)");
     };
-    if (p.tp() > 1) refuse("parallel.tp", std::to_string(p.tp()));
     if (p.ep() > 1) refuse("parallel.ep", std::to_string(p.ep()));
     if (p.pp() > 1) refuse("parallel.pp", std::to_string(p.pp()));
     if (m.moe().enabled()) refuse("model.moe", "enabled (experts)");
@@ -351,12 +350,6 @@ void validate(const modtrain::RunConfig& cfg) {
     if (m.moe().enabled())
       bad_field("parallel.sequence_parallel",
                 "does not support model.moe (MoE and MoDE blocks run under plain tp only)");
-    // Its partial gradients (norms, routers, predictors) are summed over tp after the dp
-    // reduction, into whole gradients; ZeRO keeps the reduced slices in its buckets instead.
-    if (p.dp() > 1 && zero_stage(p) > 0)
-      bad_field("parallel.sequence_parallel",
-                "does not combine with parallel.zero_stage " + std::to_string(zero_stage(p)) +
-                    " at parallel.dp " + std::to_string(p.dp()) + " yet (use zero_stage 0)");
   }
   if (t.batch_size() % p.dp() != 0)
     bad_field("train.batch_size", std::to_string(t.batch_size()) +

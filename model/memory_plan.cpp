@@ -200,13 +200,16 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   plan.parameters = param_elems * kMaster;
   plan.gradients = plan.parameters;
   // ZeRO-3 (parallel/zero3.h): each rank keeps its 1/dp slices, the outer unit (embedding,
-  // final norm, head) whole through the step, and at most one block whole at a time; its
-  // gradient buckets are the units, so the largest unit bounds a bucket.
+  // final norm, head) whole through the step, one block whole at a time and the next one's
+  // all-gather in flight (prefetch: its receive buffer, a block, and send buffer, 1/dp of one);
+  // its gradient buckets are the units, so the largest unit bounds a bucket.
   const bool stage3 = opt.layout.zero_stage >= 3;
   const double outer_elems = dense_elems + expert_elems -
                              std::accumulate(block_grads.begin(), block_grads.end(), 0.0) / kMaster;
   const double largest_block = *std::max_element(block_grads.begin(), block_grads.end());
-  if (stage3) plan.parameters = kMaster * (param_elems / opt.layout.dp + outer_elems) + largest_block;
+  if (stage3)
+    plan.parameters = kMaster * (param_elems / opt.layout.dp + outer_elems) +
+                      (2 + 1.0 / opt.layout.dp) * largest_block;
   // Expert weights are shared by edp ranks: dp / ep replicas times the tp ranks (which hold
   // the same experts and split the slots).
   const int dp = opt.layout.dp, edp = std::max(1, opt.layout.dp / opt.layout.ep) * opt.layout.tp;

@@ -52,6 +52,11 @@ class Communicator {
                                                      ReduceOp op = ReduceOp::Sum) = 0;
   // in [n, ...] -> out [size * n, ...]: chunk r of out is rank r's in.
   virtual void all_gather(const Tensor& in, const Tensor& out) = 0;
+  // all_gather started without blocking: out holds the result once the Work is waited; neither
+  // tensor may be touched until then (ZeRO-3 gathers the next unit while one computes, zero3.h).
+  // MPI and NCCL start it and return; this default runs all_gather at once and returns a done
+  // Work (the rendezvous, local and test communicators, whose collectives finish when called).
+  virtual std::unique_ptr<Work> all_gather_async(const Tensor& in, const Tensor& out);
   // in, out [size * n, ...]: chunk j of in goes to rank j; chunk j of out came from rank j.
   virtual void all_to_all(const Tensor& in, const Tensor& out) = 0;
   virtual void broadcast(const Tensor& t, int root) = 0;

@@ -19,8 +19,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kCollectiveNames[] = {
     "all_reduce", "all_reduce_async", "reduce_scatter", "reduce_scatter_async", "all_gather",
-    "all_to_all", "broadcast",        "barrier",        "send",                 "recv",
-    "split"};
+    "all_gather_async", "all_to_all", "broadcast", "barrier", "send", "recv", "split"};
 static_assert(std::size(kCollectiveNames) == kCollectiveCount,
               "every Collective needs a name in kCollectiveNames");
 
@@ -48,6 +47,7 @@ int64_t bytes_sent(Collective c, int64_t s, int n, bool root) {
     case Collective::ReduceScatter:
     case Collective::ReduceScatterAsync:
     case Collective::AllGather:
+    case Collective::AllGatherAsync:
     case Collective::AllToAll:
       return (n - 1) * s / n;
     case Collective::Broadcast:
@@ -130,12 +130,19 @@ Stats operator-(const Stats& later, const Stats& earlier) {
 struct CountingCommunicator::Table {
   mutable std::mutex mu;
   Stats stats;
+  bool recording = false;
+  std::vector<TimelineEvent> timeline;
 
   void add(const std::string& group, int size, Collective c, const CollectiveStats& s) {
     std::lock_guard<std::mutex> lock(mu);
     GroupStats& g = stats.groups[group];
     g.size = size;
     g[c] += s;
+    if (!recording) return;
+    if (s.calls > 0)
+      timeline.push_back({TimelineEvent::Issued, group, c, s.tensor_bytes, {}});
+    else
+      timeline.push_back({TimelineEvent::Waited, group, c, 0, {}});
   }
 };
 
@@ -240,6 +247,14 @@ void CountingCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   record(Collective::AllGather, bytes_of(out), seconds_since(t0));
 }
 
+std::unique_ptr<Work> CountingCommunicator::all_gather_async(const Tensor& in, const Tensor& out) {
+  const auto t0 = Clock::now();
+  std::unique_ptr<Work> work = inner_->all_gather_async(in, out);
+  record(Collective::AllGatherAsync, bytes_of(out), seconds_since(t0));
+  return std::make_unique<CountingWork>(std::move(work), table_, name(), size(),
+                                        Collective::AllGatherAsync);
+}
+
 void CountingCommunicator::all_to_all(const Tensor& in, const Tensor& out) {
   const auto t0 = Clock::now();
   inner_->all_to_all(in, out);
@@ -291,6 +306,23 @@ Stats CountingCommunicator::stats() const {
 void CountingCommunicator::reset_stats() {
   std::lock_guard<std::mutex> lock(table_->mu);
   for (auto& [name, g] : table_->stats.groups) g.by_kind = {};
+}
+
+void CountingCommunicator::record_timeline(bool on) {
+  std::lock_guard<std::mutex> lock(table_->mu);
+  if (on && !table_->recording) table_->timeline.clear();
+  table_->recording = on;
+}
+
+void CountingCommunicator::mark(std::string label) {
+  std::lock_guard<std::mutex> lock(table_->mu);
+  if (table_->recording)
+    table_->timeline.push_back({TimelineEvent::Mark, {}, Collective::kCount, 0, std::move(label)});
+}
+
+std::vector<TimelineEvent> CountingCommunicator::timeline() const {
+  std::lock_guard<std::mutex> lock(table_->mu);
+  return table_->timeline;
 }
 
 }  // namespace mod::parallel

@@ -17,7 +17,7 @@
 // chosen algorithm moves (for n = 2, ring and recursive doubling move exactly this):
 //   all_reduce, all_reduce_async   2 (n - 1) / n x S    S = bytes of t
 //   reduce_scatter(_async)         (n - 1) / n x S      S = bytes of in  (n x out)
-//   all_gather                     (n - 1) / n x S      S = bytes of out (n x in)
+//   all_gather(_async)             (n - 1) / n x S      S = bytes of out (n x in)
 //   all_to_all                     (n - 1) / n x S      S = bytes of in  (own chunk stays)
 //   broadcast                      S on the root, 0 elsewhere (what the root must send at least)
 //   send / recv                    S / 0
@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "parallel/communicator.h"
 
@@ -41,6 +42,7 @@ enum class Collective {
   ReduceScatter,
   ReduceScatterAsync,
   AllGather,
+  AllGatherAsync,
   AllToAll,
   Broadcast,
   Barrier,
@@ -90,6 +92,14 @@ struct Stats {
 // later - earlier, group by group and kind by kind (for "what happened between two snapshots").
 Stats operator-(const Stats& later, const Stats& earlier);
 
+struct TimelineEvent {
+  enum Kind { Issued, Waited, Mark } kind = Mark;
+  std::string group;                             // Issued, Waited
+  Collective collective = Collective::kCount;    // Issued, Waited
+  int64_t tensor_bytes = 0;                      // Issued
+  std::string label;                             // Mark
+};
+
 class CountingCommunicator final : public Communicator {
  public:
   // Wraps `inner`, which must outlive this object and everything split from it.
@@ -111,6 +121,7 @@ class CountingCommunicator final : public Communicator {
   std::unique_ptr<Work> reduce_scatter_async(const Tensor& in, const Tensor& out,
                                              ReduceOp op = ReduceOp::Sum) override;
   void all_gather(const Tensor& in, const Tensor& out) override;
+  std::unique_ptr<Work> all_gather_async(const Tensor& in, const Tensor& out) override;
   void all_to_all(const Tensor& in, const Tensor& out) override;
   void broadcast(const Tensor& t, int root) override;
   void barrier() override;
@@ -123,6 +134,14 @@ class CountingCommunicator final : public Communicator {
 
   Stats stats() const;  // the whole shared table
   void reset_stats();   // zeroes the whole shared table
+
+  // The timeline, shared as the table is: while recording, every call is logged as it returns
+  // (an async one: once started), every Work as its wait returns, and the caller's marks, in
+  // the order they happened on this process. Tests read when a collective was in flight
+  // relative to compute (ZeRO-3's prefetch); starting to record clears it.
+  void record_timeline(bool on);
+  void mark(std::string label);  // a TimelineEvent::Mark, when recording
+  std::vector<TimelineEvent> timeline() const;
   Communicator& inner() const { return *inner_; }
 
   struct Table;  // the shared, locked stats table (counting_communicator.cpp)

@@ -244,6 +244,19 @@ void MpiCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   wait(request, "all_gather");
 }
 
+std::unique_ptr<Work> MpiCommunicator::all_gather_async(const Tensor& in, const Tensor& out) {
+  const char* what = "all_gather_async";
+  detail::check_all_gather(*this, in, out);
+  check_host(what, *this, in, in.numel());
+  check_host(what, *this, out, in.numel());
+  const MPI_Datatype type = mpi_type(in.dtype());
+  MPI_Request request;
+  check(MPI_Iallgather(in.raw_data(), count_of(in), type, out.raw_data(), count_of(in), type, comm_,
+                       &request),
+        "MPI_Iallgather");
+  return std::make_unique<MpiWork>(*this, request, what, in, out);
+}
+
 void MpiCommunicator::all_to_all(const Tensor& in, const Tensor& out) {
   detail::check_all_to_all(*this, in, out);
   const int64_t chunk = in.numel() / size_;

@@ -280,6 +280,23 @@ void NcclCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   }));
 }
 
+std::unique_ptr<Work> NcclCommunicator::all_gather_async(const Tensor& in, const Tensor& out) {
+  const char* what = "all_gather_async";
+  if (on_host(what, in, out)) return host_->all_gather_async(in, out);
+  detail::check_all_gather(*this, in, out);
+  if (!nccl_) {
+    Tensor(out).copy_from(in);
+    return std::make_unique<DoneWork>();
+  }
+  if (in.numel() == 0) return std::make_unique<DoneWork>();
+  auto done = launch(what, [&](NcclState& s) {
+    MOD_NCCL_CHECK(s, what,
+                   ncclAllGather(in.raw_data(), out.raw_data(), count_of(in), nccl_type(in.dtype()),
+                                 s.comm, s.stream));
+  });
+  return std::make_unique<NcclWork>(std::move(done), capturing(), in, out);
+}
+
 void NcclCommunicator::all_to_all(const Tensor& in, const Tensor& out) {
   if (on_host("all_to_all", in, out)) return host_->all_to_all(in, out);
   detail::check_all_to_all(*this, in, out);

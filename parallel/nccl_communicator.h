@@ -66,6 +66,7 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Work> reduce_scatter_async(const Tensor& in, const Tensor& out,
                                              ReduceOp op) override;
   void all_gather(const Tensor& in, const Tensor& out) override;
+  std::unique_ptr<Work> all_gather_async(const Tensor& in, const Tensor& out) override;
   void all_to_all(const Tensor& in, const Tensor& out) override;
   void broadcast(const Tensor& t, int root) override;
   void barrier() override { host_->barrier(); }  // host only: queued GPU work is not waited for

@@ -36,10 +36,10 @@ class DoneWork final : public Work {
   bool test() override { return true; }
 };
 
-// all_reduce_async and reduce_scatter_async over NCCL: wait() orders the compute stream after
-// the collective; its tensors are held until then (or until test() has seen it finish). A
-// collective captured into a CUDA graph has not run yet, and its event may not be queried:
-// test() says false.
+// The async collectives over NCCL (all_reduce, reduce_scatter, all_gather): wait() orders the
+// compute stream after the collective; its tensors are held until then (or until test() has
+// seen it finish). A collective captured into a CUDA graph has not run yet, and its event may
+// not be queried: test() says false.
 class NcclWork final : public Work {
  public:
   NcclWork(std::shared_ptr<Event> done, bool captured, Tensor t, Tensor t2 = {})

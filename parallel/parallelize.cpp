@@ -231,9 +231,9 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
   // gradients reduce-scatter one bucket per unit, as each unit's backward ends.
   std::vector<int> unit_of;
   if (stage >= 3) {
-    if (mesh.tp().size() > 1 || mesh.ep().size() > 1 ||
+    if (mesh.ep().size() > 1 ||
         std::find(is_expert.begin(), is_expert.end(), true) != is_expert.end())
-      throw std::logic_error("parallelize: ZeRO stage 3 runs at tp 1 without experts "
+      throw std::logic_error("parallelize: ZeRO stage 3 runs without experts "
                              "(config::validate refuses the rest)");
     std::vector<std::vector<Tensor>> units(1 + model.num_blocks());
     for (const auto& [name, t] : params) {
@@ -245,6 +245,8 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
     model.set_unit_hooks(plan.units->hooks());
   }
   make_grad_buckets(plan, params, mesh, cfg, unit_of);
+  // ZeRO at dp > 1 reads the reduced gradients from the buckets' owned slices: sum those.
+  plan.sequence_grads_owned = sp && stage >= 1 && plan.dense_buckets;
   // Where the owned slices are read from (null: the parameters' own gradients).
   const GradBucketer* dense_grads = stage >= 1 ? plan.dense_buckets.get() : nullptr;
   const GradBucketer* expert_grads = stage >= 1 ? plan.expert_buckets.get() : nullptr;
@@ -346,7 +348,9 @@ LeafGradReady ParallelPlan::accumulate_hook() const {
 void ParallelPlan::finish_grad_sync() const {
   if (dense_buckets) dense_buckets->finish();
   if (expert_buckets) expert_buckets->finish();
-  if (!sequence_grads.empty()) sum_sequence_grads(sequence_grads, *sequence_tp);
+  if (!sequence_grads.empty())
+    sum_sequence_grads(sequence_grads, *sequence_tp,
+                       sequence_grads_owned ? dense_buckets.get() : nullptr);
   if (units) units->release_all();
 }
 
@@ -358,31 +362,32 @@ ParallelPlan::WholeParameters::~WholeParameters() {
   if (units) units->reshard_all();
 }
 
-void sum_sequence_grads(const std::vector<Tensor>& params, Communicator& tp) {
-  // One all-reduce of all of them: [sum of numels], packed in order (a no-grad parameter,
-  // absent alike on every rank, is skipped).
+void sum_sequence_grads(const std::vector<Tensor>& params, Communicator& tp,
+                        const GradBucketer* owned) {
+  // The tensors summed: whole gradients, or the owned slices (the same range of the same
+  // parameter on every tp rank of a dp rank, since replicated parameters have one shape).
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) {
+    Tensor g = owned ? owned->owned_grad(p) : p.grad();
+    if (g.defined()) grads.push_back(g.view({g.numel()}));
+  }
+  // One all-reduce of all of them: [sum of numels], packed in order (a no-grad parameter or an
+  // empty slice, absent alike on every tp rank, is skipped).
   int64_t total = 0;
-  const Tensor* first = nullptr;
-  for (const Tensor& p : params)
-    if (p.grad().defined()) {
-      total += p.numel();
-      if (!first) first = &p;
-    }
+  for (const Tensor& g : grads) total += g.numel();
   if (total == 0) return;
-  Tensor flat = Tensor::empty({total}, first->grad().dtype(), first->grad().device());
+  Tensor flat = Tensor::empty({total}, grads.front().dtype(), grads.front().device());
   int64_t at = 0;
-  for (const Tensor& p : params)
-    if (p.grad().defined()) {
-      flat.narrow0(at, p.numel()).copy_from(p.grad().view({p.numel()}));
-      at += p.numel();
-    }
+  for (const Tensor& g : grads) {
+    flat.narrow0(at, g.numel()).copy_from(g);
+    at += g.numel();
+  }
   tp.all_reduce(flat);
   at = 0;
-  for (const Tensor& p : params)
-    if (p.grad().defined()) {
-      p.grad().view({p.numel()}).copy_from(flat.narrow0(at, p.numel()));
-      at += p.numel();
-    }
+  for (Tensor& g : grads) {
+    g.copy_from(flat.narrow0(at, g.numel()));
+    at += g.numel();
+  }
 }
 
 std::vector<Tensor> NormGroup::grads() const {

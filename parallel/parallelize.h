@@ -121,6 +121,9 @@ struct ParallelPlan {
   // over sequence_tp (one all-reduce of them all); empty otherwise.
   std::vector<Tensor> sequence_grads;
   Communicator* sequence_tp = nullptr;
+  // ZeRO at dp > 1: what is summed is this rank's owned slices in dense_buckets (after the dp
+  // reduce-scatter; stage 2 and 3 keep no whole gradients), not the parameters' gradients.
+  bool sequence_grads_owned = false;
   // tp-sharded, ep-sharded, replicated: the order the norm's squares are added in. The causal
   // predictors' parameters are in predictor_norm_groups alone (empty without a predictor):
   // they are clipped by their own norm (optimizer's detached_scale).
@@ -142,7 +145,8 @@ struct ParallelPlan {
     ShardedUnits* units;
   };
   // Waits for every bucket: gradients are then dp means (experts: summed over edp, / dp);
-  // under ZeRO-1 only on the slices this rank owns. Then sums sequence_grads over tp, and
+  // under ZeRO-1 only on the slices this rank owns. Then sums sequence_grads over tp (under
+  // ZeRO at dp > 1 their owned slices: sequence_grads_owned), and
   // releases any ZeRO-3 unit still gathered.
   void finish_grad_sync() const;
 };
@@ -167,8 +171,10 @@ void make_sharded_optimizer(ParallelPlan& plan,
                             const Mesh& mesh, const modtrain::OptimizerConfig& optimizer,
                             const OptimizerFusion& fusion, const std::vector<bool>& held = {});
 
-// Each parameter's gradient (where defined) becomes its sum over tp, in one all-reduce.
-void sum_sequence_grads(const std::vector<Tensor>& params, Communicator& tp);
+// Each parameter's gradient (where defined) becomes its sum over tp, in one all-reduce; with
+// `owned` (a reduce-scatter bucketer), this rank's owned slice of it in the buckets instead.
+void sum_sequence_grads(const std::vector<Tensor>& params, Communicator& tp,
+                        const GradBucketer* owned = nullptr);
 
 // The parallelize step: tensor parallelism, then expert parallelism (both on the host, so
 // every device starts from the same initialisation), then the model moves to `device` and the

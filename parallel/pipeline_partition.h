@@ -23,6 +23,7 @@ struct PipelinePartition {
   std::vector<double> forward_per_token;  // [pp x v] forward FLOPs per sequence token
   int first_block(int stage) const;
   int stage_of_block(int block) const;
+  int rank_of(int stage) const { return stage % pp; }  // virtual stage c x pp + r is on rank r
   int stages() const { return static_cast<int>(blocks.size()); }
   double largest() const;  // the slowest stage's forward FLOPs per token
 };

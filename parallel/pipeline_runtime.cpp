@@ -12,13 +12,29 @@
 namespace mod::parallel {
 
 namespace {
-// Tags keep activations and gradients on separate channels between two ranks (MPI matches
-// messages of one tag in order; the schedule sends each channel in its receiver's order).
-constexpr int kActivationTag = 52, kGradTag = 53;
+// One MPI tag per link between virtual stages and direction: the activation virtual stage k
+// sends to k + 1 and the gradient k + 1 sends back to k. With interleaving two ranks share
+// several links (rank pp - 1 feeds rank 0's next chunk), so a receive matches its own link
+// whatever the other links carry; within a link both sides go in micro-batch order.
+constexpr int kLinkTagBase = 1000;  // apart from the statistics' tag (pipeline_training.cpp)
+int link_tag(int upstream_stage, bool grad) { return kLinkTagBase + 2 * upstream_stage + (grad ? 1 : 0); }
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A micro-batch's results of the rank's chunks as one: statistics and choices in chunk order,
+// which is block order (chunk c's blocks precede chunk c + 1's).
+model::ForwardResult merge_chunks(std::vector<model::ForwardResult>& chunks) {
+  model::ForwardResult out = std::move(chunks.front());
+  for (size_t c = 1; c < chunks.size(); ++c) {
+    model::ForwardResult& r = chunks[c];
+    out.stats.insert(out.stats.end(), r.stats.begin(), r.stats.end());
+    out.moe_stats.insert(out.moe_stats.end(), r.moe_stats.begin(), r.moe_stats.end());
+    out.routed_idx.insert(out.routed_idx.end(), r.routed_idx.begin(), r.routed_idx.end());
+  }
+  return out;
 }
 }  // namespace
 
@@ -26,72 +42,75 @@ StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule
                          const PipelinePartition& part, Communicator& pp,
                          const std::vector<PipelineMicroBatch>& mbs,
                          const LeafGradReady& last_backward_ready) {
-  const int r = pp.rank(), m = static_cast<int>(mbs.size());
-  if (s.virtual_stages != 1 || part.virtual_stages != 1)
-    throw std::invalid_argument("pipeline runtime: one model chunk per rank (interleaved "
-                                "schedules are simulated only)");
-  if (pp.size() != s.pp || part.pp != s.pp || m != s.microbatches)
-    throw std::invalid_argument("pipeline runtime: pp group of " + std::to_string(pp.size()) +
-                                ", schedule for pp " + std::to_string(s.pp) + " and " +
-                                std::to_string(s.microbatches) + " micro-batches, partition for pp " +
-                                std::to_string(part.pp) + ", " + std::to_string(m) + " micro-batches given");
-  const size_t first = part.first_block(r), end = first + part.blocks[r];
-  const bool last = end == model.num_blocks();
+  const int r = pp.rank(), m = static_cast<int>(mbs.size()), v = s.virtual_stages;
+  if (pp.size() != s.pp || part.pp != s.pp || part.virtual_stages != v || m != s.microbatches)
+    throw std::invalid_argument(
+        "pipeline runtime: pp group of " + std::to_string(pp.size()) + ", schedule for pp " +
+        std::to_string(s.pp) + " x " + std::to_string(v) + " chunks and " +
+        std::to_string(s.microbatches) + " micro-batches, partition for pp " +
+        std::to_string(part.pp) + " x " + std::to_string(part.virtual_stages) + ", " +
+        std::to_string(m) + " micro-batches given");
+  const int last_stage = part.stages() - 1;
   const int64_t b = mbs.at(0).tokens.size(0), t = mbs.at(0).tokens.size(1);
   const int64_t d = model.config().d_model();
   const Device device = mbs.at(0).tokens.device();
 
   StageStep out;
-  out.results.resize(m);
-  std::vector<Tensor> inputs(m), grads(m);
+  // Per micro-batch and chunk: its forward's result, received input and output gradient.
+  std::vector<std::vector<model::ForwardResult>> res(m, std::vector<model::ForwardResult>(v));
+  std::vector<std::vector<Tensor>> inputs(m, std::vector<Tensor>(v)), grads = inputs;
   std::vector<std::unique_ptr<Work>> sends;
   for (const PipeAction& a : s.ranks.at(r)) {
-    const int i = a.microbatch;
-    model::ForwardResult& res = out.results[i];
+    const int i = a.microbatch, c = a.chunk, stage = s.virtual_stage(r, c);
+    const bool last = stage == last_stage;
+    model::ForwardResult& rs = res[i][c];
     const auto t0 = Clock::now();
     switch (a.op) {
       case PipeOp::RecvActivation:
-        inputs[i] = Tensor::empty({b, t, d}, DType::F32, device);
-        pp.recv(inputs[i], a.peer, kActivationTag);
-        inputs[i].set_requires_grad(true);
+        inputs[i][c] = Tensor::empty({b, t, d}, DType::F32, device);
+        pp.recv(inputs[i][c], a.peer, link_tag(stage - 1, false));
+        inputs[i][c].set_requires_grad(true);
         out.wait_s += seconds_since(t0);
         break;
-      case PipeOp::Forward:
-        res = model.forward_stage(mbs[i].tokens, inputs[i], first, end,
-                                  last ? mbs[i].targets : Tensor());
-        if (last) out.lm_loss += detach(res.lm_loss).to(DType::F64).item() / m;
-        if (res.aux_loss.defined()) out.aux_loss += detach(res.aux_loss).to(DType::F64).item() / m;
+      case PipeOp::Forward: {
+        const size_t first = part.first_block(stage);
+        rs = model.forward_stage(mbs[i].tokens, inputs[i][c], first, first + part.blocks[stage],
+                                 last ? mbs[i].targets : Tensor());
+        if (last) out.lm_loss += detach(rs.lm_loss).to(DType::F64).item() / m;
+        if (rs.aux_loss.defined()) out.aux_loss += detach(rs.aux_loss).to(DType::F64).item() / m;
         out.compute_s += seconds_since(t0);
         break;
+      }
       case PipeOp::SendActivation:
-        sends.push_back(pp.send_async(res.hidden, a.peer, kActivationTag));
+        sends.push_back(pp.send_async(rs.hidden, a.peer, link_tag(stage, false)));
         break;
       case PipeOp::RecvGrad:
-        grads[i] = Tensor::empty({b, t, d}, DType::F32, device);
-        pp.recv(grads[i], a.peer, kGradTag);
+        grads[i][c] = Tensor::empty({b, t, d}, DType::F32, device);
+        pp.recv(grads[i][c], a.peer, link_tag(stage, true));
         out.wait_s += seconds_since(t0);
         break;
       case PipeOp::Backward: {
-        // The stage's own loss terms at 1/m, and the next stage's gradient into its output.
+        // The chunk's own loss terms at 1/m, and the next stage's gradient into its output.
         // Downstream first, as one process's loss = lm_loss + aux_loss walks them.
         std::vector<Tensor> roots, seeds;
         if (!last) {
-          roots.push_back(res.hidden);
-          seeds.push_back(grads[i]);
+          roots.push_back(rs.hidden);
+          seeds.push_back(grads[i][c]);
         }
-        if (res.loss.defined()) {
-          roots.push_back(scale(res.loss, 1.0 / m));
+        if (rs.loss.defined()) {
+          roots.push_back(scale(rs.loss, 1.0 / m));
           seeds.push_back(Tensor::full({}, 1.0, roots.back().dtype(), roots.back().device()));
         }
+        // A chunk's last backward (micro-batch m - 1) makes its gradients final.
         backward(roots, seeds, i == m - 1 ? last_backward_ready : LeafGradReady());
-        res.hidden = res.logits = res.loss = res.lm_loss = res.aux_loss = Tensor();
-        grads[i] = Tensor();
+        rs.hidden = rs.logits = rs.loss = rs.lm_loss = rs.aux_loss = Tensor();
+        grads[i][c] = Tensor();
         out.compute_s += seconds_since(t0);
         break;
       }
       case PipeOp::SendGrad:
-        sends.push_back(pp.send_async(inputs[i].grad(), a.peer, kGradTag));
-        inputs[i] = Tensor();
+        sends.push_back(pp.send_async(inputs[i][c].grad(), a.peer, link_tag(stage - 1, true)));
+        inputs[i][c] = Tensor();
         break;
     }
   }
@@ -101,6 +120,7 @@ StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule
   for (auto& w : sends) w->wait();
   pp.barrier();
   out.wait_s += seconds_since(t0);
+  for (auto& chunks : res) out.results.push_back(merge_chunks(chunks));
   return out;
 }
 
@@ -139,10 +159,11 @@ double pipeline_grad_norm(const model::Transformer& model, const PipelinePartiti
 
 bool stage_owns(const PipelinePartition& part, int pp_rank, const std::string& name,
                 bool tie_embeddings) {
-  const int last = part.stages() - 1;
-  if (name.rfind("blocks.", 0) == 0) return part.stage_of_block(std::stoi(name.substr(7))) == pp_rank;
-  if (name.rfind("embed.", 0) == 0) return pp_rank == 0 || (tie_embeddings && pp_rank == last);
-  return pp_rank == last;
+  const int last_rank = part.rank_of(part.stages() - 1);
+  if (name.rfind("blocks.", 0) == 0)
+    return part.rank_of(part.stage_of_block(std::stoi(name.substr(7)))) == pp_rank;
+  if (name.rfind("embed.", 0) == 0) return pp_rank == 0 || (tie_embeddings && pp_rank == last_rank);
+  return pp_rank == last_rank;
 }
 
 }  // namespace mod::parallel

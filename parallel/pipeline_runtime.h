@@ -1,7 +1,9 @@
 // One pipeline stage's forward and backward of a training step's micro-batches, driven by a
 // schedule (parallel/pipeline_schedule.h) over the pp group: activations [B,T,D] f32 and their
-// gradients go point to point (fixed shapes, known before the step); each stage runs its
-// blocks of the partition (parallel/pipeline_partition.h) through Transformer::forward_stage.
+// gradients go point to point (fixed shapes, known before the step), one tag per link between
+// virtual stages; each rank runs the blocks of its v chunks (virtual stages r, r + pp, ...; v = 1
+// but for interleaved 1F1B) of the partition (parallel/pipeline_partition.h) through
+// Transformer::forward_stage.
 //
 // Invariants:
 // - Every stage holds the whole model built from the same seed, so its blocks start exactly as
@@ -33,7 +35,8 @@ struct StageStep {
   // Sums over the micro-batches of loss / m: lm_loss on the last stage (0 elsewhere); aux_loss
   // of this stage's routed blocks and MoE layers.
   double lm_loss = 0, aux_loss = 0;
-  // Per micro-batch: this stage's routing statistics and top-C choices (hidden, logits dropped).
+  // Per micro-batch: the routing statistics and top-C choices of this rank's blocks, in block
+  // order (its chunks' merged; hidden, logits dropped).
   std::vector<model::ForwardResult> results;
   // Wall seconds this stage spent blocked on its receives, and at the step's end on its sends'
   // completion and on the other stages finishing (idle: the bubble, plus transfer time), and
@@ -42,11 +45,12 @@ struct StageStep {
   double wait_s = 0, compute_s = 0;
 };
 
-// Runs schedule s's actions of rank pp.rank() (one chunk per rank: s.virtual_stages == 1).
-// Collective over pp; ends with a barrier over pp. Gradients accumulate into the model's
-// parameters (zero them before). last_backward_ready is passed to the backward of the last
-// micro-batch (the stage's last), so data-parallel buckets reduce while it runs. The tokens are read on the first stage only, the
-// targets on the last: the other stages may pass empty tensors of the same [B,T] shape.
+// Runs schedule s's actions of rank pp.rank() on its s.virtual_stages chunks (part must have
+// as many per rank). Collective over pp; ends with a barrier over pp. Gradients accumulate into
+// the model's parameters (zero them before). last_backward_ready is passed to each chunk's
+// backward of the last micro-batch (the chunk's last), so data-parallel buckets reduce while
+// the rest runs. The tokens are read on the first stage only, the targets on the last: the
+// other stages may pass empty tensors of the same [B,T] shape.
 StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule& s,
                          const PipelinePartition& part, Communicator& pp,
                          const std::vector<PipelineMicroBatch>& microbatches,
@@ -65,8 +69,9 @@ void sum_tied_embedding_grads(const model::Transformer& model, Communicator* gro
 double pipeline_grad_norm(const model::Transformer& model, const PipelinePartition& part,
                           Communicator& pp);
 
-// The parameters stage pp_rank owns by name: its blocks, the embedding on the first stage, the
-// final norm and head on the last (and the tied embedding there too).
+// The parameters rank pp_rank owns by name: the blocks of its virtual stages, the embedding on
+// rank 0, the final norm and head on the last virtual stage's rank (and the tied embedding
+// there too).
 bool stage_owns(const PipelinePartition& part, int pp_rank, const std::string& name,
                 bool tie_embeddings);
 

@@ -214,7 +214,7 @@ ScheduleSimulation simulate_schedule(const PipelineSchedule& s, const StageCosts
                          ": sends and receives are in different orders");
         q.pop_front();
         (grad ? got_grad[r] : got_act[r]).insert(u);
-        clock[r] = std::max(clock[r], msg.time);
+        clock[r] = std::max(clock[r], msg.time + costs.transfer);
         break;
       }
     }
@@ -241,6 +241,7 @@ ScheduleSimulation simulate_schedule(const PipelineSchedule& s, const StageCosts
       throw std::logic_error(std::string(schedule_name(s.kind)) + ": rank " +
                              std::to_string(std::get<0>(key)) + " sent a tensor rank " +
                              std::to_string(std::get<1>(key)) + " never receives");
+  out.finish = clock;
   out.makespan = *std::max_element(clock.begin(), clock.end());
   return out;
 }

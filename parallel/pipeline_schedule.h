@@ -10,7 +10,7 @@
 //   directly followed by its send.
 // - Sends do not block (MPI_Isend, buffer kept until the step ends); receives block. Every
 //   channel (sender, receiver, activation or gradient) carries its tensors in the order the
-//   receiver expects them, so the runtime needs no tags beyond the channel's.
+//   receiver expects them (the runtime also tags each link between virtual stages apart).
 // - Each chunk runs its backwards in micro-batch order 0, 1, ..., m - 1, so gradients
 //   accumulate in the order of one process's gradient accumulation.
 #pragma once
@@ -46,15 +46,18 @@ struct PipelineSchedule {
 PipelineSchedule make_schedule(PipelineScheduleKind kind, int pp, int microbatches,
                                int virtual_stages = 1);
 
-// Times of one compute action, indexed [rank][chunk]; sends and receives take no time.
+// Times of one compute action, indexed [rank][chunk]. A send does not block its rank; the
+// tensor reaches the receiver `transfer` later (0: sends and receives take no time).
 struct StageCosts {
   std::vector<std::vector<double>> forward, backward;
+  double transfer = 0;
   static StageCosts uniform(int pp, int v, double forward, double backward);
 };
 
 struct ScheduleSimulation {
   double makespan = 0;               // the step: the last action's end
   std::vector<double> busy;          // [rank] compute time
+  std::vector<double> finish;        // [rank] when its last action ends
   std::vector<int> max_in_flight;    // [rank] most micro-batch chunks forwarded, not yet backward
   double bubble_fraction() const;    // idle / (pp x makespan)
 };

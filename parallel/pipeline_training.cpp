@@ -1,6 +1,7 @@
 // The trainer's pipeline pieces (see pipeline_training.h).
 #include "parallel/pipeline_training.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -21,13 +22,9 @@ void check_pipeline_training(const modtrain::RunConfig& cfg) {
   };
   refuse(p.sequence_parallel(), "parallel.sequence_parallel");
   refuse(cfg.train().device() == modtrain::TrainConfig::CUDA, "train.device CUDA");
-  refuse(p.pp_schedule() == modtrain::ParallelConfig::INTERLEAVED_1F1B,
-         "parallel.pp_schedule INTERLEAVED_1F1B");
-  refuse(p.virtual_stages() != 1, "parallel.virtual_stages " + std::to_string(p.virtual_stages()));
   if (!bad.empty())
     throw std::invalid_argument("config: parallel.pp = " + std::to_string(p.pp()) +
-                                " trains on CPUs with GPIPE or ONE_F_ONE_B, one chunk per rank, "
-                                "no sequence parallelism; remove: " + bad);
+                                " trains on CPUs, without sequence parallelism; remove: " + bad);
 }
 
 void sum_tied_embedding_owned_grads(const model::Transformer& model, Communicator* group,
@@ -94,6 +91,10 @@ void gather_stage_stats(std::vector<model::RoutedBlockStats>& routed,
       moe.push_back(std::move(s));
     }
   }
+  // Interleaved, a rank's blocks are not one range (rank 0 holds virtual stages 0, pp, ...).
+  auto by_block = [](const auto& a, const auto& b) { return a.block < b.block; };
+  std::stable_sort(routed.begin(), routed.end(), by_block);
+  std::stable_sort(moe.begin(), moe.end(), by_block);
 }
 
 }  // namespace mod::parallel

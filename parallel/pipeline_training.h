@@ -18,10 +18,9 @@
 namespace mod::parallel {
 
 // Throws std::invalid_argument naming the fields when cfg has parallel.pp > 1 with something
-// the pipeline trainer does not run: parallel.sequence_parallel,
-// train.device CUDA, an interleaved
-// schedule (parallel.pp_schedule INTERLEAVED_1F1B or parallel.virtual_stages > 1). (ZeRO stage
-// 3: config::validate. dp, tp, ep, ZeRO stages 1 and 2 and train.recompute run.)
+// the pipeline trainer does not run: parallel.sequence_parallel, train.device CUDA. (ZeRO
+// stage 3: config::validate. dp, tp, ep, ZeRO stages 1 and 2, train.recompute and interleaved
+// schedules run.)
 void check_pipeline_training(const modtrain::RunConfig& cfg);
 
 // Under ZeRO (reduce-scattered buckets over dp): sum_tied_embedding_grads of the slice of
@@ -36,7 +35,7 @@ void sum_tied_embedding_owned_grads(const model::Transformer& model, Communicato
 void broadcast_stage_parameters(const model::Transformer& model, const PipelinePartition& part,
                                 Communicator& pp);
 
-// Stage 0 receives the other stages' resolved statistics and appends them in stage order (so
+// Stage 0 receives the other stages' resolved statistics and merges them in block order (so
 // its lists cover every routed and MoE block, as one process's do; router histograms stay on
 // their stage); the other stages keep their own. Collective over pp.
 void gather_stage_stats(std::vector<model::RoutedBlockStats>& routed,

@@ -14,7 +14,9 @@ namespace mod::parallel {
 // reshaped weight) share it; only the bytes go and come back (Storage::resize), so every view
 // sees the gathered values.
 
-ShardedUnits::ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp) : dp_(dp) {
+ShardedUnits::ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp,
+                           bool prefetch)
+    : prefetch_(prefetch), dp_(dp) {
   for (auto& params : units) {
     Unit unit;
     for (Tensor& p : params) {
@@ -42,16 +44,31 @@ void ShardedUnits::take_owned(Unit& unit) {
   }
 }
 
+void ShardedUnits::start_gather(size_t u) {
+  Unit& unit = units_[u];
+  if (unit.work) return;
+  const Tensor& first = unit.members.front().param;
+  // send [L]: each member's owned slice at its chunk's offset (the padding is never read).
+  unit.send = Tensor::empty({unit.chunk_total}, first.dtype(), first.device());
+  for (const Member& m : unit.members)
+    if (m.owned.numel() > 0) unit.send.narrow0(m.at, m.owned.numel()).copy_from(m.owned);
+  unit.all = Tensor::empty({dp_.size() * unit.chunk_total}, first.dtype(), first.device());
+  unit.work = dp_.all_gather_async(unit.send, unit.all);
+}
+
+void ShardedUnits::prefetch(size_t u) {
+  if (u >= units_.size() || units_[u].members.empty() || units_[u].gathered) return;
+  start_gather(u);
+}
+
 void ShardedUnits::gather(size_t u) {
   Unit& unit = units_[u];
   if (unit.members.empty()) return;
-  const Tensor& first = unit.members.front().param;
-  // send [L]: each member's owned slice at its chunk's offset (the padding is never read).
-  Tensor send = Tensor::empty({unit.chunk_total}, first.dtype(), first.device());
-  for (const Member& m : unit.members)
-    if (m.owned.numel() > 0) send.narrow0(m.at, m.owned.numel()).copy_from(m.owned);
-  Tensor all = Tensor::empty({dp_.size() * unit.chunk_total}, first.dtype(), first.device());
-  dp_.all_gather(send, all);
+  start_gather(u);
+  unit.work->wait();
+  unit.work.reset();
+  const Tensor all = unit.all;
+  unit.send = unit.all = Tensor();
   for (Member& m : unit.members) {
     m.param.impl()->storage->resize(m.param.nbytes());  // a parameter spans its storage
     Tensor flat = m.param.view({m.param.numel()});
@@ -68,13 +85,18 @@ void ShardedUnits::gather(size_t u) {
 
 void ShardedUnits::release(size_t u) {
   Unit& unit = units_[u];
+  if (unit.work) {  // its buffers must outlive the collective, which every rank has started
+    unit.work->wait();
+    unit.work.reset();
+    unit.send = unit.all = Tensor();
+  }
   for (Member& m : unit.members) m.param.impl()->storage->resize(0);
   unit.gathered = false;
 }
 
 void ShardedUnits::release_all() {
   for (size_t u = 0; u < units_.size(); ++u)
-    if (units_[u].gathered) release(u);
+    if (units_[u].gathered || units_[u].work) release(u);
 }
 
 const Tensor& ShardedUnits::owned_values(const Tensor& p) const {
@@ -99,18 +121,25 @@ void ShardedUnits::reshard_all() {
 model::UnitHooks ShardedUnits::hooks() {
   model::UnitHooks h;
   h.begin_forward = [this] {
-    if (!all_whole_) gather(0);
+    if (all_whole_) return;
+    gather(0);
+    if (prefetch_) prefetch(1);  // block 0 travels while the embedding runs
   };
   h.end_forward = [this] {
     if (!all_whole_ && !grad_enabled()) release(0);  // else backward's head needs it first
   };
   h.enter_block = [this](size_t b) {
-    if (!all_whole_) gather(1 + b);
+    if (all_whole_) return;
+    gather(1 + b);
+    if (prefetch_) prefetch(2 + b);  // block b + 1 travels while block b computes
   };
   h.leave_block = [this](size_t b, const Tensor& x, const Tensor& aux) {
     if (all_whole_) return std::pair{x, aux};
     release(1 + b);
-    return gather_unit_for_backward(x, aux, [this, b] { gather(1 + b); });
+    return gather_unit_for_backward(x, aux, [this, b] {
+      gather(1 + b);
+      if (prefetch_ && b > 0) prefetch(b);  // block b - 1 travels while block b's backward runs
+    });
   };
   return h;
 }

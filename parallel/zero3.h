@@ -12,6 +12,12 @@
 //   outer:    gathered at the start of forward and kept until backward has finished with it,
 //             since the head runs last in forward and first in backward (FSDP's root unit);
 //             released after a forward without gradients
+//   prefetch: one unit ahead (FSDP's forward and backward prefetch, limit 1): entering block b
+//             starts block b + 1's all-gather (all_gather_async) and the start of forward block
+//             0's, so each travels while the block before computes; backward's gather of block
+//             b starts block b - 1's. At most two blocks are whole or in flight at once, as
+//             without prefetch (there the next block's gather buffer and parameters overlap).
+//             The gathered values are the same bytes either way, so results are bitwise equal.
 //
 // Released means the parameter's storage holds no bytes (the object stays: views of it saved for
 // backward see the values again once gathered), and any read throws, naming the tensor. The
@@ -36,12 +42,19 @@ class ShardedUnits {
  public:
   // units[u]: the parameters of unit u (0: the outer unit; 1 + b: block b), whole and equal on
   // every dp rank. Each rank copies out its owned slices and releases the whole tensors.
-  ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp);
+  // prefetch false: each unit gathered only when needed (the tests' reference).
+  ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp, bool prefetch = true);
 
   size_t size() const { return units_.size(); }
-  // Collective over dp: unit u's parameters whole from every rank's owned slices.
+  // Collective over dp: unit u's parameters whole from every rank's owned slices (finishing
+  // its prefetch if one is in flight).
   void gather(size_t u);
-  // Unit u's whole parameters let go; the owned slices stay.
+  // Starts unit u's all-gather unless it is whole or in flight; gather(u) finishes it. Collective
+  // over dp: every rank prefetches the same units in the same order.
+  void prefetch(size_t u);
+  bool in_flight(size_t u) const { return units_[u].work != nullptr; }
+  // Unit u's whole parameters let go (a prefetch in flight is waited out first); the owned
+  // slices stay.
   void release(size_t u);
   bool gathered(size_t u) const { return units_[u].gathered; }
   void release_all();
@@ -73,11 +86,15 @@ class ShardedUnits {
     int64_t chunk_total = 0;  // the gather's per-rank length: members' chunks summed
     bool gathered = true;
     int pending = 0;          // members whose gradient is not final yet this backward
+    std::unique_ptr<Work> work;  // the all-gather in flight (null: none)
+    Tensor send, all;            // its buffers, held until it is waited
   };
   void take_owned(Unit& unit);  // owned slices from the whole values
+  void start_gather(size_t u);  // packs the owned slices and starts the all-gather
 
   std::vector<Unit> units_;
   bool all_whole_ = false;  // between gather_all and reshard_all
+  bool prefetch_ = true;
   std::unordered_map<TensorImpl*, std::pair<size_t, size_t>> where_;  // param -> (unit, member)
   Communicator& dp_;
 };

@@ -67,10 +67,12 @@ std::string moe_name(int block, const MoeMetric& m) {
 }
 
 constexpr const char* kPredictorGradNorm = "predictor_grad_norm";
+constexpr const char* kPpBubble = "pp_bubble";  // pipelined runs only
 
-std::vector<std::string> columns(const model::Transformer& model) {
+std::vector<std::string> columns(const model::Transformer& model, bool pipelined) {
   std::vector<std::string> out;
   for (const RunMetric& m : kRunMetrics) out.push_back(m.name);
+  if (pipelined) out.push_back(kPpBubble);
   const int blocks = model.config().n_layers();
   const bool causal = model.config().mod().causal().method() != modtrain::CausalRoutingConfig::NONE;
   bool any_routed = false;
@@ -96,6 +98,7 @@ std::map<std::string, double> values(const StepMetrics& s, const modtrain::MoECo
   for (const RunMetric& m : kRunMetrics)
     if (s.*m.value) out[m.name] = *(s.*m.value);
   if (s.predictor_grad_norm) out[kPredictorGradNorm] = *s.predictor_grad_norm;
+  if (s.pp_bubble) out[kPpBubble] = *s.pp_bubble;
   for (const auto& r : s.routed)
     for (const RouterMetric& m : kRouterMetrics) out[router_name(r.block, m)] = r.*m.value;
   for (const auto& [block, share] : s.agreement) out[agreement_name(block)] = share;
@@ -119,11 +122,11 @@ std::string format_duration(double seconds) {
 }  // namespace
 
 MetricsLog::MetricsLog(const std::string& run_dir, const model::Transformer& model,
-                       int64_t start_step)
+                       int64_t start_step, bool pipelined)
     : moe_(model.config().moe()) {
   metrics::CsvWriter::truncate_after(run_dir + "/metrics.csv", start_step);
   metrics::TensorBoardWriter::truncate_after(run_dir + "/tb", start_step);
-  csv_ = std::make_unique<metrics::CsvWriter>(run_dir + "/metrics.csv", columns(model));
+  csv_ = std::make_unique<metrics::CsvWriter>(run_dir + "/metrics.csv", columns(model, pipelined));
   tb_ = std::make_unique<metrics::TensorBoardWriter>(run_dir + "/tb");
 }
 

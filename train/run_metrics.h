@@ -28,6 +28,9 @@ struct StepMetrics {
   // MiB: this rank's (metrics.csv and TensorBoard: world rank 0's), and at progress-line steps
   // the largest over every rank (one all-reduce then).
   std::optional<double> peak_memory_mb, peak_memory_max_mb;
+  // Under parallel.pp > 1: the step's measured pipeline bubble, world rank 0's pp group's idle
+  // seconds over their idle + compute seconds (the metrics.csv column exists only then).
+  std::optional<double> pp_bubble;
   std::vector<model::RoutedBlockStats> routed;  // resolved, one per routed block
   // At evaluations of an MoD model: (block, share of the first validation sequences' tokens
   // on which causal routing chooses as top-C does).
@@ -39,7 +42,9 @@ struct StepMetrics {
 // its checkpoint are dropped from both first, since it writes them again.
 class MetricsLog {
  public:
-  MetricsLog(const std::string& run_dir, const model::Transformer& model, int64_t start_step);
+  // pipelined: parallel.pp > 1 (metrics.csv gets pp_bubble).
+  MetricsLog(const std::string& run_dir, const model::Transformer& model, int64_t start_step,
+             bool pipelined);
   void write(int64_t steps_done, const StepMetrics& m);
 
  private:

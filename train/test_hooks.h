@@ -19,14 +19,15 @@ namespace mod::train {
 
 struct TestHooks {
   // World rank exit_rank exits with code 3 in the middle of step exit_step (1-based), between
-  // its forward and backward, as a crashed or OOM-killed process would. -1: none.
+  // its forward and backward (under pp, as its stage's step begins, its neighbours waiting on it
+  // mid-step), as a crashed or OOM-killed process would. -1: none.
   int exit_rank = -1;
   int64_t exit_step = 0;
   ckpt::FaultPoint checkpoint_fault = ckpt::FaultPoint::None;  // where a save kills its process
   bool check_tp_routing = false;  // parallel::check_same_routing after every training forward
   // Set by tests only (no variable): every training forward's routed_idx, copied to the host,
   // is appended here (the parity tests compare layouts' routing step by step; under pp, each
-  // micro-batch's routed blocks of this rank's stage). Null: off.
+  // micro-batch's routed blocks of this rank's chunks, in block order). Null: off.
   std::vector<std::vector<Tensor>>* routing_log = nullptr;
   // Before step nan_step (1-based) the first weight is overwritten with NaN, so the step's loss
   // is non-finite whatever the machine's rounding (a real divergence depends on it). 0: none.

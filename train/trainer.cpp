@@ -107,7 +107,8 @@ double Trainer::run() {
   peak_flops_ = peak_flops_per_process() * mesh_->world().size();
   if (!quiet_) print_run_header(flops);
   // Only world rank 0 writes; the others compute the same reduced metrics and drop them.
-  if (writer_) log_ = std::make_unique<MetricsLog>(run_dir_, *model_, start_step_);
+  if (writer_)
+    log_ = std::make_unique<MetricsLog>(run_dir_, *model_, start_step_, pipeline_schedule_.has_value());
 
   install_stop_handlers();
   const auto start = Clock::now();
@@ -174,11 +175,11 @@ void Trainer::print_run_header(const model::FlopCount& flops) const {
   const int zero_stage = config::zero_stage(cfg_.parallel());
   if (pipeline_schedule_)
     std::printf("parallel: %d processes (%s) = pp %d pipeline stages x dp %d x tp %d, %s "
-                "schedule, %d micro-batches (train.grad_accum); the first stage reads the tokens, "
-                "the last the targets\n",
+                "schedule, %d model chunk(s) per rank, %d micro-batches (train.grad_accum); the "
+                "first stage reads the tokens, the last the targets\n",
                 world, parallel::launch_info().source.c_str(), mesh_->dims().pp, mesh_->dims().dp,
                 mesh_->dims().tp, parallel::schedule_name(pipeline_schedule_->kind),
-                pipeline_schedule_->microbatches);
+                pipeline_schedule_->virtual_stages, pipeline_schedule_->microbatches);
   else if (world > 1)
     std::printf("parallel: %d processes (%s) = dp %d x tp %d (ep %d)%s, %zu gradient buckets\n",
                 world, parallel::launch_info().source.c_str(), mesh_->dims().dp, mesh_->dims().tp,

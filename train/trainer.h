@@ -117,6 +117,7 @@ class Trainer {
     Tensor predictor_grad_norm;  // the causal predictors' own (undefined without one)
     std::vector<model::RoutedBlockStats> stats;  // unresolved: device tensors
     std::vector<model::MoeStats> moe_stats;
+    std::optional<double> pp_bubble;  // under pp: this step's measured bubble (metrics.csv)
   };
   // One step (trainer_step.cpp) = load_step (host -> device), enqueue_step (device work only,
   // what a CUDA graph captures), finish_step (the one wait: results read, divergence checked).

@@ -18,7 +18,8 @@ void Trainer::setup_pipeline() {
   if (pp == 1) return;
   pipeline_partition_ = parallel::plan_partition(cfg_);
   pipeline_schedule_ = parallel::make_schedule(parallel::schedule_kind(cfg_.parallel()), pp,
-                                               cfg_.train().grad_accum());
+                                               cfg_.train().grad_accum(),
+                                               cfg_.parallel().virtual_stages());
   tied_embedding_group_ = parallel::make_tied_embedding_group(mesh_->pp());
   const int stage = mesh_->pp_rank();
   const bool tie = cfg_.model().tie_embeddings();
@@ -76,12 +77,16 @@ Trainer::StepOutputs Trainer::enqueue_pipeline_step() {
   else
     parallel::sum_tied_embedding_grads(*model_, tied_embedding_group_.get());
   // lm_loss is the last stage's (0 elsewhere, so the sum is exact); aux_loss adds the stages';
-  // finish_step then takes the mean over dp.
-  Tensor sums = Tensor::from_vector(std::vector<double>{st.lm_loss, st.aux_loss}, {2}, DType::F64);
+  // finish_step then takes the mean over dp. The stages' idle and compute seconds ride along:
+  // the step's bubble is their idle over their total (report_pipeline_bubble's, per step).
+  Tensor sums = Tensor::from_vector(
+      std::vector<double>{st.lm_loss, st.aux_loss, st.wait_s, st.compute_s}, {4}, DType::F64);
   pp.all_reduce(sums);
   StepOutputs out;
   out.loss = Tensor::scalar(sums.at(0), DType::F64);
   out.aux = Tensor::scalar(sums.at(1), DType::F64);
+  const double stage_seconds = sums.at(2) + sums.at(3);
+  out.pp_bubble = stage_seconds > 0 ? sums.at(2) / stage_seconds : 0.0;
   // The last micro-batch's statistics, as one process reports them, all on stage 0.
   model::ForwardResult& last = st.results.back();
   parallel::gather_stage_stats(last.stats, last.moe_stats, pp);
@@ -113,10 +118,12 @@ void Trainer::report_pipeline_bubble() {
   std::printf("pipeline bubble: measured %.4f (", b.total);
   for (size_t i = 0; i < b.per_stage.size(); ++i)
     std::printf("%sstage %zu %.4f", i ? ", " : "", i, b.per_stage[i]);
-  std::printf("), predicted (pp-1)/(m+pp-1) = %.4f for equal stages; measured: the stages' time "
-              "blocked on receives, sends and the last stage's end of step, over that plus their "
-              "forwards and backwards, in the %zu steps run here\n",
-              parallel::predicted_bubble(s.pp, s.microbatches), losses_.size());
+  std::printf("), predicted (pp-1)/(v m+pp-1) = %.4f for equal stages (%s, pp %d, v %d, m %d); "
+              "measured: the stages' time blocked on receives, sends and the last stage's end of "
+              "step, over that plus their forwards and backwards, in the %zu steps run here\n",
+              parallel::predicted_bubble(s.pp, s.microbatches, s.virtual_stages),
+              parallel::schedule_name(s.kind), s.pp, s.virtual_stages, s.microbatches,
+              losses_.size());
   std::fflush(stdout);
 }
 

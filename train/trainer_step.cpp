@@ -146,7 +146,11 @@ void Trainer::load_step(int64_t step) {
 
 // The device's part: nothing here reads a device tensor on the host.
 Trainer::StepOutputs Trainer::enqueue_step(int64_t step) {
-  if (pipeline_schedule_) return enqueue_pipeline_step();
+  if (pipeline_schedule_) {
+    // Under pp the rank dies as its stage's step begins, its neighbours waiting on it mid-step.
+    maybe_exit_for_test(hooks_, mesh_->world().rank(), step);
+    return enqueue_pipeline_step();
+  }
   const int accum = cfg_.train().grad_accum();
   model_->zero_grad();
   StepOutputs out;
@@ -218,6 +222,7 @@ StepMetrics Trainer::finish_step(int64_t step, const StepOutputs& out) {
   if (aux != 0) m.aux_loss = aux;
   m.grad_norm = grad_norm;
   m.predictor_grad_norm = predictor_grad_norm;
+  m.pp_bubble = out.pp_bubble;
   return m;
 }
 

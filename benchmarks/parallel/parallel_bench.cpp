@@ -6,6 +6,8 @@
 //   mpirun -n 2 --oversubscribe --bind-to none ./build/benchmarks/parallel_bench  (dp2, tp2,
 //                                                                                   dp2+zero1)
 //   mpirun -n 2 --oversubscribe --bind-to none ./build/benchmarks/parallel_bench
+//       --layouts dp2,dp2+zero2,dp2+zero3,tp2,tp2+sp            (ZeRO stages and sequence parallel)
+//   mpirun -n 2 --oversubscribe --bind-to none ./build/benchmarks/parallel_bench
 //       --config configs/recipes/tiny_mode_integrated.textproto     (the same and dp2+ep2)
 //   mpirun -n 4 --oversubscribe ./build/benchmarks/parallel_bench       (dp2xtp2, dp4, tp4)
 //   ./build/benchmarks/parallel_bench --napkin-only --fabric ib-400g --layouts dp64
@@ -31,6 +33,9 @@
 // in block b (moe_routing.h expert_slots of the T_b tokens entering its MLP):
 //   dp group  2 (dp - 1) / dp x 4 B x P_local                  ring all-reduce of dense gradients
 //             + (dp - 1) / dp x 4 B x P_local with ZeRO-1      all-gather of updated parameters
+//             ZeRO-3 (tp 1): (dp - 1) / dp x 4 B x (P + a P + a P_blocks): the reduce-scatter,
+//             each micro-batch's forward all-gathers of every unit and backward ones of every
+//             block (the outer unit, embedding + final norm + head, stays whole)
 //   edp group 2 (edp - 1) / edp x 4 B x P_expert / ep          ring all-reduce of expert
 //             (+ (edp - 1) / edp x ... with ZeRO-1)            gradients, edp = dp / ep x tp
 //             ranks hold the same experts (parallel/mesh.h); the sum is divided by dp
@@ -42,6 +47,12 @@
 //             slots (combine forward, dispatch backward; expert_parallel.h); 2 of [B/dp, T, D]:
 //             the vocabulary-parallel embedding (forward) and the tied LM head's input
 //             (backward); 3 f64 per token in the vocabulary-parallel cross-entropy.
+//   tp group under sequence parallelism: the same, each all-reduce an all-gather + a
+//             reduce-scatter, + per routed block 2 x 2 (tp - 1) / tp x a x 4 B x B/dp x C x D
+//             (its rows gathered forward and their gradient scattered backward) + once a step
+//             2 (tp - 1) / tp x 4 B x P_seq (the sequence-partial gradients: dense blocks' norms,
+//             final norm, routers, predictors); MoD's scores, predictor logits and causal loss
+//             (4 B x T a sequence each) are left out
 //   ep group  valid x 4 (ep - 1) / ep x a x 4 B x D x B / dp / tp x sum_b E K_b
 //             4 all-to-alls per MoE block (dispatch and combine, forward and backward), each of
 //             a rank's [E, B/dp x K_b / tp, D] slots, of which (ep - 1) / ep go to experts on
@@ -268,8 +279,8 @@ int main(int argc, char** argv) {
   cli::add_set_option(desc, "override for every config: path.to.field=value (repeatable)");
   desc.add_options()(
       "layouts", po::value<std::string>()->default_value(""),
-      "comma-separated, e.g. dp2,tp2,dp2+zero1,dp2+zero2,dp2xtp2,dp2+ep2 (default: the world "
-      "size's)")(
+      "comma-separated, e.g. dp2,tp2,dp2+zero1,dp2+zero2,dp2+zero3,tp2+sp,dp2xtp2,dp2+ep2 "
+      "(default: the world size's)")(
       "steps", po::value<int>()->default_value(6), "timed steps per layout")(
       "warmup", po::value<int>()->default_value(2), "warm-up steps per layout, not timed")(
       "data", po::value<std::string>()->default_value(""),
@@ -334,11 +345,14 @@ int main(int argc, char** argv) {
       parallel::finalize_world();
       return 0;
     }
-    for (const Layout& l : o.layouts)
+    for (const Layout& l : o.layouts) {
+      if (l.pp > 1)
+        fail("layout " + l.label() + ": pipeline layouts are predicted only (--napkin-only)");
       if (l.dp * l.tp != n)
         fail("layout " + l.label() + " needs dp x tp = " + std::to_string(l.dp) + " x " +
              std::to_string(l.tp) + " = " + std::to_string(l.dp * l.tp) + " ranks, the world has " +
              std::to_string(n));
+    }
     const double start_load = set_up_threads(vm, o);
     const std::vector<Row> rows = bench_configs(vm, o);
     if (leader()) print_summary(rows, start_load);

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "benchmarks/parallel/parallel_bench.h"
+#include "benchmarks/parallel/parallel_pipeline_napkin.h"
+#include "configs/config.h"
 #include "model/flops.h"
 #include "model/routing_schedule.h"
 #include "model/transformer.h"
@@ -51,7 +53,8 @@ std::string breakdown(const parallel::Stats& d, const std::string& group, int st
     if (!out.empty()) out += ", ";
     out += fmt("%.3g x ", static_cast<double>(s.calls) / steps) + parallel::collective_name(kind) +
            " " + mb(static_cast<double>(s.bytes_sent) / steps);
-    out += kind == Collective::AllReduceAsync || kind == Collective::ReduceScatterAsync
+    out += kind == Collective::AllReduceAsync || kind == Collective::ReduceScatterAsync ||
+                   kind == Collective::AllGatherAsync
                ? fmt(" (launch %.1f ms, waiting %.1f ms)", ms(s.seconds), ms(s.wait_seconds))
                : fmt(" (%.1f ms)", ms(s.seconds));
   }
@@ -65,6 +68,7 @@ std::string misfit(const modtrain::RunConfig& cfg, const Layout& l) {
     const parallel::ParallelDims dims{l.dp, l.tp, l.ep};
     dims.validate(l.dp * l.tp);
     dims.validate_model(cfg.model());
+    config::validate(layout_config(cfg, l, 1));  // what stage 3 and sequence parallelism refuse
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -274,6 +278,38 @@ std::vector<Row> bench_model(const std::string& path, const modtrain::RunConfig&
 
 // Token choice is counted as if every slot held a token (valid = 1: no measurement without
 // training).
+namespace {
+// One pipeline layout's lines under --napkin-only: each rank's blocks and bytes, and with a
+// fabric its times and the simulated bubble.
+void print_pipeline(const Layout& l, const PipelinePrediction& pl, bool timed) {
+  double dp = 0, tp = 0, p2p = 0;
+  for (const PipelineRank& r : pl.ranks) {
+    dp = std::max(dp, r.dp_bytes);
+    tp = std::max(tp, r.tp_bytes);
+    p2p = std::max(p2p, r.p2p_bytes);
+  }
+  std::printf("%-14s %s, %d micro-batches; per step, the most a pipeline rank sends: dp %s, tp %s, "
+              "p2p %s\n",
+              l.label().c_str(), pl.schedule.c_str(), pl.microbatches, mb(dp).c_str(),
+              mb(tp).c_str(), mb(p2p).c_str());
+  for (size_t r = 0; r < pl.ranks.size(); ++r) {
+    const PipelineRank& pr = pl.ranks[r];
+    std::printf("    rank %zu: blocks %s; %.4g parameters a GPU, state %.2f GB; dp %s, tp %s, p2p %s",
+                r, pr.blocks.c_str(), pr.local, pr.state_bytes / 1e9, mb(pr.dp_bytes).c_str(),
+                mb(pr.tp_bytes).c_str(), mb(pr.p2p_bytes).c_str());
+    if (timed)
+      std::printf("; busy %.2f ms, last backward done at %.2f ms, gradients %.2f ms (%.2f ms after "
+                  "it with overlap)",
+                  1e3 * pr.busy, 1e3 * pr.finish, 1e3 * pr.grad_comm, 1e3 * pr.grad_exposed);
+    std::printf("\n");
+  }
+  if (timed)
+    std::printf("    bubble: %.4f simulated with these stages and %.3f ms a transfer (equal stages, "
+                "free transfers: (pp-1)/(v m+pp-1) = %.4f)\n",
+                pl.bubble, 1e3 * pl.transfer, pl.bubble_equal);
+}
+}  // namespace
+
 void print_napkins(const modtrain::RunConfig& cfg, const std::vector<Layout>& layouts,
                    const Fabric* fabric) {
   const auto& m = cfg.model();
@@ -283,9 +319,19 @@ void print_napkins(const modtrain::RunConfig& cfg, const std::vector<Layout>& la
       cfg.name().c_str(), m.d_model(), m.n_layers(), m.d_ff(), m.vocab_size(), m.seq_len(),
       cfg.train().batch_size(), cfg.train().grad_accum());
   std::vector<std::pair<Layout, StepTime>> times;
+  std::vector<std::pair<Layout, PipelinePrediction>> pipelines;
   for (const Layout& l : layouts) {
-    if (const std::string why = misfit(cfg, l); !why.empty()) {
+    std::string why = misfit(cfg, l);
+    if (why.empty() && l.pp > 1) why = pipeline_misfit(cfg, l);
+    if (!why.empty()) {
       std::printf("%-14s does not fit: %s\n", l.label().c_str(), why.c_str());
+      continue;
+    }
+    if (l.pp > 1) {  // the bytes need no fabric; the times do
+      const PipelinePrediction pl =
+          predict_pipeline(cfg, l, fabric ? *fabric : fabric_preset("nvlink-h100"));
+      print_pipeline(l, pl, fabric != nullptr);
+      if (fabric) pipelines.emplace_back(l, pl);
       continue;
     }
     const Napkin nk = napkin(cfg, l);
@@ -300,18 +346,29 @@ void print_napkins(const modtrain::RunConfig& cfg, const std::vector<Layout>& la
     if (!fabric) continue;
     const StepTime t = predict_step(cfg, l, nk, *fabric);
     times.emplace_back(l, t);
-    std::printf(
-        "    time: compute %.2f ms (the last micro-batch's backward %.2f ms); %d gradient "
-        "bucket%s of parallel.bucket_mb %g MiB: %.2f ms, %.2f ms of it after backward with "
-        "overlap",
-        1e3 * t.compute, 1e3 * t.last_backward, t.buckets, t.buckets == 1 ? "" : "s",
-        cfg.parallel().bucket_mb(), 1e3 * t.grad_comm, 1e3 * t.exposed_grad);
-    if (l.sharded()) std::printf("; ZeRO all-gather %.2f ms", 1e3 * t.gather);
+    std::printf("    time: compute %.2f ms (the last micro-batch's backward %.2f ms); ",
+                1e3 * t.compute, 1e3 * t.last_backward);
+    if (l.stage3())
+      std::printf("%d reduce-scatters, one per unit: %.2f ms, %.2f ms of it after backward with "
+                  "overlap",
+                  t.buckets, 1e3 * t.grad_comm, 1e3 * t.exposed_grad);
+    else
+      std::printf("%d gradient bucket%s of parallel.bucket_mb %g MiB: %.2f ms, %.2f ms of it "
+                  "after backward with overlap",
+                  t.buckets, t.buckets == 1 ? "" : "s", cfg.parallel().bucket_mb(),
+                  1e3 * t.grad_comm, 1e3 * t.exposed_grad);
+    if (l.stage3() && l.dp > 1)
+      std::printf("; ZeRO-3 all-gathers %.2f ms; with prefetch compute waits %.2f ms on them "
+                  "(on a stream shared with the reduce-scatters), without %.2f ms more",
+                  1e3 * t.gather, 1e3 * t.exposed_gather,
+                  1e3 * (t.exposed_dp_no_prefetch - t.exposed_gather - t.exposed_grad));
+    else if (l.sharded())
+      std::printf("; ZeRO all-gather %.2f ms", 1e3 * t.gather);
     if (l.tp > 1) std::printf("; tp %.2f ms in %d calls", 1e3 * t.tp, t.tp_calls);
     if (l.ep > 1) std::printf("; ep %.2f ms in %d calls", 1e3 * t.ep, t.ep_calls);
     std::printf("\n");
   }
-  if (!fabric || times.empty()) return;
+  if (!fabric || (times.empty() && pipelines.empty())) return;
   const model::FlopCount flops = model::count_flops(m);
   std::printf(
       "\npredicted per step and rank, %s: %.4g training FLOPs a token x %.0f tokens a step; "
@@ -328,8 +385,39 @@ void print_napkins(const modtrain::RunConfig& cfg, const std::vector<Layout>& la
   std::printf(
       "(predictions, not measurements: compute = FLOPs / (dp x tp) / (peak x MFU); comm = bytes "
       "/ busbw + latency per collective; with overlap the gradient buckets travel during the "
-      "last micro-batch's backward, one at a time in launch order; tp, ep and ZeRO-1's "
-      "all-gather are always exposed)\n");
+      "last micro-batch's backward, one at a time in launch order; tp (sequence parallel "
+      "too), ep and ZeRO-1/2's all-gather are always exposed; ZeRO-3 with overlap: each "
+      "unit's all-gather prefetched one unit ahead and its reduce-scatter at the end of its "
+      "backward, all on one comm stream in the order issued, exposed = compute's stalls on a "
+      "gather + what follows the last backward)\n");
+  if (pipelines.empty()) return;
+  // Beside the layouts without stages: the training state a GPU must hold, which is what
+  // pipelining buys.
+  std::printf("\nwith pipeline stages, %s:\n%-16s %-7s %9s %9s %7s %10s %10s %12s\n",
+              cfg.name().c_str(), "layout", "overlap", "step ms", "busy ms", "bubble",
+              "exposed ms", "tok/s/GPU", "state GB/GPU");
+  for (const auto& [l, t] : times)
+    for (bool overlap : {false, true})
+      std::printf("%-16s %-7s %9.2f %9.2f %7s %10.2f %10.0f %12.1f\n", l.label().c_str(),
+                  overlap ? "yes" : "no", 1e3 * t.step(overlap), 1e3 * (t.compute + t.tp + t.ep),
+                  "-", 1e3 * (t.step(overlap) - t.compute - t.tp - t.ep),
+                  tokens_per_step(cfg) / t.step(overlap) / l.world(),
+                  state_bytes(napkin(cfg, l).local, l) / 1e9);
+  for (const auto& [l, pl] : pipelines)
+    for (bool overlap : {false, true})
+      std::printf("%-16s %-7s %9.2f %9.2f %7.4f %10.2f %10.0f %12.1f\n", l.label().c_str(),
+                  overlap ? "yes" : "no", 1e3 * pl.step(overlap), 1e3 * pl.busiest(), pl.bubble,
+                  1e3 * (pl.step(overlap) - pl.makespan),
+                  tokens_per_step(cfg) / pl.step(overlap) / l.world(), [&] {
+                    double most = 0;
+                    for (const PipelineRank& r : pl.ranks) most = std::max(most, r.state_bytes);
+                    return most / 1e9;
+                  }());
+  std::printf(
+      "(pipeline: the schedule simulated with each stage's compute and tp time and each transfer "
+      "of a [B/dp, T, D] f32 activation over the dp fabric; busy = the busiest rank's compute and "
+      "tp; exposed = what the gradients and ZeRO's all-gather add after the pipeline drains; "
+      "state = f32 parameters, gradients and AdamW moments of the fullest GPU, no activations)\n");
 }
 
 }  // namespace mod::bench

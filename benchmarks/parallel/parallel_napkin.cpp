@@ -2,32 +2,36 @@
 #include "benchmarks/parallel/parallel_napkin.h"
 
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 
 #include "model/flops.h"
+#include "model/parameter_shapes.h"
 #include "model/moe_routing.h"
 #include "model/routing_schedule.h"
 
 namespace mod::bench {
 
 std::string Layout::label() const {
-  char s[64];
-  if (tp == 1)
-    std::snprintf(s, sizeof s, "dp%d", dp);
-  else if (dp == 1)
-    std::snprintf(s, sizeof s, "tp%d", tp);
-  else
-    std::snprintf(s, sizeof s, "dp%dxtp%d", dp, tp);
-  return std::string(s) + (ep > 1 ? "+ep" + std::to_string(ep) : "") +
-         (zero_stage > 0 ? "+zero" + std::to_string(zero_stage) : "");
+  std::string s;
+  auto add = [&](const char* name, int n) {
+    s += (s.empty() ? "" : "x") + std::string(name) + std::to_string(n);
+  };
+  if (dp > 1 || (tp == 1 && pp == 1)) add("dp", dp);
+  if (tp > 1) add("tp", tp);
+  if (pp > 1) add("pp", pp);
+  return s + (ep > 1 ? "+ep" + std::to_string(ep) : "") +
+         (zero_stage > 0 ? "+zero" + std::to_string(zero_stage) : "") + (sp ? "+sp" : "") +
+         (v > 1 ? "+v" + std::to_string(v) : "");
 }
 
 namespace {
-// "dp2" -> ('d', 2); false unless two letters and a positive decimal.
+// "dp2" -> 2 for name "dp"; false unless the name, then a positive decimal.
 bool factor(const std::string& part, const char* name, int& value) {
-  if (part.rfind(name, 0) != 0 || part.size() <= 2) return false;
-  const std::string digits = part.substr(2);
+  const size_t n = std::strlen(name);
+  if (part.rfind(name, 0) != 0 || part.size() <= n) return false;
+  const std::string digits = part.substr(n);
   if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 6)
     return false;
   value = std::stoi(digits);
@@ -37,7 +41,8 @@ bool factor(const std::string& part, const char* name, int& value) {
 
 Layout parse_layout(const std::string& text) {
   const std::string usage =
-      "layout '" + text + "': expected dpN, tpN or dpNxtpM, then +epK, +zero1 or +zero2";
+      "layout '" + text + "': expected dpN, tpN, ppN or a product (dpNxtpMxppK), then +epK, "
+      "+zero1, +zero2, +zero3, +sp or +vK";
   Layout l;
   std::stringstream items(text);
   std::string item;
@@ -46,16 +51,21 @@ Layout parse_layout(const std::string& text) {
   std::string part;
   bool any = false;
   while (std::getline(parts, part, 'x')) {
-    if (!factor(part, "dp", l.dp) && !factor(part, "tp", l.tp)) throw std::invalid_argument(usage);
+    if (!factor(part, "dp", l.dp) && !factor(part, "tp", l.tp) && !factor(part, "pp", l.pp))
+      throw std::invalid_argument(usage);
     any = true;
   }
   if (!any || text.back() == '+') throw std::invalid_argument(usage);
   while (std::getline(items, item, '+')) {
-    if (item == "zero1" || item == "zero2")
+    if (item == "zero1" || item == "zero2" || item == "zero3")
       l.zero_stage = item.back() - '0';
-    else if (!factor(item, "ep", l.ep))
+    else if (item == "sp")
+      l.sp = true;
+    else if (!factor(item, "ep", l.ep) && !factor(item, "v", l.v))
       throw std::invalid_argument(usage + " (not '+" + item + "')");
   }
+  if (l.v > 1 && l.pp == 1)
+    throw std::invalid_argument(usage + " (+v" + std::to_string(l.v) + " needs ppN)");
   return l;
 }
 
@@ -72,6 +82,23 @@ std::vector<Layout> default_layouts(int n, bool experts) {
     out = {{n, 1, 1, false}, {n, 1, 1, true}};
   }
   return out;
+}
+
+bool tp_split_parameter(const std::string& name) {
+  if (name == "embed.weight" || name == "lm_head.weight") return true;
+  for (const char* w : {".attn.wq.weight", ".attn.wk.weight", ".attn.wv.weight", ".attn.wo.weight",
+                        ".mlp.up.weight", ".mlp.gate.weight", ".mlp.down.weight"}) {
+    const std::string suffix = w;
+    if (name.size() >= suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return true;
+  }
+  return false;
+}
+
+int block_of_parameter(const std::string& name) {
+  if (name.rfind("blocks.", 0) != 0) return -1;
+  return std::stoi(name.substr(7));
 }
 
 std::string fmt(const char* format, double a, double b, double c, double d, double e, double f) {
@@ -106,6 +133,19 @@ Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l, double valid_shar
             v * d * (m.tie_embeddings() ? 1 : 2);
   n.expert = n_moe * e * mlp_mats * d * fe;
   n.replicated = n.params - n.split - n.expert;
+  // ZeRO-3's outer unit and sequence parallelism's partial parameters, by name as
+  // parallel/parallelize.cpp picks them (a routed block's norms see its gathered rows, whole).
+  const auto routed_block = model::routed_blocks(m);
+  for (const auto& [name, shape] : model::parameter_shapes(m)) {
+    int64_t numel = 1;
+    for (int64_t x : shape) numel *= x;
+    const int blk = block_of_parameter(name);
+    if (blk < 0) n.outer += numel;
+    if (tp_split_parameter(name) || name.find(".mlp.experts.") != std::string::npos) continue;
+    if (blk >= 0 && routed_block[blk] && name.compare(name.find('.', 7) + 1, 4, "norm") == 0)
+      continue;
+    n.seq_partial += numel;
+  }
   n.local = static_cast<double>(n.split) / l.tp + static_cast<double>(n.replicated);
   n.expert_local = static_cast<double>(n.expert) / l.ep;
   n.edp = l.dp / l.ep * l.tp;
@@ -123,6 +163,17 @@ Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l, double valid_shar
                          : fmt("2 (dp - 1) / dp x 4 B x P_local = 2 x %.0f / %.0f x 4 x %.0f = "
                                "%.3f MB",
                                dp - 1, dp, n.local, n.dp_bytes / 1e6);
+  if (l.stage3()) {  // tp 1 and no experts (config::validate): P_local = P
+    const double blocks = static_cast<double>(n.params - n.outer);
+    n.dp_bytes = (dp - 1) / dp * 4 * (n.local + a * n.local + a * blocks);
+    n.dp_formula =
+        fmt("(dp - 1) / dp x 4 B x (P + a x P + a x P_blocks) = %.0f / %.0f x 4 x (%.0f + %.0f x ",
+            dp - 1, dp, n.local, a) +
+        fmt("%.0f + %.0f x %.0f) = %.3f MB (ZeRO-3: the reduce-scatter once a step; each "
+            "micro-batch all-gathers every unit in forward and every block again in backward, "
+            "the outer unit staying whole)",
+            n.local, a, blocks, n.dp_bytes / 1e6);
+  }
 
   // edp: expert gradients over the ranks holding the same experts (summed there, divided by dp).
   n.edp_bytes = 2 * (edp - 1) / edp * 4 * n.expert_local;
@@ -138,10 +189,12 @@ Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l, double valid_shar
   // 2 all-gathers of its [E, B/dp x K_b, D] slots (combine forward, dispatch backward).
   int64_t sum_w = 0, sum_ek = 0, routed = 0, c = t;
   const auto capacities = model::block_capacities(m);
-  const auto routed_block = model::routed_blocks(m);
   for (int blk = 0; blk < layers; ++blk) {
     const int64_t tb = capacities[blk];
     sum_w += moe[blk] ? 2 * tb + e * slots[blk] : 4 * tb;
+    // Sequence parallelism: a routed block's rows gathered (forward) and their gradient
+    // scattered (backward), one all-reduce of [b, C, D] each way.
+    if (l.sp && routed_block[blk]) sum_w += 2 * tb;
     sum_ek += e * slots[blk];
     if (routed_block[blk]) {
       ++routed;
@@ -152,21 +205,31 @@ Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l, double valid_shar
   // The loss: an all-gather of each slice's logsumexp (tp x T values) and an all-reduce of
   // the target logit (T values), written in the all-reduce's 2 (tp - 1) / tp units.
   const double inner = 4.0 * d * (sum_w + 2.0 * t) + 4.0 * t * (tp / 2 + 1);
-  n.tp_bytes = 2 * (tp - 1) / tp * a * rows * inner;
+  const double activations = 2 * (tp - 1) / tp * a * rows * inner;
+  // Sequence parallelism: the partial gradients summed over tp once a step.
+  const double seq_grads = l.sp ? 2 * (tp - 1) / tp * 4 * static_cast<double>(n.seq_partial) : 0;
+  n.tp_bytes = activations + seq_grads;
   std::string w = n_moe < layers ? "4 T_b per dense-MLP block" : "";
   if (n_moe > 0)
     w += (w.empty() ? "" : ", ") +
          fmt("2 T_b + E K_b per MoE block (%.0f of them, sum E K_b = %.0f)", n_moe,
              static_cast<double>(sum_ek));
   w += routed == 0 ? fmt("; T_b = %.0f", t) : fmt("; T_b = %.0f or C %.0f", t, c);
+  if (l.sp && routed > 0) w += "; sequence parallel: + 2 C per routed block, its rows";
   n.tp_formula =
       fmt("2 (tp - 1) / tp x a x B / dp x [4 B x D x (sum_b w_b + 2 T) + 4 B x T x (tp / 2 + 1)] = "
           "2 x %.0f / "
           "%.0f x %.0f x %.0f x [4 x %.0f x ",
           tp - 1, tp, a, rows, d) +
       fmt("(%.0f + 2 x %.0f) + 4 x %.0f x (%.0f / 2 + 1)] = %.3f MB (w_b = ", sum_w, t, t, tp,
-          n.tp_bytes / 1e6) +
-      w + ")";
+          activations / 1e6) +
+      w + ")" +
+      (l.sp ? fmt("; sequence parallel: an all-gather + reduce-scatter for each all-reduce, the "
+                  "same bytes, + 2 (tp - 1) / tp x 4 B x P_seq = %.3f MB (P_seq = %.0f partial "
+                  "gradients; MoD's scores, predictor logits and causal loss, 4 B x T a "
+                  "sequence each, left out)",
+                  seq_grads / 1e6, static_cast<double>(n.seq_partial))
+            : std::string());
 
   // ep: per MoE block 4 all-to-alls (dispatch, combine; forward, backward) of [E, B/dp x K_b / tp,
   // D]; (ep - 1) / ep of the slots go to experts on other ranks.

@@ -70,6 +70,7 @@ modtrain::RunConfig layout_config(modtrain::RunConfig cfg, const Layout& l, int 
   p->set_tp(l.tp);
   p->set_ep(l.ep);
   p->set_zero_stage(l.zero_stage);
+  p->set_sequence_parallel(l.sp);
   cfg.mutable_train()->set_steps(steps);
   cfg.mutable_train()->set_eval_every(0);
   cfg.mutable_checkpoint()->set_every_steps(0);
@@ -174,17 +175,18 @@ StepFigures per_step(const Run& a, const Run& b, int steps) {
 // (all_gather: that many bytes out; all_to_all and reduce_scatter: that many bytes in).
 double collective_seconds(Communicator& comm, Collective kind, int64_t tensor_bytes) {
   const int64_t per_rank = std::max<int64_t>(1, tensor_bytes / 4 / comm.size());
-  Tensor a = Tensor::zeros({kind == Collective::AllGather ? per_rank : per_rank * comm.size()});
+  const bool gather = kind == Collective::AllGather || kind == Collective::AllGatherAsync;
+  Tensor a = Tensor::zeros({gather ? per_rank : per_rank * comm.size()});
   Tensor out = Tensor::zeros({per_rank * comm.size()});
   double best = 1e30;
   for (int rep = 0; rep < 7; ++rep) {
     comm.barrier();
     const auto t0 = Clock::now();
-    if (kind == Collective::AllGather)
+    if (gather)
       comm.all_gather(a, out);
     else if (kind == Collective::AllToAll)
       comm.all_to_all(a.view({comm.size(), per_rank}), out.view({comm.size(), per_rank}));
-    else if (kind == Collective::ReduceScatterAsync)
+    else if (kind == Collective::ReduceScatterAsync || kind == Collective::ReduceScatter)
       comm.reduce_scatter(a, out.narrow0(0, per_rank));
     else
       comm.all_reduce(a);
@@ -201,6 +203,7 @@ Ceiling comm_ceiling(const parallel::Stats& per_run, int steps, const Layout& l)
   };
   const Item items[] = {{"dp", Collective::AllReduceAsync},  {"dp", Collective::ReduceScatterAsync},
                         {"dp", Collective::AllReduce},       {"dp", Collective::AllGather},
+                        {"dp", Collective::AllGatherAsync},  {"tp", Collective::ReduceScatter},
                         {"edp", Collective::AllReduceAsync}, {"edp", Collective::ReduceScatterAsync},
                         {"edp", Collective::AllGather},      {"tp", Collective::AllReduce},
                         {"tp", Collective::AllGather},       {"ep", Collective::AllToAll}};

@@ -20,31 +20,17 @@ const Fabric kFabrics[] = {
     {"ib-400g", 40e9, 360e9, 30e-6, 10e-6, 989e12, 0.4},
 };
 
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.rfind(prefix, 0) == 0;
-}
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// Split by tp (parallel/parallelize.cpp parallelize_tensor): the attention and dense-MLP matrices,
-// the embedding and an untied LM head.
-bool tp_split(const std::string& name) {
-  if (name == "embed.weight" || name == "lm_head.weight") return true;
-  for (const char* w : {".attn.wq.weight", ".attn.wk.weight", ".attn.wv.weight", ".attn.wo.weight",
-                        ".mlp.up.weight", ".mlp.gate.weight", ".mlp.down.weight"})
-    if (ends_with(name, w)) return true;
-  return false;
-}
-
-// "blocks.7.attn.wq.weight" -> 7; -1 for anything outside the blocks.
-int block_of(const std::string& name) {
-  if (!starts_with(name, "blocks.")) return -1;
-  return std::stoi(name.substr(7));
-}
-
 }  // namespace
+
+double state_bytes(double local, const Layout& l) {
+  const double dp = l.dp;
+  switch (l.zero_stage) {
+    case 0: return 16 * local;
+    case 1: return (4 + 4 + 8 / dp) * local;
+    case 2: return (4 + 4 / dp + 8 / dp) * local;
+    default: return 16 / dp * local;  // stage 3 (the gathered units not counted)
+  }
+}
 
 std::string Fabric::describe() const {
   return name +
@@ -107,8 +93,8 @@ std::vector<GradBucket> grad_buckets(const modtrain::RunConfig& cfg, const Layou
     double numel = 1;
     for (int64_t s : it->second) numel *= static_cast<double>(s);
     const bool is_expert = name.find(".mlp.experts.") != std::string::npos;
-    const double bytes = 4 * numel / (is_expert ? l.ep : tp_split(name) ? l.tp : 1);
-    const int blk = block_of(name);
+    const double bytes = 4 * numel / (is_expert ? l.ep : tp_split_parameter(name) ? l.tp : 1);
+    const int blk = block_of_parameter(name);
     const double ready = name == "embed.weight" ? 1.0
                          : blk >= 0             ? done[blk] / total
                                                 : done[m.n_layers()] / total;
@@ -127,6 +113,68 @@ std::vector<GradBucket> grad_buckets(const modtrain::RunConfig& cfg, const Layou
   if (l.dp > 1) out = dense;
   if (edp > 1) out.insert(out.end(), expert.begin(), expert.end());
   return out;
+}
+
+Zero3Time zero3_step(const modtrain::RunConfig& cfg, const Layout& l, const Fabric& f,
+                     double compute, bool prefetch) {
+  const auto& m = cfg.model();
+  const int blocks = m.n_layers();
+  const int a = cfg.train().grad_accum();
+  // Parameters per unit: 0 the outer one, 1 + b block b.
+  std::vector<double> params(1 + blocks, 0);
+  for (const auto& [name, shape] : model::parameter_shapes(m)) {
+    double numel = 1;
+    for (int64_t x : shape) numel *= static_cast<double>(x);
+    params[1 + block_of_parameter(name)] += numel;
+  }
+  std::vector<double> transfer(params.size());
+  for (size_t u = 0; u < params.size(); ++u)
+    transfer[u] = (l.dp - 1.0) / l.dp * 4 * params[u] / f.dp_busbw + f.dp_latency;
+  const model::FlopCount flops = model::count_flops(m);
+  // One micro-batch's forward seconds per block and for the head (the embedding is a lookup).
+  const double scale = compute / a / (3 * flops.forward_per_token);
+  std::vector<double> fwd(blocks);
+  for (int b = 0; b < blocks; ++b) fwd[b] = flops.blocks[b].forward_per_token * scale;
+  const double head = (flops.forward_per_token - [&] {
+                        double sum = 0;
+                        for (int b = 0; b < blocks; ++b) sum += flops.blocks[b].forward_per_token;
+                        return sum;
+                      }()) * scale;
+
+  Zero3Time z;
+  double t = 0, comm_free = 0;  // the compute and comm streams' clocks
+  auto issue = [&](size_t u, bool reduce) {
+    comm_free = std::max(comm_free, t) + transfer[u];
+    (reduce ? z.reduce : z.gather) += transfer[u];
+    return comm_free;
+  };
+  auto wait = [&](double done) {
+    z.stalls += std::max(0.0, done - t);
+    t = std::max(t, done);
+  };
+  std::vector<double> ready(1 + blocks, 0);  // when each unit's gather ends
+  for (int micro = 0; micro < a; ++micro) {
+    const bool last = micro + 1 == a;
+    wait(issue(0, false));
+    if (prefetch) ready[1] = issue(1, false);
+    for (int b = 0; b < blocks; ++b) {
+      if (!prefetch) ready[1 + b] = issue(1 + b, false);
+      wait(ready[1 + b]);
+      if (prefetch && b + 1 < blocks) ready[2 + b] = issue(2 + b, false);
+      t += fwd[b];
+    }
+    t += 3 * head;  // its forward and backward: the outer unit stays whole
+    for (int b = blocks - 1; b >= 0; --b) {
+      if (!prefetch || b == blocks - 1) ready[1 + b] = issue(1 + b, false);
+      wait(ready[1 + b]);
+      if (prefetch && b > 0) ready[b] = issue(b, false);
+      t += 2 * fwd[b];
+      if (last) issue(1 + b, true);
+    }
+    if (last) issue(0, true);
+  }
+  z.tail = std::max(0.0, comm_free - t);
+  return z;
 }
 
 StepTime predict_step(const modtrain::RunConfig& cfg, const Layout& l, const Napkin& nk,
@@ -154,15 +202,35 @@ StepTime predict_step(const modtrain::RunConfig& cfg, const Layout& l, const Nap
   // ZeRO-1: after the buckets' reduce-scatter, one all-gather of the updated parameters per
   // sharded optimizer (dense over dp, experts over edp), as many bytes (the napkin counts both:
   // 2 (n-1)/n).
-  if (l.sharded()) {
+  if (l.sharded() && !l.stage3()) {
     s.gather = (nk.dp_bytes + nk.edp_bytes) / 2 / f.dp_busbw;
     s.gather += ((l.dp > 1 ? 1 : 0) + (nk.expert > 0 && nk.edp > 1 ? 1 : 0)) * f.dp_latency;
+    s.exposed_gather = s.gather;
+  }
+  // ZeRO-3: per-unit gathers and reduce-scatters on one stream beside the compute (zero3_step);
+  // its buckets are the units, not parallel.bucket_mb's.
+  if (l.stage3() && l.dp > 1) {
+    const Zero3Time with = zero3_step(cfg, l, f, s.compute, true);
+    const Zero3Time without = zero3_step(cfg, l, f, s.compute, false);
+    s.buckets = cfg.model().n_layers() + 1;
+    s.grad_comm = with.reduce;
+    s.exposed_grad = with.tail;
+    s.gather = with.gather;
+    s.exposed_gather = with.stalls;
+    s.exposed_dp_no_prefetch = without.stalls + without.tail;
   }
   // tp: per micro-batch 4 collectives per block (parallel_napkin.cpp), 2 for the embedding and
   // the LM head's input, 2 in the vocabulary-parallel cross-entropy; once a step the gradient
   // norm.
+  // Sequence parallelism sends the same bytes in twice the calls (an all-gather and a
+  // reduce-scatter for each all-reduce but the cross-entropy's 2), plus per routed block the
+  // scores' and predictor logits' all-gathers, the rows' all-reduce each way and the causal
+  // loss's, and once a step the partial gradients' all-reduce.
   if (l.tp > 1) {
-    s.tp_calls = static_cast<int>(a) * (4 * m.n_layers() + 4) + 1;
+    int routed = 0;
+    for (bool r : model::routed_blocks(m)) routed += r;
+    s.tp_calls = l.sp ? static_cast<int>(a) * (8 * m.n_layers() + 6 + 5 * routed) + 2
+                      : static_cast<int>(a) * (4 * m.n_layers() + 4) + 1;
     s.tp = nk.tp_bytes / f.tp_busbw + s.tp_calls * f.tp_latency;
   }
   // ep: 4 all-to-alls per MoE block per micro-batch, across the dp fabric.

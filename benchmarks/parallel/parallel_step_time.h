@@ -35,6 +35,11 @@ struct Fabric {
 Fabric fabric_preset(const std::string& name);
 std::vector<std::string> fabric_names();
 
+// Training state on one GPU holding `local` dense parameters: f32 parameters, gradients and AdamW
+// moments (16 B each), the moments sharded over dp by ZeRO-1, the gradients too by ZeRO-2, all
+// of it by ZeRO-3. Activations (and ZeRO-3's gathered units) are not counted.
+double state_bytes(double local, const Layout& l);
+
 // One collective on the comm stream: when backward makes its data final (seconds from the start
 // of the step's last backward) and how long it takes once started.
 struct BucketTime {
@@ -79,12 +84,32 @@ struct StepTime {
   double tp = 0, ep = 0;     // on the critical path inside forward and backward
   int tp_calls = 0, ep_calls = 0;
   double exposed_grad = 0;  // the buckets' transfer left after backward ends, with overlap
+  // The ZeRO all-gathers' share of the step with overlap: ZeRO-1/2's after the optimizer is
+  // all of `gather`; ZeRO-3's per-unit gathers stall compute only where prefetch falls behind.
+  double exposed_gather = 0;
+  double exposed_dp_no_prefetch = 0;  // ZeRO-3: dp's exposed time, each unit gathered when needed
   double comm() const { return grad_comm + gather + tp + ep; }
   double exposed(bool overlap) const {
-    return (overlap ? exposed_grad : grad_comm) + gather + tp + ep;
+    return (overlap ? exposed_grad + exposed_gather : grad_comm + gather) + tp + ep;
   }
   double step(bool overlap) const { return compute + exposed(overlap); }
 };
+// ZeRO-3's step on one comm stream (parallel/zero3.h): each micro-batch gathers the outer unit
+// (blocking), then block b before it runs (with prefetch issued when block b - 1 starts, block
+// 0 when the outer unit is in), computes the head, and in backward gathers block b again before
+// its backward (with prefetch issued when block b + 1's backward starts); the last micro-batch
+// reduce-scatters each unit when its backward ends (the outer unit after the embedding's).
+// Collectives run one at a time in the order issued; a unit's transfer is (dp - 1)/dp x 4 B x
+// its parameters / busbw + latency. Block b's forward is its share of the forward FLOPs and
+// its backward twice that, scaled so that the step's compute is `compute`.
+struct Zero3Time {
+  double gather = 0, reduce = 0;  // all transfers: all-gathers, reduce-scatters
+  double stalls = 0;              // compute waiting for a gather
+  double tail = 0;                // reduce-scatters left after the last backward ends
+};
+Zero3Time zero3_step(const modtrain::RunConfig& cfg, const Layout& l, const Fabric& f,
+                     double compute, bool prefetch);
+
 StepTime predict_step(const modtrain::RunConfig& cfg, const Layout& l, const Napkin& nk,
                       const Fabric& f);
 

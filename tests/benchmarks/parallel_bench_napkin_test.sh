@@ -34,6 +34,25 @@ grep -qF '4 gradient buckets of parallel.bucket_mb 100 MiB' <<<"$out" || fail "b
 out=$("$bench" --napkin-only --layouts dp8 --config "$small")
 grep -q 'predicted' <<<"$out" && fail "a prediction without --fabric"
 
+# Pipeline layouts: each rank's blocks and bytes, the simulated bubble, and a table beside the
+# flat layouts with the training state a GPU holds.
+out=$("$bench" --napkin-only --fabric ib-400g --layouts dp8,dp4xpp2,dp2xpp4+v2 --config "$small")
+echo "$out"
+grep -qE '^dp4xpp2 +1f1b, 8 micro-batches; per step, the most a pipeline rank sends: dp [0-9.]+ MB, tp 0.000 MB, p2p [0-9.]+ MB$' \
+  <<<"$out" || fail "no bytes line for dp4xpp2"
+grep -qE '^    rank 1: blocks [0-9]+-11; ' <<<"$out" || fail "no rank line for dp4xpp2's last stage"
+grep -qE '^dp2xpp4\+v2 +interleaved-1f1b, 8 micro-batches' <<<"$out" || fail "no interleaved layout"
+grep -qE '^    bubble: 0\.[0-9]{4} simulated with these stages and [0-9.]+ ms a transfer \(equal stages, free transfers: \(pp-1\)/\(v m\+pp-1\) = 0\.1111\)$' \
+  <<<"$out" || fail "no bubble line for pp 2 at m 8"
+grep -qE '^layout +overlap +step ms +busy ms +bubble +exposed ms +tok/s/GPU +state GB/GPU$' <<<"$out" ||
+  fail "no pipeline table header"
+for layout in dp8 dp4xpp2 dp2xpp4\\+v2; do
+  for overlap in no yes; do
+    grep -qE "^$layout +$overlap +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +(-|0\.[0-9]{4}) +[0-9]+\.[0-9]{2} +[0-9]+ +[0-9]+\.[0-9]$" \
+      <<<"$out" || fail "no pipeline table row for $layout overlap $overlap"
+  done
+done
+
 # Errors name the problem and exit 2.
 expect_error() {
   local want=$1
@@ -50,4 +69,11 @@ expect_error "--fabric 'ethernet': expected one of nvlink-h100, ib-400g" \
 expect_error "add --fabric nvlink-h100 or ib-400g" --napkin-only --dp-busbw 40 --config "$small"
 expect_error "--mfu 1.5: expected (0, 1]" --napkin-only --fabric ib-400g --mfu 1.5 --config "$small"
 expect_error "--fabric goes with --napkin-only" --fabric ib-400g --config "$small"
+# A pipeline layout cannot be measured (the training run is dp x tp): refused by name.
+set +e
+err=$("$bench" --layouts pp2 --config "$small" 2>&1)
+rc=$?
+set -e
+[[ $rc != 0 ]] && grep -qF "layout pp2: pipeline layouts are predicted only (--napkin-only)" <<<"$err" ||
+  fail "a pipeline layout measured (exit $rc): $err"
 echo "parallel_bench napkin CLI: ok"

@@ -180,3 +180,74 @@ TEST_CASE("fabric presets: the documented numbers, and an unknown name lists the
     CHECK(std::string(e.what()) == "--fabric 'ethernet': expected one of nvlink-h100, ib-400g");
   }
 }
+
+TEST_CASE("napkin: ZeRO-3 sends the reduce-scatter once and the gathers per micro-batch",
+          "[bench]") {
+  for (const char* name : {"gpt2_small_dense", "tiny_mod"}) {
+    for (int accum : {1, 4}) {
+      INFO(name << ", grad_accum " << accum);
+      const auto cfg = recipe(name, {"train.grad_accum=" + std::to_string(accum)});
+      const auto plain = mod::bench::napkin(cfg, mod::bench::parse_layout("dp8"));
+      const auto z3 = mod::bench::napkin(cfg, mod::bench::parse_layout("dp8+zero3"));
+      const double p = static_cast<double>(z3.params), blocks = p - static_cast<double>(z3.outer);
+      CHECK(z3.outer > 0);
+      CHECK(z3.dp_bytes == Approx(7.0 / 8 * 4 * (p + accum * (p + blocks))));
+      // One micro-batch: between plain dp's bytes and 1.5x (the outer unit is gathered once).
+      if (accum == 1) {
+        CHECK(z3.dp_bytes / plain.dp_bytes > 1.0);
+        CHECK(z3.dp_bytes / plain.dp_bytes <= 1.5);
+      }
+    }
+  }
+}
+
+TEST_CASE("napkin: sequence parallelism adds only the routed rows and the partial gradients",
+          "[bench]") {
+  const auto dense = recipe("tiny_dense");
+  const auto tp = mod::bench::napkin(dense, mod::bench::parse_layout("tp2"));
+  const auto sp = mod::bench::napkin(dense, mod::bench::parse_layout("tp2+sp"));
+  // tiny_dense: the norms' gradients only (docs/parallel.md: 3,328 of them, 13,312 bytes).
+  CHECK(sp.seq_partial == 3328);
+  CHECK(sp.tp_bytes - tp.tp_bytes == Approx(13312));
+  const auto mod_cfg = recipe("tiny_mod");
+  const auto mtp = mod::bench::napkin(mod_cfg, mod::bench::parse_layout("tp2"));
+  const auto msp = mod::bench::napkin(mod_cfg, mod::bench::parse_layout("tp2+sp"));
+  CHECK(msp.seq_partial == 52099);
+  CHECK(msp.tp_bytes > mtp.tp_bytes + 2 * 0.5 * 4 * 52099);
+  CHECK(mod::bench::parse_layout("dp2xtp2+sp").label() == "dp2xtp2+sp");
+  CHECK(mod::bench::parse_layout("dp8+zero3").label() == "dp8+zero3");
+  CHECK_THROWS_WITH(mod::bench::parse_layout("dp2+zero4"), Catch::Contains("+zero3, +sp"));
+}
+
+TEST_CASE("zero3_step: prefetch hides every gather behind compute but the first ones",
+          "[bench]") {
+  // Latency only (an unlimited bus), far below any block's compute: with prefetch a micro-batch
+  // waits for the outer unit, block 0 (nothing to hide behind) and the last block's first
+  // backward gather; the last two reduce-scatters (block 0, the outer unit) follow backward.
+  mod::bench::Fabric f = mod::bench::fabric_preset("ib-400g");
+  f.dp_busbw = 1e30;
+  f.dp_latency = 1e-6;
+  for (int accum : {1, 3}) {
+    INFO("grad_accum " << accum);
+    const auto cfg = recipe("gpt2_small_dense", {"train.grad_accum=" + std::to_string(accum)});
+    const Layout l = mod::bench::parse_layout("dp8+zero3");
+    const int blocks = cfg.model().n_layers();
+    const auto with = mod::bench::zero3_step(cfg, l, f, 1.0, true);
+    const auto without = mod::bench::zero3_step(cfg, l, f, 1.0, false);
+    CHECK(with.gather == Approx(accum * (1 + 2 * blocks) * 1e-6));
+    CHECK(with.reduce == Approx((1 + blocks) * 1e-6));
+    CHECK(with.stalls == Approx(accum * 3 * 1e-6));
+    CHECK(with.tail == Approx(2e-6));
+    // Without prefetch every gather stalls, and a backward gather also waits for the block
+    // after's reduce-scatter in the last micro-batch.
+    CHECK(without.stalls == Approx(accum * (1 + 2 * blocks) * 1e-6 + (blocks - 1) * 1e-6));
+    CHECK(without.gather == Approx(with.gather));
+  }
+  // A slow bus: prefetch still hides a block's gather behind the block before.
+  f.dp_busbw = 1e9;
+  const auto cfg = recipe("gpt2_small_dense");
+  const auto with = mod::bench::zero3_step(cfg, mod::bench::parse_layout("dp8+zero3"), f, 1.0, true);
+  const auto without =
+      mod::bench::zero3_step(cfg, mod::bench::parse_layout("dp8+zero3"), f, 1.0, false);
+  CHECK(with.stalls + with.tail < without.stalls + without.tail);
+}

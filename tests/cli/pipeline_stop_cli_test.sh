@@ -6,7 +6,10 @@
 #   the checkpoint records pp 2, and `--resume auto` under pp 2 ends with the per-step losses and
 #   final weights of an uninterrupted run, bit for bit (every stage reads every tensor by global
 #   name, so one a stage failed to write fails the resume);
-# - kill -9 of stage 1 mid-run: the job fails, stage 0 naming the lost rank.
+# - metrics.csv has the step's measured bubble (pp_bubble) inside (0, 1) on every row;
+# - interleaved 1F1B (2 chunks per rank) runs and prints its prediction;
+# - kill -9 of stage 1 mid-run, and rank 1 exiting at step 3 (MOD_FAULT_EXIT_RANK): the job
+#   fails, stage 0 naming the lost rank.
 # Each rank writes its pid (a shell that execs modtrain) so one stage can be signalled alone.
 # Usage: pipeline_stop_cli_test.sh MODTRAIN SOURCE_DIR MPIEXEC
 set -euo pipefail
@@ -57,8 +60,20 @@ measured=$(sed -E 's/^pipeline bubble: measured ([0-9.]+) .*/\1/' <<< "$line")
 for b in $measured $(grep -Eo "stage [01] [0-9.]+" <<< "$line" | cut -d' ' -f3); do
   awk -v b="$b" 'BEGIN { exit !(b > 0 && b < 1) }' || fail "bubble $b not inside (0, 1): $line"
 done
-grep -Eq "stage 0 [0-9.]+, stage 1 [0-9.]+\), predicted \(pp-1\)/\(m\+pp-1\) = 0\.2000 " <<< "$line" \
+grep -Eq "stage 0 [0-9.]+, stage 1 [0-9.]+\), predicted \(pp-1\)/\(v m\+pp-1\) = 0\.2000 " <<< "$line" \
   || fail "bubble line lacks the stages or the prediction 1/5: $line"
+# metrics.csv: the step's bubble in column pp_bubble, inside (0, 1) on every row.
+awk -F, 'NR == 1 { for (i = 1; i <= NF; ++i) if ($i == "pp_bubble") c = i; if (!c) exit 1; next }
+         !($c > 0 && $c < 1) { exit 1 }' "$work/whole/metrics.csv" \
+  || fail "metrics.csv lacks pp_bubble inside (0, 1): $(head -3 "$work/whole/metrics.csv")"
+
+# Interleaved 1F1B, 2 chunks of one block per rank: it runs, predicting (pp-1)/(v m+pp-1) = 1/9.
+launch "$work/interleaved" "$work/interleaved.log" --set model.n_layers=4 --set train.steps=20 \
+  --set parallel.pp_schedule=INTERLEAVED_1F1B --set parallel.virtual_stages=2
+finish
+[ "$rc" -eq 0 ] || fail "interleaved pp 2 run failed ($rc): $(cat "$work/interleaved.log")"
+grep -Eq "^pipeline bubble: measured 0\.[0-9]+ .*= 0\.1111 for equal stages \(interleaved-1f1b, pp 2, v 2, m 4\)" \
+  "$work/interleaved.log" || fail "interleaved: no bubble line predicting 1/9: $(cat "$work/interleaved.log")"
 
 # SIGTERM to stage 1 only, mid-run.
 launch "$work/cut" "$work/cut.log"
@@ -88,4 +103,12 @@ kill -KILL "$(cat "$work/dead.pid.1")"
 finish
 [ "$rc" -ne 0 ] || fail "the job succeeded although stage 1 was killed"
 grep -q "lost peer rank 1" "$work/dead.log" || fail "stage 0 did not name rank 1: $(cat "$work/dead.log")"
+# A rank made to exit mid-run (MOD_FAULT_EXIT_RANK, the dead-rank hook every layout honours):
+# the job fails, the dying rank says so and stage 0 names it.
+MOD_TEST_HOOKS=1 MOD_FAULT_EXIT_RANK=1 MOD_FAULT_EXIT_STEP=3 \
+  launch "$work/fault" "$work/fault.log"
+finish
+[ "$rc" -ne 0 ] || fail "the job succeeded although rank 1 exited"
+grep -q "rank 1: exiting mid-step 3" "$work/fault.log" || fail "no message from the dying rank: $(cat "$work/fault.log")"
+grep -q "lost peer rank 1" "$work/fault.log" || fail "stage 0 did not name rank 1: $(cat "$work/fault.log")"
 echo "pipeline_stop_cli_test: all checks passed (stopped at $at, measured bubble $measured)"

@@ -227,6 +227,31 @@ TEST_CASE("reduce_scatter_async with several works outstanding equals reduce_sca
   comm.barrier();
 }
 
+TEST_CASE("all_gather_async with several works outstanding equals all_gather", "[mpi]") {
+  Communicator& comm = world();
+  const int64_t size = comm.size();
+  std::vector<Tensor> ins, outs, want;
+  std::vector<std::unique_ptr<Work>> works;
+  uint64_t salt = 500;
+  for (DType dtype : {DType::F32, DType::F64, DType::BF16})
+    for (int64_t rows : {1, 333, 4096}) {
+      ins.push_back(rank_data({rows}, dtype, comm.rank(), ++salt));
+      outs.push_back(Tensor::full({size * rows}, -7, dtype));
+      want.push_back(Tensor::full({size * rows}, -7, dtype));
+      comm.all_gather(ins.back(), want.back());
+      works.push_back(comm.all_gather_async(ins.back(), outs.back()));
+    }
+  for (auto& w : works) w->test();
+  for (size_t i = works.size(); i-- > 0;) works[i]->wait();  // out of launch order
+  for (size_t i = 0; i < outs.size(); ++i) {
+    CAPTURE(i);
+    CHECK(same_bytes(outs[i], want[i]));
+  }
+  CHECK_THROWS_WITH(comm.all_gather_async(Tensor::zeros({4}), Tensor::zeros({size * 4 + 1})),
+                    Contains("all_gather on 'world'"));
+  comm.barrier();
+}
+
 TEST_CASE("all_gather concatenates every rank's tensor in rank order", "[mpi]") {
   Communicator& comm = world();
   uint64_t salt = 400;

@@ -93,6 +93,36 @@ TEST_CASE("reduce_scatter_async: counted as reduce_scatter is, its wait apart", 
   CHECK(std::string(collective_name(Collective::ReduceScatterAsync)) == "reduce_scatter_async");
 }
 
+TEST_CASE("all_gather_async: counted as all_gather is; the timeline orders issue, wait, marks",
+          "[mpi]") {
+  CountingCommunicator comm(world());
+  const int n = comm.size();
+  const int64_t k = 1000;
+  Tensor mine = filled(k, 2.0), all = filled(n * k, 0.0);
+  comm.all_gather_async(mine, all)->wait();  // not recorded: the timeline is off
+  comm.record_timeline(true);
+  auto work = comm.all_gather_async(mine, all);
+  comm.mark("between");
+  work->wait();
+  comm.all_reduce(mine);
+  comm.record_timeline(false);
+  comm.mark("after");  // not recorded
+  CHECK(all.at(n * k - 1) == 2.0);
+  const CollectiveStats a = comm.stats().group("world")[Collective::AllGatherAsync];
+  CHECK(a.calls == 2);
+  CHECK(a.tensor_bytes == 2 * 4 * n * k);
+  CHECK(a.bytes_sent == 2 * bytes_sent(Collective::AllGather, 4 * n * k, n));
+  CHECK(comm.stats().group("world")[Collective::AllGather].calls == 0);
+  CHECK(std::string(collective_name(Collective::AllGatherAsync)) == "all_gather_async");
+  const std::vector<TimelineEvent> tl = comm.timeline();
+  REQUIRE(tl.size() == 4);
+  CHECK((tl[0].kind == TimelineEvent::Issued && tl[0].collective == Collective::AllGatherAsync &&
+         tl[0].tensor_bytes == 4 * n * k && tl[0].group == "world"));
+  CHECK((tl[1].kind == TimelineEvent::Mark && tl[1].label == "between"));
+  CHECK((tl[2].kind == TimelineEvent::Waited && tl[2].collective == Collective::AllGatherAsync));
+  CHECK((tl[3].kind == TimelineEvent::Issued && tl[3].collective == Collective::AllReduce));
+}
+
 TEST_CASE("calls and bytes per collective follow the header's table", "[mpi]") {
   CountingCommunicator comm(world());
   const int n = comm.size();

@@ -1,6 +1,7 @@
 // The pipeline runtime (parallel/pipeline_runtime.h) against one process, at the model level:
 // pp = the world size (np2: pp2, np4: pp4), tiny_dense and tiny_mod (predictor), GPipe and
-// 1F1B (np4: 1F1B only, for CI time), 1 and 4 micro-batches, 2 AdamW steps. Every rank also trains the whole model alone on
+// 1F1B (np4: 1F1B only, for CI time), 1 and 4 micro-batches, and (np2) interleaved 1F1B with 2
+// chunks per rank and 4 micro-batches, 2 AdamW steps. Every rank also trains the whole model alone on
 // the same micro-batches. Checked every step: the summed losses (lm from the last stage, aux
 // from every stage; to 1e-5, 1e-6, the first step's lm bitwise), each routed block's top-C
 // choices per micro-batch, bitwise; each owned
@@ -40,14 +41,18 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 void check_pipeline(const std::string& recipe, parallel::PipelineScheduleKind kind, int m) {
+  const bool interleaved = kind == parallel::PipelineScheduleKind::Interleaved1F1B;
+  const int v = interleaved ? 2 : 1;
   auto& world = parallel::world();
   const int pp = world.size(), rank = world.rank();
   const char* src = std::getenv("MOD_SOURCE_DIR");
   const modtrain::RunConfig cfg = config::load(
       std::string(src ? src : MOD_SOURCE_DIR) + "/configs/recipes/" + recipe + ".textproto",
-      {"model.seq_len=64", "parallel.pp=" + std::to_string(pp), "train.grad_accum=" + std::to_string(m)});
+      {"model.seq_len=64", "parallel.pp=" + std::to_string(pp), "train.grad_accum=" + std::to_string(m),
+       "parallel.virtual_stages=" + std::to_string(v),
+       interleaved ? "parallel.pp_schedule=INTERLEAVED_1F1B" : "parallel.pp_schedule=ONE_F_ONE_B"});
   const parallel::PipelinePartition part = parallel::plan_partition(cfg);
-  const parallel::PipelineSchedule sched = parallel::make_schedule(kind, pp, m);
+  const parallel::PipelineSchedule sched = parallel::make_schedule(kind, pp, m, v);
   model::Transformer ref(cfg.model(), cfg.train().seed()), stage(cfg.model(), cfg.train().seed());
   parallel::AdamW ref_opt(ref.named_parameters(), cfg.optimizer());
   parallel::AdamW stage_opt(stage.named_parameters(), cfg.optimizer());
@@ -95,7 +100,7 @@ void check_pipeline(const std::string& recipe, parallel::PipelineScheduleKind ki
       size_t k = 0;
       for (size_t j = 0; j < ref_results[i].stats.size(); ++j) {
         const int block = ref_results[i].stats[j].block;
-        if (part.stage_of_block(block) != rank) continue;
+        if (part.rank_of(part.stage_of_block(block)) != rank) continue;
         INFO("micro-batch " << i << " block " << block);
         REQUIRE(k < mine.routed_idx.size());
         CHECK(mine.stats[k].block == block);
@@ -153,6 +158,9 @@ TEST_CASE("pipeline: tiny_dense stages equal one process step by step", "[mpi][p
   }
   for (auto kind : schedules())
     for (int m : {1, 4}) check_pipeline("tiny_dense", kind, m);
+  // Interleaved, 2 chunks of the 6 blocks per rank (np2 only: pp 4 x 2 would need 8 blocks).
+  if (parallel::world().size() == 2)
+    check_pipeline("tiny_dense", parallel::PipelineScheduleKind::Interleaved1F1B, 4);
 }
 
 TEST_CASE("pipeline: tiny_mod stages equal one process step by step", "[mpi][parity]") {
@@ -162,4 +170,6 @@ TEST_CASE("pipeline: tiny_mod stages equal one process step by step", "[mpi][par
   }
   for (auto kind : schedules())
     for (int m : {1, 4}) check_pipeline("tiny_mod", kind, m);
+  if (parallel::world().size() == 2)
+    check_pipeline("tiny_mod", parallel::PipelineScheduleKind::Interleaved1F1B, 4);
 }

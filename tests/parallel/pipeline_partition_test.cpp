@@ -10,6 +10,7 @@
 #include "configs/config.h"
 #include "model/flops.h"
 #include "parallel/pipeline_partition.h"
+#include "parallel/pipeline_runtime.h"
 
 using namespace mod;
 using parallel::balance_blocks;
@@ -151,4 +152,28 @@ TEST_CASE("flops and memory print the partition, stage costs, memory and bubble"
   CHECK_THAT(table, Catch::Contains("(pp-1)/(v m+pp-1) = 0.1111 for equal stages"));
   CHECK_THAT(table, Catch::Contains("    3     1"));  // virtual stage 3 runs on rank 1
   CHECK_THAT(table, Catch::Contains("memory per rank (its 2 stages): 0: "));
+}
+
+TEST_CASE("interleaved: rank r owns virtual stages r, r + pp, ... (stage_owns)", "[pipeline]") {
+  // tiny_dense at 8 blocks, pp 2 x v 2 by hand: virtual stages of 1, 3, 2, 2 blocks.
+  const modtrain::RunConfig cfg =
+      recipe("tiny_dense", {"model.n_layers=8", "parallel.pp=2", "parallel.virtual_stages=2",
+                            "parallel.pp_schedule=INTERLEAVED_1F1B", "train.grad_accum=4",
+                            "parallel.pp_layout=[1, 3, 2, 2]"});
+  const parallel::PipelinePartition part = parallel::plan_partition(cfg);
+  REQUIRE(part.stages() == 4);
+  const int want_rank[] = {0, 1, 1, 1, 0, 0, 1, 1};  // blocks 0 | 1-3 | 4-5 | 6-7
+  for (int b = 0; b < 8; ++b) {
+    INFO("block " << b);
+    CHECK(part.rank_of(part.stage_of_block(b)) == want_rank[b]);
+    const std::string name = "blocks." + std::to_string(b) + ".norm1.weight";
+    CHECK(parallel::stage_owns(part, want_rank[b], name, false));
+    CHECK_FALSE(parallel::stage_owns(part, 1 - want_rank[b], name, false));
+  }
+  // The embedding on virtual stage 0 (rank 0), the head on the last (rank 1).
+  CHECK(parallel::stage_owns(part, 0, "embed.weight", false));
+  CHECK_FALSE(parallel::stage_owns(part, 1, "embed.weight", false));
+  CHECK(parallel::stage_owns(part, 1, "embed.weight", true));
+  CHECK(parallel::stage_owns(part, 1, "final_norm.weight", false));
+  CHECK_FALSE(parallel::stage_owns(part, 0, "final_norm.weight", false));
 }

@@ -56,6 +56,30 @@ TEST_CASE("interleaved 1F1B: valid for pp 2..8 and m 1..16 (multiples of pp) and
       }
 }
 
+TEST_CASE("transfer time: each link crossed by the first micro-batch's activation and the last "
+          "one's gradient adds it once",
+          "[pipeline]") {
+  // GPipe over equal stages, forward 1 and backward 2, each tensor taking tau to arrive: the
+  // forward wave reaches the last stage after (pp - 1)(1 + tau) and the gradient wave returns
+  // after (pp - 1)(2 + tau), so the step is 3 (m + pp - 1) + 2 (pp - 1) tau. 1F1B pays at least
+  // as much.
+  for (int pp = 2; pp <= 6; ++pp)
+    for (int m = 1; m <= 8; ++m)
+      for (double tau : {0.0, 0.25, 1.0}) {
+        INFO("pp " << pp << " m " << m << " tau " << tau);
+        StageCosts costs = StageCosts::uniform(pp, 1, 1, 2);
+        costs.transfer = tau;
+        const auto gpipe = simulate_schedule(make_schedule(PipelineScheduleKind::GPipe, pp, m), costs);
+        CHECK(gpipe.makespan == Approx(3.0 * (m + pp - 1) + 2.0 * (pp - 1) * tau));
+        const auto one = simulate_schedule(make_schedule(PipelineScheduleKind::OneFOneB, pp, m), costs);
+        CHECK(one.makespan >= 3.0 * (m + pp - 1) + 2.0 * (pp - 1) * tau - 1e-9);
+        // The first rank runs the step's last backward; the last rank is done (pp - 1) backward
+        // hops earlier.
+        CHECK(one.finish[0] == Approx(one.makespan));
+        CHECK(one.finish[pp - 1] == Approx(one.makespan - (pp - 1) * (2 + tau)));
+      }
+}
+
 TEST_CASE("the simulation catches a schedule out of order, a lost message and a deadlock",
           "[pipeline]") {
   const StageCosts costs = StageCosts::uniform(2, 1, 1, 2);

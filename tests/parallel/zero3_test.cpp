@@ -6,7 +6,8 @@
 // - Gradient accumulation (two micro-batches, one reduce-scatter a step) against ZeRO-2, bitwise.
 // - Resume: a stage-3 dp2 checkpoint under stage 1 at dp2 (bitwise) and on one process; a
 //   stage-1 checkpoint under stage 3.
-// - Memory: each rank's measured peak within 10% of the planner, below ZeRO-2's.
+// - Memory: each rank's measured peak within 10% of the planner, below ZeRO-2's (prefetch
+//   included).
 // - The layouts stage 3 does not reach are refused, naming the field.
 #include <cstring>
 #include <optional>
@@ -161,8 +162,9 @@ TEST_CASE("a ZeRO-3 checkpoint resumes at stage 1 and on one process, and back",
   }
 }
 
-// One step's peak: ZeRO-3 keeps 1/dp of the parameters, the outer unit and one block whole, so
-// it falls below ZeRO-2's by at least an eighth of the parameters at dp 2, measured and
+// One step's peak: ZeRO-3 keeps 1/dp of the parameters, the outer unit, one block whole and the
+// next one's gather in flight (prefetch), so it falls below ZeRO-2's by at least a sixteenth of
+// the parameters at dp 2 (tiny_dense's 6 blocks: P/2 - 2.5 blocks ~ P/12), measured and
 // predicted (its peak moves from the all-gather after the update into backward).
 TEST_CASE("ZeRO-3's measured peak per rank matches the planner within 10%, below ZeRO-2's",
           "[mpi][zero3][memory]") {
@@ -190,14 +192,13 @@ TEST_CASE("ZeRO-3's measured peak per rank matches the planner within 10%, below
     }
     INFO(name << ": ZeRO-2 " << measured[2] << ", ZeRO-3 " << measured[3] << ", parameters "
               << parameters);
-    CHECK(measured[2] - measured[3] >= parameters / 8);
-    CHECK(predicted[2] - predicted[3] >= parameters / 8);
+    CHECK(measured[2] - measured[3] >= parameters / 16);
+    CHECK(predicted[2] - predicted[3] >= parameters / 16);
   }
 }
 
 TEST_CASE("ZeRO-3 refuses the layouts it does not reach, naming the field", "[zero3]") {
   const std::pair<std::string, std::string> refused[] = {
-      {"parallel.tp=2", "parallel.tp"},
       {"parallel.ep=2", "parallel.ep"},
       {"train.recompute=FULL", "train.recompute"},
       {"train.device=CUDA", "train.device"},

@@ -1,0 +1,209 @@
+// Interleaved 1F1B in the trainer (docs/parallel.md "Pipeline parallelism"): pp = the world size
+// (np2: pp 2, np4: pp 4) with 2 model chunks per rank, against one process and against the
+// same run under 1F1B with one chunk per rank. tiny_dense and tiny_mod (its causal predictor
+// clipped apart), shrunk to 8 blocks of width 64 so that pp 4 x v 2 = 8 virtual stages of one
+// block each fit, for 4 steps of m = 2 pp micro-batches (interleaving needs m a multiple of
+// pp; 2 pp reaches its steady one-forward-one-backward phase). Checked: every step's loss and
+// the parameters at the end to relative 1e-6 (the gradient norm's squares add over another
+// split of the blocks, so a clip factor may differ in its last bit); every routed block's top-C
+// choices per micro-batch, bitwise, on the rank whose chunk holds it; the interleaved run's
+// step-2 checkpoint continued by one process as the interleaved run continued (the same
+// bound); its metrics.csv has a pp_bubble inside (0, 1) on every row, one process's has no
+// such column. np4 also trains pp 2 x dp 2 interleaved against one process (the same bound).
+// The one-process runs train on world rank 0 alone (np4 would otherwise train four on two
+// cores) and are broadcast.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "model/routing_schedule.h"
+#include "parallel/pipeline_partition.h"
+#include "tests/support/bitwise.h"
+#include "tests/support/shared_dir.h"
+#include "tests/support/tiny_runs.h"
+#include "train/checkpoint/checkpoint.h"
+
+using namespace mod;
+
+namespace {
+constexpr int kSteps = 4;
+constexpr double kBound = 1e-6;
+
+struct Run {
+  std::vector<double> losses;
+  std::vector<std::pair<std::string, Tensor>> params;
+  std::vector<std::vector<Tensor>> routing;  // per micro-batch: per routed block run here, [B,C]
+};
+
+int world_size() { return parallel::world().size(); }
+
+modtrain::RunConfig recipe(const std::string& name, std::vector<std::string> extra) {
+  extra.insert(extra.begin(), {"model.n_layers=8", "model.d_model=64", "model.d_ff=256",
+                               "model.seq_len=64", "checkpoint.every_steps=2",
+                               "train.grad_accum=" + std::to_string(2 * world_size())});
+  return test::tiny_recipe(name, kSteps, "", extra);
+}
+
+const std::vector<std::string> kInterleaved = {"parallel.pp_schedule=INTERLEAVED_1F1B",
+                                               "parallel.virtual_stages=2"};
+
+Run train_run(const modtrain::RunConfig& cfg, parallel::Communicator& comm, const std::string& dir,
+              const std::string& from = "") {
+  Run out;
+  train::TestHooks hooks;
+  hooks.routing_log = &out.routing;
+  train::Trainer trainer(cfg, dir, /*quiet=*/true, comm, hooks);
+  if (!from.empty()) trainer.resume(from);
+  trainer.run();
+  out.losses = trainer.losses();
+  out.params = trainer.full_parameters();
+  return out;
+}
+
+// World rank 0's run on every rank: losses, parameters (shapes as in `like`) and routing.
+Run broadcast_run(const Run& mine, const Run& like) {
+  auto& world = parallel::world();
+  std::vector<double> v;
+  if (world.rank() == 0) {
+    v.push_back(static_cast<double>(mine.losses.size()));
+    v.insert(v.end(), mine.losses.begin(), mine.losses.end());
+    for (const auto& [name, p] : mine.params)
+      for (double x : p.to_vector()) v.push_back(x);
+    v.push_back(static_cast<double>(mine.routing.size()));
+    for (const auto& blocks : mine.routing) {
+      v.push_back(static_cast<double>(blocks.size()));
+      for (const Tensor& idx : blocks) {
+        v.insert(v.end(), {static_cast<double>(idx.size(0)), static_cast<double>(idx.size(1))});
+        for (double x : idx.to_vector()) v.push_back(x);
+      }
+    }
+  }
+  Tensor size = Tensor::from_vector({static_cast<double>(v.size())}, {1}, DType::F64);
+  world.broadcast(size, 0);
+  Tensor all = world.rank() == 0 ? Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::F64)
+                                 : Tensor::empty({static_cast<int64_t>(size.at(0))}, DType::F64);
+  world.broadcast(all, 0);
+  Run out;
+  const double* d = all.data<double>();
+  out.losses.assign(d + 1, d + 1 + static_cast<int64_t>(d[0]));
+  d += 1 + static_cast<int64_t>(d[0]);
+  for (const auto& [name, p] : like.params) {
+    Tensor t = Tensor::from_vector(std::vector<double>(d, d + p.numel()), p.shape(), DType::F64);
+    out.params.emplace_back(name, t.to(p.dtype()));
+    d += p.numel();
+  }
+  out.routing.resize(static_cast<size_t>(*d++));
+  for (auto& blocks : out.routing) {
+    blocks.resize(static_cast<size_t>(*d++));
+    for (Tensor& idx : blocks) {
+      const int64_t r = static_cast<int64_t>(d[0]), c = static_cast<int64_t>(d[1]);
+      d += 2;
+      idx = Tensor::from_vector(std::vector<double>(d, d + r * c), {r, c}, DType::I64);
+      d += r * c;
+    }
+  }
+  REQUIRE(d == all.data<double>() + all.numel());
+  return out;
+}
+
+void check_close(const Run& got, const Run& want, size_t first_step, const std::string& what) {
+  INFO(what);
+  REQUIRE(got.losses.size() + first_step == want.losses.size());
+  for (size_t s = 0; s < got.losses.size(); ++s) {
+    const double a = got.losses[s], b = want.losses[first_step + s];
+    INFO("step " << first_step + s + 1 << ": " << a << " against " << b);
+    CHECK(std::abs(a - b) <= kBound * std::abs(b));
+  }
+  REQUIRE(got.params.size() == want.params.size());
+  for (size_t i = 0; i < want.params.size(); ++i) {
+    INFO("parameter " << want.params[i].first);
+    CHECK(test::relative_norm_diff(got.params[i].second, want.params[i].second) < kBound);
+  }
+}
+
+// The values of metrics.csv's column `name`, one per row; empty when there is no such column.
+std::vector<std::string> csv_column(const std::string& path, const std::string& name) {
+  std::ifstream in(path);
+  std::string line, cell;
+  std::getline(in, line);
+  std::stringstream header(line);
+  int at = -1;
+  for (int i = 0; std::getline(header, cell, ','); ++i)
+    if (cell == name) at = i;
+  std::vector<std::string> out;
+  while (at >= 0 && std::getline(in, line)) {
+    std::stringstream row(line);
+    for (int i = 0; i <= at && std::getline(row, cell, ','); ++i) {
+    }
+    out.push_back(cell);
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("interleaved 1F1B equals one process and 1F1B, and resumes on one process",
+          "[mpi][pipeline]") {
+  if (world_size() < 2) return;  // pp needs two ranks
+  auto& world = parallel::world();
+  const int rank = world.rank(), pp = world_size();
+  const std::string pp_field = "parallel.pp=" + std::to_string(pp);
+  test::self_group();  // made by a split over the world: every rank, before rank 0 alone uses it
+  for (const char* name : {"tiny_dense", "tiny_mod"}) {
+    INFO(name << " at pp " << pp);
+    const modtrain::RunConfig cfg = recipe(name, {pp_field, kInterleaved[0], kInterleaved[1]});
+    const std::string dir = test::shared_dir("ppv_run");
+    const Run interleaved = train_run(cfg, world, dir);
+    const Run one_f_one_b = train_run(recipe(name, {pp_field}), world, test::shared_dir("ppv_1f1b"));
+    check_close(interleaved, one_f_one_b, 0, "interleaved against 1F1B");
+
+    Run mine;
+    const std::string one_dir = rank == 0 ? test::temp_dir("ppv_one") : "";
+    if (rank == 0) mine = train_run(recipe(name, {}), test::self_group(), one_dir);
+    const Run one = broadcast_run(mine, interleaved);
+    check_close(interleaved, one, 0, "interleaved against one process");
+
+    // np4 also pp 2 x dp 2, interleaved: each rank's buckets hold both its chunks' blocks.
+    if (pp == 4) {
+      const Run ppdp = train_run(recipe(name, {"parallel.pp=2", "parallel.dp=2", kInterleaved[0],
+                                               kInterleaved[1]}),
+                                 world, test::shared_dir("ppv_ppdp"));
+      check_close(ppdp, one, 0, "pp 2 x dp 2 interleaved against one process");
+    }
+
+    // Rank r's log lists, per micro-batch, the routed blocks of its chunks in block order.
+    const parallel::PipelinePartition part = parallel::plan_partition(cfg);
+    REQUIRE(part.virtual_stages == 2);
+    const std::vector<bool> routed = model::routed_blocks(cfg.model());
+    std::vector<size_t> here;  // indices into one process's list of routed blocks
+    for (size_t b = 0, k = 0; b < routed.size(); ++b)
+      if (routed[b]) {
+        if (part.rank_of(part.stage_of_block(static_cast<int>(b))) == rank) here.push_back(k);
+        ++k;
+      }
+    REQUIRE(interleaved.routing.size() == one.routing.size());
+    for (size_t i = 0; i < one.routing.size(); ++i) {
+      INFO("micro-batch " << i);
+      REQUIRE(interleaved.routing[i].size() == here.size());
+      for (size_t k = 0; k < here.size(); ++k)
+        test::check_bitwise(interleaved.routing[i][k].to_vector(), one.routing[i][here[k]].to_vector());
+    }
+
+    // Rank 0: one process continues the interleaved run's step-2 checkpoint; the pipelined run's
+    // metrics.csv has the bubble, one process's has none.
+    if (rank == 0) {
+      const Run resumed = train_run(recipe(name, {}), test::self_group(), test::temp_dir("ppv_resumed"),
+                                    ckpt::checkpoints_dir(dir) + "/" + ckpt::step_dir_name(2));
+      check_close(resumed, interleaved, 2, "one process resuming the interleaved checkpoint");
+      const std::vector<std::string> bubble = csv_column(dir + "/metrics.csv", "pp_bubble");
+      REQUIRE(bubble.size() == static_cast<size_t>(kSteps));
+      for (const std::string& b : bubble) {
+        INFO("pp_bubble '" << b << "'");
+        REQUIRE(!b.empty());
+        CHECK((std::stod(b) > 0 && std::stod(b) < 1));
+      }
+      CHECK(csv_column(one_dir + "/metrics.csv", "pp_bubble").empty());
+    }
+    world.barrier();
+  }
+}
