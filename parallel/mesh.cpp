@@ -16,12 +16,6 @@ ParallelDims ParallelDims::from_config(const modtrain::ParallelConfig& cfg) {
     throw std::invalid_argument("config: parallel.dp (" + s(d.dp) + "), parallel.tp (" + s(d.tp) +
                                 "), parallel.ep (" + s(d.ep) + ") and parallel.pp (" + s(d.pp) +
                                 ") must be >= 1");
-  // The pipeline trainer composes stages with dp and tp; expert parallelism is not run under
-  // pp yet (parallel/pipeline_training.h).
-  if (d.pp > 1 && d.ep != 1)
-    throw std::invalid_argument("config: parallel.pp = " + s(d.pp) + " trains with parallel.ep 1 "
-                                "(got ep " + s(d.ep) + "): pipeline stages do not combine with "
-                                "expert parallelism yet");
   return d;
 }
 

@@ -21,7 +21,7 @@ namespace mod::parallel {
 struct ParallelDims {
   int dp = 1, tp = 1, ep = 1, pp = 1;
 
-  // parallel.pp > 1 with ep above 1 is refused (the error names the fields).
+  // The four fields, each at least 1 (the error names them).
   static ParallelDims from_config(const modtrain::ParallelConfig& cfg);
   // dp x tp x pp must equal the world size and ep must divide dp; errors print the equation.
   void validate(int world_size) const;

@@ -277,18 +277,28 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
     return model::is_causal_predictor(np.first);
   });
   if (has_predictor) plan.predictor_norm_groups = norm_groups(true);
-  if (stage >= 1) {
-    std::vector<ShardedAdamW::Param> zp;
-    for (const auto& [name, t] : params)
-      zp.push_back({name, t, takes_weight_decay(name, optimizer), model::is_causal_predictor(name),
-                    plan.units ? plan.units->owned_values(t) : Tensor()});
-    plan.optimizer = std::make_unique<Zero1Optimizer>(zp, is_expert, adamw_hyper(optimizer),
-                                                      mesh.dp(), mesh.edp(), fusion, dense_grads,
-                                                      expert_grads);
-  } else {
+  if (stage >= 1)
+    make_sharded_optimizer(plan, params, mesh, optimizer, fusion);
+  else
     plan.optimizer = std::make_unique<AdamW>(params, optimizer, fusion);
-  }
   return plan;
+}
+
+void make_sharded_optimizer(ParallelPlan& plan,
+                            const std::vector<std::pair<std::string, Tensor>>& params,
+                            const Mesh& mesh, const modtrain::OptimizerConfig& optimizer,
+                            const OptimizerFusion& fusion, const std::vector<bool>& held) {
+  plan.optimizer.reset();  // its weight copies go before the new one keeps them
+  std::vector<ShardedAdamW::Param> zp;
+  std::vector<bool> is_expert;
+  for (const auto& [name, t] : params) {
+    zp.push_back({name, t, takes_weight_decay(name, optimizer), model::is_causal_predictor(name),
+                  plan.units ? plan.units->owned_values(t) : Tensor()});
+    is_expert.push_back(plan.shards.at(name).expert);
+  }
+  plan.optimizer = std::make_unique<Zero1Optimizer>(
+      zp, is_expert, adamw_hyper(optimizer), mesh.dp(), mesh.edp(), fusion,
+      plan.dense_buckets.get(), plan.expert_buckets.get(), held);
 }
 
 void make_grad_buckets(ParallelPlan& plan,
@@ -306,6 +316,9 @@ void make_grad_buckets(ParallelPlan& plan,
   // Stage 1 reduce-scatters; stage 2 also lets go of the full gradients (data_parallel.h).
   const GradReduce reduce = stage >= 1 ? GradReduce::ReduceScatter : GradReduce::AllReduce;
   const bool release = stage >= 2;
+  // Norm groups reading owned slices from the old bucketers read them from the new ones.
+  const GradBucketer* old_dense = plan.dense_buckets.get();
+  const GradBucketer* old_experts = plan.expert_buckets.get();
   plan.dense_buckets.reset();
   plan.expert_buckets.reset();
   if (dp > 1 && !dense.empty())
@@ -317,6 +330,12 @@ void make_grad_buckets(ParallelPlan& plan,
     plan.expert_buckets =
         std::make_unique<GradBucketer>(experts, mesh.edp(), cfg.bucket_mb(), dp, reduce, release,
                                        expert_units);
+  for (auto* groups : {&plan.norm_groups, &plan.predictor_norm_groups})
+    for (NormGroup& g : *groups) {
+      if (!g.owned) continue;
+      if (g.owned == old_dense) g.owned = plan.dense_buckets.get();
+      else if (g.owned == old_experts) g.owned = plan.expert_buckets.get();
+    }
 }
 
 LeafGradReady ParallelPlan::grad_ready_hook() const {

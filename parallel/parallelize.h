@@ -154,11 +154,22 @@ struct ParallelPlan {
 // (Re)makes plan's dp gradient buckets (experts: over edp) over `params` alone, as parallelize
 // does over every parameter; a pipeline stage passes the parameters it owns, so its dp group
 // reduces only those. plan.shards must know every name. `unit_of` (ZeRO-3: each dense
-// parameter's unit, in order; empty otherwise) gives every unit a bucket of its own.
+// parameter's unit, in order; empty otherwise) gives every unit a bucket of its own. The norm
+// groups that read owned slices (ZeRO) read them from the new buckets; the optimizer still
+// reads the old ones: remake it (make_sharded_optimizer).
 void make_grad_buckets(ParallelPlan& plan,
                        const std::vector<std::pair<std::string, Tensor>>& params,
                        const Mesh& mesh, const modtrain::ParallelConfig& cfg,
                        const std::vector<int>& unit_of = {});
+
+// ZeRO's optimizer (Zero1Optimizer) over the model's parameters `params` (named_parameters
+// order), sharded over dp (experts over edp), reading the owned gradient slices from plan's
+// current buckets. held (empty: all): the parameters this rank updates, a pipeline stage's own
+// (set after make_grad_buckets over them); the others keep no moments.
+void make_sharded_optimizer(ParallelPlan& plan,
+                            const std::vector<std::pair<std::string, Tensor>>& params,
+                            const Mesh& mesh, const modtrain::OptimizerConfig& optimizer,
+                            const OptimizerFusion& fusion, const std::vector<bool>& held = {});
 
 // Each parameter's gradient (where defined) becomes its sum over tp, in one all-reduce; with
 // `owned` (a reduce-scatter bucketer), this rank's owned slice of it in the buckets instead.

@@ -5,7 +5,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "configs/config.h"
 #include "parallel/pipeline_runtime.h"
 
 namespace mod::parallel {
@@ -21,15 +20,19 @@ void check_pipeline_training(const modtrain::RunConfig& cfg) {
   auto refuse = [&](bool when, const std::string& what) {
     if (when) bad += (bad.empty() ? "" : ", ") + what;
   };
-  refuse(config::zero_stage(p) > 0, "parallel.zero_stage " + std::to_string(config::zero_stage(p)));
   refuse(p.sequence_parallel(), "parallel.sequence_parallel");
   refuse(cfg.train().device() == modtrain::TrainConfig::CUDA, "train.device CUDA");
-  refuse(cfg.train().recompute() != modtrain::TrainConfig::NONE, "train.recompute");
-  refuse(cfg.train().recompute_blocks_size() > 0, "train.recompute_blocks");
   if (!bad.empty())
     throw std::invalid_argument("config: parallel.pp = " + std::to_string(p.pp()) +
-                                " trains on CPUs with GPIPE or ONE_F_ONE_B, one chunk per rank, "
-                                "no ZeRO, sequence parallelism or recomputation; remove: " + bad);
+                                " trains on CPUs, without sequence parallelism; remove: " + bad);
+}
+
+void sum_tied_embedding_owned_grads(const model::Transformer& model, Communicator* group,
+                                    const GradBucketer& buckets) {
+  if (!group || !model.config().tie_embeddings()) return;
+  for (const auto& [name, p] : model.named_parameters())
+    if (name == "embed.weight")
+      if (Tensor g = buckets.owned_grad(p); g.defined()) group->all_reduce(g);
 }
 
 void broadcast_stage_parameters(const model::Transformer& model, const PipelinePartition& part,

@@ -12,15 +12,22 @@
 #include "model/routing_stats.h"
 #include "model/transformer.h"
 #include "parallel/communicator.h"
+#include "parallel/data_parallel.h"
 #include "parallel/pipeline_partition.h"
 
 namespace mod::parallel {
 
 // Throws std::invalid_argument naming the fields when cfg has parallel.pp > 1 with something
-// the pipeline trainer does not run: parallel.zero_stage (or zero1), parallel.sequence_parallel,
-// train.device CUDA,
-// train.recompute or train.recompute_blocks. (ep: ParallelDims::from_config; dp and tp run.)
+// the pipeline trainer does not run: parallel.sequence_parallel, train.device CUDA. (ZeRO
+// stage 3: config::validate. dp, tp, ep, ZeRO stages 1 and 2, train.recompute and interleaved
+// schedules run.)
 void check_pipeline_training(const modtrain::RunConfig& cfg);
+
+// Under ZeRO (reduce-scattered buckets over dp): sum_tied_embedding_grads of the slice of
+// embed.weight's gradient this dp rank owns in `buckets` (both ends' dp rank d own the same
+// slice), which is where the optimizer and the norm read it. Collective over group.
+void sum_tied_embedding_owned_grads(const model::Transformer& model, Communicator* group,
+                                    const GradBucketer& buckets);
 
 // Every parameter broadcast from the stage that owns it (stage_owns, the tied embedding from
 // the first stage), so every rank holds the whole trained model (its tp shards). Collective

@@ -55,6 +55,7 @@ Tensor ShardedAdamW::owned_grad(size_t i) const {
 void ShardedAdamW::set_learning_rate(double lr) { consts_.set(lr, ++step_); }
 
 void ShardedAdamW::apply(const Tensor& grad_scale, const Tensor& detached_scale) {
+  if (params_.empty()) return;  // a pipeline stage holding none of this group
   NoGradGuard no_grad;
   const DType dtype = params_.front().tensor.dtype();
   const Device device = params_.front().tensor.device();
@@ -133,13 +134,15 @@ Zero1Optimizer::Zero1Optimizer(const std::vector<ShardedAdamW::Param>& params,
                                const std::vector<bool>& expert, const AdamWArgs& hyper,
                                Communicator& dp, Communicator& edp,
                                const OptimizerFusion& fusion, const GradBucketer* dense_grads,
-                               const GradBucketer* expert_grads) {
+                               const GradBucketer* expert_grads, const std::vector<bool>& held) {
   std::vector<ShardedAdamW::Param> dense, experts;
   std::vector<std::pair<bool, size_t>> index;  // (expert, index in its group), as params
+  std::vector<bool> here;                      // per parameter: held
   for (size_t i = 0; i < params.size(); ++i) {
+    here.push_back(held.empty() || held.at(i));
     auto& group = expert[i] ? experts : dense;
     index.emplace_back(expert[i], group.size());
-    group.push_back(params[i]);
+    if (here.back()) group.push_back(params[i]);
     const Tensor& p = params[i].tensor;
     params_.push_back(p);
     if (fusion.multi_tensor && fusion.weight_copies && *fusion.weight_copies != p.dtype())
@@ -149,8 +152,10 @@ Zero1Optimizer::Zero1Optimizer(const std::vector<ShardedAdamW::Param>& params,
   dense_ = std::make_unique<ShardedAdamW>(std::move(dense), hyper, dp, multi, dense_grads);
   if (!experts.empty())
     experts_ = std::make_unique<ShardedAdamW>(std::move(experts), hyper, edp, multi, expert_grads);
-  for (const auto& [is_expert, k] : index)
-    where_.emplace_back(is_expert ? experts_.get() : dense_.get(), k);
+  for (size_t i = 0; i < index.size(); ++i) {
+    const auto [is_expert, k] = index[i];
+    where_.emplace_back(!here[i] ? nullptr : is_expert ? experts_.get() : dense_.get(), k);
+  }
 }
 
 Zero1Optimizer::~Zero1Optimizer() {
@@ -173,11 +178,16 @@ void Zero1Optimizer::set_steps_taken(int64_t s) {
 }
 
 std::pair<Tensor, Tensor> Zero1Optimizer::full_moments(size_t i) const {
+  if (!where_[i].first) {
+    const Tensor& p = params_[i];
+    return {Tensor::zeros(p.shape(), p.dtype(), p.device()),
+            Tensor::zeros(p.shape(), p.dtype(), p.device())};
+  }
   return where_[i].first->full_moments(where_[i].second);
 }
 
 void Zero1Optimizer::load_moments(size_t i, const Tensor& m, const Tensor& v) {
-  where_[i].first->load_moments(where_[i].second, m, v);
+  if (where_[i].first) where_[i].first->load_moments(where_[i].second, m, v);
 }
 
 }  // namespace mod::parallel

@@ -87,10 +87,12 @@ class Zero1Optimizer : public Optimizer {
   // fusion (optimizer.h): weight copies are kept as AdamW keeps them, but the update writes
   // only this rank's slice of a master, so a copy is stale after the all-gather and the next
   // forward rewrites it from its master (one convert per weight, as the cast it replaces).
+  // held (empty: every parameter): the parameters this rank updates, a pipeline stage's own;
+  // the others keep no moments, full_moments gives zeros for them and load_moments drops them.
   Zero1Optimizer(const std::vector<ShardedAdamW::Param>& params, const std::vector<bool>& expert,
                  const AdamWArgs& hyper, Communicator& dp, Communicator& edp,
                  const OptimizerFusion& fusion = {}, const GradBucketer* dense_grads = nullptr,
-                 const GradBucketer* expert_grads = nullptr);
+                 const GradBucketer* expert_grads = nullptr, const std::vector<bool>& held = {});
   ~Zero1Optimizer() override;
 
   void set_learning_rate(double lr) override;
@@ -104,7 +106,7 @@ class Zero1Optimizer : public Optimizer {
  private:
   std::vector<Tensor> params_;
   std::unique_ptr<ShardedAdamW> dense_, experts_;  // experts_: null without expert weights
-  // Parameter i's optimizer and its index there.
+  // Parameter i's optimizer and its index there (null: not held).
   std::vector<std::pair<ShardedAdamW*, size_t>> where_;
 };
 

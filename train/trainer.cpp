@@ -34,16 +34,12 @@ namespace mod::train {
 
 namespace fs = std::filesystem;
 
-namespace {
-// train.fusions.optimizer_weight_copies: the multi-tensor update, and under BF16 the optimizer's
-// bf16 copies of the weights the forward reads (parallel/optimizer.h).
 parallel::OptimizerFusion optimizer_fusion(const modtrain::TrainConfig& t) {
   parallel::OptimizerFusion f;
   f.multi_tensor = t.fusions().optimizer_weight_copies();
   if (f.multi_tensor && t.precision() == modtrain::TrainConfig::BF16) f.weight_copies = DType::BF16;
   return f;
 }
-}  // namespace
 
 Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
                  parallel::Communicator& world, const TestHooks& hooks)
@@ -204,6 +200,7 @@ StepMetrics Trainer::timed_step(int64_t step) {
   peak_memory_bytes_ = std::max(peak_memory_bytes_, peak);
   m.peak_memory_mb = static_cast<double>(peak) / (1 << 20);
   losses_.push_back(*m.lm_loss);
+  aux_losses_.push_back(m.aux_loss.value_or(0.0));
   const double tokens_per_step =
       static_cast<double>(t.batch_size()) * t.grad_accum() * cfg_.model().seq_len();
   m.tokens_per_s = tokens_per_step / seconds_since(t0);

@@ -38,6 +38,10 @@
 
 namespace mod::train {
 
+// train.fusions.optimizer_weight_copies: the multi-tensor update, and under BF16 the optimizer's
+// bf16 copies of the weights the forward reads (parallel/optimizer.h).
+parallel::OptimizerFusion optimizer_fusion(const modtrain::TrainConfig& t);
+
 class Trainer {
  public:
   // Collective over world (every rank constructs a Trainer with the same config). quiet: no
@@ -60,6 +64,8 @@ class Trainer {
   int64_t start_step() const { return start_step_; }  // steps done before run() (resume)
   const model::Transformer& model() const { return *model_; }
   const std::vector<double>& losses() const { return losses_; }  // one per step run here
+  // The auxiliary losses (routers, predictors, MoE balance) of those steps, 0 without any.
+  const std::vector<double>& aux_losses() const { return aux_losses_; }
   // This rank's highest bytes in use during any step run here (the device allocator's count).
   size_t peak_memory_bytes() const { return peak_memory_bytes_; }
   // Every parameter in full (tensor-parallel shards and experts gathered). Collective over the
@@ -182,7 +188,7 @@ class Trainer {
   int64_t start_step_ = 0;
   double elapsed_before_ = 0;  // seconds trained before a resume
   bool stopped_ = false;
-  std::vector<double> losses_;
+  std::vector<double> losses_, aux_losses_;
   size_t peak_memory_bytes_ = 0;
   // Set by run(): metrics.csv and tb/ (world rank 0), a token's training FLOPs and the rate MFU
   // is measured against (every process's share of the machine).

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <unordered_set>
 
+#include "configs/config.h"
 #include "parallel/pipeline_partition.h"
 #include "parallel/pipeline_runtime.h"
 #include "parallel/pipeline_training.h"
@@ -29,6 +30,14 @@ void Trainer::setup_pipeline() {
   for (const auto& [name, t] : model_->named_parameters())
     if (parallel::stage_owns(*pipeline_partition_, stage, name, tie)) owned.emplace_back(name, t);
   parallel::make_grad_buckets(plan_, owned, *mesh_, cfg_.parallel());
+  // ZeRO: the stage's dp group shards the moments (stage 2: also the gradients) of what it owns.
+  if (config::zero_stage(cfg_.parallel()) >= 1) {
+    std::vector<bool> held;
+    for (const auto& [name, t] : model_->named_parameters())
+      held.push_back(parallel::stage_owns(*pipeline_partition_, stage, name, tie));
+    parallel::make_sharded_optimizer(plan_, model_->named_parameters(), *mesh_, cfg_.optimizer(),
+                                     optimizer_fusion(cfg_.train()), held);
+  }
   // The norms keep the plan's groups (tp-sharded over tp, replicated ones counted once) with
   // only what this stage owns, the tied embedding on the first stage only; grad_clips then adds
   // the stages' sums over pp. The causal predictors' norm apart, as in one process.
@@ -61,9 +70,14 @@ Trainer::StepOutputs Trainer::enqueue_pipeline_step() {
       hooks_.routing_log->emplace_back();
       for (const Tensor& idx : r.routed_idx) hooks_.routing_log->back().push_back(idx.to(Device::CPU));
     }
-  // dp means of the stage's gradients (its buckets), then the tied embedding's two halves.
+  // dp means of the stage's gradients (its buckets), then the tied embedding's two halves
+  // (under ZeRO, the slices the dp rank owns).
   plan_.finish_grad_sync();
-  parallel::sum_tied_embedding_grads(*model_, tied_embedding_group_.get());
+  if (config::zero_stage(cfg_.parallel()) >= 1 && plan_.dense_buckets)
+    parallel::sum_tied_embedding_owned_grads(*model_, tied_embedding_group_.get(),
+                                             *plan_.dense_buckets);
+  else
+    parallel::sum_tied_embedding_grads(*model_, tied_embedding_group_.get());
   // lm_loss is the last stage's (0 elsewhere, so the sum is exact); aux_loss adds the stages';
   // finish_step then takes the mean over dp. The stages' idle and compute seconds ride along:
   // the step's bubble is their idle over their total (report_pipeline_bubble's, per step).

@@ -11,7 +11,9 @@
 // micro-batch, bitwise. The pp 2 x dp 2 run's step-2 checkpoint records pp and dp and resumes
 // on one process (world rank 0), which continues as the pp 2 x dp 2 run did (the same bound).
 // tiny_mod also trains under pp 4 (two middle stages that read no data) and pp 2 x tp 2 against
-// one process (the same bound).
+// one process (the same bound), and under pp 2 x dp 2 with ZeRO-1 and ZeRO-2 (each stage's dp
+// pair sharding what the stage owns) bitwise as without ZeRO; ZeRO-1's step-2 checkpoint
+// resumes on one process. tiny_mode_staged trains under pp 2 x dp 2 x ep 2 as one process.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -167,9 +169,21 @@ TEST_CASE("ParallelDims: dp x tp x pp is the world size, errors print the equati
   cfg.set_pp(2);
   cfg.set_dp(2);
   CHECK(ParallelDims::from_config(cfg).dp == 2);
-  cfg.set_ep(2);
-  CHECK_THAT(error_of([&] { ParallelDims::from_config(cfg); }),
-             Catch::Matchers::Contains("parallel.pp = 2 trains with parallel.ep 1 (got ep 2)"));
+  cfg.set_ep(2);  // experts sharded inside each stage
+  CHECK(ParallelDims::from_config(cfg).ep == 2);
+}
+
+// Expert parallelism inside each stage: pp 2 x dp 2 x ep 2, each stage's dp pair an ep pair
+// holding half of every MoE layer's experts of the stage's blocks (the all-to-all within the
+// pair), against one process (the bound above).
+TEST_CASE("pp 2 x dp 2 x ep 2: MoDE with experts sharded in each stage trains as one process",
+          "[mpi][pipeline][moe]") {
+  auto& world = parallel::world();
+  if (world.size() != 4) return;
+  const Run one = reference("tiny_mode_staged");
+  std::vector<std::string> layout = kLayout;
+  layout.push_back("parallel.ep=2");
+  check_close(train_run("tiny_mode_staged", world, test::shared_dir("ppdpep"), layout), one, 0);
 }
 
 TEST_CASE("pp x dp mesh: a stage is a run of dp x tp ranks, tp fastest", "[mpi][pipeline]") {
@@ -255,6 +269,31 @@ TEST_CASE("pp 2 x dp 2 trains as one process, routes the same tokens and resumes
       CHECK(reader.state().mesh.world_size == 4);
     }
     if (name == "tiny_mod") {
+      // ZeRO-1 and ZeRO-2: each stage's dp pair shards the moments (and gradients) of what the
+      // stage owns; the tied embedding's owned slices sum over its two ends, the norm's squares
+      // over the dp pair, then over pp. Against pp 2 x dp 2 without ZeRO, bitwise: a sum of two
+      // ranks is the same reduced or scattered, and each element takes the same AdamW update
+      // (the norm's squares add in another order, but its f64 sum rounds to the same clip
+      // factor here); so one process's bound. ZeRO-1's step-2 checkpoint (moments gathered
+      // over the stage's dp pair, by global name) resumes on one process.
+      for (const int zero : {1, 2}) {
+        INFO("ZeRO stage " << zero);
+        std::vector<std::string> layout = kLayout;
+        layout.push_back("parallel.zero_stage=" + std::to_string(zero));
+        const std::string zdir = test::shared_dir("ppdp_zero");
+        const Run z = train_run(name, world, zdir, layout);
+        test::check_bitwise(z.losses, ppdp.losses);
+        for (size_t i = 0; i < ppdp.params.size(); ++i) {
+          INFO("parameter " << ppdp.params[i].first);
+          test::check_bitwise(z.params[i].second.to_vector(), ppdp.params[i].second.to_vector());
+        }
+        check_close(z, one, 0);
+        if (zero == 1 && rank == 0) {
+          const Run resumed = train_run(name, test::self_group(), test::temp_dir("ppdp_zero_resumed"), {},
+                                        ckpt::checkpoints_dir(zdir) + "/" + ckpt::step_dir_name(2));
+          check_close(resumed, z, 2);
+        }
+      }
       // pp 4: stages 1 and 2 read neither tokens nor targets; pp 2 x tp 2: each stage's tp pair
       // holds its blocks' shards, the norm sums the tp-sharded squares over tp, then over pp.
       for (const std::vector<std::string>& layout :

@@ -8,11 +8,17 @@
 // writes what it owns, by global name) resumes on one process and continues like the
 // uninterrupted pp run, and one process's checkpoint resumes under pp. Configurations the
 // pipeline trainer does not run are refused naming the fields. Every pp run reports a measured
-// bubble per stage inside (0, 1).
+// bubble per stage inside (0, 1). tiny_mod under pp with train.recompute (FULL; SELECTIVE of
+// blocks 2 and 3, one per stage) equals the pp run without it bitwise, in less memory on every
+// stage; the MoDE recipes (MoE in every block) train under pp as on one process, aux losses
+// included.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
+#include "core/backend.h"
 #include "parallel/communicator.h"
+#include "tests/support/bitwise.h"
 #include "tests/support/shared_dir.h"
 #include "tests/support/tiny_runs.h"
 #include "train/checkpoint/checkpoint.h"
@@ -25,11 +31,14 @@ constexpr int kSteps = 4;
 struct Run {
   std::vector<double> losses;
   std::vector<std::pair<std::string, Tensor>> params;
+  size_t peak_memory_bytes = 0;  // this rank's, over the steps, above what it held before
+  std::vector<double> aux_losses;
 };
 
 Run train_run(const std::string& name, parallel::Communicator& comm, const std::string& dir,
               std::vector<std::string> extra, const std::string& from = "") {
   extra.insert(extra.end(), {"train.grad_accum=2", "checkpoint.every_steps=2"});
+  const size_t before = backend(Device::CPU).memory_stats().in_use_bytes;  // earlier runs' results
   train::Trainer trainer(test::tiny_recipe(name, kSteps, "", extra), dir, /*quiet=*/true, comm);
   if (!from.empty()) trainer.resume(from);
   trainer.run();
@@ -42,7 +51,8 @@ Run train_run(const std::string& name, parallel::Communicator& comm, const std::
     for (double b : bubble->per_stage) CHECK((b > 0 && b < 1));
     CHECK((bubble->total > 0 && bubble->total < 1));
   }
-  return {trainer.losses(), trainer.full_parameters()};
+  return {trainer.losses(), trainer.full_parameters(), trainer.peak_memory_bytes() - before,
+          trainer.aux_losses()};
 }
 
 void check_close(const Run& got, const Run& want, size_t first_step) {
@@ -60,6 +70,41 @@ void check_close(const Run& got, const Run& want, size_t first_step) {
 }
 
 std::string pp_field() { return "parallel.pp=" + std::to_string(parallel::world().size()); }
+
+void check_bitwise(const Run& got, const Run& want) {
+  test::check_bitwise(got.losses, want.losses);
+  REQUIRE(got.params.size() == want.params.size());
+  for (size_t i = 0; i < want.params.size(); ++i) {
+    INFO("parameter " << want.params[i].first);
+    test::check_bitwise(got.params[i].second.to_vector(), want.params[i].second.to_vector());
+  }
+}
+// Each stage recomputes its own blocks: the same ops on the same values, so bitwise the pp run
+// without recomputation (and so one process's bound), in less memory on every stage (a stage
+// that kept its activations would show the plain run's peak). recompute_blocks [2, 3] at pp 2
+// gives each stage one block (tiny_mod's stages are blocks 0-2 and 3-5).
+void check_recompute(const std::string& name, const std::vector<std::string>& pp_set,
+                     const Run& plain, const Run& one) {
+  for (const std::vector<std::string>& recompute :
+       {std::vector<std::string>{"train.recompute=FULL"},
+        {"train.recompute=SELECTIVE", "train.recompute_blocks=[2, 3]"}}) {
+    INFO(recompute.front() << " " << (recompute.size() > 1 ? recompute.back() : "") << ", stage "
+                           << parallel::world().rank());
+    std::vector<std::string> set = pp_set;
+    set.insert(set.end(), recompute.begin(), recompute.end());
+    const Run got = train_run(name, parallel::world(), test::shared_dir("pp_recompute"), set);
+    check_bitwise(got, plain);
+    check_close(got, one, 0);
+    INFO("peak " << got.peak_memory_bytes << " bytes against " << plain.peak_memory_bytes
+                 << " without recomputation");
+    CHECK(got.peak_memory_bytes < plain.peak_memory_bytes);
+    if (parallel::world().rank() == 0)
+      std::printf("pp %d %s %s: stage 0 peak %.1f MiB against %.1f MiB without recomputation\n",
+                  parallel::world().size(), recompute.front().c_str(),
+                  recompute.size() > 1 ? recompute.back().c_str() : "",
+                  got.peak_memory_bytes / 1048576.0, plain.peak_memory_bytes / 1048576.0);
+  }
+}
 }  // namespace
 
 TEST_CASE("pp = world size trains as one process and resumes on one process", "[mpi][pipeline]") {
@@ -83,6 +128,33 @@ TEST_CASE("pp = world size trains as one process and resumes on one process", "[
     const Run resumed_pp = train_run(name, parallel::world(), test::shared_dir("pp_resumed_pp"), pp_set,
                                      ckpt::checkpoints_dir(one_dir) + step2);
     check_close(resumed_pp, one, 2);
+    if (name == std::string("tiny_mod") && schedule == std::string("ONE_F_ONE_B"))
+      check_recompute(name, pp_set, pp, one);
+  }
+}
+
+// Experts under pp: each MoE layer's experts live in its block's stage (ep 1 inside a stage).
+// The MoDE recipes (expert-choice MoE in every block, with routed blocks: staged, and
+// integrated with no-op experts) at pp 2 against one process for 2 steps: losses and
+// parameters as above, and every step's aux loss (MoE balance and z losses, the predictors' BCE), which
+// each stage computes for its own blocks and the trainer sums over pp, to relative 1e-6 (f64
+// sums of the stages' f32 terms, in another order than one process's).
+TEST_CASE("experts train under pp as on one process, their aux losses summed over the stages",
+          "[mpi][pipeline][moe]") {
+  if (parallel::world().size() != 2) return;  // every stage holds MoE blocks at pp 2
+  for (const char* name : {"tiny_mode_staged", "tiny_mode_integrated"}) {
+    INFO(name);
+    const std::string steps = "train.steps=2";  // 2 steps of 2 micro-batches: CI time
+    const Run one = train_run(name, test::self_group(), test::temp_dir("pp_moe_one"), {steps});
+    const Run pp = train_run(name, parallel::world(), test::shared_dir("pp_moe"), {steps, pp_field()});
+    check_close(pp, one, 0);
+    REQUIRE(pp.aux_losses.size() == one.aux_losses.size());
+    for (size_t s = 0; s < one.aux_losses.size(); ++s) {
+      const double a = pp.aux_losses[s], b = one.aux_losses[s];
+      INFO("step " << s + 1 << ": aux loss " << a << " against " << b);
+      CHECK(b != 0);
+      CHECK(std::abs(a - b) <= 1e-6 * std::abs(b));
+    }
   }
 }
 
@@ -126,12 +198,11 @@ TEST_CASE("pp refuses what the pipeline trainer does not run, naming the fields"
       CHECK_THAT(e.what(), Catch::Matchers::Contains(field));
     }
   };
-  refused({"parallel.ep=2"}, "parallel.ep");
+  refused({"parallel.ep=2"}, "ep (2) must divide dp (1)");
   refused({"parallel.dp=2"}, "dp (2) x tp (1) x pp (" + std::to_string(parallel::world().size()) +
                                  ")");
-  refused({"parallel.zero1=true"}, "parallel.zero_stage 1");
+  refused({"parallel.zero_stage=3"}, "does not combine with parallel.zero_stage 3");
   refused({"parallel.sequence_parallel=true"}, "parallel.sequence_parallel");
-  refused({"train.recompute=FULL"}, "train.recompute");
   // Interleaving needs a whole number of micro-batch groups of pp (Megatron's condition).
   refused({"parallel.pp_schedule=INTERLEAVED_1F1B", "parallel.virtual_stages=2",
            "train.grad_accum=" + std::to_string(parallel::world().size() + 1)},
