@@ -4,8 +4,9 @@
 // parameter's flattened tensor (zero1_owned over its shard group, the split of ZeRO-1's moments
 // and ZeRO-2's gradients), which the sharded AdamW (zero1.h, Param::owned_values) updates in
 // place. The shard group is dp, but experts shard over edp (the ranks holding the same experts,
-// mesh.h), as their moments and gradients do: a unit with experts gathers twice, once a group. A unit's parameters are whole
-// only while it runs:
+// mesh.h), as their moments and gradients do: a unit with experts gathers twice, once a group.
+// Under tp the tensors are each rank's tp shards, so stage 3 shards the shards (2-D), gathering
+// over dp only. A unit's parameters are whole only while it runs:
 //
 //   forward:  block b all-gathered before it runs, released after (leave_block)
 //   backward: all-gathered again by an identity node on the block's outputs, whose backward
