@@ -8,8 +8,8 @@
 //   equals plain dp2 bitwise and one process to 1e-5.
 // - np4, staged MoDE at dp4 x ep2 (edp of two: experts halved, dense parameters quartered): stage 3 against stage 2 bit for bit (the
 //   same reduce-scatters, the same sums), and one process to 1e-5.
-#include <cstring>
 
+#include "tests/support/bitwise.h"
 #include "tests/support/parity_harness.h"
 
 using namespace mod;
@@ -23,19 +23,7 @@ RunResult run_layout(const std::string& name, const std::string& layout) {
 }
 
 void check_bits(const RunResult& got, const RunResult& want) {
-  REQUIRE(got.losses.size() == want.losses.size());
-  for (size_t s = 0; s < got.losses.size(); ++s) {
-    INFO("step " << s + 1 << ": " << got.losses[s] << " vs " << want.losses[s]);
-    CHECK(got.losses[s] == want.losses[s]);
-  }
-  REQUIRE(got.params.size() == want.params.size());
-  for (size_t i = 0; i < got.params.size(); ++i) {
-    INFO("parameter " << got.params[i].first);
-    const Tensor& a = got.params[i].second;
-    const Tensor& b = want.params[i].second;
-    REQUIRE(a.nbytes() == b.nbytes());
-    CHECK(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0);
-  }
+  test::check_runs_bitwise(got.losses, got.params, want.losses, want.params);
 }
 
 void check_close(const RunResult& got, const RunResult& want) {

@@ -14,7 +14,6 @@
 //   planner, below ZeRO-2's (prefetch included); under FULL recomputation within 10% and lower again.
 // - A parameter read outside its unit throws, naming it.
 // - The layouts stage 3 does not reach are refused, naming the field.
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -23,6 +22,7 @@
 #include "core/backend.h"
 #include "model/memory_plan.h"
 #include "tests/support/errors.h"
+#include "tests/support/bitwise.h"
 #include "tests/support/shared_dir.h"
 #include "tests/support/tiny_runs.h"
 #include "train/checkpoint/checkpoint.h"
@@ -69,19 +69,7 @@ void check_close(const Run& got, const Run& want) {
 }
 
 void check_bits(const Run& got, const Run& want) {
-  REQUIRE(got.losses.size() == want.losses.size());
-  for (size_t s = 0; s < got.losses.size(); ++s) {
-    INFO("step " << s + 1);
-    CHECK(got.losses[s] == want.losses[s]);
-  }
-  REQUIRE(got.params.size() == want.params.size());
-  for (size_t i = 0; i < got.params.size(); ++i) {
-    INFO("parameter " << got.params[i].first);
-    const Tensor& a = got.params[i].second;
-    const Tensor& b = want.params[i].second;
-    REQUIRE(a.nbytes() == b.nbytes());
-    CHECK(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0);
-  }
+  test::check_runs_bitwise(got.losses, got.params, want.losses, want.params);
 }
 
 // World rank 0 trains alone; its losses and parameters reach every rank.

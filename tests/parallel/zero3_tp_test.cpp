@@ -20,6 +20,7 @@
 #include "core/backend.h"
 #include "model/memory_plan.h"
 #include "tests/support/parity_harness.h"
+#include "tests/support/bitwise.h"
 #include "tests/support/shared_dir.h"
 #include "train/checkpoint/checkpoint.h"
 
@@ -52,19 +53,7 @@ LoggedRun train_logged(const modtrain::RunConfig& cfg, parallel::Communicator& c
 }
 
 void check_bits(const p::RunResult& got, const p::RunResult& want) {
-  REQUIRE(got.losses.size() == want.losses.size());
-  for (size_t s = 0; s < got.losses.size(); ++s) {
-    INFO("step " << s + 1);
-    CHECK(got.losses[s] == want.losses[s]);
-  }
-  REQUIRE(got.params.size() == want.params.size());
-  for (size_t i = 0; i < got.params.size(); ++i) {
-    INFO("parameter " << got.params[i].first);
-    const Tensor& a = got.params[i].second;
-    const Tensor& b = want.params[i].second;
-    REQUIRE(a.nbytes() == b.nbytes());
-    CHECK(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0);
-  }
+  test::check_runs_bitwise(got.losses, got.params, want.losses, want.params);
 }
 
 void check_close(const p::RunResult& got, const p::RunResult& want, double loss_bound,

@@ -5,9 +5,14 @@
 
 #include <catch2/catch.hpp>
 #include <cstddef>
+#include <cstring>
 #include <iomanip>
 #include <sstream>
+#include <string>
+#include <utility>
 #include <vector>
+
+#include "core/tensor.h"
 
 namespace mod::test {
 
@@ -26,6 +31,26 @@ inline void check_bitwise(const std::vector<double>& got, const std::vector<doub
       << " elements differ, the first at " << first << ": " << got[first] << " against "
       << want[first];
   FAIL_CHECK(msg.str());
+}
+
+// Two runs, bit for bit: every step's loss, and every named tensor's bytes (in the same order).
+inline void check_runs_bitwise(const std::vector<double>& got_losses,
+                               const std::vector<std::pair<std::string, Tensor>>& got_params,
+                               const std::vector<double>& want_losses,
+                               const std::vector<std::pair<std::string, Tensor>>& want_params) {
+  REQUIRE(got_losses.size() == want_losses.size());
+  for (size_t s = 0; s < got_losses.size(); ++s) {
+    INFO("step " << s + 1 << ": " << got_losses[s] << " vs " << want_losses[s]);
+    CHECK(got_losses[s] == want_losses[s]);
+  }
+  REQUIRE(got_params.size() == want_params.size());
+  for (size_t i = 0; i < got_params.size(); ++i) {
+    INFO("parameter " << got_params[i].first);
+    const Tensor& a = got_params[i].second;
+    const Tensor& b = want_params[i].second;
+    REQUIRE(a.nbytes() == b.nbytes());
+    CHECK(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0);
+  }
 }
 
 }  // namespace mod::test
