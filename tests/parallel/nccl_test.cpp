@@ -325,6 +325,36 @@ TEST_CASE("NCCL all_gather concatenates every rank's tensor in rank order", "[mp
   }
 }
 
+// ZeRO-3's prefetch: all_gather_async with several outstanding, waited out of order, each output
+// what all_gather gives (the inputs go out of scope before the wait: the Work holds them).
+TEST_CASE("NCCL all_gather_async: outstanding, waited out of order", "[mpi][cuda]") {
+  if (!have_gpus()) return;
+  for (const auto& comm : nccl_groups()) {
+    CAPTURE(comm->name());
+    std::vector<Tensor> outs;
+    std::vector<std::vector<double>> want;
+    std::vector<std::unique_ptr<Work>> works;
+    int salt = 600;
+    for (DType dtype : {DType::F32, DType::BF16})
+      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{100003}}) {
+        ++salt;
+        outs.push_back(Tensor::full({comm->size() * n}, -7, dtype, Device::CUDA));
+        works.push_back(comm->all_gather_async(rank_tensor({n}, dtype, comm->rank(), salt),
+                                               outs.back()));
+        want.emplace_back();
+        for (int r = 0; r < comm->size(); ++r) {
+          const std::vector<double> theirs = values({n}, dtype, r, salt);
+          want.back().insert(want.back().end(), theirs.begin(), theirs.end());
+        }
+      }
+    for (size_t i = works.size(); i-- > 0;) works[i]->wait();
+    for (size_t i = 0; i < outs.size(); ++i) {
+      CAPTURE(i);
+      CHECK(mismatches(outs[i], want[i]) == 0);
+    }
+  }
+}
+
 TEST_CASE("NCCL all_to_all sends chunk j to rank j", "[mpi][cuda]") {
   if (!have_gpus()) return;
   for (const auto& comm : nccl_groups()) {
