@@ -21,10 +21,9 @@ void check_pipeline_training(const modtrain::RunConfig& cfg) {
     if (when) bad += (bad.empty() ? "" : ", ") + what;
   };
   refuse(p.sequence_parallel(), "parallel.sequence_parallel");
-  refuse(cfg.train().device() == modtrain::TrainConfig::CUDA, "train.device CUDA");
   if (!bad.empty())
     throw std::invalid_argument("config: parallel.pp = " + std::to_string(p.pp()) +
-                                " trains on CPUs, without sequence parallelism; remove: " + bad);
+                                " trains without sequence parallelism; remove: " + bad);
 }
 
 void sum_tied_embedding_owned_grads(const model::Transformer& model, Communicator* group,

@@ -35,9 +35,11 @@ struct Run {
 };
 
 Run train_run(const std::string& recipe, const std::string& layout, const std::string& device,
-              bool graphed, parallel::Communicator& world = parallel::world(),
+              bool graphed, const std::vector<std::string>& extra = {},
+              parallel::Communicator& world = parallel::world(),
               const std::string& resume_from = "") {
   std::vector<std::string> sets = kSmall;
+  sets.insert(sets.end(), extra.begin(), extra.end());
   // The global batch divides among the data-parallel ranks: one sequence each at 4.
   if (world.size() == 4) sets.push_back("train.batch_size=4");
   sets.push_back("train.device=" + device);
@@ -68,6 +70,7 @@ struct Layout {
   const char* recipe;
   const char* layout;
   int ranks;
+  std::vector<std::string> sets = {};  // more field=value overrides
 };
 
 }  // namespace
@@ -82,16 +85,19 @@ TEST_CASE("every parallel layout trains on the GPU over NCCL as on the CPU, eage
                                        {"tiny_mod", "dp=2 tp=1 zero_stage=2", 2},
                                        {"tiny_mode_staged", "dp=2 ep=2", 2},
                                        {"tiny_mode_staged", "dp=4 ep=2", 4},
-                                       {"tiny_mod", "dp=2 tp=2 zero1=true", 4}};
+                                       {"tiny_mod", "dp=2 tp=2 zero1=true", 4},
+                                       // Pipeline stages: their activations and gradients as
+                                       // grouped ncclSend/ncclRecv (send_recv).
+                                       {"tiny_mod", "dp=1 pp=2", 2, {"train.grad_accum=2"}}};
   int ran = 0;
   for (const Layout& l : layouts) {
     if (l.ranks != n) continue;
     ++ran;
     INFO(l.recipe << ", layout " << l.layout);
-    const Run cpu = train_run(l.recipe, l.layout, "CPU", false);
-    const Run eager = train_run(l.recipe, l.layout, "CUDA", false);
+    const Run cpu = train_run(l.recipe, l.layout, "CPU", false, l.sets);
+    const Run eager = train_run(l.recipe, l.layout, "CUDA", false, l.sets);
     require_close(eager, cpu, 1e-3);
-    const Run graphed = train_run(l.recipe, l.layout, "CUDA", true);
+    const Run graphed = train_run(l.recipe, l.layout, "CUDA", true, l.sets);
     require_close(graphed, eager, 1e-5);
   }
   if (ran == 0) WARN("no layout for " << n << " ranks: np2 and np4 run them");
