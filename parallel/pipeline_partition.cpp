@@ -150,7 +150,9 @@ std::string describe_pipeline(const modtrain::RunConfig& cfg) {
   const model::MemoryPlan mem = model::plan_memory(cfg.model(), mopt);
   const std::vector<double> params = stage_parameters(cfg.model(), part);
   constexpr double kStateBytes = 4.0 * 4;  // f32 master, gradient, AdamW m and v
-  const double transfer = 4.0 * tokens * cfg.model().d_model();  // one [b, T, D] f32 activation
+  // One [b, T, D] f32 activation; under sequence parallelism this tp rank's [b, T/tp, D].
+  const double seq_share = p.sequence_parallel() && p.tp() > 1 ? 1.0 / p.tp() : 1.0;
+  const double transfer = 4.0 * tokens * seq_share * cfg.model().d_model();
 
   std::ostringstream os;
   char line[256];
@@ -203,7 +205,8 @@ std::string describe_pipeline(const modtrain::RunConfig& cfg) {
   }
   os << "memory per stage: f32 parameters, gradients and AdamW state of its blocks (the embedding "
         "on the first, final norm and head on the last); the activations of the micro-batches in "
-        "flight; the largest backward temporary; one [b, T, D] buffer per neighbour\n";
+        "flight; the largest backward temporary; one [b, T, D] buffer per neighbour ([b, T/tp, D] "
+        "under sequence parallelism)\n";
   return os.str();
 }
 

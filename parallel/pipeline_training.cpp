@@ -20,11 +20,10 @@ void check_pipeline_training(const modtrain::RunConfig& cfg) {
   auto refuse = [&](bool when, const std::string& what) {
     if (when) bad += (bad.empty() ? "" : ", ") + what;
   };
-  refuse(p.sequence_parallel(), "parallel.sequence_parallel");
   refuse(cfg.train().device() == modtrain::TrainConfig::CUDA, "train.device CUDA");
   if (!bad.empty())
     throw std::invalid_argument("config: parallel.pp = " + std::to_string(p.pp()) +
-                                " trains on CPUs, without sequence parallelism; remove: " + bad);
+                                " trains on CPUs; remove: " + bad);
 }
 
 void sum_tied_embedding_owned_grads(const model::Transformer& model, Communicator* group,
