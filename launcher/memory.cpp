@@ -1,5 +1,6 @@
 // modtrain memory: the predicted peak memory per rank of a config (model/memory_plan.h), for its
 // parallel layout and a recompute setting, and whether it fits a stated device memory.
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -8,6 +9,7 @@
 #include "configs/config.h"
 #include "launcher/cli.h"
 #include "model/memory_plan.h"
+#include "parallel/pipeline_memory.h"
 #include "parallel/pipeline_partition.h"
 
 namespace mod::cli {
@@ -48,17 +50,29 @@ int memory(int argc, char** argv) {
              "[--device-memory-gb N]",
              o, vm))
     return 0;
-  const modtrain::RunConfig cfg = load_config(vm);
-  model::MemoryOptions opt = model::memory_options(cfg);
-  if (vm.count("recompute")) opt.recompute = parse_recompute(vm["recompute"].as<std::string>());
-  if (vm.count("recompute-blocks")) opt.recompute_blocks = parse_blocks(vm["recompute-blocks"].as<std::string>());
+  modtrain::RunConfig cfg = load_config(vm);
+  // The options as config fields, so the pipeline table (per rank, from the config) sees them too.
+  if (vm.count("recompute"))
+    cfg.mutable_train()->set_recompute(parse_recompute(vm["recompute"].as<std::string>()));
+  if (vm.count("recompute-blocks")) {
+    cfg.mutable_train()->clear_recompute_blocks();
+    for (int b : parse_blocks(vm["recompute-blocks"].as<std::string>()))
+      cfg.mutable_train()->add_recompute_blocks(b);
+  }
+  const model::MemoryOptions opt = model::memory_options(cfg);
   const model::MemoryPlan plan = model::plan_memory(cfg.model(), opt);
   std::printf("%s\n%s%s", cfg.name().c_str(), model::describe_memory(plan, opt).c_str(),
               parallel::describe_pipeline(cfg).c_str());
   if (vm.count("device-memory-gb")) {
+    // Under pp the fullest rank's peak (the table above; ZeRO-3 under pp is not predicted).
+    double peak = plan.peak;
+    if (cfg.parallel().pp() > 1 && config::zero_stage(cfg.parallel()) < 3) {
+      peak = 0;
+      for (const auto& r : parallel::plan_pipeline_memory(cfg)) peak = std::max(peak, r.peak);
+    }
     const double limit = vm["device-memory-gb"].as<double>() * 1e9;
     std::printf("%s %.4g GB per device (predicted peak %.4g GB)\n",
-                plan.peak <= limit ? "fits" : "DOES NOT FIT", limit / 1e9, plan.peak / 1e9);
+                peak <= limit ? "fits" : "DOES NOT FIT", limit / 1e9, peak / 1e9);
   }
   return 0;
 }

@@ -167,6 +167,26 @@ MemoryOptions memory_options(const modtrain::RunConfig& cfg) {
   return o;
 }
 
+int expert_shard_ranks(const MemoryLayout& l) { return std::max(1, l.dp / l.ep) * l.tp; }
+
+ReducedState reduced_state(const MemoryLayout& l, double dense, double experts) {
+  const double dp = l.dp, edp = expert_shard_ranks(l);
+  ReducedState r;
+  r.owned = dense / dp + experts / edp;
+  const bool sharded = l.zero_stage >= 1, released = l.zero_stage >= 2;
+  r.optimizer = 2 * (sharded ? r.owned : dense + experts);
+  // dp > 1: every gradient is also packed into a flat all-reduce bucket (parallel/data_parallel);
+  // expert gradients too when edp > 1 or they need dividing by dp (parallel/parallelize.cpp).
+  // ZeRO-1's buckets also hold this rank's reduce-scattered block: 1/dp (experts 1/edp) more.
+  // ZeRO-2 keeps only that block: a packed buffer lives from packing to its reduce's end.
+  const double flat = released ? 0 : 1;
+  const double dense_share = sharded ? flat + 1 / dp : 1, expert_share = sharded ? flat + 1 / edp : 1;
+  const bool dense_buckets = l.dp > 1, expert_buckets = experts > 0 && (l.dp > 1 || edp > 1);
+  r.buckets = (dense_buckets ? dense * dense_share : 0) + (expert_buckets ? experts * expert_share : 0);
+  r.releases = released && dense_buckets && (experts == 0 || expert_buckets);
+  return r;
+}
+
 MemoryPlan plan_memory(const modtrain::RunConfig& cfg) {
   return plan_memory(cfg.model(), memory_options(cfg));
 }
@@ -197,6 +217,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     block_grads.push_back(e * kMaster);
   }
   const double param_elems = dense_elems + expert_elems;
+  plan.embedding_parameters = kMaster * x.v * x.d;
+  plan.head_parameters = kMaster * (x.norm_vecs * x.d + (cfg.tie_embeddings() ? 0 : x.v * x.d));
   plan.parameters = param_elems * kMaster;
   plan.gradients = plan.parameters;
   // ZeRO-3 (parallel/zero3.h): each rank keeps its 1/dp slices, the outer unit (embedding,
@@ -207,38 +229,25 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   const double outer_elems = dense_elems + expert_elems -
                              std::accumulate(block_grads.begin(), block_grads.end(), 0.0) / kMaster;
   const double largest_block = *std::max_element(block_grads.begin(), block_grads.end());
-  // Expert weights are shared by edp ranks: dp / ep replicas times the tp ranks (which hold
-  // the same experts and split the slots); ZeRO shards them over edp.
-  const int dp = opt.layout.dp, edp = std::max(1, opt.layout.dp / opt.layout.ep) * opt.layout.tp;
+  const int dp = opt.layout.dp;
+  const double edp = expert_shard_ranks(opt.layout);
   if (stage3)
     plan.parameters = kMaster * (dense_elems / dp + expert_elems / edp + outer_elems) +
                       (2 + 1.0 / dp) * largest_block;
-  if (opt.layout.zero_stage >= 1)
-    plan.optimizer = 2 * kMaster * (dense_elems / dp + expert_elems / edp);
-  else
-    plan.optimizer = 2 * plan.parameters;
-  // dp > 1: every gradient is also packed into a flat all-reduce bucket (parallel/data_parallel);
-  // expert gradients too when edp > 1 or they need dividing by dp (parallel/parallelize.cpp).
-  // ZeRO-1's buckets also hold this rank's reduce-scattered block: 1/dp (experts 1/edp) more.
-  // ZeRO-2 keeps only that block: a packed buffer lives from packing to its reduce's end.
-  const bool sharded = opt.layout.zero_stage >= 1, released = opt.layout.zero_stage >= 2;
-  const double flat = released ? 0 : 1;
-  const double dense_share = sharded ? flat + 1.0 / dp : 1,
-               expert_share = sharded ? flat + 1.0 / edp : 1;
-  const bool dense_buckets = dp > 1, expert_buckets = expert_elems > 0 && (dp > 1 || edp > 1);
-  const double buckets = kMaster * ((dense_buckets ? dense_elems * dense_share : 0) +
-                                    (expert_buckets ? expert_elems * expert_share : 0));
+  const ReducedState reduced =
+      reduced_state(opt.layout, kMaster * dense_elems, kMaster * expert_elems);
+  plan.optimizer = reduced.optimizer;
+  const double buckets = reduced.buckets;
   // ZeRO-2 on the last micro-batch: the full gradients of the bucket filling and the packed
   // buffer of the one in flight, never more than backward has made (data_parallel.h). With
   // gradient accumulation every full gradient is kept until then.
-  const bool releases_all = released && dense_buckets && (expert_elems == 0 || expert_buckets) &&
-                            opt.grad_accum == 1;
+  const bool releases_all = reduced.releases && opt.grad_accum == 1;
   const double bucket_bytes =
       stage3 ? std::max(largest_block, outer_elems * kMaster) : opt.layout.bucket_mb * 1024 * 1024;
   auto live_grads = [&](double made) {
     return releases_all ? std::min(made, 2 * bucket_bytes) : made;
   };
-  if (releases_all) plan.gradients = kMaster * (dense_elems / dp + expert_elems / edp);
+  if (releases_all) plan.gradients = reduced.owned;
   const double base = plan.parameters + plan.optimizer + buckets;
 
   // Forward: what every block keeps until its backward.
@@ -251,6 +260,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
     bm.moe = moe[b];
     bm.recomputed = recomputed[b];
     bm.tokens = capacities[b];
+    bm.parameters = block_grads[b];
+    bm.expert_parameters = moe[b] ? kMaster * x.experts_local * mlp_mats(x) * x.fe * x.d : 0;
     const double nb = bs * static_cast<double>(bm.tokens);
     const double slots = moe[b] ? bs * cfg.moe().n_experts() *
                                       static_cast<double>(expert_slots(cfg.moe(), bm.tokens)) / x.tp
@@ -366,8 +377,9 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   }
   // Embedding backward: the table's gradient in full, then added to the tied head's.
   const double embed_grad = x.v * x.d * kMaster;
-  visit(base + live_grads(grads) + kept + gx * (kMaster / x.a) + embed_grad,
-        "backward of the embedding");
+  plan.stream_grad = gx;
+  plan.embedding_backward_temp = gx * (kMaster / x.a) + embed_grad;
+  visit(base + live_grads(grads) + kept + plan.embedding_backward_temp, "backward of the embedding");
   if (!cfg.tie_embeddings()) grads += embed_grad;
   if (releases_all) grads = 0;  // finish(): every bucket reduced, its buffer gone
   // Clipping reads each gradient in place (its factor is applied inside the update); ZeRO-1's

@@ -59,6 +59,8 @@ struct BlockMemory {
   int64_t tokens = 0;       // per sequence through the block's layers (C when routed)
   double kept = 0;          // bytes saved for backward from forward to this block's backward
   double backward_temp = 0; // bytes its backward allocates on top (recomputed forward included)
+  double parameters = 0;    // bytes of its parameters on this rank (tp/ep shards, master dtype)
+  double expert_parameters = 0;  // of which its experts' (sharded over edp, not dp)
 };
 
 struct MemoryPlan {
@@ -68,6 +70,10 @@ struct MemoryPlan {
   double weight_copies = 0; // compute-dtype copies of weights kept for backward (bf16 only)
   double head_kept = 0;  // final norm, logits, loss (the embedding output is block 0's input)
   double head_backward_temp = 0;             // dlogits and the LM head's weight gradient
+  double embedding_parameters = 0;  // bytes, this rank's vocabulary rows (master dtype)
+  double head_parameters = 0;       // the final norm and an untied LM head (tied: none)
+  double stream_grad = 0;           // the residual stream's gradient between blocks [n, D]
+  double embedding_backward_temp = 0;  // the table's gradient and the stream's in master dtype
   std::vector<BlockMemory> blocks;
   double activations = 0;        // everything kept at the end of forward (weight copies too)
   double largest_temporary = 0;  // the largest backward_temp (head's included)
@@ -77,6 +83,20 @@ struct MemoryPlan {
 };
 
 MemoryPlan plan_memory(const modtrain::ModelConfig& cfg, const MemoryOptions& opt);
+
+// The ranks that hold the same experts and shard their ZeRO state (and reduce their gradients):
+// dp / ep replicas times the tp ranks.
+int expert_shard_ranks(const MemoryLayout& layout);
+
+// What data parallelism and ZeRO keep for the parameters a rank reduces (dense_bytes over dp,
+// expert_bytes over expert_shard_ranks; master dtype), by parallel.zero_stage.
+struct ReducedState {
+  double owned = 0;      // the rank's slices: dense /dp, experts /edp
+  double optimizer = 0;  // AdamW's m and v: of every element, or from stage 1 of the owned ones
+  double buckets = 0;    // flat gradient buckets (stage 1: and the owned block; stage 2: that alone)
+  bool releases = false; // stage 2: every full gradient is dropped once its bucket is packed
+};
+ReducedState reduced_state(const MemoryLayout& layout, double dense_bytes, double expert_bytes);
 MemoryPlan plan_memory(const modtrain::RunConfig& cfg);
 
 // The `memory` command's table (bytes shown in MiB/GiB).

@@ -8,9 +8,11 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "configs/config.h"
 #include "model/flops.h"
 #include "model/memory_plan.h"
 #include "model/parameter_shapes.h"
+#include "parallel/pipeline_memory.h"
 
 namespace mod::parallel {
 
@@ -146,11 +148,8 @@ std::string describe_pipeline(const modtrain::RunConfig& cfg) {
   const ScheduleSimulation sim = simulate_schedule(sched, costs);
 
   const double tokens = static_cast<double>(cfg.train().batch_size()) / p.dp() * cfg.model().seq_len();
-  const model::MemoryOptions mopt = model::memory_options(cfg);
-  const model::MemoryPlan mem = model::plan_memory(cfg.model(), mopt);
+  const model::MemoryPlan mem = model::plan_memory(cfg);
   const std::vector<double> params = stage_parameters(cfg.model(), part);
-  constexpr double kStateBytes = 4.0 * 4;  // f32 master, gradient, AdamW m and v
-  const double transfer = 4.0 * tokens * cfg.model().d_model();  // one [b, T, D] f32 activation
 
   std::ostringstream os;
   char line[256];
@@ -162,26 +161,20 @@ std::string describe_pipeline(const modtrain::RunConfig& cfg) {
                              : "balanced by predicted forward+backward FLOPs (parallel.pp_layout overrides)");
   os << line
      << "stage  rank  blocks  fwd+bwd GFLOP/micro-batch  time vs slowest  params  in flight  "
-        "activations  memory\n";
+        "activations\n";
   const int last = part.stages() - 1;
-  std::vector<double> rank_bytes(pp, 0.0);
   for (int s = 0; s < part.stages(); ++s) {
     const int r = s % pp;
-    double kept = 0, temp = s == last ? mem.head_backward_temp : 0;
-    for (int b = part.first_block(s); b < part.first_block(s) + part.blocks[s]; ++b) {
+    double kept = 0;
+    for (int b = part.first_block(s); b < part.first_block(s) + part.blocks[s]; ++b)
       kept += mem.blocks[b].kept;
-      temp = std::max(temp, mem.blocks[b].backward_temp);
-    }
     if (s == last) kept += mem.head_kept;
     // The schedule's in-flight count is in chunk micro-batches; with v chunks, the rank's share.
     const double flight = static_cast<double>(sim.max_in_flight[r]) / v;
-    const double transfers = (s > 0 ? transfer : 0) + (s < last ? transfer : 0);
-    const double bytes = params[s] * kStateBytes + flight * kept + temp + transfers;
-    rank_bytes[r] += bytes;
-    std::snprintf(line, sizeof line, "%5d  %4d  %6s  %25.4g  %15.3f  %5.2fM  %9.2f  %11s  %s\n", s, r,
+    std::snprintf(line, sizeof line, "%5d  %4d  %6s  %25.4g  %15.3f  %5.2fM  %9.2f  %11s\n", s, r,
                   block_range(part, s).c_str(), 3 * part.forward_per_token[s] * tokens / 1e9,
                   part.forward_per_token[s] / part.largest(), params[s] / 1e6, flight,
-                  model::format_bytes(flight * kept).c_str(), model::format_bytes(bytes).c_str());
+                  model::format_bytes(flight * kept).c_str());
     os << line;
   }
   // The layer-count split Megatron and torchtitan default to, for comparison.
@@ -197,13 +190,10 @@ std::string describe_pipeline(const modtrain::RunConfig& cfg) {
                 part.largest() / mean, equal.largest() / mean, predicted_bubble(pp, m, v),
                 sim.bubble_fraction());
   os << line;
-  if (v > 1) {  // a rank holds v stages
-    os << "memory per rank (its " << v << " stages):";
-    for (int r = 0; r < pp; ++r) os << " " << r << ": " << model::format_bytes(rank_bytes[r]) << (r + 1 < pp ? "," : "\n");
-  }
-  os << "memory per stage: f32 parameters, gradients and AdamW state of its blocks (the embedding "
-        "on the first, final norm and head on the last); the activations of the micro-batches in "
-        "flight; the largest backward temporary; one [b, T, D] buffer per neighbour\n";
+  if (config::zero_stage(p) >= 3)
+    os << "memory per rank: not predicted under parallel.zero_stage 3\n";
+  else
+    os << describe_pipeline_memory(plan_pipeline_memory(cfg));
   return os.str();
 }
 

@@ -46,10 +46,10 @@ PipelinePartition partition_with(const modtrain::ModelConfig& model, int pp, int
                                  const std::vector<int>& blocks, bool by_hand);
 
 // The table `modtrain flops` and `modtrain memory` print under pp > 1: each stage's blocks,
-// forward + backward FLOPs and time share per micro-batch, its predicted memory (parameters,
-// gradients and AdamW state of its blocks; the activations of as many micro-batches as the
-// schedule keeps in flight on it), the bubble of equal stages and the one simulated with these
-// stages' costs. Empty when parallel.pp is 1.
+// forward + backward FLOPs and time share per micro-batch, the activations of as many
+// micro-batches as the schedule keeps in flight on it, the bubble of equal stages and the one
+// simulated with these stages' costs, and each rank's predicted peak (pipeline_memory.h). Empty
+// when parallel.pp is 1.
 std::string describe_pipeline(const modtrain::RunConfig& cfg);
 
 }  // namespace mod::parallel

@@ -28,6 +28,13 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// What goes between stages: the residual stream as the model holds it between blocks, [B,T,D],
+// or under sequence parallelism this tp rank's [B,T/tp,D] (Megatron sends the sharded stream:
+// tp times fewer bytes than gathering it at the boundary, and nothing to re-split after).
+Shape link_shape(const model::Transformer& model, int64_t b, int64_t t) {
+  return {b, model.stream_length(t), model.config().d_model()};
+}
+
 // A micro-batch's results of the rank's chunks as one: statistics and choices in chunk order,
 // which is block order (chunk c's blocks precede chunk c + 1's).
 model::ForwardResult merge_chunks(std::vector<model::ForwardResult>& chunks) {
@@ -55,8 +62,7 @@ StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule
         std::to_string(part.pp) + " x " + std::to_string(part.virtual_stages) + ", " +
         std::to_string(m) + " micro-batches given");
   const int last_stage = part.stages() - 1;
-  const int64_t b = mbs.at(0).tokens.size(0), t = mbs.at(0).tokens.size(1);
-  const int64_t d = model.config().d_model();
+  const Shape link = link_shape(model, mbs.at(0).tokens.size(0), mbs.at(0).tokens.size(1));
   const Device device = mbs.at(0).tokens.device();
   Backend& be = backend(device);
 
@@ -80,11 +86,11 @@ StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule
         const int i = a.microbatch, c = a.chunk, stage = s.virtual_stage(r, c);
         switch (a.op) {
           case PipeOp::RecvActivation:
-            inputs[i][c] = Tensor::empty({b, t, d}, DType::F32, device);
+            inputs[i][c] = Tensor::empty(link, DType::F32, device);
             batch.push_back({PeerTransfer::Recv, inputs[i][c], a.peer, link_tag(stage - 1, false)});
             break;
           case PipeOp::RecvGrad:
-            grads[i][c] = Tensor::empty({b, t, d}, DType::F32, device);
+            grads[i][c] = Tensor::empty(link, DType::F32, device);
             batch.push_back({PeerTransfer::Recv, grads[i][c], a.peer, link_tag(stage, true)});
             break;
           case PipeOp::SendActivation:

@@ -1,8 +1,10 @@
 // One pipeline stage's forward and backward of a training step's micro-batches, driven by a
-// schedule (parallel/pipeline_schedule.h) over the pp group: activations [B,T,D] f32 and their
-// gradients go point to point (fixed shapes, known before the step), one tag per link between
-// virtual stages for MPI; each round of sends and receives goes as one Communicator::send_recv
-// (one NCCL group: NCCL has no tags, see pipeline_issue_order.h); each rank runs the blocks of its v chunks (virtual stages r, r + pp, ...; v = 1
+// schedule (parallel/pipeline_schedule.h) over the pp group: activations [B,T,D] f32 ([B,T/tp,D]
+// under sequence parallelism: each tp rank sends its part) and their gradients go point to
+// point (fixed shapes, known before the step), one tag per link between virtual stages for MPI;
+// each round of sends and receives goes as one Communicator::send_recv (one NCCL group: NCCL
+// has no tags, see pipeline_issue_order.h); each rank runs the blocks of its v chunks (virtual
+// stages r, r + pp, ...; v = 1
 // but for interleaved 1F1B) of the partition (parallel/pipeline_partition.h) through
 // Transformer::forward_stage.
 //

@@ -1,0 +1,43 @@
+// Peak memory per pipeline rank (parallel.pp > 1), predicted by walking the rank's schedule
+// (pipeline_schedule.h) over the per-block terms of model/memory_plan.h. What the pipeline
+// trainer holds (train/trainer_pipeline.cpp, pipeline_runtime.h):
+// - every stage builds the whole model, so each rank keeps all parameters (its tp/ep shards);
+// - gradients, gradient buckets and, from ZeRO stage 1, AdamW's moments only of what the rank
+//   owns (its chunks' blocks, the embedding on the first stage, final norm and head on the
+//   last), sharded over the stage's dp group (experts over edp) as without pp; at stage 0 the
+//   plain AdamW keeps moments for every parameter;
+// - each forward's kept activations until its backward (so the micro-batches in flight), and
+//   every sent activation and input gradient [b, T, D] f32 until the step ends;
+// - ZeRO-2 drops a chunk's full gradients after its last micro-batch's backward; stages 1 and 2
+//   all-gather the owned slices after the update.
+// docs/parallel.md "Pipeline parallelism" has the table; memory_layout_tests checks it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "configs/modtrain.pb.h"
+
+namespace mod::parallel {
+
+struct PipelineRankMemory {
+  int rank = 0;
+  double parameters = 0;   // bytes: the whole model, as every stage builds it
+  double owned = 0;        // of which this rank computes, reduces and updates
+  double gradients = 0;    // the owned parameters' full gradients (ZeRO-2: until released)
+  double optimizer = 0;    // AdamW m and v (ZeRO: the owned slices)
+  double buckets = 0;      // gradient buckets over the stage's dp group
+  double activations = 0;  // the most kept for backward at once, over its micro-batches in flight
+  double transfers = 0;    // sent activations and input gradients, held until the step ends
+  double peak = 0;
+  std::string peak_at;     // e.g. "backward of micro-batch 0, block 2"
+};
+
+// One entry per pp rank. Throws std::invalid_argument for pp 1 or parallel.zero_stage 3 (which
+// the pipeline trainer does not run).
+std::vector<PipelineRankMemory> plan_pipeline_memory(const modtrain::RunConfig& cfg);
+
+// The `memory` and `flops` commands' per-rank table under pp.
+std::string describe_pipeline_memory(const std::vector<PipelineRankMemory>& ranks);
+
+}  // namespace mod::parallel
