@@ -91,6 +91,12 @@ TEST_CASE("every parallel layout trains on the (emulated) device exactly as on t
       require_same(device, cpu);
     }
   }
+  // ZeRO-3 eagerly: its gathers, releases (Storage::resize) and sharded AdamW on device tensors.
+  // Not graphed here: this device records tensors, not addresses, so a capture cannot hold a
+  // parameter's storage gathered and released inside it (nccl_layouts_tests_emulated does).
+  const Run cpu = train_run("tiny_mod", "dp=2 tp=1 zero_stage=3", false);
+  INFO("tiny_mod, layout dp=2 tp=1 zero_stage=3, eager");
+  require_same(train_run("tiny_mod", "dp=2 tp=1 zero_stage=3", true, false), cpu);
 }
 
 // The fused step (every train.fusions switch on, the default) against the separate ops (every
