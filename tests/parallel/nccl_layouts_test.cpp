@@ -121,7 +121,7 @@ TEST_CASE("ZeRO-3 on the GPU over NCCL: eager as the CPU and graphed and resumed
     const Run graphed = train_run(l.recipe, l.layout, "CUDA", true);
     require_close(graphed, eager, 1e-5);
     const std::string half = ckpt::checkpoints_dir(eager.dir) + "/" + ckpt::step_dir_name(kSteps / 2);
-    const Run resumed = train_run(l.recipe, l.layout, "CUDA", true, parallel::world(), half);
+    const Run resumed = train_run(l.recipe, l.layout, "CUDA", true, {}, parallel::world(), half);
     require_close(resumed, eager, 1e-5, static_cast<size_t>(kSteps / 2));
   }
   if (ran == 0) WARN("no ZeRO-3 layout for " << n << " ranks");
