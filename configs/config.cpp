@@ -326,7 +326,6 @@ void validate(const modtrain::RunConfig& cfg) {
       bad_field(field, what + " does not combine with parallel.zero_stage 3 yet (use zero_stage "
                               "2, or leave " + field + " at its default)");
     };
-    if (p.pp() > 1) refuse("parallel.pp", std::to_string(p.pp()));
     if (t.device() != modtrain::TrainConfig::CPU)
       refuse("train.device", modtrain::TrainConfig::Device_Name(t.device()));
   }

@@ -18,9 +18,8 @@
 namespace mod::parallel {
 
 // Throws std::invalid_argument naming the fields when cfg has parallel.pp > 1 with something
-// the pipeline trainer does not run: parallel.sequence_parallel, train.device CUDA. (ZeRO
-// stage 3: config::validate. dp, tp, ep, ZeRO stages 1 and 2, train.recompute and interleaved
-// schedules run.)
+// the pipeline trainer does not run: train.device CUDA. (dp, tp, sequence parallelism, ep,
+// ZeRO stages 1, 2 and 3, train.recompute and interleaved schedules run.)
 void check_pipeline_training(const modtrain::RunConfig& cfg);
 
 // Under ZeRO (reduce-scattered buckets over dp): sum_tied_embedding_grads of the slice of
