@@ -95,7 +95,9 @@ class Transformer : public nn::Module {
   }
   // The positions of a sequence of seq_len the stream between blocks holds: seq_len, or
   // seq_len / n under a split (a pipeline stage's input and output, forward_stage).
-  int64_t stream_length(int64_t seq_len) const { return split_ ? seq_len / split_->parts : seq_len; }
+  int64_t stream_length(int64_t seq_len) const {
+    return split_ ? seq_len / split_->parts : seq_len;
+  }
   // train.fusions.classifier: with targets, forward computes the LM loss with
   // linear_cross_entropy (core/ops/loss.h) and returns no logits. Off until set; ignored while
   // an LmLoss is set (tensor parallelism) and without targets (sampling, inspection).

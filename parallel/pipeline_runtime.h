@@ -1,7 +1,8 @@
 // One pipeline stage's forward and backward of a training step's micro-batches, driven by a
 // schedule (parallel/pipeline_schedule.h) over the pp group: activations [B,T,D] f32 ([B,T/tp,D]
-// under sequence parallelism: each tp rank sends its part) and their gradients go point to point (fixed shapes, known before the step), one tag per link between
-// virtual stages; each rank runs the blocks of its v chunks (virtual stages r, r + pp, ...; v = 1
+// under sequence parallelism: each tp rank sends its part) and their gradients go point to
+// point (fixed shapes, known before the step), one tag per link between virtual stages; each
+// rank runs the blocks of its v chunks (virtual stages r, r + pp, ...; v = 1
 // but for interleaved 1F1B) of the partition (parallel/pipeline_partition.h) through
 // Transformer::forward_stage.
 //
@@ -49,8 +50,9 @@ struct StageStep {
 // as many per rank). Collective over pp; ends with a barrier over pp. Gradients accumulate into
 // the model's parameters (zero them before). last_backward_ready is passed to each chunk's
 // backward of the last micro-batch (the chunk's last), so data-parallel buckets reduce while
-// the rest runs; backward_ready to the earlier ones (ZeRO-3 releases its blocks). The tokens are read on the first stage only, the targets on the last: the
-// other stages may pass empty tensors of the same [B,T] shape.
+// the rest runs; backward_ready to the earlier ones (ZeRO-3 releases its blocks). The tokens
+// are read on the first stage only, the targets on the last: the other stages may pass empty
+// tensors of the same [B,T] shape.
 StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule& s,
                          const PipelinePartition& part, Communicator& pp,
                          const std::vector<PipelineMicroBatch>& microbatches,

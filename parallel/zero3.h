@@ -48,8 +48,8 @@ class ShardedUnits {
   // units[u]: the parameters of unit u (0: the outer unit; 1 + b: block b), whole and equal on
   // every rank of their shard group: dp, or edp for those in `experts`; empty for a unit the
   // rank does not hold (another pipeline stage's block: its gathers send nothing). Each rank
-  // copies out its owned slices and releases the whole tensors. prefetch false: each unit gathered only when
-  // needed (the tests' reference).
+  // copies out its owned slices and releases the whole tensors. prefetch false: each unit
+  // gathered only when needed (the tests' reference).
   ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp, bool prefetch = true,
                const std::vector<Tensor>& experts = {}, Communicator* edp = nullptr);
 
