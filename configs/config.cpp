@@ -321,13 +321,6 @@ void validate(const modtrain::RunConfig& cfg) {
               std::to_string(p.zero_stage()) + " and parallel.zero1 " +
                   (p.zero1() ? "true (stage 1)" : "false (stage 0)") +
                   " disagree: zero1 is the old name of zero_stage 1; keep parallel.zero_stage alone");
-  if (zero_stage(p) == 3) {  // what stage 3 (parallel/zero3.h) does not reach yet, by name
-    auto refuse = [](const std::string& field, const std::string& what) {
-      bad_field(field, what + " does not combine with parallel.zero_stage 3 yet (use zero_stage "
-                              "2, or leave " + field + " at its default)");
-    };
-    if (p.pp() > 1) refuse("parallel.pp", std::to_string(p.pp()));
-  }
   positive("parallel.dp", p.dp());
   positive("parallel.tp", p.tp());
   positive("parallel.ep", p.ep());

@@ -229,8 +229,10 @@ ForwardResult Transformer::forward_stage(const Tensor& tokens, const Tensor& x_i
                                 std::to_string(end) + ") is not a range of the " +
                                 std::to_string(blocks_.size()) + " blocks");
   ForwardResult result;
-  const Tensor x = first == 0 ? embed_->forward(tokens) : x_in;  // [B,T,D] ([B,T/n,D] split)
   const bool last = end == blocks_.size();
+  const bool outer = units_ && (first == 0 || last);  // reads the embedding or the head
+  if (outer) units_->begin_forward();
+  const Tensor x = first == 0 ? embed_->forward(tokens) : x_in;  // [B,T,D] ([B,T/n,D] split)
   Residual out = run_blocks(x, tokens.size(1), RoutingMode::TopC, result,
                             /*fuse_final_norm=*/last, first, end);
   if (last) {
@@ -239,6 +241,7 @@ ForwardResult Transformer::forward_stage(const Tensor& tokens, const Tensor& x_i
     result.hidden = out.x;
     result.loss = result.aux_loss;
   }
+  if (outer) units_->end_forward();
   return result;
 }
 

@@ -219,33 +219,17 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
     plan.sequence_tp = &mesh.tp();
   }
   const auto params = model.named_parameters();
-  std::vector<bool> is_expert;
   // ZeRO shards dense parameters over dp and experts over edp; replicated ones split in two,
   // since the two halves' slices sum over different groups.
   const int stage = config::zero_stage(cfg);
   Communicator* dense_shard = stage >= 1 ? &mesh.dp() : nullptr;
   Communicator* expert_shard = stage >= 1 ? &mesh.edp() : nullptr;
-  for (const auto& [name, t] : params) {
-    is_expert.push_back(plan.shards.at(name).expert);
-  }
-  // Stage 3: unit 0 is the outer one (embedding, final norm, head), unit 1 + b block b; the
-  // gradients reduce-scatter one bucket per unit, as each unit's backward ends.
+  // Stage 3: the gradients reduce-scatter one bucket per unit, as each unit's backward ends.
+  // Under pp the trainer shards each stage's own units (make_sharded_units with its held set).
   std::vector<int> unit_of;
-  if (stage >= 3) {
-    // A block's experts live in its unit, sharded over edp like their moments and gradients.
-    std::vector<std::vector<Tensor>> units(1 + model.num_blocks());
-    std::vector<Tensor> experts;
-    for (size_t i = 0; i < params.size(); ++i) {
-      const auto& [name, t] = params[i];
-      const int u = name.rfind("blocks.", 0) == 0 ? 1 + std::stoi(name.substr(7)) : 0;
-      unit_of.push_back(u);
-      units[u].push_back(t);
-      t.impl()->storage->set_label(name);  // a read while released names the parameter
-      if (is_expert[i]) experts.push_back(t);
-    }
-    plan.units = std::make_unique<ShardedUnits>(std::move(units), mesh.dp(), /*prefetch=*/true,
-                                                experts, &mesh.edp());
-    model.set_unit_hooks(plan.units->hooks());
+  if (stage >= 3 && mesh.dims().pp == 1) {
+    make_sharded_units(plan, model, mesh);
+    for (const auto& [name, t] : params) unit_of.push_back(zero3_unit(name));
   }
   make_grad_buckets(plan, params, mesh, cfg, unit_of);
   // ZeRO at dp > 1 reads the reduced gradients from the buckets' owned slices: sum those.
@@ -285,6 +269,28 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
   return plan;
 }
 
+int zero3_unit(const std::string& name) {
+  return name.rfind("blocks.", 0) == 0 ? 1 + std::stoi(name.substr(7)) : 0;
+}
+
+void make_sharded_units(ParallelPlan& plan, model::Transformer& model, const Mesh& mesh,
+                        const std::vector<bool>& held) {
+  // A block's experts live in its unit, sharded over edp like their moments and gradients.
+  std::vector<std::vector<Tensor>> units(1 + model.num_blocks());
+  std::vector<Tensor> experts;
+  const auto params = model.named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, t] = params[i];
+    if (!held.empty() && !held.at(i)) continue;  // another stage's: left whole and alone
+    units[zero3_unit(name)].push_back(t);
+    t.impl()->storage->set_label(name);  // a read while released names the parameter
+    if (plan.shards.at(name).expert) experts.push_back(t);
+  }
+  plan.units = std::make_unique<ShardedUnits>(std::move(units), mesh.dp(), /*prefetch=*/true,
+                                              experts, &mesh.edp());
+  model.set_unit_hooks(plan.units->hooks());
+}
+
 void make_sharded_optimizer(ParallelPlan& plan,
                             const std::vector<std::pair<std::string, Tensor>>& params,
                             const Mesh& mesh, const modtrain::OptimizerConfig& optimizer,
@@ -292,9 +298,11 @@ void make_sharded_optimizer(ParallelPlan& plan,
   plan.optimizer.reset();  // its weight copies go before the new one keeps them
   std::vector<ShardedAdamW::Param> zp;
   std::vector<bool> is_expert;
-  for (const auto& [name, t] : params) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, t] = params[i];
+    const bool here = held.empty() || held.at(i);  // ZeRO-3 shards only the held ones
     zp.push_back({name, t, takes_weight_decay(name, optimizer), model::is_causal_predictor(name),
-                  plan.units ? plan.units->owned_values(t) : Tensor()});
+                  plan.units && here ? plan.units->owned_values(t) : Tensor()});
     is_expert.push_back(plan.shards.at(name).expert);
   }
   plan.optimizer = std::make_unique<Zero1Optimizer>(

@@ -162,6 +162,15 @@ void make_grad_buckets(ParallelPlan& plan,
                        const Mesh& mesh, const modtrain::ParallelConfig& cfg,
                        const std::vector<int>& unit_of = {});
 
+// ZeRO-3's unit of a parameter by name: 0 the outer one (embedding, final norm, head), 1 + b
+// block b.
+int zero3_unit(const std::string& name);
+// ZeRO-3: plan.units over the model's parameters (named_parameters order) that `held` marks
+// (empty: all; a pipeline stage passes what it owns, and the other stages' stay whole and
+// untouched), sharded over dp (experts over edp), and the model's unit hooks set to them.
+void make_sharded_units(ParallelPlan& plan, model::Transformer& model, const Mesh& mesh,
+                        const std::vector<bool>& held = {});
+
 // ZeRO's optimizer (Zero1Optimizer) over the model's parameters `params` (named_parameters
 // order), sharded over dp (experts over edp), reading the owned gradient slices from plan's
 // current buckets. held (empty: all): the parameters this rank updates, a pipeline stage's own

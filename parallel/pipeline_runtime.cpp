@@ -52,7 +52,8 @@ model::ForwardResult merge_chunks(std::vector<model::ForwardResult>& chunks) {
 StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule& s,
                          const PipelinePartition& part, Communicator& pp,
                          const std::vector<PipelineMicroBatch>& mbs,
-                         const LeafGradReady& last_backward_ready) {
+                         const LeafGradReady& last_backward_ready,
+                         const LeafGradReady& backward_ready) {
   const int r = pp.rank(), m = static_cast<int>(mbs.size()), v = s.virtual_stages;
   if (pp.size() != s.pp || part.pp != s.pp || part.virtual_stages != v || m != s.microbatches)
     throw std::invalid_argument(
@@ -138,7 +139,7 @@ StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule
         seeds.push_back(Tensor::full({}, 1.0, roots.back().dtype(), roots.back().device()));
       }
       // A chunk's last backward (micro-batch m - 1) makes its gradients final.
-      backward(roots, seeds, i == m - 1 ? last_backward_ready : LeafGradReady());
+      backward(roots, seeds, i == m - 1 ? last_backward_ready : backward_ready);
       rs.hidden = rs.logits = rs.loss = rs.lm_loss = rs.aux_loss = Tensor();
       grads[i][c] = Tensor();
     }

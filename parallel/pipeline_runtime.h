@@ -55,12 +55,14 @@ struct StageStep {
 // as many per rank). Collective over pp; on CPUs ends with a barrier over pp. Gradients accumulate into
 // the model's parameters (zero them before). last_backward_ready is passed to each chunk's
 // backward of the last micro-batch (the chunk's last), so data-parallel buckets reduce while
-// the rest runs. The tokens are read on the first stage only, the targets on the last: the
-// other stages may pass empty tensors of the same [B,T] shape.
+// the rest runs; backward_ready to the earlier ones (ZeRO-3 releases its blocks). The tokens
+// are read on the first stage only, the targets on the last: the other stages may pass empty
+// tensors of the same [B,T] shape.
 StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule& s,
                          const PipelinePartition& part, Communicator& pp,
                          const std::vector<PipelineMicroBatch>& microbatches,
-                         const LeafGradReady& last_backward_ready = nullptr);
+                         const LeafGradReady& last_backward_ready = nullptr,
+                         const LeafGradReady& backward_ready = nullptr);
 
 // The first and last stages of pp (world ranks in pp's order), for the tied embedding's
 // gradient sum; null on the other stages and when pp has one rank. Collective over pp.

@@ -194,10 +194,10 @@ model::UnitHooks ShardedUnits::hooks() {
   return h;
 }
 
-LeafGradReady ShardedUnits::release_hook() {
-  return [this](const Tensor& leaf) {
+LeafGradReady ShardedUnits::release_hook(bool keep_outer) {
+  return [this, keep_outer](const Tensor& leaf) {
     auto it = where_.find(leaf.impl());
-    if (all_whole_ || it == where_.end()) return;
+    if (all_whole_ || it == where_.end() || (keep_outer && it->second.first == 0)) return;
     Unit& unit = units_[it->second.first];
     if (--unit.pending == 0 && unit.gathered) release(it->second.first);
   };

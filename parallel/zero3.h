@@ -49,9 +49,10 @@ namespace mod::parallel {
 class ShardedUnits {
  public:
   // units[u]: the parameters of unit u (0: the outer unit; 1 + b: block b), whole and equal on
-  // every rank of their shard group: dp, or edp for those in `experts`. Each rank copies out its
-  // owned slices and releases the whole tensors. prefetch false: each unit gathered only when
-  // needed (the tests' reference).
+  // every rank of their shard group: dp, or edp for those in `experts`; empty for a unit the
+  // rank does not hold (another pipeline stage's block: its gathers send nothing). Each rank
+  // copies out its owned slices and releases the whole tensors. prefetch false: each unit
+  // gathered only when needed (the tests' reference).
   ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp, bool prefetch = true,
                const std::vector<Tensor>& experts = {}, Communicator* edp = nullptr);
 
@@ -74,8 +75,10 @@ class ShardedUnits {
   // The model's unit boundaries (Transformer::set_unit_hooks); `this` must outlive the model's use.
   model::UnitHooks hooks();
   // For every micro-batch's backward: releases a unit once all its parameters' gradients are
-  // final. A unit whose parameter got no gradient stays gathered until release_all.
-  LeafGradReady release_hook();
+  // final. A unit whose parameter got no gradient stays gathered until release_all. keep_outer:
+  // blocks only, for a pipeline stage's backwards before its last micro-batch's, where another
+  // micro-batch in flight still needs the head (no node gathers the outer unit again).
+  LeafGradReady release_hook(bool keep_outer = false);
 
   // Every parameter whole (collective), for the host's reads and writes (checkpoints, weights)
   // and evaluation: until reshard_all the hooks neither gather nor release, so each rank may run

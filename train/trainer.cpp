@@ -75,9 +75,9 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
 }
 
 std::vector<std::pair<std::string, Tensor>> Trainer::full_parameters() const {
-  sync_stage_parameters();
   std::vector<std::pair<std::string, Tensor>> out;
   const parallel::ParallelPlan::WholeParameters whole(plan_);  // ZeRO-3: copies, made before it ends
+  sync_stage_parameters();  // after: under ZeRO-3 the owners' units are whole now
   for (const auto& [name, t] : model_->named_parameters()) {
     const parallel::ShardSpec& spec = plan_.shards.at(name);
     Tensor full = parallel::gather_parameter(t, spec, parallel::group_of(spec, *mesh_));
@@ -284,9 +284,9 @@ bool Trainer::evaluation_due(int64_t step) const {
 }
 
 void Trainer::evaluate_validation(int64_t step, StepMetrics& m) const {
-  sync_stage_parameters();  // every stage evaluates the whole model
   // ZeRO-3: whole while evaluating, since dp ranks may run different numbers of batches.
   const parallel::ParallelPlan::WholeParameters whole(plan_);
+  sync_stage_parameters();  // every stage evaluates the whole model (its owners' units whole)
   const auto& t = cfg_.train();
   const auto& mc = cfg_.model();
   m.val_loss = evaluate(*model_, data_.val, mc.seq_len(), t.batch_size(), t.eval_batches(),

@@ -23,21 +23,26 @@ void Trainer::setup_pipeline() {
                                                cfg_.train().grad_accum(),
                                                cfg_.parallel().virtual_stages());
   tied_embedding_group_ = parallel::make_tied_embedding_group(mesh_->pp());
-  const int stage = mesh_->pp_rank();
+  const int stage = mesh_->pp_rank(), zero = config::zero_stage(cfg_.parallel());
   const bool tie = cfg_.model().tie_embeddings();
-  // The stage's dp group reduces only what the stage owns (the tied embedding on both ends).
+  // What the stage owns (the tied embedding on both ends): its dp group reduces only that.
+  std::vector<bool> held;
   std::vector<std::pair<std::string, Tensor>> owned;
-  for (const auto& [name, t] : model_->named_parameters())
-    if (parallel::stage_owns(*pipeline_partition_, stage, name, tie)) owned.emplace_back(name, t);
-  parallel::make_grad_buckets(plan_, owned, *mesh_, cfg_.parallel());
+  std::vector<int> unit_of;  // ZeRO-3: each owned parameter's unit, one bucket a unit
+  for (const auto& [name, t] : model_->named_parameters()) {
+    held.push_back(parallel::stage_owns(*pipeline_partition_, stage, name, tie));
+    if (!held.back()) continue;
+    owned.emplace_back(name, t);
+    if (zero >= 3) unit_of.push_back(parallel::zero3_unit(name));
+  }
+  // ZeRO-3: the stage's units alone (its blocks; the embedding on the first stage, the final
+  // norm and head on the last, the tied embedding on both) are sharded over its dp group.
+  if (zero >= 3) parallel::make_sharded_units(plan_, *model_, *mesh_, held);
+  parallel::make_grad_buckets(plan_, owned, *mesh_, cfg_.parallel(), unit_of);
   // ZeRO: the stage's dp group shards the moments (stage 2: also the gradients) of what it owns.
-  if (config::zero_stage(cfg_.parallel()) >= 1) {
-    std::vector<bool> held;
-    for (const auto& [name, t] : model_->named_parameters())
-      held.push_back(parallel::stage_owns(*pipeline_partition_, stage, name, tie));
+  if (zero >= 1)
     parallel::make_sharded_optimizer(plan_, model_->named_parameters(), *mesh_, cfg_.optimizer(),
                                      optimizer_fusion(cfg_.train()), held);
-  }
   // The norms keep the plan's groups (tp-sharded over tp, replicated ones counted once) with
   // only what this stage owns, the tied embedding on the first stage only; grad_clips then adds
   // the stages' sums over pp. The causal predictors' norm apart, as in one process.
@@ -51,6 +56,7 @@ void Trainer::setup_pipeline() {
 }
 
 void Trainer::sync_stage_parameters() const {
+  // Under ZeRO-3 the caller holds ParallelPlan::WholeParameters: the owners' units are whole.
   if (pipeline_partition_)
     parallel::broadcast_stage_parameters(*model_, *pipeline_partition_, mesh_->pp());
 }
@@ -60,9 +66,11 @@ Trainer::StepOutputs Trainer::enqueue_pipeline_step() {
   model_->zero_grad();
   std::vector<parallel::PipelineMicroBatch> mbs;
   for (const auto& [inputs, targets] : step_inputs_) mbs.push_back({inputs, targets});
-  parallel::StageStep st = parallel::run_stage_step(*model_, *pipeline_schedule_,
-                                                    *pipeline_partition_, pp, mbs,
-                                                    plan_.grad_ready_hook());
+  // ZeRO-3: the earlier micro-batches' backwards release the blocks, not the outer unit, which
+  // another micro-batch in flight may still need (the last backward and finish_grad_sync do).
+  parallel::StageStep st = parallel::run_stage_step(
+      *model_, *pipeline_schedule_, *pipeline_partition_, pp, mbs, plan_.grad_ready_hook(),
+      plan_.units ? plan_.units->release_hook(/*keep_outer=*/true) : LeafGradReady());
   pipeline_wait_s_ += st.wait_s;
   pipeline_compute_s_ += st.compute_s;
   if (hooks_.routing_log)  // per micro-batch, the stage's routed blocks on this rank's rows
