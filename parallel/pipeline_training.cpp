@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/weight_copy.h"
 #include "parallel/pipeline_runtime.h"
 
 namespace mod::parallel {
@@ -28,6 +29,37 @@ void broadcast_stage_parameters(const model::Transformer& model, const PipelineP
     while (!stage_owns(part, owner, name, /*tie_embeddings=*/false)) ++owner;
     pp.broadcast(p, owner);
   }
+}
+
+void release_other_stages(const model::Transformer& model, const PipelinePartition& part,
+                          int pp_rank, bool tie_embeddings) {
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (stage_owns(part, pp_rank, name, tie_embeddings)) continue;
+    Storage& s = *p.impl()->storage;
+    if (p.impl()->offset_bytes != 0 || s.bytes() != p.nbytes())
+      throw std::logic_error("pp: parameter " + name + " " + describe(p) +
+                             " is a view into a larger storage, which releasing would free");
+    s.resize(0);
+    s.set_label(name + ", another pipeline stage's parameter, not held by pp rank " +
+                std::to_string(pp_rank));
+    // A bf16 copy a whole-model forward made (evaluation) goes too; the next one remakes it.
+    if (WeightCopy* copy = p.impl()->weight_copy.get()) copy->value = Tensor();
+  }
+}
+
+OtherStagesWhole::OtherStagesWhole(const model::Transformer& model, const PipelinePartition* part,
+                                   Communicator& pp, bool tie_embeddings, bool broadcast,
+                                   bool keep)
+    : model_(model), part_(part), pp_rank_(pp.rank()), tie_(tie_embeddings), keep_(keep) {
+  if (!part_) return;
+  if (!keep_)
+    for (const auto& [name, p] : model.named_parameters())
+      if (!stage_owns(*part_, pp_rank_, name, tie_)) p.impl()->storage->resize(p.nbytes());
+  if (broadcast) broadcast_stage_parameters(model, *part_, pp);
+}
+
+OtherStagesWhole::~OtherStagesWhole() {
+  if (part_ && !keep_) release_other_stages(model_, *part_, pp_rank_, tie_);
 }
 
 void gather_stage_stats(std::vector<model::RoutedBlockStats>& routed,

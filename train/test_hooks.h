@@ -32,6 +32,9 @@ struct TestHooks {
   // Before step nan_step (1-based) the first weight is overwritten with NaN, so the step's loss
   // is non-finite whatever the machine's rounding (a real divergence depends on it). 0: none.
   int64_t nan_step = 0;
+  // Set by tests only (no variable): under pp every rank keeps the other stages' parameters
+  // (the trainer before it released them), so a test measures what releasing saves.
+  bool keep_other_stages_parameters = false;
 
   bool exits_in(int world_rank, int64_t step) const {  // step 0-based
     return exit_rank >= 0 && world_rank == exit_rank && step + 1 == exit_step;

@@ -76,12 +76,14 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
 
 std::vector<std::pair<std::string, Tensor>> Trainer::full_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  const parallel::ParallelPlan::WholeParameters whole(plan_);  // ZeRO-3: copies, made before it ends
-  sync_stage_parameters();  // after: under ZeRO-3 the owners' units are whole now
+  // ZeRO-3 and pp release what they made whole when these end: the result holds copies.
+  const parallel::ParallelPlan::WholeParameters whole(plan_);
+  const auto stages = whole_across_stages(/*broadcast=*/true);  // after: ZeRO-3's units whole
+  const bool copy = whole.units || pipeline_partition_;
   for (const auto& [name, t] : model_->named_parameters()) {
     const parallel::ShardSpec& spec = plan_.shards.at(name);
     Tensor full = parallel::gather_parameter(t, spec, parallel::group_of(spec, *mesh_));
-    out.emplace_back(name, whole.units && full.same(t) ? full.clone() : full);
+    out.emplace_back(name, copy && full.same(t) ? full.clone() : full);
   }
   return out;
 }
@@ -286,7 +288,8 @@ bool Trainer::evaluation_due(int64_t step) const {
 void Trainer::evaluate_validation(int64_t step, StepMetrics& m) const {
   // ZeRO-3: whole while evaluating, since dp ranks may run different numbers of batches.
   const parallel::ParallelPlan::WholeParameters whole(plan_);
-  sync_stage_parameters();  // every stage evaluates the whole model (its owners' units whole)
+  // Every stage evaluates the whole model (after `whole`: its owners' units whole).
+  const auto stages = whole_across_stages(/*broadcast=*/true);
   const auto& t = cfg_.train();
   const auto& mc = cfg_.model();
   m.val_loss = evaluate(*model_, data_.val, mc.seq_len(), t.batch_size(), t.eval_batches(),

@@ -28,6 +28,7 @@
 #include "parallel/parallelize.h"
 #include "parallel/pipeline_partition.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_training.h"
 #include "parallel/world.h"
 #include "train/checkpoint/writer.h"
 #include "train/data/loader.h"
@@ -130,8 +131,10 @@ class Trainer {
   // Under pp > 1: the partition and schedule, the tied embedding's group, and the norm groups
   // of the parameters this stage owns (set up by the constructor). No-op when pp is 1.
   void setup_pipeline();
-  // Under pp > 1 every parameter from its owner stage, before anything reads the whole model.
-  void sync_stage_parameters() const;
+  // Under pp > 1, while the result lives: every parameter whole on this rank, the other stages'
+  // grown back and (broadcast) filled from their owners; released again at its end. Hold it
+  // around anything that reads or writes the whole model. A no-op object at pp 1.
+  parallel::OtherStagesWhole whole_across_stages(bool broadcast) const;
   // Under pp > 1 on CPUs: sets measured_bubble_ from every stage's idle and compute seconds (one
   // all-gather over pp) and rank 0 prints it beside the prediction. Collective; no-op at pp 1.
   void report_pipeline_bubble();

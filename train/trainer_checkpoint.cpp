@@ -52,8 +52,11 @@ std::vector<ckpt::TensorEntry> Trainer::checkpoint_entries() {
     const parallel::ShardSpec& spec = plan_.shards.at(name);
     const bool writer =
         (spec.expert ? expert_writer : spec.dim >= 0 ? dp_writer : tp_writer) && stage_writes(name);
-    // ZeRO-3 lets the whole tensor go when `whole` ends: the entry keeps a copy.
-    out.push_back(entry("model/" + name, whole.units ? p.clone() : p, spec, writer));
+    // ZeRO-3 lets the whole tensor go when `whole` ends: the entry keeps a copy. Another
+    // stage's parameter has no bytes here (release_other_stages), and its owner writes it.
+    if (!pipeline_partition_ || parallel::stage_owns(*pipeline_partition_, mesh_->pp_rank(), name,
+                                                     cfg_.model().tie_embeddings()))
+      out.push_back(entry("model/" + name, whole.units ? p.clone() : p, spec, writer));
     const auto [m, v] = plan_.optimizer->full_moments(i);  // collective under ZeRO-1
     out.push_back(entry("optim/m/" + name, m, spec, writer));
     out.push_back(entry("optim/v/" + name, v, spec, writer));
@@ -146,8 +149,14 @@ void Trainer::resume(const std::string& spec) {
                                 ", not before train.steps " + std::to_string(cfg_.train().steps()) +
                                 " (raise train.steps to train further)");
   const auto params = model_->named_parameters();
-  // ZeRO-3: loaded whole, then each rank keeps its slices when `whole` ends.
+  // ZeRO-3: loaded whole, then each rank keeps its slices when `whole` ends; pp: the other
+  // stages' parameters too, released again when `stages` ends (before `whole`).
   std::optional<parallel::ParallelPlan::WholeParameters> whole(std::in_place, plan_);
+  std::optional<parallel::OtherStagesWhole> stages(std::in_place, *model_,
+                                                   pipeline_partition_ ? &*pipeline_partition_ : nullptr,
+                                                   mesh_->pp(), cfg_.model().tie_embeddings(),
+                                                   /*broadcast=*/false,
+                                                   hooks_.keep_other_stages_parameters);
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, p] = params[i];
     const parallel::ShardSpec& s = plan_.shards.at(name);
@@ -159,6 +168,7 @@ void Trainer::resume(const std::string& spec) {
     const Tensor m = read("optim/m/" + name), v = read("optim/v/" + name);
     plan_.optimizer->load_moments(i, m, v);
   }
+  stages.reset();
   whole.reset();
   plan_.optimizer->set_steps_taken(st.optimizer_steps);
   if (!st.data_shards.empty())
@@ -183,6 +193,7 @@ void Trainer::init_from(const std::string& path) {
   }
   SafetensorsFile file = load_safetensors(path);
   const parallel::ParallelPlan::WholeParameters whole(plan_);
+  const auto stages = whole_across_stages(/*broadcast=*/false);  // every rank reads every tensor
   for (const auto& [name, p] : model_->named_parameters()) {
     const parallel::ShardSpec& s = plan_.shards.at(name);
     auto it = file.tensors.find(name);
@@ -204,6 +215,7 @@ void Trainer::init_from(const std::string& path) {
 void Trainer::init_from_hf(const std::string& dir) {
   std::map<std::string, Tensor> weights = hf::read_llama(dir, cfg_.model());
   const parallel::ParallelPlan::WholeParameters whole(plan_);
+  const auto stages = whole_across_stages(/*broadcast=*/false);
   int64_t fresh = 0;
   for (const auto& [name, p] : model_->named_parameters()) {
     const parallel::ShardSpec& s = plan_.shards.at(name);

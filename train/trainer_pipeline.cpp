@@ -1,8 +1,8 @@
 // The trainer under parallel.pp > 1 (see trainer.h): the stages' set-up and a step through
-// run_stage_step (parallel/pipeline_runtime.h). Every stage holds the whole model but
-// computes, reduces over its dp group, clips and updates only the parameters it owns; the
-// others are brought from their owners before anything reads the whole model (evaluation,
-// weights).
+// run_stage_step (parallel/pipeline_runtime.h). Every stage builds the whole model, then
+// holds, computes, reduces over its dp group, clips and updates only the parameters it owns;
+// the others' storages are released at set-up and grown back, filled from their owners, only
+// while something reads the whole model (evaluation, weights, loads: whole_across_stages).
 #include <algorithm>
 #include <cstdio>
 #include <unordered_set>
@@ -53,12 +53,16 @@ void Trainer::setup_pipeline() {
   for (auto* groups : {&plan_.norm_groups, &plan_.predictor_norm_groups})
     for (parallel::NormGroup& g : *groups)
       std::erase_if(g.params, [&](const Tensor& p) { return !counted.contains(p.impl_ptr().get()); });
+  // Last: the other stages' parameters let go (the plan above only took their names and shapes).
+  if (!hooks_.keep_other_stages_parameters)
+    parallel::release_other_stages(*model_, *pipeline_partition_, stage, tie);
 }
 
-void Trainer::sync_stage_parameters() const {
+parallel::OtherStagesWhole Trainer::whole_across_stages(bool broadcast) const {
   // Under ZeRO-3 the caller holds ParallelPlan::WholeParameters: the owners' units are whole.
-  if (pipeline_partition_)
-    parallel::broadcast_stage_parameters(*model_, *pipeline_partition_, mesh_->pp());
+  return parallel::OtherStagesWhole(
+      *model_, pipeline_partition_ ? &*pipeline_partition_ : nullptr, mesh_->pp(),
+      cfg_.model().tie_embeddings(), broadcast, hooks_.keep_other_stages_parameters);
 }
 
 Trainer::StepOutputs Trainer::enqueue_pipeline_step() {

@@ -12,6 +12,7 @@
 #include "core/all_ops.h"
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "parallel/pipeline_runtime.h"
 #include "parallel/pipeline_training.h"
 #include "train/lr_schedule.h"
 #include "train/trainer.h"
@@ -140,8 +141,10 @@ void Trainer::load_step(int64_t step) {
   const double lr = learning_rate(cfg_.optimizer(), step, cfg_.train().steps());
   plan_.optimizer->set_learning_rate(lr);
   if (hooks_.poisons(step)) {  // the divergence test's fault (TestHooks::nan_step)
-    Tensor w = model_->named_parameters().front().second;
-    w.copy_from(Tensor::full(w.shape(), std::nan(""), w.dtype(), w.device()));
+    auto [name, w] = model_->named_parameters().front();
+    if (!pipeline_partition_ || parallel::stage_owns(*pipeline_partition_, mesh_->pp_rank(), name,
+                                                     cfg_.model().tie_embeddings()))
+      w.copy_from(Tensor::full(w.shape(), std::nan(""), w.dtype(), w.device()));
   }
 }
 

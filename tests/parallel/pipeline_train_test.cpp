@@ -15,9 +15,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 
 #include "core/backend.h"
 #include "parallel/communicator.h"
+#include "parallel/pipeline_partition.h"
+#include "parallel/pipeline_runtime.h"
 #include "tests/support/bitwise.h"
 #include "tests/support/shared_dir.h"
 #include "tests/support/tiny_runs.h"
@@ -33,15 +36,40 @@ struct Run {
   std::vector<std::pair<std::string, Tensor>> params;
   size_t peak_memory_bytes = 0;  // this rank's, over the steps, above what it held before
   std::vector<double> aux_losses;
+  // Each parameter's storage bytes on this rank after run() (which wrote the weights) and again
+  // after full_parameters: under pp, the other stages' hold none.
+  std::vector<size_t> held_bytes, held_bytes_after_full;
+  std::string stray_read;  // what reading this rank's first released parameter threw ("": none)
 };
 
+std::vector<size_t> held_bytes(const train::Trainer& trainer) {
+  std::vector<size_t> out;
+  for (const auto& [name, p] : trainer.model().named_parameters())
+    out.push_back(p.impl()->storage->bytes());
+  return out;
+}
+
 Run train_run(const std::string& name, parallel::Communicator& comm, const std::string& dir,
-              std::vector<std::string> extra, const std::string& from = "") {
+              std::vector<std::string> extra, const std::string& from = "",
+              const train::TestHooks& hooks = {}) {
   extra.insert(extra.end(), {"train.grad_accum=2", "checkpoint.every_steps=2"});
   const size_t before = backend(Device::CPU).memory_stats().in_use_bytes;  // earlier runs' results
-  train::Trainer trainer(test::tiny_recipe(name, kSteps, "", extra), dir, /*quiet=*/true, comm);
+  train::Trainer trainer(test::tiny_recipe(name, kSteps, "", extra), dir, /*quiet=*/true, comm,
+                         hooks);
   if (!from.empty()) trainer.resume(from);
   trainer.run();
+  const std::vector<size_t> held = held_bytes(trainer);
+  std::string stray_read;
+  for (const auto& [n, p] : trainer.model().named_parameters())
+    if (p.impl()->storage->bytes() == 0) {
+      try {
+        p.to_vector();
+        stray_read = "no error";
+      } catch (const std::logic_error& e) {
+        stray_read = e.what();
+      }
+      break;
+    }
   // The measured bubble: under pp, one fraction per stage and their total, each inside (0, 1)
   // (every stage computes, and waits at least on a receive).
   const auto& bubble = trainer.measured_bubble();
@@ -51,9 +79,14 @@ Run train_run(const std::string& name, parallel::Communicator& comm, const std::
     for (double b : bubble->per_stage) CHECK((b > 0 && b < 1));
     CHECK((bubble->total > 0 && bubble->total < 1));
   }
-  return {trainer.losses(), trainer.full_parameters(), trainer.peak_memory_bytes() - before,
+  Run out{trainer.losses(), trainer.full_parameters(), trainer.peak_memory_bytes() - before,
           trainer.aux_losses()};
+  out.held_bytes = held;
+  out.held_bytes_after_full = held_bytes(trainer);
+  out.stray_read = stray_read;
+  return out;
 }
+
 
 void check_close(const Run& got, const Run& want, size_t first_step) {
   REQUIRE(got.losses.size() + first_step == want.losses.size());
@@ -70,6 +103,30 @@ void check_close(const Run& got, const Run& want, size_t first_step) {
 }
 
 std::string pp_field() { return "parallel.pp=" + std::to_string(parallel::world().size()); }
+
+// Under pp each rank holds the bytes of exactly the parameters its stage owns (the tied
+// embedding on both ends), after training, a resume and the weights' whole-model use alike.
+void check_holds_own_stage(const Run& run, const std::string& name) {
+  if (parallel::world().size() < 2) return;
+  const modtrain::RunConfig cfg = test::tiny_recipe(name, kSteps, "", {pp_field()});
+  const parallel::PipelinePartition part = parallel::plan_partition(cfg);
+  const int rank = parallel::world().rank();
+  REQUIRE(run.held_bytes.size() == run.params.size());
+  std::string first_released;
+  for (size_t i = 0; i < run.params.size(); ++i) {
+    const std::string& n = run.params[i].first;
+    const bool own = parallel::stage_owns(part, rank, n, cfg.model().tie_embeddings());
+    INFO("pp rank " << rank << ", parameter " << n << (own ? " (owned)" : " (another stage's)"));
+    CHECK(run.held_bytes[i] == (own ? run.params[i].second.nbytes() : 0));
+    CHECK(run.held_bytes_after_full[i] == run.held_bytes[i]);
+    if (!own && first_released.empty()) first_released = n;
+  }
+  // A read of the first parameter the rank does not hold throws, naming it.
+  INFO("reading " << first_released << " said: " << run.stray_read);
+  CHECK(!first_released.empty());
+  CHECK_THAT(run.stray_read, Catch::Matchers::Contains(first_released + ",") &&
+                                 Catch::Matchers::Contains("another pipeline stage"));
+}
 
 void check_bitwise(const Run& got, const Run& want) {
   test::check_bitwise(got.losses, want.losses);
@@ -105,6 +162,36 @@ void check_recompute(const std::string& name, const std::vector<std::string>& pp
                   got.peak_memory_bytes / 1048576.0, plain.peak_memory_bytes / 1048576.0);
   }
 }
+
+// What releasing the other stages' parameters saves, measured: the same pp run with every rank
+// keeping the whole model (TestHooks::keep_other_stages_parameters, the trainer before) is
+// bitwise the same and its step peak higher by the released bytes (each as the host allocator
+// rounds it, 64 bytes or a 4 KiB page; a released storage keeps a 64-byte minimum).
+void check_release_saves(const std::string& name, const std::vector<std::string>& pp_set,
+                         const Run& released) {
+  train::TestHooks keep;
+  keep.keep_other_stages_parameters = true;
+  const Run whole = train_run(name, parallel::world(), test::shared_dir("pp_whole"), pp_set, "", keep);
+  check_bitwise(released, whole);
+  double other_stages = 0, slack = 0;
+  for (size_t i = 0; i < released.params.size(); ++i)
+    if (released.held_bytes[i] == 0) {
+      other_stages += static_cast<double>(whole.held_bytes[i]);
+      slack += 4096;
+    }
+  const double saved = static_cast<double>(whole.peak_memory_bytes) -
+                       static_cast<double>(released.peak_memory_bytes);
+  INFO("pp rank " << parallel::world().rank() << ": peak " << released.peak_memory_bytes
+                  << " bytes against " << whole.peak_memory_bytes << " holding every stage's; "
+                  << "the other stages' parameters " << other_stages << " bytes");
+  CHECK(other_stages > 0);
+  CHECK(std::abs(saved - other_stages) <= slack);
+  std::printf("pp %d %s, rank %d: step peak %.1f KiB, %.1f KiB holding every stage's parameters "
+              "(the others' %.1f KiB)\n",
+              parallel::world().size(), name.c_str(), parallel::world().rank(),
+              released.peak_memory_bytes / 1024.0, whole.peak_memory_bytes / 1024.0,
+              other_stages / 1024.0);
+}
 }  // namespace
 
 TEST_CASE("pp = world size trains as one process and resumes on one process", "[mpi][pipeline]") {
@@ -119,6 +206,7 @@ TEST_CASE("pp = world size trains as one process and resumes on one process", "[
     const std::vector<std::string> pp_set = {pp_field(), std::string("parallel.pp_schedule=") + schedule};
     const Run pp = train_run(name, parallel::world(), dir, pp_set);
     check_close(pp, one, 0);
+    check_holds_own_stage(pp, name);
     // The pp run's step-2 checkpoint, continued by one process on every rank.
     const std::string step2 = "/" + ckpt::step_dir_name(2);
     const Run resumed = train_run(name, test::self_group(), test::temp_dir("pp_resumed"), {},
@@ -128,8 +216,11 @@ TEST_CASE("pp = world size trains as one process and resumes on one process", "[
     const Run resumed_pp = train_run(name, parallel::world(), test::shared_dir("pp_resumed_pp"), pp_set,
                                      ckpt::checkpoints_dir(one_dir) + step2);
     check_close(resumed_pp, one, 2);
-    if (name == std::string("tiny_mod") && schedule == std::string("ONE_F_ONE_B"))
+    check_holds_own_stage(resumed_pp, name);  // the load's whole values released again
+    if (name == std::string("tiny_mod") && schedule == std::string("ONE_F_ONE_B")) {
       check_recompute(name, pp_set, pp, one);
+      check_release_saves(name, pp_set, pp);
+    }
   }
 }
 
