@@ -327,8 +327,6 @@ void validate(const modtrain::RunConfig& cfg) {
                               "2, or leave " + field + " at its default)");
     };
     if (p.pp() > 1) refuse("parallel.pp", std::to_string(p.pp()));
-    if (t.device() != modtrain::TrainConfig::CPU)
-      refuse("train.device", modtrain::TrainConfig::Device_Name(t.device()));
   }
   positive("parallel.dp", p.dp());
   positive("parallel.tp", p.tp());

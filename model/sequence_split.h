@@ -15,6 +15,7 @@
 namespace mod::model {
 
 struct SequenceSplit {
+  int64_t parts = 1;  // n: the stream holds T/n positions of every sequence
   using Unary = std::function<Tensor(const Tensor&)>;
   // [B,t] one scalar a position (router scores, decision logits) -> [B,T].
   Unary gather_scalars;

@@ -229,10 +229,10 @@ ForwardResult Transformer::forward_stage(const Tensor& tokens, const Tensor& x_i
                                 std::to_string(end) + ") is not a range of the " +
                                 std::to_string(blocks_.size()) + " blocks");
   ForwardResult result;
-  const Tensor x = first == 0 ? embed_->forward(tokens) : x_in;  // [B,T,D]
+  const Tensor x = first == 0 ? embed_->forward(tokens) : x_in;  // [B,T,D] ([B,T/n,D] split)
   const bool last = end == blocks_.size();
-  Residual out = run_blocks(x, x.size(1), RoutingMode::TopC, result, /*fuse_final_norm=*/last,
-                            first, end);
+  Residual out = run_blocks(x, tokens.size(1), RoutingMode::TopC, result,
+                            /*fuse_final_norm=*/last, first, end);
   if (last) {
     head_and_loss(result, out.x, out.normed, targets);
   } else {

@@ -59,9 +59,10 @@ class Transformer : public nn::Module {
 
   // A pipeline stage's share of a top-C forward (parallel/pipeline_runtime.h): blocks
   // [first, end) on x [B,T,D], or on the embedding of tokens [B,T] when first == 0 (x is then
-  // ignored); the final norm, head and loss when end == num_blocks() and targets are defined.
-  // result.hidden is the blocks' output [B,T,D] when end < num_blocks(); result.loss is this
-  // stage's part of the loss (its routed blocks' aux_loss, plus lm_loss on the last stage).
+  // ignored; tokens gives T on every stage); the final norm, head and loss when end ==
+  // num_blocks() and targets are defined. result.hidden is the blocks' output [B,T,D] when end <
+  // num_blocks(); result.loss is this stage's part of the loss (its routed blocks' aux_loss, plus
+  // lm_loss on the last stage). Under a sequence split x and hidden are [B,T/n,D].
   ForwardResult forward_stage(const Tensor& tokens, const Tensor& x, size_t first, size_t end,
                               const Tensor& targets) const;
 
@@ -91,6 +92,9 @@ class Transformer : public nn::Module {
   void set_sequence_split(SequenceSplit split) {
     split_ = std::make_shared<SequenceSplit>(std::move(split));
   }
+  // The positions of a sequence of seq_len the stream between blocks holds: seq_len, or
+  // seq_len / n under a split (a pipeline stage's input and output, forward_stage).
+  int64_t stream_length(int64_t seq_len) const { return split_ ? seq_len / split_->parts : seq_len; }
   // train.fusions.classifier: with targets, forward computes the LM loss with
   // linear_cross_entropy (core/ops/loss.h) and returns no logits. Off until set; ignored while
   // an LmLoss is set (tensor parallelism) and without targets (sampling, inspection).

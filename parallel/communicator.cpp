@@ -42,6 +42,35 @@ std::unique_ptr<Work> Communicator::all_gather_async(const Tensor& in, const Ten
   return std::make_unique<DoneWork>();
 }
 
+namespace {
+// The sends of a send_recv, waited together.
+class SendsWork final : public Work {
+ public:
+  explicit SendsWork(std::vector<std::unique_ptr<Work>> sends) : sends_(std::move(sends)) {}
+  void wait() override {
+    for (auto& w : sends_) w->wait();
+    sends_.clear();
+  }
+  bool test() override {
+    for (auto& w : sends_)
+      if (!w->test()) return false;
+    return true;
+  }
+
+ private:
+  std::vector<std::unique_ptr<Work>> sends_;
+};
+}  // namespace
+
+std::unique_ptr<Work> Communicator::send_recv(const std::vector<PeerTransfer>& transfers) {
+  std::vector<std::unique_ptr<Work>> sends;
+  for (const PeerTransfer& t : transfers)
+    if (t.kind == PeerTransfer::Send) sends.push_back(send_async(t.tensor, t.peer, t.tag));
+  for (const PeerTransfer& t : transfers)
+    if (t.kind == PeerTransfer::Recv) recv(t.tensor, t.peer, t.tag);
+  return std::make_unique<SendsWork>(std::move(sends));
+}
+
 double seconds_from_env(const char* var, double default_seconds) {
   const char* text = std::getenv(var);
   if (text == nullptr) return default_seconds;

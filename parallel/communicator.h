@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -21,6 +22,14 @@ namespace mod::parallel {
 
 enum class ReduceOp { Sum, Max, Min };
 const char* reduce_op_name(ReduceOp op);
+
+// One send or receive of Communicator::send_recv.
+struct PeerTransfer {
+  enum Kind { Send, Recv } kind;
+  Tensor tensor;
+  int peer = -1;
+  int tag = 0;  // matched by MPI; NCCL has no tags (checked >= 0, else ignored)
+};
 
 // A started non-blocking collective; wait() returns once its result is in place (or aborts the
 // job on timeout). Destroying an unwaited Work waits for it.
@@ -66,6 +75,14 @@ class Communicator {
   // send started without blocking; t stays untouched until the Work is waited (pipeline
   // stages send while their neighbour sends back). Only the MPI backend has it; others throw.
   virtual std::unique_ptr<Work> send_async(const Tensor& t, int dst, int tag = 0);
+  // Sends and receives started together (Megatron's batch_isend_irecv): NCCL runs them as one
+  // ncclGroupStart/End, so a rank's send to a peer and its receive from that peer (or another)
+  // progress together and cannot wait on each other. NCCL has no tags: between two ranks
+  // messages match in call order (see pipeline_issue_order.h). On return the received tensors
+  // are in place for later work, as after recv; the sent tensors stay untouched until the
+  // returned Work is waited. This default (MPI) starts the sends with send_async, then
+  // receives in order.
+  virtual std::unique_ptr<Work> send_recv(const std::vector<PeerTransfer>& transfers);
 
   // A sub-group of the ranks that pass the same color, ordered by key (MPI_Comm_split).
   // Collective over this group.

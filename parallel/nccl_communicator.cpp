@@ -365,6 +365,42 @@ void NcclCommunicator::recv(const Tensor& t, int src, int tag) {
   }));
 }
 
+// One group, as all_to_all's: NCCL User Guide, "Group Calls" (ncclGroupStart/End around
+// point-to-point calls "to fuse multiple calls into one" and avoid the deadlock of ranks that
+// each send before they receive) and "Point-to-point communication" (a send may block until
+// its receive is posted; between two ranks messages match in call order).
+std::unique_ptr<Work> NcclCommunicator::send_recv(const std::vector<PeerTransfer>& transfers) {
+  const char* what = "send_recv";
+  bool host = true, cuda = true;
+  for (const PeerTransfer& t : transfers) {
+    (on_host(t.tensor) ? cuda : host) = false;
+    detail::check_peer(what, *this, t.peer, false);  // a group of one ends here
+    check_tag(what, *this, t.tag);
+  }
+  if (transfers.empty()) return std::make_unique<DoneWork>();
+  if (host) return host_->send_recv(transfers);
+  if (!cuda)
+    throw std::invalid_argument(detail::collective_where(what, *this) +
+                                ": CPU and CUDA tensors in one batch (CPU tensors go to the host "
+                                "communicator, CUDA tensors to NCCL)");
+  wait_on(*launch(what, [&](NcclState& s) {
+    MOD_NCCL_CHECK(s, what, ncclGroupStart());
+    ncclResult_t queued = ncclSuccess;
+    for (const PeerTransfer& t : transfers) {
+      if (t.tensor.numel() == 0) continue;
+      const ncclDataType_t type = nccl_type(t.tensor.dtype());
+      const ncclResult_t rc =
+          t.kind == PeerTransfer::Send
+              ? ncclSend(t.tensor.raw_data(), count_of(t.tensor), type, t.peer, s.comm, s.stream)
+              : ncclRecv(t.tensor.raw_data(), count_of(t.tensor), type, t.peer, s.comm, s.stream);
+      if (queued == ncclSuccess && rc != ncclSuccess && rc != ncclInProgress) queued = rc;
+    }
+    MOD_NCCL_CHECK(s, what, ncclGroupEnd());  // always reached: the group is never left open
+    s.check(queued, "ncclSend/ncclRecv", what);
+  }));
+  return std::make_unique<DoneWork>();
+}
+
 std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> host,
                                                      bool nccl_for_group_of_one) {
   return std::make_unique<NcclCommunicator>(std::move(host), nccl_for_group_of_one);

@@ -23,7 +23,8 @@
 // - Bitwise equal results on every rank: NCCL reduces each element once and copies the result.
 // - send/recv: NCCL has no tags. Messages between two ranks match in call order and must have
 //   the same element count on both sides (NCCL cannot check it; a mismatch corrupts or hangs
-//   until the timeout); tags are checked (>= 0) and otherwise ignored.
+//   until the timeout); tags are checked (>= 0) and otherwise ignored. send_recv groups its
+//   sends and receives (ncclGroupStart/End), so they progress together.
 // See docs/parallel.md, "NCCL backend". The pieces: nccl_state.h (error state), nccl_work.h
 // (events, Work), nccl_watchdog.h (the watchdog thread).
 #pragma once
@@ -72,6 +73,8 @@ class NcclCommunicator final : public Communicator {
   void barrier() override { host_->barrier(); }  // host only: queued GPU work is not waited for
   void send(const Tensor& t, int dst, int tag) override;
   void recv(const Tensor& t, int src, int tag) override;
+  // One ncclGroupStart/End of every send and receive; the compute stream then waits for it.
+  std::unique_ptr<Work> send_recv(const std::vector<PeerTransfer>& transfers) override;
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
   [[noreturn]] void abort(const std::string& message, int code) override;
   void watch_enqueued(const char* what) override;

@@ -143,6 +143,7 @@ ShardMap parallelize_tensor(model::Transformer& model, const Mesh& mesh, bool se
       [head_in](const Tensor& h) { return (*head_in)(h); });
   if (sp) {
     model::SequenceSplit split;
+    split.parts = tp->size();
     split.gather_scalars = [tp](const Tensor& r) { return gather_from_tp(r, *tp); };
     split.own_positions = [tp](const Tensor& x) { return own_positions(x, *tp); };
     split.average_loss = [tp](const Tensor& l) {

@@ -43,9 +43,11 @@ std::vector<PipelineRankMemory> plan_pipeline_memory(const modtrain::RunConfig& 
   const model::MemoryPlan mem = model::plan_memory(cfg.model(), opt);
   const int last = part.stages() - 1;
   const bool tie = cfg.model().tie_embeddings();
-  // The runtime sends [b, T, D] in f32 whatever the compute dtype (pipeline_runtime.cpp).
+  // The runtime sends [b, T, D] in f32 whatever the compute dtype (pipeline_runtime.cpp); under
+  // sequence parallelism each tp rank its [b, T/tp, D].
+  const double seq_share = p.sequence_parallel() && p.tp() > 1 ? 1.0 / p.tp() : 1.0;
   const double transfer = 4.0 * static_cast<double>(opt.batch_per_rank) * cfg.model().seq_len() *
-                          cfg.model().d_model();
+                          seq_share * cfg.model().d_model();
 
   double whole = mem.embedding_parameters + mem.head_parameters;
   for (const model::BlockMemory& b : mem.blocks) whole += b.parameters;

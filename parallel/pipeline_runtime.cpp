@@ -2,12 +2,16 @@
 #include "parallel/pipeline_runtime.h"
 
 #include <chrono>
+#include <utility>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "core/all_ops.h"
 #include "core/autograd.h"
+#include "core/backend.h"
+#include "core/ops/optim.h"
+#include "parallel/pipeline_issue_order.h"
 
 namespace mod::parallel {
 
@@ -22,6 +26,13 @@ int link_tag(int upstream_stage, bool grad) { return kLinkTagBase + 2 * upstream
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// What goes between stages: the residual stream as the model holds it between blocks, [B,T,D],
+// or under sequence parallelism this tp rank's [B,T/tp,D] (Megatron sends the sharded stream:
+// tp times fewer bytes than gathering it at the boundary, and nothing to re-split after).
+Shape link_shape(const model::Transformer& model, int64_t b, int64_t t) {
+  return {b, model.stream_length(t), model.config().d_model()};
 }
 
 // A micro-batch's results of the rank's chunks as one: statistics and choices in chunk order,
@@ -51,75 +62,98 @@ StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule
         std::to_string(part.pp) + " x " + std::to_string(part.virtual_stages) + ", " +
         std::to_string(m) + " micro-batches given");
   const int last_stage = part.stages() - 1;
-  const int64_t b = mbs.at(0).tokens.size(0), t = mbs.at(0).tokens.size(1);
-  const int64_t d = model.config().d_model();
+  const Shape link = link_shape(model, mbs.at(0).tokens.size(0), mbs.at(0).tokens.size(1));
   const Device device = mbs.at(0).tokens.device();
+  Backend& be = backend(device);
 
   StageStep out;
+  out.timed = device == Device::CPU;
+  out.lm_loss = Tensor::zeros({}, DType::F64, device);
+  out.aux_loss = Tensor::zeros({}, DType::F64, device);
   // Per micro-batch and chunk: its forward's result, received input and output gradient.
   std::vector<std::vector<model::ForwardResult>> res(m, std::vector<model::ForwardResult>(v));
   std::vector<std::vector<Tensor>> inputs(m, std::vector<Tensor>(v)), grads = inputs;
   std::vector<std::unique_ptr<Work>> sends;
-  for (const PipeAction& a : s.ranks.at(r)) {
+  const std::vector<PipeAction>& actions = s.ranks.at(r);
+  const std::vector<IssueStep> order = std::move(issue_order(s).at(r));
+  for (const IssueStep& step : order) {
+    const auto t0 = Clock::now();
+    if (step.transfers) {
+      // The round's sends and receives as one batch (one NCCL group), in schedule order.
+      std::vector<PeerTransfer> batch;
+      for (size_t k : step.actions) {
+        const PipeAction& a = actions[k];
+        const int i = a.microbatch, c = a.chunk, stage = s.virtual_stage(r, c);
+        switch (a.op) {
+          case PipeOp::RecvActivation:
+            inputs[i][c] = Tensor::empty(link, DType::F32, device);
+            batch.push_back({PeerTransfer::Recv, inputs[i][c], a.peer, link_tag(stage - 1, false)});
+            break;
+          case PipeOp::RecvGrad:
+            grads[i][c] = Tensor::empty(link, DType::F32, device);
+            batch.push_back({PeerTransfer::Recv, grads[i][c], a.peer, link_tag(stage, true)});
+            break;
+          case PipeOp::SendActivation:
+            batch.push_back({PeerTransfer::Send, res[i][c].hidden, a.peer, link_tag(stage, false)});
+            break;
+          case PipeOp::SendGrad:
+            batch.push_back(
+                {PeerTransfer::Send, inputs[i][c].grad(), a.peer, link_tag(stage - 1, true)});
+            break;
+          case PipeOp::Forward:
+          case PipeOp::Backward:
+            throw std::logic_error("pipeline runtime: compute action in a transfer round");
+        }
+      }
+      sends.push_back(pp.send_recv(batch));
+      for (size_t k : step.actions) {
+        const PipeAction& a = actions[k];
+        if (a.op == PipeOp::RecvActivation) inputs[a.microbatch][a.chunk].set_requires_grad(true);
+        if (a.op == PipeOp::SendGrad) inputs[a.microbatch][a.chunk] = Tensor();  // the Work holds it
+      }
+      if (out.timed) out.wait_s += seconds_since(t0);
+      continue;
+    }
+    const PipeAction& a = actions[step.actions.at(0)];
     const int i = a.microbatch, c = a.chunk, stage = s.virtual_stage(r, c);
     const bool last = stage == last_stage;
     model::ForwardResult& rs = res[i][c];
-    const auto t0 = Clock::now();
-    switch (a.op) {
-      case PipeOp::RecvActivation:
-        inputs[i][c] = Tensor::empty({b, t, d}, DType::F32, device);
-        pp.recv(inputs[i][c], a.peer, link_tag(stage - 1, false));
-        inputs[i][c].set_requires_grad(true);
-        out.wait_s += seconds_since(t0);
-        break;
-      case PipeOp::Forward: {
-        const size_t first = part.first_block(stage);
-        rs = model.forward_stage(mbs[i].tokens, inputs[i][c], first, first + part.blocks[stage],
-                                 last ? mbs[i].targets : Tensor());
-        if (last) out.lm_loss += detach(rs.lm_loss).to(DType::F64).item() / m;
-        if (rs.aux_loss.defined()) out.aux_loss += detach(rs.aux_loss).to(DType::F64).item() / m;
-        out.compute_s += seconds_since(t0);
-        break;
+    if (a.op == PipeOp::Forward) {
+      const size_t first = part.first_block(stage);
+      rs = model.forward_stage(mbs[i].tokens, inputs[i][c], first, first + part.blocks[stage],
+                               last ? mbs[i].targets : Tensor());
+      // Added on the device, as one process's gradient accumulation adds its losses.
+      if (last) be.axpy(1.0 / m, detach(rs.lm_loss).to(DType::F64), out.lm_loss);
+      if (rs.aux_loss.defined()) be.axpy(1.0 / m, detach(rs.aux_loss).to(DType::F64), out.aux_loss);
+    } else {
+      // The chunk's own loss terms at 1/m, and the next stage's gradient into its output.
+      // Downstream first, as one process's loss = lm_loss + aux_loss walks them.
+      std::vector<Tensor> roots, seeds;
+      if (!last) {
+        roots.push_back(rs.hidden);
+        seeds.push_back(grads[i][c]);
       }
-      case PipeOp::SendActivation:
-        sends.push_back(pp.send_async(rs.hidden, a.peer, link_tag(stage, false)));
-        break;
-      case PipeOp::RecvGrad:
-        grads[i][c] = Tensor::empty({b, t, d}, DType::F32, device);
-        pp.recv(grads[i][c], a.peer, link_tag(stage, true));
-        out.wait_s += seconds_since(t0);
-        break;
-      case PipeOp::Backward: {
-        // The chunk's own loss terms at 1/m, and the next stage's gradient into its output.
-        // Downstream first, as one process's loss = lm_loss + aux_loss walks them.
-        std::vector<Tensor> roots, seeds;
-        if (!last) {
-          roots.push_back(rs.hidden);
-          seeds.push_back(grads[i][c]);
-        }
-        if (rs.loss.defined()) {
-          roots.push_back(scale(rs.loss, 1.0 / m));
-          seeds.push_back(Tensor::full({}, 1.0, roots.back().dtype(), roots.back().device()));
-        }
-        // A chunk's last backward (micro-batch m - 1) makes its gradients final.
-        backward(roots, seeds, i == m - 1 ? last_backward_ready : LeafGradReady());
-        rs.hidden = rs.logits = rs.loss = rs.lm_loss = rs.aux_loss = Tensor();
-        grads[i][c] = Tensor();
-        out.compute_s += seconds_since(t0);
-        break;
+      if (rs.loss.defined()) {
+        roots.push_back(scale(rs.loss, 1.0 / m));
+        seeds.push_back(Tensor::full({}, 1.0, roots.back().dtype(), roots.back().device()));
       }
-      case PipeOp::SendGrad:
-        sends.push_back(pp.send_async(inputs[i][c].grad(), a.peer, link_tag(stage - 1, true)));
-        inputs[i][c] = Tensor();
-        break;
+      // A chunk's last backward (micro-batch m - 1) makes its gradients final.
+      backward(roots, seeds, i == m - 1 ? last_backward_ready : LeafGradReady());
+      rs.hidden = rs.logits = rs.loss = rs.lm_loss = rs.aux_loss = Tensor();
+      grads[i][c] = Tensor();
     }
+    if (out.timed) out.compute_s += seconds_since(t0);
   }
   // The step ends when the last stage does (the schedule's makespan): a stage done early (the
   // drain) waits for the others here, as it would in the trainer's next collective over pp.
+  // On a GPU nothing here waits on the host: NCCL's sends are already ordered before later
+  // work, and the host's clocks do not time the device.
   const auto t0 = Clock::now();
   for (auto& w : sends) w->wait();
-  pp.barrier();
-  out.wait_s += seconds_since(t0);
+  if (out.timed) {
+    pp.barrier();
+    out.wait_s += seconds_since(t0);
+  }
   for (auto& chunks : res) out.results.push_back(merge_chunks(chunks));
   return out;
 }
@@ -144,17 +178,16 @@ void sum_tied_embedding_grads(const model::Transformer& model, Communicator* gro
 double pipeline_grad_norm(const model::Transformer& model, const PipelinePartition& part,
                           Communicator& pp) {
   const int r = pp.rank();
-  double sq = 0;
-  for (const auto& [name, p] : model.named_parameters()) {
-    if (!stage_owns(part, r, name, /*tie_embeddings=*/false)) continue;  // tied: first stage's
-    const Tensor& g = p.grad();
-    if (!g.defined()) continue;
-    const Tensor g64 = g.to(DType::F64).to(Device::CPU);
-    for (int64_t i = 0; i < g64.numel(); ++i) sq += g64.data<double>()[i] * g64.data<double>()[i];
-  }
-  Tensor total = Tensor::from_vector(std::vector<double>{sq}, {1}, DType::F64);
-  pp.all_reduce(total);
-  return std::sqrt(total.at(0));
+  std::vector<Tensor> grads;
+  for (const auto& [name, p] : model.named_parameters())
+    if (stage_owns(part, r, name, /*tie_embeddings=*/false) && p.grad().defined())  // tied: first stage's
+      grads.push_back(p.grad());
+  const Device device = model.named_parameters().front().second.device();
+  MultiTensorTable table;
+  Tensor sq = grads.empty() ? Tensor::zeros({}, DType::F64, device)
+                            : sum_squares_multi(grads, device, table);
+  pp.all_reduce(sq);
+  return std::sqrt(sq.item());
 }
 
 bool stage_owns(const PipelinePartition& part, int pp_rank, const std::string& name,

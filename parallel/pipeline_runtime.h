@@ -1,7 +1,10 @@
 // One pipeline stage's forward and backward of a training step's micro-batches, driven by a
-// schedule (parallel/pipeline_schedule.h) over the pp group: activations [B,T,D] f32 and their
-// gradients go point to point (fixed shapes, known before the step), one tag per link between
-// virtual stages; each rank runs the blocks of its v chunks (virtual stages r, r + pp, ...; v = 1
+// schedule (parallel/pipeline_schedule.h) over the pp group: activations [B,T,D] f32 ([B,T/tp,D]
+// under sequence parallelism: each tp rank sends its part) and their gradients go point to
+// point (fixed shapes, known before the step), one tag per link between virtual stages for MPI;
+// each round of sends and receives goes as one Communicator::send_recv (one NCCL group: NCCL
+// has no tags, see pipeline_issue_order.h); each rank runs the blocks of its v chunks (virtual
+// stages r, r + pp, ...; v = 1
 // but for interleaved 1F1B) of the partition (parallel/pipeline_partition.h) through
 // Transformer::forward_stage.
 //
@@ -32,9 +35,10 @@ struct PipelineMicroBatch {
 };
 
 struct StageStep {
-  // Sums over the micro-batches of loss / m: lm_loss on the last stage (0 elsewhere); aux_loss
-  // of this stage's routed blocks and MoE layers.
-  double lm_loss = 0, aux_loss = 0;
+  // Sums over the micro-batches of loss / m, f64 scalars on the micro-batches' device (the
+  // step reads no device value on the host, so it can be captured as a CUDA graph): lm_loss on
+  // the last stage (0 elsewhere); aux_loss of this stage's routed blocks and MoE layers.
+  Tensor lm_loss, aux_loss;
   // Per micro-batch: the routing statistics and top-C choices of this rank's blocks, in block
   // order (its chunks' merged; hidden, logits dropped).
   std::vector<model::ForwardResult> results;
@@ -42,11 +46,13 @@ struct StageStep {
   // completion and on the other stages finishing (idle: the bubble, plus transfer time), and
   // in its forwards and backwards. So every stage's wait_s + compute_s is about the step's
   // makespan (the stages start it together, give or take the previous step's last collective).
+  // Only on CPUs (timed): on a GPU the host's clocks time the enqueueing, not the work.
   double wait_s = 0, compute_s = 0;
+  bool timed = false;
 };
 
 // Runs schedule s's actions of rank pp.rank() on its s.virtual_stages chunks (part must have
-// as many per rank). Collective over pp; ends with a barrier over pp. Gradients accumulate into
+// as many per rank). Collective over pp; on CPUs ends with a barrier over pp. Gradients accumulate into
 // the model's parameters (zero them before). last_backward_ready is passed to each chunk's
 // backward of the last micro-batch (the chunk's last), so data-parallel buckets reduce while
 // the rest runs. The tokens are read on the first stage only, the targets on the last: the
@@ -64,7 +70,7 @@ void sum_tied_embedding_grads(const model::Transformer& model, Communicator* gro
 
 // The whole model's gradient norm (what clipping scales by) from each stage's own gradients:
 // every stage sums the squares of what it owns (the tied embedding counted on the first stage
-// only), in f64, then the sums add over pp. Every parameter with a gradient counts (the
+// only), in f64 on the gradients' device, then the sums add over pp; read once at the end. Every parameter with a gradient counts (the
 // trainer's separate norm of the causal predictors is not split off yet). Collective over pp.
 double pipeline_grad_norm(const model::Transformer& model, const PipelinePartition& part,
                           Communicator& pp);

@@ -13,20 +13,6 @@ namespace {
 constexpr int kStatsTag = 54;  // apart from run_stage_step's activation and gradient tags
 }  // namespace
 
-void check_pipeline_training(const modtrain::RunConfig& cfg) {
-  const auto& p = cfg.parallel();
-  if (p.pp() <= 1) return;
-  std::string bad;
-  auto refuse = [&](bool when, const std::string& what) {
-    if (when) bad += (bad.empty() ? "" : ", ") + what;
-  };
-  refuse(p.sequence_parallel(), "parallel.sequence_parallel");
-  refuse(cfg.train().device() == modtrain::TrainConfig::CUDA, "train.device CUDA");
-  if (!bad.empty())
-    throw std::invalid_argument("config: parallel.pp = " + std::to_string(p.pp()) +
-                                " trains on CPUs, without sequence parallelism; remove: " + bad);
-}
-
 void sum_tied_embedding_owned_grads(const model::Transformer& model, Communicator* group,
                                     const GradBucketer& buckets) {
   if (!group || !model.config().tie_embeddings()) return;

@@ -17,12 +17,6 @@
 
 namespace mod::parallel {
 
-// Throws std::invalid_argument naming the fields when cfg has parallel.pp > 1 with something
-// the pipeline trainer does not run: parallel.sequence_parallel, train.device CUDA. (ZeRO
-// stage 3: config::validate. dp, tp, ep, ZeRO stages 1 and 2, train.recompute and interleaved
-// schedules run.)
-void check_pipeline_training(const modtrain::RunConfig& cfg);
-
 // Under ZeRO (reduce-scattered buckets over dp): sum_tied_embedding_grads of the slice of
 // embed.weight's gradient this dp rank owns in `buckets` (both ends' dp rank d own the same
 // slice), which is where the optimizer and the norm read it. Collective over group.

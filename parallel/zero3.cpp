@@ -7,13 +7,23 @@
 #include <unordered_set>
 
 #include "core/backend.h"
+#include "core/weight_copy.h"
 #include "parallel/zero1.h"
 
 namespace mod::parallel {
 
 // A parameter keeps its Storage object, since the views its ops saved for backward (matmul's
 // reshaped weight) share it; only the bytes go and come back (Storage::resize), so every view
-// sees the gathered values.
+// sees the gathered values. Under BF16 a parameter's weight copy (core/weight_copy.h) is what
+// its ops saved, so the copy's storage goes and comes back with the master's: rewritten from
+// the master as the unit is gathered (backward reads the saved copy without asking for it),
+// and no whole bf16 model stays on every rank between the units' uses.
+namespace {
+WeightCopy* allocated_copy(const Tensor& p) {
+  WeightCopy* copy = p.impl()->weight_copy.get();
+  return copy && copy->value.defined() ? copy : nullptr;
+}
+}  // namespace
 
 ShardedUnits::ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp,
                            bool prefetch, const std::vector<Tensor>& experts, Communicator* edp)
@@ -110,6 +120,11 @@ void ShardedUnits::gather(size_t u) {
         const int64_t begin = std::min(n, r * c), len = std::min(n, begin + c) - begin;
         if (len > 0) flat.narrow0(begin, len).copy_from(all.narrow0(r * g.chunk_total + m.at, len));
       }
+      if (WeightCopy* copy = allocated_copy(m.param)) {
+        copy->value.impl()->storage->resize(copy->value.nbytes());
+        backend_of(m.param).convert(m.param, copy->value);
+        mark_written_with_copy(m.param);
+      }
     }
   }
   unit.gathered = true;
@@ -122,7 +137,10 @@ void ShardedUnits::release(size_t u) {
     wait_gathers(unit);
     for (Group& g : unit.groups) g.send = g.all = Tensor();
   }
-  for (Member& m : unit.members) m.param.impl()->storage->resize(0);
+  for (Member& m : unit.members) {
+    m.param.impl()->storage->resize(0);
+    if (WeightCopy* copy = allocated_copy(m.param)) copy->value.impl()->storage->resize(0);
+  }
   unit.gathered = false;
 }
 

@@ -28,7 +28,10 @@
 // backward see the values again once gathered), and any read throws, naming the parameter. The
 // gradients are reduce-scattered by the ZeRO-2 bucketer (data_parallel.h) with one bucket per
 // unit. Invariant: every dp rank gathers the same units in the same order (the graph is the same
-// on every rank: MoD's shapes are static), so the all-gathers match.
+// on every rank: MoD's shapes are static), so the all-gathers match. On a GPU the same code runs
+// on device tensors, the gathers on NCCL's comm stream; a captured step gathers into the graph's
+// pool and ends, like every step, with every unit released and nothing in flight, the state
+// each replay starts from (docs/parallel.md "ZeRO-3 on GPUs").
 #pragma once
 
 #include <functional>

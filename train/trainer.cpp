@@ -47,7 +47,6 @@ Trainer::Trainer(modtrain::RunConfig cfg, std::string run_dir, bool quiet,
       writer_(world.rank() == 0), hooks_(hooks) {
   config::validate(cfg_);
   const auto dims = parallel::ParallelDims::from_config(cfg_.parallel());
-  parallel::check_pipeline_training(cfg_);
   dims.validate(world.size());
   dims.validate_model(cfg_.model());
   device_ = cfg_.train().device() == modtrain::TrainConfig::CUDA ? Device::CUDA : Device::CPU;

@@ -118,7 +118,7 @@ class Trainer {
     Tensor predictor_grad_norm;  // the causal predictors' own (undefined without one)
     std::vector<model::RoutedBlockStats> stats;  // unresolved: device tensors
     std::vector<model::MoeStats> moe_stats;
-    std::optional<double> pp_bubble;  // under pp: this step's measured bubble (metrics.csv)
+    std::optional<double> pp_bubble;  // under pp on CPUs: this step's measured bubble (metrics.csv)
   };
   // One step (trainer_step.cpp) = load_step (host -> device), enqueue_step (device work only,
   // what a CUDA graph captures), finish_step (the one wait: results read, divergence checked).
@@ -132,7 +132,7 @@ class Trainer {
   void setup_pipeline();
   // Under pp > 1 every parameter from its owner stage, before anything reads the whole model.
   void sync_stage_parameters() const;
-  // Under pp > 1: sets measured_bubble_ from every stage's idle and compute seconds (one
+  // Under pp > 1 on CPUs: sets measured_bubble_ from every stage's idle and compute seconds (one
   // all-gather over pp) and rank 0 prints it beside the prediction. Collective; no-op at pp 1.
   void report_pipeline_bubble();
   StepMetrics finish_step(int64_t step, const StepOutputs& out);

@@ -79,19 +79,24 @@ Trainer::StepOutputs Trainer::enqueue_pipeline_step() {
   else
     parallel::sum_tied_embedding_grads(*model_, tied_embedding_group_.get());
   // lm_loss is the last stage's (0 elsewhere, so the sum is exact); aux_loss adds the stages';
-  // finish_step then takes the mean over dp. The stages' idle and compute seconds ride along:
-  // the step's bubble is their idle over their total (report_pipeline_bubble's, per step).
-  Tensor sums = Tensor::from_vector(
-      std::vector<double>{st.lm_loss, st.aux_loss, st.wait_s, st.compute_s}, {4}, DType::F64);
-  pp.all_reduce(sums);
+  // finish_step then takes the mean over dp. Device scalars: nothing here reads the device.
   StepOutputs out;
-  out.loss = Tensor::scalar(sums.at(0), DType::F64);
-  out.aux = Tensor::scalar(sums.at(1), DType::F64);
-  const double stage_seconds = sums.at(2) + sums.at(3);
-  out.pp_bubble = stage_seconds > 0 ? sums.at(2) / stage_seconds : 0.0;
-  // The last micro-batch's statistics, as one process reports them, all on stage 0.
+  out.loss = st.lm_loss;
+  out.aux = st.aux_loss;
+  pp.all_reduce(out.loss);
+  pp.all_reduce(out.aux);
+  // On CPUs the stages' idle and compute seconds ride along: the step's bubble is their idle
+  // over their total (report_pipeline_bubble's, per step). On a GPU none is measured.
+  if (st.timed) {
+    Tensor seconds =
+        Tensor::from_vector(std::vector<double>{st.wait_s, st.compute_s}, {2}, DType::F64);
+    pp.all_reduce(seconds);
+    const double stage_seconds = seconds.at(0) + seconds.at(1);
+    out.pp_bubble = stage_seconds > 0 ? seconds.at(0) / stage_seconds : 0.0;
+  }
+  // The last micro-batch's statistics, as one process reports them; finish_step gathers them
+  // on stage 0 once the step is done (they are device tensors until then).
   model::ForwardResult& last = st.results.back();
-  parallel::gather_stage_stats(last.stats, last.moe_stats, pp);
   out.stats = std::move(last.stats);
   out.moe_stats = std::move(last.moe_stats);
   clip_and_update(out);
@@ -101,6 +106,13 @@ Trainer::StepOutputs Trainer::enqueue_pipeline_step() {
 void Trainer::report_pipeline_bubble() {
   if (!pipeline_schedule_) return;
   parallel::Communicator& pp = mesh_->pp();
+  if (device_ != Device::CPU) {  // the host's clocks time the enqueueing, not the device
+    if (!quiet_ && writer_)
+      std::printf("pipeline bubble: not measured on %s (the stages' idle time is device time, "
+                  "which the host does not see; metrics.csv has no pp_bubble)\n",
+                  device_name(device_));
+    return;
+  }
   Tensor mine = Tensor::from_vector(std::vector<double>{pipeline_wait_s_, pipeline_compute_s_},
                                     {2}, DType::F64);
   Tensor all = Tensor::empty({2 * pp.size()}, DType::F64);

@@ -12,6 +12,7 @@
 #include "core/all_ops.h"
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "parallel/pipeline_training.h"
 #include "train/lr_schedule.h"
 #include "train/trainer.h"
 
@@ -203,9 +204,13 @@ StepMetrics Trainer::finish_step(int64_t step, const StepOutputs& out) {
   t = Clock::now();
   StepMetrics m;
   m.routed = out.stats;
-  model::resolve_stats(m.routed);
   m.moe = out.moe_stats;
-  model::resolve_moe_stats(m.moe);
+  if (pipeline_schedule_) {  // each stage's blocks, gathered on stage 0
+    parallel::gather_stage_stats(m.routed, m.moe, mesh_->pp());
+  } else {
+    model::resolve_stats(m.routed);
+    model::resolve_moe_stats(m.moe);
+  }
   host_phases_.stats += seconds_since(t);
   reduce_over_dp(loss, aux, m, mesh_->dp());
   // Checked after the update (checking before it would wait for the device mid-step); a

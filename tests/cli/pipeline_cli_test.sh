@@ -31,9 +31,6 @@ expect_error "parallel.pp_layout: sums to 5 blocks, expected model.n_layers 6" \
   "$modtrain" flops --config "$recipe" --set parallel.pp=2 --set parallel.pp_layout=[3,2]
 expect_error "parallel layout: dp (1) x tp (1) x pp (2) = 2 does not equal the world size 1" \
   "$modtrain" train --config "$recipe" --set parallel.pp=2 --run-dir "$work/run" --data "$work/none"
-expect_error "remove: parallel.sequence_parallel" \
-  "$modtrain" train --config "$recipe" --set parallel.pp=2 --set parallel.tp=2 \
-  --set parallel.sequence_parallel=true --run-dir "$work/run" --data "$work/none"
 expect_error "parallel.pp: 2 does not combine with parallel.zero_stage 3" \
   "$modtrain" train --config "$recipe" --set parallel.pp=2 --set parallel.zero_stage=3 \
   --run-dir "$work/run" --data "$work/none"

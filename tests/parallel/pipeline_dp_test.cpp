@@ -124,6 +124,52 @@ Run reference(const std::string& name) {
   return one;
 }
 
+// Sequence parallelism under pp 2 x tp 2: each stage's tp pair holds [b, T/2, D] of the stream
+// and sends its part to the same tp rank of the next stage. Against plain tp on the same ranks:
+// every routed block's top-C choices, per micro-batch, bitwise (top-C of the gathered scores);
+// step 1's loss bitwise; later losses and the parameters within the bounds of the one-process
+// SP parity test (parity_tests: 2e-6 and 1e-5, relative), since the sequence-partial gradients
+// (norms, routers, predictors) are summed over each rank's half of the positions, then over tp.
+// Against one process to 1e-5.
+void check_sequence_parallel(const std::string& name, std::vector<std::string> layout,
+                             const Run& tp, const Run& one) {
+  INFO("pp 2 x tp 2 with sequence parallelism");
+  layout.push_back("parallel.sequence_parallel=true");
+  const Run sp = train_run(name, parallel::world(), test::shared_dir("pp_sp"), layout);
+  REQUIRE(sp.routing.size() == tp.routing.size());
+  for (size_t i = 0; i < tp.routing.size(); ++i) {
+    INFO("step " << i / kMicroBatches + 1 << ", micro-batch " << i % kMicroBatches);
+    REQUIRE(sp.routing[i].size() == tp.routing[i].size());
+    for (size_t k = 0; k < tp.routing[i].size(); ++k)
+      test::check_bitwise(sp.routing[i][k].to_vector(), tp.routing[i][k].to_vector());
+  }
+  REQUIRE(sp.losses.size() == tp.losses.size());
+  CHECK(sp.losses[0] == tp.losses[0]);
+  double worst_loss = 0, worst_param = 0, worst_one = 0;
+  for (size_t s = 0; s < tp.losses.size(); ++s) {
+    const double rel = std::abs(sp.losses[s] - tp.losses[s]) / std::abs(tp.losses[s]);
+    INFO("step " << s + 1 << ": " << sp.losses[s] << " against plain tp's " << tp.losses[s]);
+    CHECK(rel <= 2e-6);
+    worst_loss = std::max(worst_loss, rel);
+    worst_one = std::max(worst_one, std::abs(sp.losses[s] - one.losses[s]) / std::abs(one.losses[s]));
+    CHECK(std::abs(sp.losses[s] - one.losses[s]) <= 1e-5 * std::abs(one.losses[s]));
+  }
+  for (size_t i = 0; i < tp.params.size(); ++i) {
+    INFO("parameter " << tp.params[i].first);
+    const double rel = test::relative_norm_diff(sp.params[i].second, tp.params[i].second);
+    CHECK(rel < 1e-5);
+    worst_param = std::max(worst_param, rel);
+    const double rel_one = test::relative_norm_diff(sp.params[i].second, one.params[i].second);
+    CHECK(rel_one < 1e-5);
+    worst_one = std::max(worst_one, rel_one);
+  }
+  if (parallel::world().rank() == 0)
+    std::printf("pp 2 x tp 2 %s with sequence parallelism: against plain tp, losses %.2e (step 1 "
+                "%s), parameters %.2e; against one process %.2e (relative, worst of %d steps)\n",
+                name.c_str(), worst_loss, sp.losses[0] == tp.losses[0] ? "bitwise" : "not bitwise",
+                worst_param, worst_one, kSteps);
+}
+
 // The world ranks of `group`, in group-rank order.
 std::vector<int64_t> members(parallel::Communicator& group) {
   Tensor mine = Tensor::from_indices({parallel::world().rank()}, {1});
@@ -296,11 +342,14 @@ TEST_CASE("pp 2 x dp 2 trains as one process, routes the same tokens and resumes
       }
       // pp 4: stages 1 and 2 read neither tokens nor targets; pp 2 x tp 2: each stage's tp pair
       // holds its blocks' shards, the norm sums the tp-sharded squares over tp, then over pp.
-      for (const std::vector<std::string>& layout :
-           {std::vector<std::string>{"parallel.pp=4"}, {"parallel.pp=2", "parallel.tp=2"}}) {
-        INFO(layout.back());
-        check_close(train_run(name, world, test::shared_dir("pp_other"), layout), one, 0);
+      {
+        INFO("parallel.pp=4");
+        check_close(train_run(name, world, test::shared_dir("pp_other"), {"parallel.pp=4"}), one, 0);
       }
+      const std::vector<std::string> pptp = {"parallel.pp=2", "parallel.tp=2"};
+      const Run tp = train_run(name, world, test::shared_dir("pp_other"), pptp);
+      check_close(tp, one, 0);
+      check_sequence_parallel(name, pptp, tp, one);
     }
     if (rank == 0) {  // one process is enough (the others hold the same pp 2 x dp 2 result)
       const Run resumed = train_run(name, test::self_group(), test::temp_dir("ppdp_resumed"), {}, step2);

@@ -77,15 +77,17 @@ void check_pipeline(const std::string& recipe, parallel::PipelineScheduleKind ki
     for (const auto& mb : mbs) {
       model::ForwardResult r = ref.forward(mb.tokens, mb.targets);
       backward(scale(r.loss, 1.0 / m));
-      ref_lm += detach(r.lm_loss).to(DType::F64).item() / m;
-      if (r.aux_loss.defined()) ref_aux += detach(r.aux_loss).to(DType::F64).item() / m;
+      // As the trainer accumulates (Backend::axpy: += (1/m) x).
+      ref_lm += (1.0 / m) * detach(r.lm_loss).to(DType::F64).item();
+      if (r.aux_loss.defined()) ref_aux += (1.0 / m) * detach(r.aux_loss).to(DType::F64).item();
       ref_results.push_back(std::move(r));
     }
     stage.zero_grad();
     const parallel::StageStep st = parallel::run_stage_step(stage, sched, part, world, mbs);
     parallel::sum_tied_embedding_grads(stage, tied.get());
 
-    Tensor losses = Tensor::from_vector(std::vector<double>{st.lm_loss, st.aux_loss}, {2}, DType::F64);
+    Tensor losses = Tensor::from_vector(
+        std::vector<double>{st.lm_loss.item(), st.aux_loss.item()}, {2}, DType::F64);
     world.all_reduce(losses);
     // The first step's LM loss comes from the same parameters: bitwise. The aux losses are
     // f32 scalars summed in another order (per stage, then over stages): f32 rounding.

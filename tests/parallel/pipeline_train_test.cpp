@@ -202,7 +202,6 @@ TEST_CASE("pp refuses what the pipeline trainer does not run, naming the fields"
   refused({"parallel.dp=2"}, "dp (2) x tp (1) x pp (" + std::to_string(parallel::world().size()) +
                                  ")");
   refused({"parallel.zero_stage=3"}, "does not combine with parallel.zero_stage 3");
-  refused({"parallel.sequence_parallel=true"}, "parallel.sequence_parallel");
   // Interleaving needs a whole number of micro-batch groups of pp (Megatron's condition).
   refused({"parallel.pp_schedule=INTERLEAVED_1F1B", "parallel.virtual_stages=2",
            "train.grad_accum=" + std::to_string(parallel::world().size() + 1)},

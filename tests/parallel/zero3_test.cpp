@@ -274,7 +274,7 @@ TEST_CASE("ZeRO-3's measured peak per rank matches the planner within 10%, below
 
 TEST_CASE("ZeRO-3 refuses the layouts it does not reach, naming the field", "[zero3]") {
   const std::pair<std::string, std::string> refused[] = {
-      {"train.device=CUDA", "train.device"},
+      {"parallel.pp=2", "parallel.pp"},
   };
   for (const auto& [set, field] : refused) {
     INFO(set);
@@ -289,4 +289,8 @@ TEST_CASE("ZeRO-3 refuses the layouts it does not reach, naming the field", "[ze
     }
   }
   CHECK_NOTHROW(config::validate(recipe("tiny_mod", "dp=4 zero_stage=3")));
+  // The GPU path, eager and graphed (nccl_layouts_test.cpp trains it).
+  CHECK_NOTHROW(config::validate(recipe("tiny_mod", "dp=4 zero_stage=3", kSteps,
+                                        {"train.device=CUDA", "train.precision=BF16",
+                                         "train.cuda_graph=true"})));
 }

@@ -60,14 +60,14 @@ inline std::string markov_corpus() {
 
 // configs/recipes/<name>.textproto for `steps` steps on the corpus, with a 4 x 128 batch
 // (instead of 8 x 256) so that 4 oversubscribed ranks on 2 cores finish within a minute.
-// layout: space-separated "dp=2 tp=2 ep=2 zero_stage=2 sequence_parallel=true" (or the old
+// layout: space-separated "dp=2 tp=2 pp=2 ep=2 zero_stage=2 sequence_parallel=true" (or the old
 // zero1=true); extra: more field=value overrides.
 inline modtrain::RunConfig tiny_recipe(const std::string& name, int steps, const std::string& layout,
                                        std::vector<std::string> extra = {}) {
   std::vector<std::string> sets = {"train.steps=" + std::to_string(steps), "train.eval_every=0",
                                    "train.batch_size=4", "model.seq_len=128",
                                    "parallel.bucket_mb=0.25", "data.dir=" + markov_corpus()};
-  for (const char* field : {"dp", "tp", "ep", "zero1", "zero_stage", "sequence_parallel"}) {
+  for (const char* field : {"dp", "tp", "pp", "ep", "zero1", "zero_stage", "sequence_parallel"}) {
     const auto at = layout.find(std::string(field) + "=");
     if (at == std::string::npos) continue;
     sets.push_back("parallel." + layout.substr(at, layout.find(' ', at) - at));
