@@ -14,6 +14,7 @@
 // against one process (to 1e-5: tp's partial sums); np2 trains tiny_mod with every block
 // recomputed (FULL) bit for bit as without, each rank's peak below the run without. Staged
 // MoDE (experts) interleaved at pp 2 (np2) and pp 2 x dp 2 x ep 2 (np4) against one process.
+// Every interleaved run's peak, per rank, within 10% of parallel/pipeline_memory.h's.
 // The one-process runs train on world rank 0 alone (np4 would otherwise train four on two
 // cores) and are broadcast.
 #include <algorithm>
@@ -24,6 +25,7 @@
 
 #include "core/backend.h"
 #include "model/routing_schedule.h"
+#include "parallel/pipeline_memory.h"
 #include "parallel/pipeline_partition.h"
 #include "tests/support/bitwise.h"
 #include "tests/support/shared_dir.h"
@@ -47,6 +49,20 @@ struct Run {
 };
 
 int world_size() { return parallel::world().size(); }
+
+// This rank's peak within 10% of the pipeline planner's for its pp rank (world rank = (pp rank
+// x dp + dp rank) x tp + tp rank): its chunks' activations in flight, the whole model's
+// parameters, ZeRO's shards of what it owns.
+void check_peak(const std::string& what, const modtrain::RunConfig& cfg, double measured) {
+  const int rank = parallel::world().rank();
+  const int pp_rank = rank / (cfg.parallel().dp() * cfg.parallel().tp());
+  const double predicted = parallel::plan_pipeline_memory(cfg).at(pp_rank).peak;
+  std::printf("rank %d, %s: peak predicted %.2f MiB, measured %.2f MiB (%+.1f%%)\n", rank,
+              what.c_str(), predicted / 1048576.0, measured / 1048576.0,
+              100 * (predicted - measured) / measured);
+  INFO(what << ": peak predicted " << predicted << ", measured " << measured);
+  CHECK(predicted == Approx(measured).epsilon(0.10));
+}
 
 modtrain::RunConfig recipe(const std::string& name, std::vector<std::string> extra) {
   extra.insert(extra.begin(), {"model.n_layers=8", "model.d_model=64", "model.d_ff=256",
@@ -168,6 +184,7 @@ TEST_CASE("interleaved 1F1B equals one process and 1F1B, and resumes on one proc
     const std::string dir = test::shared_dir("ppv_run");
     const Run interleaved = train_run(cfg, world, dir);
     const Run one_f_one_b = train_run(recipe(name, {pp_field}), world, test::shared_dir("ppv_1f1b"));
+    check_peak(std::string(name) + " interleaved", cfg, interleaved.peak_bytes);
     check_close(interleaved, one_f_one_b, 0, "interleaved against 1F1B");
 
     Run mine;
@@ -185,6 +202,9 @@ TEST_CASE("interleaved 1F1B equals one process and 1F1B, and resumes on one proc
                                                "train.recompute=FULL"}),
                                  world, test::shared_dir("ppv_full"));
       test::check_runs_bitwise(full.losses, full.params, interleaved.losses, interleaved.params);
+      check_peak("tiny_mod interleaved, FULL",
+                 recipe(name, {pp_field, kInterleaved[0], kInterleaved[1], "train.recompute=FULL"}),
+                 full.peak_bytes);
       INFO("peak " << full.peak_bytes << " bytes against " << interleaved.peak_bytes);
       CHECK(full.peak_bytes < interleaved.peak_bytes);
       std::printf("rank %d, interleaved pp 2: peak %.1f MiB with FULL recomputation, %.1f without\n",
@@ -204,6 +224,8 @@ TEST_CASE("interleaved 1F1B equals one process and 1F1B, and resumes on one proc
           std::vector<std::string> fields = ppdp_fields;
           fields.push_back(stage);
           const Run zero = train_run(recipe(name, fields), world, test::shared_dir("ppv_zero"));
+          check_peak(std::string("tiny_mod pp 2 x dp 2 interleaved, ") + stage, recipe(name, fields),
+                     zero.peak_bytes);
           INFO("pp 2 x dp 2 interleaved, " << stage << ", against without ZeRO");
           test::check_runs_bitwise(zero.losses, zero.params, ppdp.losses, ppdp.params);
         }
@@ -211,6 +233,11 @@ TEST_CASE("interleaved 1F1B equals one process and 1F1B, and resumes on one proc
                                                kInterleaved[1]}),
                                  world, test::shared_dir("ppv_pptp"));
       check_close(pptp, one, 0, "pp 2 x tp 2 interleaved against one process", kTpBound);
+      check_peak(std::string(name) + " pp 2 x tp 2 interleaved",
+                 recipe(name, {"parallel.pp=2", "parallel.tp=2", kInterleaved[0], kInterleaved[1]}),
+                 pptp.peak_bytes);
+      check_peak(std::string(name) + " pp 2 x dp 2 interleaved", recipe(name, ppdp_fields),
+                 ppdp.peak_bytes);
     }
 
     // Rank r's log lists, per micro-batch, the routed blocks of its chunks in block order.
@@ -264,6 +291,7 @@ TEST_CASE("interleaved 1F1B with experts equals one process", "[mpi][pipeline][m
   std::vector<std::string> fields = {"parallel.pp=2", kInterleaved[0], kInterleaved[1]};
   if (world_size() == 4) fields.insert(fields.end(), {"parallel.dp=2", "parallel.ep=2"});
   const Run got = train_run(recipe("tiny_mode_staged", fields), world, test::shared_dir("ppv_moe"));
+  check_peak("tiny_mode_staged interleaved", recipe("tiny_mode_staged", fields), got.peak_bytes);
   check_close(got, broadcast_run(mine, got), 0,
               world_size() == 4 ? "pp 2 x dp 2 x ep 2 interleaved against one process"
                                 : "pp 2 interleaved against one process");
