@@ -23,7 +23,7 @@
 #include "grid/sbatch.h"
 #include "grid/spec.h"
 #include "grid/throughput.h"
-#include "model/memory_plan.h"
+#include "parallel/pipeline_memory.h"
 #include "train/data/dataset.h"
 #include "train/checkpoint/export.h"
 #include "train/stop_signal.h"
@@ -214,8 +214,8 @@ int plan(const PlanOptions& o) {
          "budget_used,est_seconds,predicted_peak_bytes,data_epochs,status,reason\n";
   for (const auto& p : g.points) {
     const double est = estimate(p);
-    // Per rank, for the point's own layout (model/memory_plan.h).
-    const double peak = p.skipped() ? -1 : model::plan_memory(p.config).peak;
+    // Per rank, for the point's own layout (the fullest pipeline rank's under pp).
+    const double peak = p.skipped() ? -1 : parallel::predicted_peak(p.config);
     char line[512];
     std::snprintf(line, sizeof line,
                   "%s,%d,%s,%s,%s,%d,%lld,%lld,%.6g,%.6g,%lld,%lld,%lld,%.6g,%.6f,", p.name.c_str(),

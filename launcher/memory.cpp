@@ -1,6 +1,5 @@
 // modtrain memory: the predicted peak memory per rank of a config (model/memory_plan.h), for its
 // parallel layout and a recompute setting, and whether it fits a stated device memory.
-#include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -64,12 +63,7 @@ int memory(int argc, char** argv) {
   std::printf("%s\n%s%s", cfg.name().c_str(), model::describe_memory(plan, opt).c_str(),
               parallel::describe_pipeline(cfg).c_str());
   if (vm.count("device-memory-gb")) {
-    // Under pp the fullest rank's peak (the table above; ZeRO-3 under pp is not predicted).
-    double peak = plan.peak;
-    if (cfg.parallel().pp() > 1 && config::zero_stage(cfg.parallel()) < 3) {
-      peak = 0;
-      for (const auto& r : parallel::plan_pipeline_memory(cfg)) peak = std::max(peak, r.peak);
-    }
+    const double peak = parallel::predicted_peak(cfg);  // under pp the fullest rank's
     const double limit = vm["device-memory-gb"].as<double>() * 1e9;
     std::printf("%s %.4g GB per device (predicted peak %.4g GB)\n",
                 peak <= limit ? "fits" : "DOES NOT FIT", limit / 1e9, peak / 1e9);

@@ -1,6 +1,7 @@
 // Peak memory per pipeline rank (see pipeline_memory.h).
 #include "parallel/pipeline_memory.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -132,6 +133,14 @@ std::vector<PipelineRankMemory> plan_pipeline_memory(const modtrain::RunConfig& 
     out.push_back(rm);
   }
   return out;
+}
+
+double predicted_peak(const modtrain::RunConfig& cfg) {
+  if (cfg.parallel().pp() <= 1 || config::zero_stage(cfg.parallel()) >= 3)
+    return model::plan_memory(cfg).peak;
+  double peak = 0;
+  for (const PipelineRankMemory& r : plan_pipeline_memory(cfg)) peak = std::max(peak, r.peak);
+  return peak;
 }
 
 std::string describe_pipeline_memory(const std::vector<PipelineRankMemory>& ranks) {

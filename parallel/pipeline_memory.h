@@ -37,6 +37,10 @@ struct PipelineRankMemory {
 // the pipeline trainer does not run).
 std::vector<PipelineRankMemory> plan_pipeline_memory(const modtrain::RunConfig& cfg);
 
+// The fullest rank's predicted peak of a run config: under pp (ZeRO stages 0-2) the largest of
+// plan_pipeline_memory's, else model::plan_memory's (which is every rank's).
+double predicted_peak(const modtrain::RunConfig& cfg);
+
 // The `memory` and `flops` commands' per-rank table under pp.
 std::string describe_pipeline_memory(const std::vector<PipelineRankMemory>& ranks);
 

@@ -9,6 +9,8 @@
 
 #include "configs/config.h"
 #include "model/flops.h"
+#include "model/memory_plan.h"
+#include "parallel/pipeline_memory.h"
 #include "parallel/pipeline_partition.h"
 #include "parallel/pipeline_runtime.h"
 
@@ -176,4 +178,40 @@ TEST_CASE("interleaved: rank r owns virtual stages r, r + pp, ... (stage_owns)",
   CHECK(parallel::stage_owns(part, 1, "embed.weight", true));
   CHECK(parallel::stage_owns(part, 1, "final_norm.weight", false));
   CHECK_FALSE(parallel::stage_owns(part, 0, "final_norm.weight", false));
+}
+
+// The per-rank pipeline planner's rules (memory_layout_tests measures them): every rank holds
+// the whole model's parameters; 1F1B keeps pp - r micro-batches in flight on rank r (m >= pp);
+// ZeRO-1 and ZeRO-2 shrink every rank's peak; predicted_peak is the fullest rank's.
+TEST_CASE("pipeline memory per rank: whole parameters, in-flight activations, ZeRO", "[pipeline]") {
+  const std::vector<std::string> pp2 = {"parallel.pp=2", "parallel.dp=2", "train.grad_accum=4"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), pp2.begin(), pp2.end());
+    return recipe("tiny_dense", extra);
+  };
+  const modtrain::RunConfig cfg = with({});
+  const model::MemoryPlan whole = model::plan_memory(cfg);
+  const auto ranks = parallel::plan_pipeline_memory(cfg);
+  REQUIRE(ranks.size() == 2);
+  double block = 0;
+  for (const model::BlockMemory& b : whole.blocks) block = std::max(block, b.kept);
+  for (const auto& r : ranks) {
+    INFO("rank " << r.rank);
+    CHECK(r.parameters == Approx(whole.parameters));
+    CHECK(r.owned < r.parameters);
+  }
+  CHECK(ranks[0].activations == Approx(2 * 3 * block));  // 2 micro-batches of blocks 0-2
+  CHECK(ranks[1].activations == Approx(3 * block + whole.head_kept));
+  CHECK(parallel::predicted_peak(cfg) == std::max(ranks[0].peak, ranks[1].peak));
+  const auto zero1 = parallel::plan_pipeline_memory(with({"parallel.zero_stage=1"}));
+  const auto zero2 = parallel::plan_pipeline_memory(with({"parallel.zero_stage=2"}));
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(zero1[r].peak < ranks[r].peak);
+    CHECK(zero2[r].peak < zero1[r].peak);
+    CHECK(zero1[r].optimizer == Approx(ranks[r].owned));  // m and v of half the owned
+  }
+  CHECK(parallel::predicted_peak(recipe("tiny_dense", {})) == model::plan_memory(recipe("tiny_dense", {})).peak);
+  CHECK_THROWS_WITH(parallel::plan_pipeline_memory(recipe("tiny_dense", {})),
+                    Catch::Contains("parallel.pp is 1"));
 }

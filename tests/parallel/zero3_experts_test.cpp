@@ -8,6 +8,9 @@
 //   equals plain dp2 bitwise and one process to 1e-5.
 // - np4, staged MoDE at dp4 x ep2 (edp of two: experts halved, dense parameters quartered): stage 3 against stage 2 bit for bit (the
 //   same reduce-scatters, the same sums), and one process to 1e-5.
+// - np4, staged MoDE (shrunk) at dp2 x tp2 x ep2 (edp the tp pair: experts halved over it, each
+//   tp shard of the dense parameters halved over dp): stage 3 against stage 2 bit for bit, and
+//   one process to 1e-5.
 
 #include "tests/support/bitwise.h"
 #include "tests/support/parity_harness.h"
@@ -69,4 +72,25 @@ TEST_CASE("ZeRO-3 with experts halved over edp at dp4 x ep2 equals ZeRO-2 and on
   const RunResult stage3 = run_layout("tiny_mode_staged", "dp=4 ep=2 zero_stage=3");
   check_bits(stage3, run_layout("tiny_mode_staged", "dp=4 ep=2 zero_stage=2"));
   check_close(stage3, test::parity::reference("tiny_mode_staged", kSteps));
+}
+
+// ZeRO-3 with experts and tp together, dp2 x tp2 x ep2 (np4): each tp rank's dense shards
+// sharded over its dp pair; the experts (whole on both tp ranks of an ep rank, which split the
+// slots) sharded over edp, the ranks holding the same experts: the tp pair. Stage 3 against
+// stage 2 at the same layout bit for bit (the same reduce-scatters; the gathered parameters are
+// exact copies), and one process to 1e-5 (tp's partial sums and the dp means in another order).
+// Shrunk to 2 blocks of width 64 (a dense one and a routed one, each with experts) so that
+// 4 ranks on 2 cores finish in seconds.
+TEST_CASE("ZeRO-3 with experts and tp at dp2 x tp2 x ep2 equals ZeRO-2 and one process",
+          "[mpi][zero3][experts][tp]") {
+  auto& world = parallel::world();
+  if (world.size() != 4) return;
+  const std::vector<std::string> small = {"model.n_layers=2", "model.d_model=64", "model.d_ff=256"};
+  auto run = [&](const std::string& layout) {
+    return test::parity::train(test::parity::recipe("tiny_mode_staged", layout, kSteps, small), world);
+  };
+  INFO("tiny_mode_staged (2 blocks of width 64) at dp2 x tp2 x ep2, world rank " << world.rank());
+  const RunResult stage3 = run("dp=2 tp=2 ep=2 zero_stage=3");
+  check_bits(stage3, run("dp=2 tp=2 ep=2 zero_stage=2"));
+  check_close(stage3, test::parity::reference("tiny_mode_staged", kSteps, small));
 }
