@@ -56,7 +56,6 @@ std::vector<PipelineRankMemory> plan_pipeline_memory(const modtrain::RunConfig& 
   for (int r = 0; r < pp; ++r) {
     PipelineRankMemory rm;
     rm.rank = r;
-    rm.parameters = whole;
     // What the rank owns (pipeline_runtime.h stage_owns), dense and experts apart.
     double dense = 0, experts = 0;
     for (int c = 0; c < v; ++c) {
@@ -69,6 +68,7 @@ std::vector<PipelineRankMemory> plan_pipeline_memory(const modtrain::RunConfig& 
       if (s == last) dense += mem.head_parameters + (tie ? mem.embedding_parameters : 0);
     }
     rm.owned = dense + experts;
+    rm.parameters = rm.owned;  // the other stages' released after set-up
     const model::ReducedState reduced = model::reduced_state(opt.layout, dense, experts);
     rm.optimizer = opt.layout.zero_stage >= 1 ? reduced.optimizer : 2 * whole;
     rm.buckets = reduced.buckets;
@@ -146,8 +146,8 @@ double predicted_peak(const modtrain::RunConfig& cfg) {
 std::string describe_pipeline_memory(const std::vector<PipelineRankMemory>& ranks) {
   std::ostringstream os;
   char line[256];
-  os << "memory per rank (predicted; every rank holds the whole model's parameters, the rest "
-        "only for what it owns; MiB):\n"
+  os << "memory per rank (predicted; every rank holds the parameters it owns, their "
+        "gradients and moments, the other stages' released; MiB):\n"
         "rank  parameters  owned  gradients  optimizer  buckets  kept (most)  sends   peak  peak at\n";
   auto mib = [](double b) { return b / (1024.0 * 1024.0); };
   for (const PipelineRankMemory& r : ranks) {

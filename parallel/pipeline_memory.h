@@ -1,9 +1,10 @@
 // Peak memory per pipeline rank (parallel.pp > 1), predicted by walking the rank's schedule
 // (pipeline_schedule.h) over the per-block terms of model/memory_plan.h. What the pipeline
 // trainer holds (train/trainer_pipeline.cpp, pipeline_runtime.h):
-// - every stage builds the whole model, so each rank keeps all parameters (its tp/ep shards);
-// - gradients, gradient buckets and, from ZeRO stage 1, AdamW's moments only of what the rank
-//   owns (its chunks' blocks, the embedding on the first stage, final norm and head on the
+// - every stage builds the whole model, then each rank releases the other stages' parameters
+//   (release_other_stages, pipeline_training.h): it holds only the parameters it owns (its
+//   tp/ep shards), their gradients, gradient buckets and, from ZeRO stage 1, AdamW's moments
+//   of only what the rank owns (its chunks' blocks, the embedding on the first stage, final norm and head on the
 //   last), sharded over the stage's dp group (experts over edp) as without pp; at stage 0 the
 //   plain AdamW keeps moments for every parameter;
 // - each forward's kept activations until its backward (so the micro-batches in flight), and
@@ -22,8 +23,8 @@ namespace mod::parallel {
 
 struct PipelineRankMemory {
   int rank = 0;
-  double parameters = 0;   // bytes: the whole model, as every stage builds it
-  double owned = 0;        // of which this rank computes, reduces and updates
+  double parameters = 0;   // bytes held: the parameters the rank owns (the others released)
+  double owned = 0;        // what it computes, reduces and updates: the same parameters
   double gradients = 0;    // the owned parameters' full gradients (ZeRO-2: until released)
   double optimizer = 0;    // AdamW m and v (ZeRO: the owned slices)
   double buckets = 0;      // gradient buckets over the stage's dp group

@@ -181,9 +181,9 @@ TEST_CASE("interleaved: rank r owns virtual stages r, r + pp, ... (stage_owns)",
 }
 
 // The per-rank pipeline planner's rules (memory_layout_tests measures them): every rank holds
-// the whole model's parameters; 1F1B keeps pp - r micro-batches in flight on rank r (m >= pp);
+// only the parameters it owns (the tied embedding on both ends); 1F1B keeps pp - r micro-batches in flight on rank r (m >= pp);
 // ZeRO-1 and ZeRO-2 shrink every rank's peak; predicted_peak is the fullest rank's.
-TEST_CASE("pipeline memory per rank: whole parameters, in-flight activations, ZeRO", "[pipeline]") {
+TEST_CASE("pipeline memory per rank: owned parameters, in-flight activations, ZeRO", "[pipeline]") {
   const std::vector<std::string> pp2 = {"parallel.pp=2", "parallel.dp=2", "train.grad_accum=4"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.begin(), pp2.begin(), pp2.end());
@@ -197,9 +197,12 @@ TEST_CASE("pipeline memory per rank: whole parameters, in-flight activations, Ze
   for (const model::BlockMemory& b : whole.blocks) block = std::max(block, b.kept);
   for (const auto& r : ranks) {
     INFO("rank " << r.rank);
-    CHECK(r.parameters == Approx(whole.parameters));
-    CHECK(r.owned < r.parameters);
+    CHECK(r.parameters == Approx(r.owned));
+    CHECK(r.parameters < whole.parameters);
   }
+  REQUIRE(cfg.model().tie_embeddings());  // held by both ends
+  CHECK(ranks[0].parameters + ranks[1].parameters ==
+        Approx(whole.parameters + whole.embedding_parameters));
   CHECK(ranks[0].activations == Approx(2 * 3 * block));  // 2 micro-batches of blocks 0-2
   CHECK(ranks[1].activations == Approx(3 * block + whole.head_kept));
   CHECK(parallel::predicted_peak(cfg) == std::max(ranks[0].peak, ranks[1].peak));
