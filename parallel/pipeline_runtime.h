@@ -9,9 +9,10 @@
 // Transformer::forward_stage.
 //
 // Invariants:
-// - Every stage holds the whole model built from the same seed, so its blocks start exactly as
+// - Every stage builds the whole model from the same seed, so its blocks start exactly as
 //   one process's; it computes gradients for its own parameters only (the rest get none, and
-//   an optimizer skips parameters without a gradient).
+//   an optimizer skips parameters without a gradient). The trainer then releases the rest
+//   (release_other_stages, pipeline_training.h): nothing here reads another stage's parameter.
 // - Backward scales each micro-batch's loss by 1/m, as one process's gradient accumulation
 //   does, and every stage runs its backwards in micro-batch order.
 // - With tied embeddings the first stage's lookup and the last stage's head share one weight:

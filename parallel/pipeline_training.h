@@ -23,7 +23,8 @@ void sum_tied_embedding_owned_grads(const model::Transformer& model, Communicato
                                     const GradBucketer& buckets);
 
 // Every parameter broadcast from the stage that owns it (stage_owns, the tied embedding from
-// the first stage), so every rank holds the whole trained model (its tp shards). Collective
+// the first stage), so every rank holds the whole trained model (its tp shards; the other
+// stages' parameters must have their bytes: OtherStagesWhole grows them first). Collective
 // over pp.
 void broadcast_stage_parameters(const model::Transformer& model, const PipelinePartition& part,
                                 Communicator& pp);

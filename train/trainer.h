@@ -10,7 +10,8 @@
 // layout logs what one process would. Under parallel.pp > 1 (train/trainer_pipeline.cpp) each
 // stage's dp ranks run their blocks on their rows of the train.grad_accum micro-batches through
 // the pipeline schedule (the first stage reads the tokens, the last the targets) and reduce the
-// stage's gradients over dp; the loss comes from the last stage, and world rank 0 (the first
+// stage's gradients over dp; each rank holds only its stage's parameters (the others released
+// after set-up, made whole only around whole-model uses); the loss comes from the last stage, and world rank 0 (the first
 // stage) logs what every stage's blocks reported.
 #pragma once
 
@@ -63,6 +64,8 @@ class Trainer {
   double run();
   bool stopped() const { return stopped_; }
   int64_t start_step() const { return start_step_; }  // steps done before run() (resume)
+  // Under pp > 1 the other stages' parameters hold no bytes here (read them through
+  // full_parameters); under ZeRO-3 neither do the rank's own between steps.
   const model::Transformer& model() const { return *model_; }
   const std::vector<double>& losses() const { return losses_; }  // one per step run here
   // The auxiliary losses (routers, predictors, MoE balance) of those steps, 0 without any.

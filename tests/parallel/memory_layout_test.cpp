@@ -105,8 +105,8 @@ TEST_CASE("ZeRO-2's measured peak falls below ZeRO-1's as the planner predicts",
   CHECK(measured[1] - measured[2] >= 0.5 * gradient_bytes);
 }
 
-// pp 2 x dp 2 (np4): every stage holds the whole model, and its dp pair shards the moments (and
-// at stage 2 the gradients) of only what the stage owns; 1F1B keeps two micro-batches in flight
+// pp 2 x dp 2 (np4): every rank holds only its stage's parameters (the others released), and
+// its dp pair shards the moments (and at stage 2 the gradients) of only what the stage owns; 1F1B keeps two micro-batches in flight
 // on stage 0. Each rank's measured peak within 10% of its pp rank's prediction, and ZeRO-2's
 // below ZeRO-1's, measured and predicted.
 TEST_CASE("pp 2 x dp 2 with ZeRO-1 and ZeRO-2: each rank's peak matches the pipeline planner",

@@ -11,7 +11,9 @@
 // bubble per stage inside (0, 1). tiny_mod under pp with train.recompute (FULL; SELECTIVE of
 // blocks 2 and 3, one per stage) equals the pp run without it bitwise, in less memory on every
 // stage; the MoDE recipes (MoE in every block) train under pp as on one process, aux losses
-// included.
+// included. Each rank holds the bytes of only its stage's parameters (after the run, its
+// weights and a resume), a read of another's names it, and keeping them all instead (the
+// trainer before) is bitwise the same at a step peak higher by their bytes.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
