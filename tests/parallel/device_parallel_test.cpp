@@ -9,6 +9,7 @@
 // into one, shows as a different loss; pipeline stages (pp 2, 1F1B) among the layouts. With
 // every fusion on (the default) each other layout also trains as with the separate ops.
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -82,6 +83,10 @@ TEST_CASE("every parallel layout trains on the (emulated) device exactly as on t
   for (const Case& c : {Case{"tiny_mod", "dp=1 tp=2"}, Case{"tiny_dense", "dp=2 tp=1 zero1=true"},
                         Case{"tiny_mode_staged", "dp=2 ep=2"}, Case{"tiny_mod", "dp=2 tp=1"},
                         Case{"tiny_mod", "dp=1 pp=2", {"train.grad_accum=2"}}}) {
+    // Point-to-point messages between CPU processes need MPI: the rendezvous launcher's
+    // communicator carries control traffic only, so its twin entry leaves pp out.
+    if (std::string(c.layout).find("pp=") != std::string::npos && !std::getenv("OMPI_COMM_WORLD_RANK"))
+      continue;
     const Run cpu = train_run(c.recipe, c.layout, false, false, c.sets);
     for (const bool graphed : {false, true}) {
       INFO(c.recipe << ", layout " << c.layout << (graphed ? ", train.cuda_graph" : ", eager"));

@@ -88,7 +88,10 @@ TEST_CASE("every parallel layout trains on the GPU over NCCL as on the CPU, eage
                                        {"tiny_mod", "dp=2 tp=2 zero1=true", 4},
                                        // Pipeline stages: their activations and gradients as
                                        // grouped ncclSend/ncclRecv (send_recv).
-                                       {"tiny_mod", "dp=1 pp=2", 2, {"train.grad_accum=2"}}};
+                                       {"tiny_mod", "dp=1 pp=2", 2, {"train.grad_accum=2"}},
+                                       // ... and each stage's units sharded over its dp group.
+                                       {"tiny_mod", "dp=2 pp=2 zero_stage=3", 4,
+                                        {"train.grad_accum=2"}}};
   int ran = 0;
   for (const Layout& l : layouts) {
     if (l.ranks != n) continue;
