@@ -11,13 +11,19 @@
 namespace mod::parallel {
 
 AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params,
-             const modtrain::OptimizerConfig& cfg, const OptimizerFusion& fusion)
+             const modtrain::OptimizerConfig& cfg, const OptimizerFusion& fusion,
+             const std::vector<bool>& held)
     : consts_(adamw_hyper(cfg),
               named_params.empty() ? Device::CPU : named_params.front().second.device()),
       fusion_(fusion) {
-  for (auto& [name, p] : named_params) {
+  for (size_t i = 0; i < named_params.size(); ++i) {
+    const auto& [name, p] = named_params[i];
     decay_.push_back(takes_weight_decay(name, cfg));
     detached_.push_back(model::is_causal_predictor(name));
+    if (!held.empty() && !held.at(i)) {
+      slots_.push_back({name, p, Tensor(), Tensor()});
+      continue;
+    }
     slots_.push_back({name, p, Tensor::zeros(p.shape(), p.dtype(), p.device()),
                       Tensor::zeros(p.shape(), p.dtype(), p.device())});
     if (fusion_.multi_tensor && fusion_.weight_copies && *fusion_.weight_copies != p.dtype())
@@ -26,7 +32,8 @@ AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params,
 }
 
 AdamW::~AdamW() {
-  for (Slot& s : slots_) drop_weight_copy(s.param);
+  for (Slot& s : slots_)
+    if (s.m.defined()) drop_weight_copy(s.param);
 }
 
 void AdamW::set_learning_rate(double lr) {
@@ -47,7 +54,7 @@ void AdamW::apply(const Tensor& grad_scale, const Tensor& detached_scale) {
     std::vector<AdamWSlot> slots, detached;
     for (size_t i = 0; i < slots_.size(); ++i) {
       Slot& s = slots_[i];
-      if (!s.param.grad().defined()) continue;
+      if (!s.m.defined() || !s.param.grad().defined()) continue;
       (split && detached_[i] ? detached : slots)
           .push_back({s.param, s.param.grad(), s.m, s.v, consts_.tensor(decay_[i]),
                       allocated_weight_copy(s.param)});
@@ -59,17 +66,22 @@ void AdamW::apply(const Tensor& grad_scale, const Tensor& detached_scale) {
   }
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
-    if (!s.param.grad().defined()) continue;
+    if (!s.m.defined() || !s.param.grad().defined()) continue;
     adamw_update(s.param, s.param.grad(), s.m, s.v, consts_.args(decay_[i]),
                  consts_.tensor(decay_[i]), scale_of(i));
   }
 }
 
 std::pair<Tensor, Tensor> AdamW::full_moments(size_t i) const {
-  return {slots_.at(i).m, slots_.at(i).v};
+  const Slot& s = slots_.at(i);
+  if (!s.m.defined())
+    return {Tensor::zeros(s.param.shape(), s.param.dtype(), s.param.device()),
+            Tensor::zeros(s.param.shape(), s.param.dtype(), s.param.device())};
+  return {s.m, s.v};
 }
 
 void AdamW::load_moments(size_t i, const Tensor& m, const Tensor& v) {
+  if (!slots_.at(i).m.defined()) return;
   slots_.at(i).m.copy_from(m);
   slots_.at(i).v.copy_from(v);
 }

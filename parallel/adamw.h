@@ -18,8 +18,11 @@ namespace mod::parallel {
 
 class AdamW : public Optimizer {
  public:
+  // held (empty: every parameter): the parameters this rank updates, a pipeline stage's own;
+  // the others get no moments (full_moments: zeros, load_moments: ignored).
   AdamW(std::vector<std::pair<std::string, Tensor>> named_params,
-        const modtrain::OptimizerConfig& cfg, const OptimizerFusion& fusion = {});
+        const modtrain::OptimizerConfig& cfg, const OptimizerFusion& fusion = {},
+        const std::vector<bool>& held = {});
   ~AdamW() override;  // the parameters' weight copies go with it
 
   void set_learning_rate(double lr) override;
@@ -34,7 +37,7 @@ class AdamW : public Optimizer {
  private:
   struct Slot {
     std::string name;
-    Tensor param, m, v;
+    Tensor param, m, v;  // m, v undefined: not held
   };
   std::vector<Slot> slots_;
   std::vector<bool> decay_;

@@ -49,9 +49,6 @@ std::vector<PipelineRankMemory> plan_pipeline_memory(const modtrain::RunConfig& 
   const double transfer = 4.0 * static_cast<double>(opt.batch_per_rank) * cfg.model().seq_len() *
                           seq_share * cfg.model().d_model();
 
-  double whole = mem.embedding_parameters + mem.head_parameters;
-  for (const model::BlockMemory& b : mem.blocks) whole += b.parameters;
-
   std::vector<PipelineRankMemory> out;
   for (int r = 0; r < pp; ++r) {
     PipelineRankMemory rm;
@@ -70,7 +67,7 @@ std::vector<PipelineRankMemory> plan_pipeline_memory(const modtrain::RunConfig& 
     rm.owned = dense + experts;
     rm.parameters = rm.owned;  // the other stages' released after set-up
     const model::ReducedState reduced = model::reduced_state(opt.layout, dense, experts);
-    rm.optimizer = opt.layout.zero_stage >= 1 ? reduced.optimizer : 2 * whole;
+    rm.optimizer = opt.layout.zero_stage >= 1 ? reduced.optimizer : 2 * rm.owned;
     rm.buckets = reduced.buckets;
 
     Walk w;

@@ -3,10 +3,9 @@
 // trainer holds (train/trainer_pipeline.cpp, pipeline_runtime.h):
 // - every stage builds the whole model, then each rank releases the other stages' parameters
 //   (release_other_stages, pipeline_training.h): it holds only the parameters it owns (its
-//   tp/ep shards), their gradients, gradient buckets and, from ZeRO stage 1, AdamW's moments
-//   of only what the rank owns (its chunks' blocks, the embedding on the first stage, final norm and head on the
-//   last), sharded over the stage's dp group (experts over edp) as without pp; at stage 0 the
-//   plain AdamW keeps moments for every parameter;
+//   tp/ep shards: its chunks' blocks, the embedding on the first stage, final norm and head on
+//   the last), their gradients, gradient buckets and AdamW's moments of only those, from ZeRO
+//   stage 1 sharded over the stage's dp group (experts over edp) as without pp;
 // - each forward's kept activations until its backward (so the micro-batches in flight), and
 //   every sent activation and input gradient [b, T, D] f32 until the step ends;
 // - ZeRO-2 drops a chunk's full gradients after its last micro-batch's backward; stages 1 and 2

@@ -54,9 +54,11 @@ std::vector<ckpt::TensorEntry> Trainer::checkpoint_entries() {
         (spec.expert ? expert_writer : spec.dim >= 0 ? dp_writer : tp_writer) && stage_writes(name);
     // ZeRO-3 lets the whole tensor go when `whole` ends: the entry keeps a copy. Another
     // stage's parameter has no bytes here (release_other_stages), and its owner writes it.
-    if (!pipeline_partition_ || parallel::stage_owns(*pipeline_partition_, mesh_->pp_rank(), name,
+    // Its moments likewise: the stage's optimizer holds only its own.
+    if (pipeline_partition_ && !parallel::stage_owns(*pipeline_partition_, mesh_->pp_rank(), name,
                                                      cfg_.model().tie_embeddings()))
-      out.push_back(entry("model/" + name, whole.units ? p.clone() : p, spec, writer));
+      continue;
+    out.push_back(entry("model/" + name, whole.units ? p.clone() : p, spec, writer));
     const auto [m, v] = plan_.optimizer->full_moments(i);  // collective under ZeRO-1
     out.push_back(entry("optim/m/" + name, m, spec, writer));
     out.push_back(entry("optim/v/" + name, v, spec, writer));

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "configs/config.h"
+#include "parallel/adamw.h"
 #include "parallel/pipeline_partition.h"
 #include "parallel/pipeline_runtime.h"
 #include "parallel/pipeline_training.h"
@@ -40,9 +41,15 @@ void Trainer::setup_pipeline() {
   if (zero >= 3) parallel::make_sharded_units(plan_, *model_, *mesh_, held);
   parallel::make_grad_buckets(plan_, owned, *mesh_, cfg_.parallel(), unit_of);
   // ZeRO: the stage's dp group shards the moments (stage 2: also the gradients) of what it owns.
-  if (zero >= 1)
+  // Without ZeRO: AdamW's moments for what the stage owns only.
+  if (zero >= 1) {
     parallel::make_sharded_optimizer(plan_, model_->named_parameters(), *mesh_, cfg_.optimizer(),
                                      optimizer_fusion(cfg_.train()), held);
+  } else {
+    plan_.optimizer.reset();  // its weight copies go before the new one keeps them
+    plan_.optimizer = std::make_unique<parallel::AdamW>(
+        model_->named_parameters(), cfg_.optimizer(), optimizer_fusion(cfg_.train()), held);
+  }
   // The norms keep the plan's groups (tp-sharded over tp, replicated ones counted once) with
   // only what this stage owns, the tied embedding on the first stage only; grad_clips then adds
   // the stages' sums over pp. The causal predictors' norm apart, as in one process.
