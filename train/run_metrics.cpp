@@ -72,7 +72,6 @@ constexpr const char* kPpBubble = "pp_bubble";  // pipelined runs only
 std::vector<std::string> columns(const model::Transformer& model, bool pipelined) {
   std::vector<std::string> out;
   for (const RunMetric& m : kRunMetrics) out.push_back(m.name);
-  if (pipelined) out.push_back(kPpBubble);
   const int blocks = model.config().n_layers();
   const bool causal = model.config().mod().causal().method() != modtrain::CausalRoutingConfig::NONE;
   bool any_routed = false;
@@ -90,6 +89,10 @@ std::vector<std::string> columns(const model::Transformer& model, bool pipelined
     if (model.moe(b))
       for (const MoeMetric& m : kMoeMetrics)
         if (m.reported(model.config().moe())) out.push_back(moe_name(b, m));
+  // Last, so every other column sits where one process's does: a pp run's metrics.csv compared
+  // with one process's by position (paste, awk $N) would otherwise read each later column one
+  // to the right, e.g. blockN_recall as blockN_agreement.
+  if (pipelined) out.push_back(kPpBubble);
   return out;
 }
 

@@ -42,7 +42,8 @@ struct StepMetrics {
 // its checkpoint are dropped from both first, since it writes them again.
 class MetricsLog {
  public:
-  // pipelined: parallel.pp > 1 (metrics.csv gets pp_bubble; empty on a GPU, not measured there).
+  // pipelined: parallel.pp > 1 (metrics.csv gets pp_bubble, its last column, so
+  // the others sit where one process's do; empty on a GPU, not measured there).
   MetricsLog(const std::string& run_dir, const model::Transformer& model, int64_t start_step,
              bool pipelined);
   void write(int64_t steps_done, const StepMetrics& m);
