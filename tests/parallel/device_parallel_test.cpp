@@ -78,11 +78,14 @@ TEST_CASE("every parallel layout trains on the (emulated) device exactly as on t
     const char* layout;
     std::vector<std::string> sets = {};
   };
-  // Pipeline stages (pp 2, 1F1B, 2 micro-batches): their transfers in rounds
-  // (Communicator::send_recv), the losses and statistics read only after the step.
+  // Pipeline stages (pp 2, interleaved 1F1B with 2 chunks a rank, 2 micro-batches; 1F1B runs
+  // over NCCL in nccl_layouts_test.cpp): their transfers in rounds (Communicator::send_recv),
+  // two links each way between the ranks, the losses and statistics read only after the step.
   for (const Case& c : {Case{"tiny_mod", "dp=1 tp=2"}, Case{"tiny_dense", "dp=2 tp=1 zero1=true"},
                         Case{"tiny_mode_staged", "dp=2 ep=2"}, Case{"tiny_mod", "dp=2 tp=1"},
-                        Case{"tiny_mod", "dp=1 pp=2", {"train.grad_accum=2"}}}) {
+                        Case{"tiny_mod", "dp=1 pp=2",
+                             {"train.grad_accum=2", "parallel.pp_schedule=INTERLEAVED_1F1B",
+                              "parallel.virtual_stages=2"}}}) {
     // Point-to-point messages between CPU processes need MPI: the rendezvous launcher's
     // communicator carries control traffic only, so its twin entry leaves pp out.
     if (std::string(c.layout).find("pp=") != std::string::npos && !std::getenv("OMPI_COMM_WORLD_RANK"))
