@@ -8,7 +8,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "configs/config.h"
 #include "model/flops.h"
 #include "model/memory_plan.h"
 #include "model/parameter_shapes.h"
@@ -190,10 +189,7 @@ std::string describe_pipeline(const modtrain::RunConfig& cfg) {
                 part.largest() / mean, equal.largest() / mean, predicted_bubble(pp, m, v),
                 sim.bubble_fraction());
   os << line;
-  if (config::zero_stage(p) >= 3)
-    os << "memory per rank: not predicted under parallel.zero_stage 3\n";
-  else
-    os << describe_pipeline_memory(plan_pipeline_memory(cfg));
+  os << describe_pipeline_memory(plan_pipeline_memory(cfg));
   return os.str();
 }
 

@@ -182,7 +182,8 @@ TEST_CASE("interleaved: rank r owns virtual stages r, r + pp, ... (stage_owns)",
 
 // The per-rank pipeline planner's rules (memory_layout_tests measures them): every rank holds
 // only the parameters it owns (the tied embedding on both ends); 1F1B keeps pp - r micro-batches in flight on rank r (m >= pp);
-// ZeRO-1 and ZeRO-2 shrink every rank's peak; predicted_peak is the fullest rank's.
+// ZeRO-1 and ZeRO-2 shrink every rank's peak, ZeRO-3 holds its own units' slices and gathered
+// units; predicted_peak is the fullest rank's.
 TEST_CASE("pipeline memory per rank: owned parameters, in-flight activations, ZeRO", "[pipeline]") {
   const std::vector<std::string> pp2 = {"parallel.pp=2", "parallel.dp=2", "train.grad_accum=4"};
   auto with = [&](std::vector<std::string> extra) {
@@ -214,6 +215,27 @@ TEST_CASE("pipeline memory per rank: owned parameters, in-flight activations, Ze
     CHECK(zero2[r].peak < zero1[r].peak);
     CHECK(zero1[r].optimizer == Approx(ranks[r].owned));  // m and v of half the owned
   }
+  // ZeRO-3: the stage's own units sharded (the moments as at stage 2), a block whole and the next
+  // in flight, the outer unit whole on the ends only (pp 4's middle ranks hold none of it); no
+  // all-gather after the update; `memory` prints the table.
+  const auto zero3 = parallel::plan_pipeline_memory(with({"parallel.zero_stage=3"}));
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(zero3[r].optimizer == Approx(zero2[r].optimizer));
+    CHECK(zero3[r].peak_at != "ZeRO all-gather");
+  }
+  const model::MemoryPlan blocks = model::plan_memory(cfg);
+  const auto pp4 = parallel::plan_pipeline_memory(recipe(
+      "tiny_dense", {"parallel.pp=4", "parallel.dp=2", "train.grad_accum=4", "model.n_layers=8",
+                     "parallel.zero_stage=3"}));
+  const double gathered = 2.5 * blocks.blocks[0].parameters;  // every block the same size
+  for (int r : {1, 2}) {
+    INFO("pp 4, middle rank " << r);
+    CHECK(pp4[r].parameters == Approx(pp4[r].owned / 2 + gathered));
+  }
+  CHECK(pp4[0].parameters == Approx(pp4[0].owned / 2 + blocks.embedding_parameters + gathered));
+  CHECK_THAT(parallel::describe_pipeline(with({"parallel.zero_stage=3"})),
+             Catch::Contains("memory per rank (predicted;"));
   CHECK(parallel::predicted_peak(recipe("tiny_dense", {})) == model::plan_memory(recipe("tiny_dense", {})).peak);
   CHECK_THROWS_WITH(parallel::plan_pipeline_memory(recipe("tiny_dense", {})),
                     Catch::Contains("parallel.pp is 1"));
