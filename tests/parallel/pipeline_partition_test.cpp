@@ -156,6 +156,28 @@ TEST_CASE("flops and memory print the partition, stage costs, memory and bubble"
   CHECK_THAT(table, Catch::Contains("memory per rank (predicted;"));
 }
 
+// pp 4 interleaved, pipeline_interleaved_tests' tiny_mod (width 64, 8 micro-batches of 4 x 64):
+// every rank holds at least one receive buffer [4, 64, 64] f32 posted before the compute that
+// reads it, and some rank several at once (the issue order posts a receive in its sender's round,
+// computes ahead); the last rank's peak is the fused LM head's forward of the last micro-batch,
+// where the CPU allocator's peak falls too (docs/parallel.md, "The pipeline planner's terms").
+TEST_CASE("pipeline memory: receive buffers posted ahead, the fused head's chunk", "[pipeline]") {
+  const modtrain::RunConfig cfg = recipe(
+      "tiny_mod", {"model.n_layers=8", "model.d_model=64", "model.d_ff=256", "model.seq_len=64",
+                   "train.batch_size=4", "train.grad_accum=8", "parallel.pp=4",
+                   "parallel.pp_schedule=INTERLEAVED_1F1B", "parallel.virtual_stages=2"});
+  const double link = 4.0 * 4 * 64 * 64;
+  const auto ranks = parallel::plan_pipeline_memory(cfg);
+  double most = 0;
+  for (const auto& r : ranks) {
+    INFO("rank " << r.rank);
+    CHECK(r.receives >= link);
+    most = std::max(most, r.receives);
+  }
+  CHECK(most >= 2 * link);
+  CHECK(ranks[3].peak_at == "forward of the fused LM head of micro-batch 7");
+}
+
 TEST_CASE("interleaved: rank r owns virtual stages r, r + pp, ... (stage_owns)", "[pipeline]") {
   // tiny_dense at 8 blocks, pp 2 x v 2 by hand: virtual stages of 1, 3, 2, 2 blocks.
   const modtrain::RunConfig cfg =
