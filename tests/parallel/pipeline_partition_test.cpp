@@ -154,6 +154,19 @@ TEST_CASE("flops and memory print the partition, stage costs, memory and bubble"
   CHECK_THAT(table, Catch::Contains("(pp-1)/(v m+pp-1) = 0.1111 for equal stages"));
   CHECK_THAT(table, Catch::Contains("    3     1"));  // virtual stage 3 runs on rank 1
   CHECK_THAT(table, Catch::Contains("memory per rank (predicted;"));
+  // Per device under pp 2 x dp 2 x tp 2: pp rank r is world ranks 4r..4r+3, and the ranks' FLOPs
+  // times dp x tp are one process's step (3 x forward a token, 8 x 256 tokens a micro-batch).
+  const modtrain::RunConfig grid = recipe(
+      "tiny_mod", {"parallel.pp=2", "parallel.dp=2", "parallel.tp=2", "train.grad_accum=4",
+                   "parallel.pp_schedule=INTERLEAVED_1F1B", "parallel.virtual_stages=2"});
+  const std::vector<double> per_rank = parallel::rank_step_flops(grid);
+  REQUIRE(per_rank.size() == 2);
+  CHECK((per_rank[0] + per_rank[1]) * 4 ==
+        Approx(model::count_flops(grid.model()).training_per_token * 8 * 256 * 4));
+  const std::string grid_table = parallel::describe_pipeline(grid);
+  INFO(grid_table);
+  CHECK_THAT(grid_table, Catch::Contains("compute per device a step"));
+  CHECK_THAT(grid_table, Catch::Contains("      1          4-7     1,3"));
 }
 
 // pp 4 interleaved, pipeline_interleaved_tests' tiny_mod (width 64, 8 micro-batches of 4 x 64):
