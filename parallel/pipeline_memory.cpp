@@ -184,11 +184,11 @@ std::string describe_pipeline_memory(const std::vector<PipelineRankMemory>& rank
   os << "memory per rank (predicted; every rank holds the parameters it owns, their "
         "gradients and moments, the other stages' released; ZeRO-3: parameters held, owned "
         "slices and gathered units; MiB):\n"
-        "rank  parameters  owned  gradients  optimizer  buckets  kept (most)  sends  receives   peak  peak at\n";
+        "pp rank  parameters  owned  gradients  optimizer  buckets  kept (most)  sends  receives   peak  peak at\n";
   auto mib = [](double b) { return b / (1024.0 * 1024.0); };
   for (const PipelineRankMemory& r : ranks) {
     std::snprintf(line, sizeof line,
-                  "%4d  %10.1f  %5.1f  %9.1f  %9.1f  %7.1f  %11.1f  %5.1f  %8.1f  %5.1f  %s\n",
+                  "%7d  %10.1f  %5.1f  %9.1f  %9.1f  %7.1f  %11.1f  %5.1f  %8.1f  %5.1f  %s\n",
                   r.rank, mib(r.parameters), mib(r.owned), mib(r.gradients), mib(r.optimizer),
                   mib(r.buckets), mib(r.activations), mib(r.transfers), mib(r.receives),
                   mib(r.peak), r.peak_at.c_str());
