@@ -15,7 +15,8 @@
 // pair sharding what the stage owns) bitwise as without ZeRO; ZeRO-1's step-2 checkpoint
 // resumes on one process; so does ZeRO-3's (each stage's dp pair sharding the parameters of
 // its own units). pp 2 x tp 2 with sequence parallelism equals pp 2 x tp 2 without it (routing
-// bitwise, losses and parameters within SP's bounds) and one process. tiny_mode_staged trains
+// bitwise, losses and parameters within SP's bounds) and one process, and each rank's peak of
+// both within 10% of the pipeline planner's (parallel/pipeline_memory.h). tiny_mode_staged trains
 // under pp 2 x dp 2 x ep 2 as one process. At np8, the 3-D layout pp 2 x dp 2 x tp 2 (SP,
 // ZeRO-1): the mesh's ranks and groups, and tiny_mod against one process step by step (losses,
 // gradient norms, routing), the stages' links at 1/tp of the stream, and its checkpoint resumed
@@ -28,10 +29,13 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/backend.h"
+#include "model/memory_plan.h"
 #include "model/transformer.h"
 #include "parallel/communicator.h"
 #include "parallel/counting_communicator.h"
 #include "parallel/mesh.h"
+#include "parallel/pipeline_memory.h"
 #include "parallel/pipeline_partition.h"
 #include "parallel/pipeline_runtime.h"
 #include "parallel/world.h"
@@ -54,6 +58,7 @@ struct Run {
   std::vector<std::vector<Tensor>> routing;  // per micro-batch: per routed block run here, [B,C]
   std::vector<std::string> released;  // parameters left without bytes (other stages', ZeRO-3's)
   std::string dir;  // its run directory (metrics.csv: world rank 0's)
+  double peak_bytes = 0;  // this rank's peak over the steps, above what it held before
 };
 
 modtrain::RunConfig recipe(const std::string& name, const std::vector<std::string>& extra) {
@@ -69,9 +74,11 @@ Run train_run(const std::string& name, parallel::Communicator& comm, const std::
   out.dir = dir;
   train::TestHooks hooks;
   hooks.routing_log = &out.routing;
+  const double before = static_cast<double>(backend(Device::CPU).memory_stats().in_use_bytes);
   train::Trainer trainer(recipe(name, extra), dir, /*quiet=*/true, comm, hooks);
   if (!from.empty()) trainer.resume(from);
   trainer.run();
+  out.peak_bytes = static_cast<double>(trainer.peak_memory_bytes()) - before;
   for (const auto& [n, p] : trainer.model().named_parameters())
     if (p.impl()->storage->bytes() == 0) out.released.push_back(n);
   out.losses = trainer.losses();
@@ -149,12 +156,32 @@ Run reference(const std::string& name, const std::vector<std::string>& extra = {
 // step 1's loss bitwise; later losses and the parameters within the bounds of the one-process
 // SP parity test (parity_tests: 2e-6 and 1e-5, relative), since the sequence-partial gradients
 // (norms, routers, predictors) are summed over each rank's half of the positions, then over tp.
-// Against one process to 1e-5.
+// Against one process to 1e-5. Each rank's peak within 10% of the pipeline planner's for its pp
+// rank, plain tp's and SP's, and SP's below plain tp's, measured and predicted.
 void check_sequence_parallel(const std::string& name, std::vector<std::string> layout,
                              const Run& tp, const Run& one) {
   INFO("pp 2 x tp 2 with sequence parallelism");
+  const int rank = parallel::world().rank(), pp_rank = rank / 2;  // tp fastest (mesh.h)
+  const double tp_predicted = parallel::plan_pipeline_memory(recipe(name, layout)).at(pp_rank).peak;
   layout.push_back("parallel.sequence_parallel=true");
   const Run sp = train_run(name, parallel::world(), test::shared_dir("pp_sp"), layout);
+  const double sp_predicted = parallel::plan_pipeline_memory(recipe(name, layout)).at(pp_rank).peak;
+  std::printf("rank %d (pp rank %d), %s pp 2 x tp 2: peak predicted %s, measured %s (%+.1f%%); "
+              "with sequence parallelism predicted %s, measured %s (%+.1f%%)\n",
+              rank, pp_rank, name.c_str(), model::format_bytes(tp_predicted).c_str(),
+              model::format_bytes(tp.peak_bytes).c_str(),
+              100 * (tp_predicted - tp.peak_bytes) / tp.peak_bytes,
+              model::format_bytes(sp_predicted).c_str(), model::format_bytes(sp.peak_bytes).c_str(),
+              100 * (sp_predicted - sp.peak_bytes) / sp.peak_bytes);
+  {
+    INFO("peaks: plain tp predicted " << tp_predicted << ", measured " << tp.peak_bytes
+                                      << "; SP predicted " << sp_predicted << ", measured "
+                                      << sp.peak_bytes);
+    CHECK(tp_predicted == Approx(tp.peak_bytes).epsilon(0.10));
+    CHECK(sp_predicted == Approx(sp.peak_bytes).epsilon(0.10));
+    CHECK(sp.peak_bytes < tp.peak_bytes);
+    CHECK(sp_predicted < tp_predicted);
+  }
   REQUIRE(sp.routing.size() == tp.routing.size());
   for (size_t i = 0; i < tp.routing.size(); ++i) {
     INFO("step " << i / kMicroBatches + 1 << ", micro-batch " << i % kMicroBatches);
