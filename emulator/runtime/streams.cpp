@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -125,12 +126,13 @@ void start_progress() {
       g_progress->notify_all();
     });
     // A forked child has no progress thread (fork copies only the calling thread) and must not
-    // inherit mutex() held by it: the fork waits for mutex(), the child starts its own thread.
+    // inherit mutex() held by it: the fork waits for mutex(), and the child, whose thread has a
+    // new id and so cannot unlock the parent's hold, starts from a new mutex and its own thread.
     pthread_atfork([] { mutex().lock(); }, [] { mutex().unlock(); },
                    [] {
                      g_progress_started = false;
                      g_progress = new std::condition_variable_any;
-                     mutex().unlock();
+                     new (&mutex()) std::recursive_mutex;
                    });
     return true;
   }();
