@@ -123,8 +123,11 @@ TEST_CASE("NCCL stand-in: a queued collective runs while its host blocks outside
     } else {
       pollfd p{done[0], POLLIN, 0};
       char byte = 0;
-      ok = ok && poll(&p, 1, 20000) == 1 && read(done[0], &byte, 1) == 1 && byte == 1;
-      if (!ok) std::fprintf(stderr, "rank 1: rank 0 did not get the sum while rank 1 waited\n");
+      const int polled = ok ? poll(&p, 1, 20000) : -2;
+      ok = polled == 1 && read(done[0], &byte, 1) == 1 && byte == 1;
+      if (!ok)
+        std::fprintf(stderr, "rank 1: rank 0 did not get the sum while rank 1 waited (%d %d)\n",
+                     polled, int(byte));
       cudaStreamSynchronize(stream);  // lets rank 0 finish either way
     }
     return ok && ncclCommDestroy(comm) == ncclSuccess;
