@@ -94,7 +94,7 @@ thread_local bool t_issued_work = false;
 // item issued last first). Items issued before that point still race in the late order, so a
 // missing event still shows; only a host that stops issuing lets the device catch up. Without a
 // collective queued nothing changes: no peer can wait on the rest.
-constexpr auto kIdle = std::chrono::milliseconds(250);
+constexpr auto kIdle = std::chrono::milliseconds(100);
 
 using Clock = std::chrono::steady_clock;
 Clock::time_point g_last_issue;     // when work was last queued (under mutex())

@@ -1,6 +1,6 @@
 // ZeRO-3 on the GPU path beyond plain dp 2 (docs/parallel.md "ZeRO-3 on GPUs"): dp 4, dp 2 x tp 2
 // with sequence parallelism (shards of tp shards, gathered over dp only) and staged MoDE with
-// ep 2, whose experts shard over their own group edp. Part of nccl_layouts_tests_emulated: our
+// ep 2 (with tp 2 too), whose experts shard over their own group edp. Part of nccl_layouts_tests_emulated: our
 // kernels on the SIMT emulator, the collectives over NCCL's stand-in. Each layout's eager run
 // against the same layout without ZeRO on the CPU (f32: every step's loss within 1e-3 relative;
 // not stage 3 there, since the units' sharding is the same code on both devices), the graphed
@@ -106,6 +106,9 @@ TEST_CASE("ZeRO-3 on the GPU at dp 4, with tp and with ep: eager as the CPU, gra
       {"tiny_mod", "dp=2 tp=2 sequence_parallel=true", 4, 1},
       // edp of two: the ranks holding the same experts.
       {"tiny_mode_staged", "dp=4 ep=2", 4, 3},
+      // Both: each tp rank's dense shards sharded over its dp pair, the experts (whole on both
+      // tp ranks of an ep rank) over edp, the tp pair.
+      {"tiny_mode_staged", "dp=2 tp=2 ep=2", 4, 1},
   };
   int ran = 0;
   for (const Zero3Layout& l : layouts) {
