@@ -316,11 +316,13 @@ void validate(const modtrain::RunConfig& cfg) {
     bad_field("parallel.zero_stage",
               std::to_string(p.zero_stage()) + " is not a stage: expected one of " + stages);
   }
-  if (p.has_zero1() && p.has_zero_stage() && p.zero_stage() != (p.zero1() ? 1 : 0))
+  // One setting over dp: a config naming both is ambiguous even where they agree today.
+  if (p.has_zero1() && p.has_zero_stage())
     bad_field("parallel.zero_stage",
               std::to_string(p.zero_stage()) + " and parallel.zero1 " +
                   (p.zero1() ? "true (stage 1)" : "false (stage 0)") +
-                  " disagree: zero1 is the old name of zero_stage 1; keep parallel.zero_stage alone");
+                  " are both set: zero1 is the old name of zero_stage 1; keep parallel.zero_stage "
+                  "alone and remove parallel.zero1");
   positive("parallel.dp", p.dp());
   positive("parallel.tp", p.tp());
   positive("parallel.ep", p.ep());

@@ -30,7 +30,8 @@ modtrain::RunConfig load(const std::string& path, const std::vector<std::string>
 std::string to_text(const modtrain::RunConfig& cfg);
 
 // What data parallelism shards (parallel.zero_stage; the old parallel.zero1: true is stage 1):
-// 0 nothing, 1 optimizer state, 2 also the reduced gradients. validate() checks the two agree.
+// 0 nothing, 1 optimizer state, 2 also the reduced gradients, 3 also the parameters.
+// validate() refuses a config that names both fields.
 int zero_stage(const modtrain::ParallelConfig& p);
 
 // Whether training captures its step as a CUDA graph: train.cuda_graph where set, else on for

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checkpoint, stop and resume through the command line: SIGTERM mid-run (and SIGUSR1 to mpirun
-# with 2 ranks) makes the trainer checkpoint and exit 75; `--resume auto` continues, and the
+# with 2 ranks; SIGTERM to one of 4 ranks under ZeRO-3 with tp 2 and sequence parallelism) makes
+# the trainer checkpoint and exit 75; `--resume auto` continues, and the
 # final weights and per-step losses equal an uninterrupted run's bit for bit; export writes a
 # safetensors file that eval reads and --init-from starts from.
 # Usage: resume_cli_test.sh MODTRAIN SOURCE_DIR [MPIEXEC]
@@ -96,5 +97,38 @@ if [ -n "$mpiexec" ]; then
     --run-dir "$work/mpi" --resume auto > "$work/mpi_resume.log" 2>&1 \
     || fail "resume under dp=2 failed: $(cat "$work/mpi_resume.log")"
   [ "$(cat "$work/mpi/checkpoints/latest")" = "step_00000400" ] || fail "the resumed mpi run did not finish"
+
+  # Four ranks, ZeRO-3 with tp 2 and sequence parallelism (dp=2 tp=2: stage 3 shards each tp
+  # shard over the dp pair; one run covers both, as they compose): SIGTERM to one rank mid-step
+  # (as a node's preemption notice): every rank stops after that step with the units gathered
+  # into a complete checkpoint (exit 75), the earlier periodic one untouched, no .tmp left; the
+  # resume at the same layout ends bit for bit where an uninterrupted run ends.
+  z3=("${small[@]}" --set train.steps=24 --set checkpoint.every_steps=8 --set parallel.dp=2
+    --set parallel.tp=2 --set parallel.zero_stage=3 --set parallel.sequence_parallel=true)
+  "$mpiexec" -n 4 --oversubscribe "$modtrain" train "${z3[@]}" --run-dir "$work/z3_whole" \
+    > "$work/z3_whole.log" 2>&1 || fail "ZeRO-3 + SP run failed: $(cat "$work/z3_whole.log")"
+  "$mpiexec" -n 4 --oversubscribe "$modtrain" train "${z3[@]}" --run-dir "$work/z3_cut" \
+    > "$work/z3_cut.log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 1 1200); do  # past step 10: the step-8 checkpoint committed
+    [ -f "$work/z3_cut/metrics.csv" ] && [ "$(wc -l < "$work/z3_cut/metrics.csv")" -gt 10 ] && break
+    sleep 0.05
+  done
+  rank_pid=$(pgrep -P "$launcher" | tail -n 1)  # one rank (mpirun forks them locally)
+  [ -n "$rank_pid" ] || fail "no rank process under mpirun $launcher"
+  kill -TERM "$rank_pid"
+  set +e; wait "$launcher"; rc=$?; set -e
+  [ "$rc" -eq 75 ] || fail "ZeRO-3 + SP, SIGTERM to one rank: exit $rc, expected 75: $(cat "$work/z3_cut.log")"
+  z3_at=$(cat "$work/z3_cut/checkpoints/latest")
+  [ "$z3_at" != "step_00000024" ] || fail "ZeRO-3 + SP: the run finished before the signal; nothing tested"
+  [ -f "$work/z3_cut/checkpoints/step_00000008/metadata.pb" ] || fail "ZeRO-3 + SP: step 8's checkpoint is gone"
+  ! ls "$work/z3_cut/checkpoints" | grep -q '\.tmp$' || fail "ZeRO-3 + SP: a .tmp left: $(ls "$work/z3_cut/checkpoints")"
+  "$mpiexec" -n 4 --oversubscribe "$modtrain" train "${z3[@]}" --run-dir "$work/z3_cut" --resume auto \
+    > "$work/z3_resume.log" 2>&1 || fail "ZeRO-3 + SP resume failed: $(cat "$work/z3_resume.log")"
+  grep -q "resumed from .*$z3_at" "$work/z3_resume.log" || fail "ZeRO-3 + SP: did not resume from $z3_at"
+  cmp -s <(losses "$work/z3_whole") <(losses "$work/z3_cut") ||
+    fail "ZeRO-3 + SP: losses differ after resume: $(diff <(losses "$work/z3_whole") <(losses "$work/z3_cut") | head)"
+  cmp -s "$work/z3_whole/model.safetensors" "$work/z3_cut/model.safetensors" ||
+    fail "ZeRO-3 + SP: final weights differ after resume"
 fi
 echo "resume_cli_test: all checks passed (stopped at $at)"

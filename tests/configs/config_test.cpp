@@ -189,15 +189,17 @@ TEST_CASE("train.cuda_graph defaults to on for one process on CUDA", "[config]")
 }
 
 // parallel.zero_stage replaces the boolean parallel.zero1, which old configs keep: true is stage
-// 1. Both named with different stages is an error naming both; a stage not built names the range.
+// 1. Both named is an error naming both, even when they agree; a stage not built names the range.
 TEST_CASE("parallel.zero_stage, and the old parallel.zero1 as stage 1", "[config][errors]") {
   const std::string r = kRecipes + "tiny_dense.textproto";
   CHECK(config::zero_stage(config::load(r, {}).parallel()) == 0);
   CHECK(config::zero_stage(config::load(r, {"parallel.zero1=true"}).parallel()) == 1);
   CHECK(config::zero_stage(config::load(r, {"parallel.zero1=false"}).parallel()) == 0);
   CHECK(config::zero_stage(config::load(r, {"parallel.zero_stage=1"}).parallel()) == 1);
-  CHECK(config::zero_stage(
-            config::load(r, {"parallel.zero1=true", "parallel.zero_stage=1"}).parallel()) == 1);
+  CHECK_THROWS_WITH(config::load(r, {"parallel.zero1=true", "parallel.zero_stage=1"}),
+                    Contains("parallel.zero_stage: 1 and parallel.zero1 true (stage 1) are both set"));
+  CHECK_THROWS_WITH(config::load(r, {"parallel.zero1=false", "parallel.zero_stage=0"}),
+                    Contains("parallel.zero_stage: 0 and parallel.zero1 false (stage 0) are both set"));
   CHECK_THROWS_WITH(config::load(r, {"parallel.zero1=false", "parallel.zero_stage=1"}),
                     Contains("parallel.zero_stage") && Contains("parallel.zero1 false"));
   CHECK_THROWS_WITH(config::load(r, {"parallel.zero1=true", "parallel.zero_stage=0"}),

@@ -9,7 +9,8 @@
 // gradients are averaged over dp in buckets, another association than one process's single sum
 // (measured in docs/parallel.md); every routed block's top-C choices on the stage's rows, per
 // micro-batch, bitwise. The pp 2 x dp 2 run's step-2 checkpoint records pp and dp and resumes
-// on one process (world rank 0), which continues as the pp 2 x dp 2 run did (the same bound).
+// on one process (world rank 0) and, tiny_mod's, at pp 4 (every stage's blocks resharded), each
+// continuing as the pp 2 x dp 2 run did (the same bound).
 // tiny_mod also trains under pp 4 (two middle stages that read no data) and pp 2 x tp 2 against
 // one process (the same bound), and under pp 2 x dp 2 with ZeRO-1, 2 and 3 (each stage's dp
 // pair sharding what the stage owns) bitwise as without ZeRO; ZeRO-1's step-2 checkpoint
@@ -346,8 +347,10 @@ TEST_CASE("pp x dp mesh: a stage is a run of dp x tp ranks, tp fastest", "[mpi][
   }
 }
 
-TEST_CASE("pp 2 x dp 2 trains as one process, routes the same tokens and resumes on one process",
-          "[mpi][pipeline]") {
+TEST_CASE(
+    "pp 2 x dp 2 trains as one process, routes the same tokens and resumes at pp 4 and on one "
+    "process",
+    "[mpi][pipeline]") {
   auto& world = parallel::world();
   if (world.size() != 4) return;  // pp 2 x dp 2
   const int rank = world.rank(), stage = rank / 2, dp_rank = rank % 2;
@@ -456,6 +459,15 @@ TEST_CASE("pp 2 x dp 2 trains as one process, routes the same tokens and resumes
       const Run tp = train_run(name, world, test::shared_dir("pp_other"), pptp);
       check_close(tp, one, 0);
       check_sequence_parallel(name, pptp, tp, one);
+    }
+    if (name == "tiny_mod") {  // its routers and predictors too; tiny_dense's blocks alike
+      // Resharded across stage boundaries: pp 4's stages own other blocks than pp 2's, and each
+      // reads its parameters and moments by global name. Against the pp 2 x dp 2 run's steps 3
+      // and 4 to kBound (dp's bucketed mean against one sum: not bitwise).
+      INFO("the step-2 checkpoint resumed at parallel.pp=4");
+      const Run pp4 =
+          train_run(name, world, test::shared_dir("ppdp_resumed_pp4"), {"parallel.pp=4"}, step2);
+      check_close(pp4, ppdp, 2);
     }
     if (rank == 0) {  // one process is enough (the others hold the same pp 2 x dp 2 result)
       const Run resumed = train_run(name, test::self_group(), test::temp_dir("ppdp_resumed"), {}, step2);

@@ -8,8 +8,10 @@
 //   keeping every activation, bit for bit (the region reruns the same ops on the parameters
 //   gathered again for the block's backward).
 // - Resume: a stage-3 dp2 checkpoint under stage 1 at dp2 (bitwise) and on one process; a
-//   stage-1 checkpoint under stage 3. A copy with a flipped byte in a shard is refused, naming
-//   the file (the checkpoint reader's CRC32C, as for any stage: corruption_test.cpp).
+//   stage-1 checkpoint under stage 3. A stage-3 dp4 checkpoint (np4) under stage 1 at dp2, at
+//   tp2 with sequence parallelism (the world split in two) and on one process (1e-5). A copy
+//   with a flipped byte in a shard is refused, naming the file (the checkpoint reader's
+//   CRC32C, as for any stage: corruption_test.cpp).
 // - Memory (tiny_dense, tiny_mod, tiny_moe): each rank's measured peak within 10% of the
 //   planner, below ZeRO-2's (prefetch included); under FULL recomputation within 10% and lower again;
 //   at dp 2 under SELECTIVE within 10%, between FULL and none.
@@ -168,16 +170,22 @@ TEST_CASE("ZeRO-3 with recomputation gathers again in backward: bitwise to keepi
   }
 }
 
-TEST_CASE("a ZeRO-3 checkpoint resumes at stage 1 and on one process, and back",
+// Saved at dp = the world size. np2: resumed at stage 1 dp2 (bitwise: the same sums), and a
+// stage-1 checkpoint resumed at stage 3. np4 (dp4): the world split in two, ranks 0-1 resume at
+// stage 1 dp2 and ranks 2-3 at tp2 with sequence parallelism (1e-5: other sums' order). Both:
+// world rank 0 resumes alone (1e-5) and refuses a copy with a flipped byte in a shard.
+TEST_CASE("a ZeRO-3 checkpoint resumes at stage 1, at tp2 with SP and on one process, and back",
           "[mpi][zero3][resume]") {
+  if (!two_or_four()) return;
   auto& world = parallel::world();
-  if (world.size() != 2) return;
+  const int n = world.size();
+  const std::string dp = "dp=" + std::to_string(n);
   const std::vector<std::string> save = {"checkpoint.every_steps=2"};
   auto step2 = [](const std::string& dir) {
     return ckpt::checkpoints_dir(dir) + "/" + ckpt::step_dir_name(2);
   };
   const std::string dir3 = test::shared_dir("zero3_saved", world);
-  const Run whole = run_job(recipe("tiny_mod", "dp=2 zero_stage=3", kSteps, save), world, dir3);
+  const Run whole = run_job(recipe("tiny_mod", dp + " zero_stage=3", kSteps, save), world, dir3);
   auto check_tail = [&](const Run& resumed, bool bitwise) {
     REQUIRE(resumed.losses.size() == static_cast<size_t>(kSteps - 2));
     Run tail{{whole.losses.begin() + 2, whole.losses.end()}, whole.params};
@@ -186,12 +194,18 @@ TEST_CASE("a ZeRO-3 checkpoint resumes at stage 1 and on one process, and back",
     else
       check_close(resumed, tail);
   };
-  {
+  if (n == 2) {
     INFO("stage 3 dp2 -> stage 1 dp2 (the same sums: bitwise)");
     check_tail(run_job(recipe("tiny_mod", "dp=2 zero_stage=1"), world, "", step2(dir3)), true);
+  } else {
+    auto half = world.split(world.rank() / 2, world.rank(), "resume_half");
+    const char* layout = world.rank() < 2 ? "dp=2 zero_stage=1" : "tp=2 sequence_parallel=true";
+    INFO("stage 3 dp4 -> " << layout << ", world rank " << world.rank());
+    const std::string dir = test::shared_dir("zero3_dp4_resumed", *half);
+    check_tail(run_job(recipe("tiny_mod", layout), *half, dir, step2(dir3)), false);
   }
   if (world.rank() == 0) {
-    INFO("stage 3 dp2 -> one process");
+    INFO("stage 3 " << dp << " -> one process");
     auto local = parallel::make_local_communicator();
     check_tail(run_job(recipe("tiny_mod", ""), *local, test::temp_dir("zero3_one"), step2(dir3)),
                false);
@@ -211,12 +225,13 @@ TEST_CASE("a ZeRO-3 checkpoint resumes at stage 1 and on one process, and back",
     CHECK_THAT(e, Catch::Contains("checkpoint " + shard + ": tensor "));
     CHECK_THAT(e, Catch::Contains("CRC32C mismatch"));
   }
-  {
+  if (n == 2) {
     INFO("stage 1 dp2 -> stage 3 dp2");
     const std::string dir1 = test::shared_dir("zero1_saved", world);
     run_job(recipe("tiny_mod", "dp=2 zero_stage=1", kSteps, save), world, dir1);
     check_tail(run_job(recipe("tiny_mod", "dp=2 zero_stage=3"), world, "", step2(dir1)), true);
   }
+  world.barrier();  // rank 0's runs alone end before the next case's collectives
 }
 
 // One step's peak: ZeRO-3 keeps 1/dp of the parameters, the outer unit, one block whole and the

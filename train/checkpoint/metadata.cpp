@@ -149,6 +149,13 @@ pb::CheckpointMeta open_meta(const std::string& bytes, const std::string& where)
       meta.loader().batches_drawn() < 0 || meta.progress().last_metrics_step() < 0 ||
       !(meta.progress().elapsed_seconds() >= 0))
     throw std::runtime_error(where + ": negative step, token, batch or time count");
+  // Builds before parallel.zero1 and parallel.zero_stage became exclusive saved both where they
+  // agreed: such a config reads as zero_stage alone, so their checkpoints still load.
+  if (meta.has_config() && meta.config().has_parallel()) {
+    const auto& p = meta.config().parallel();
+    if (p.has_zero1() && p.has_zero_stage() && p.zero_stage() == (p.zero1() ? 1 : 0))
+      meta.mutable_config()->mutable_parallel()->clear_zero1();
+  }
   try {
     config::validate_from(meta.config(), where + " (embedded config)");
   } catch (const std::invalid_argument& e) {

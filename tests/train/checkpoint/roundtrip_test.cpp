@@ -232,3 +232,18 @@ TEST_CASE("the saved mesh's ZeRO stage round trips, and older files' zero1 reads
   meta.mutable_mesh()->set_zero1(false);
   CHECK(ckpt::state_from_meta(meta).mesh.zero_stage == 0);
 }
+
+// A config naming both parallel.zero1 and parallel.zero_stage is refused, but builds before that
+// saved one where they agreed: its checkpoint opens, read as zero_stage alone.
+TEST_CASE("an older checkpoint's config naming zero1 and an agreeing zero_stage still opens",
+          "[checkpoint]") {
+  ckpt::TrainState s = state_at(3);
+  auto* p = s.config.mutable_parallel();
+  p->set_dp(2);
+  p->set_zero1(true);
+  p->set_zero_stage(1);
+  modtrain::ckpt::CheckpointMeta meta = ckpt::make_meta(s, {});
+  const modtrain::ckpt::CheckpointMeta opened = ckpt::open_meta(ckpt::seal_meta(meta), "old");
+  CHECK_FALSE(opened.config().parallel().has_zero1());
+  CHECK(config::zero_stage(opened.config().parallel()) == 1);
+}
