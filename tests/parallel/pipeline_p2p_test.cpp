@@ -3,7 +3,8 @@
 // receive gets the message its sender meant (same direction, micro-batch and link), issued as
 // run_stage_step issues them (issue_order: each round one Communicator::send_recv, one group).
 // The same transfers one call each deadlock 1F1B, and grouped only where adjacent in the
-// schedule they deadlock interleaved 1F1B (m > pp): the test tells them apart.
+// schedule they deadlock interleaved 1F1B (m > pp): the test tells them apart. And, with a tiny
+// model, the runtime issues exactly those rounds: run_stage_step on each rank alone, recorded.
 //
 // The rules (NCCL User Guide, "Point-to-point communication" and "Group Calls"):
 // - NCCL has no tags: between two ranks, sends match receives in call order;
