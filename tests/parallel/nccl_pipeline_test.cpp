@@ -12,7 +12,8 @@
 // every step's loss and gradient norm (metrics.csv) within 1e-3 relative, as gpu_training_tests
 // compares one GPU with the CPU; the graphed run with the eager one within 1e-5 (the same
 // kernels, the transfers captured in the graph). 3 steps of 2 micro-batches (4 under pp 4
-// interleaved) of one sequence a rank at the emulator's scale (nccl_layouts_runs.h).
+// interleaved) of one sequence a rank at the emulator's scale (nccl_layouts_runs.h); at 4 ranks
+// MoDE and pp 4 at d_model 64 (pp 4 on sequences of 32), to keep the np4 entry's time.
 //
 // And NcclCommunicator::send_recv's refusal of a batch that mixes CPU and CUDA tensors, after
 // which the communicator still exchanges.
@@ -93,11 +94,12 @@ TEST_CASE("pp with tp, ep and interleaving trains on the GPU over NCCL as one pr
       {"tiny_mod", "dp=1 tp=2 pp=2 sequence_parallel=true", 4,
        with(micro2, {"train.batch_size=2"}), {}},
       // Each stage's dp pair is its ep pair: 4 sequences, one a rank and micro-batch.
-      {"tiny_mode_staged", "dp=2 pp=2 ep=2", 4, with(micro2, {"train.batch_size=4"}), {}},
+      {"tiny_mode_staged", "dp=2 pp=2 ep=2", 4,
+       with(micro2, {"train.batch_size=4", "model.d_model=64", "model.d_ff=256"}), {}},
       // pp x v = 8 virtual stages of one block; interleaving needs m a multiple of pp.
       {"tiny_mod", "dp=1 pp=4", 4,
        {"train.grad_accum=4", "checkpoint.every_steps=0", "train.batch_size=4",
-        "model.n_layers=8", "model.d_model=64", "model.d_ff=256"},
+        "model.n_layers=8", "model.d_model=64", "model.d_ff=256", "model.seq_len=32"},
        interleaved},
       {"tiny_mod", "dp=1 pp=2", 2, with(micro2, {"train.batch_size=2"}), interleaved}};
   int ran = 0;
