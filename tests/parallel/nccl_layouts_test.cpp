@@ -15,65 +15,15 @@
 
 #include "parallel/communicator.h"
 #include "parallel/world.h"
+#include "tests/parallel/nccl_layouts_runs.h"
 #include "tests/support/shared_dir.h"
 #include "tests/support/tiny_runs.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/trainer.h"
 
 namespace mod {
-namespace {
 
-constexpr int kSteps = 6;
-
-const std::vector<std::string> kSmall = {"model.d_model=128", "model.n_heads=2",
-                                         "model.d_ff=512",    "model.n_layers=4",
-                                         "model.seq_len=64",  "train.batch_size=2"};
-
-struct Run {
-  std::vector<double> losses;
-  std::string dir;
-};
-
-Run train_run(const std::string& recipe, const std::string& layout, const std::string& device,
-              bool graphed, const std::vector<std::string>& extra = {},
-              parallel::Communicator& world = parallel::world(),
-              const std::string& resume_from = "") {
-  std::vector<std::string> sets = kSmall;
-  sets.insert(sets.end(), extra.begin(), extra.end());
-  // The global batch divides among the data-parallel ranks: one sequence each at 4.
-  if (world.size() == 4) sets.push_back("train.batch_size=4");
-  sets.push_back("train.device=" + device);
-  if (device == "CUDA")
-    sets.push_back(std::string("train.cuda_graph=") + (graphed ? "true" : "false"));
-  sets.push_back("checkpoint.every_steps=" + std::to_string(kSteps / 2));
-  const auto cfg = test::tiny_recipe(recipe, kSteps, layout, sets);
-  Run r;
-  r.dir = world.size() > 1 ? test::shared_dir("nccl_layouts") : test::temp_dir("nccl_layouts_one");
-  train::Trainer trainer(cfg, r.dir, /*quiet=*/true, world);
-  if (!resume_from.empty()) trainer.resume(resume_from);
-  trainer.run();
-  r.losses = trainer.losses();
-  return r;
-}
-
-void require_close(const Run& got, const Run& want, double rtol, size_t first_step = 0) {
-  REQUIRE(got.losses.size() + first_step == want.losses.size());
-  for (size_t s = 0; s < got.losses.size(); ++s) {
-    const double g = got.losses[s], w = want.losses[first_step + s];
-    INFO("step " << first_step + s + 1 << ": " << g << " vs " << w);
-    CHECK(std::isfinite(g));
-    CHECK(std::abs(g - w) <= rtol * std::abs(w));
-  }
-}
-
-struct Layout {
-  const char* recipe;
-  const char* layout;
-  int ranks;
-  std::vector<std::string> sets = {};  // more field=value overrides
-};
-
-}  // namespace
+using namespace nccl_runs;
 
 TEST_CASE("every parallel layout trains on the GPU over NCCL as on the CPU, eager and graphed",
           "[mpi][cuda]") {

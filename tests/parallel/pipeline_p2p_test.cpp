@@ -3,7 +3,8 @@
 // receive gets the message its sender meant (same direction, micro-batch and link), issued as
 // run_stage_step issues them (issue_order: each round one Communicator::send_recv, one group).
 // The same transfers one call each deadlock 1F1B, and grouped only where adjacent in the
-// schedule they deadlock interleaved 1F1B (m > pp): the test tells them apart.
+// schedule they deadlock interleaved 1F1B (m > pp): the test tells them apart. And, with a tiny
+// model, the runtime issues exactly those rounds: run_stage_step on each rank alone, recorded.
 //
 // The rules (NCCL User Guide, "Point-to-point communication" and "Group Calls"):
 // - NCCL has no tags: between two ranks, sends match receives in call order;
@@ -17,14 +18,23 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "configs/config.h"
+#include "parallel/communicator.h"
 #include "parallel/pipeline_issue_order.h"
+#include "parallel/pipeline_partition.h"
+#include "parallel/pipeline_runtime.h"
 #include "parallel/pipeline_schedule.h"
 
 using namespace mod::parallel;
+using mod::Tensor;
 
 namespace {
 
@@ -147,6 +157,52 @@ std::string run_under_nccl_rules(const std::vector<std::vector<Group>>& groups) 
   return "";
 }
 
+// Rank `rank` of a pp group of `size`, run alone: each send_recv is recorded as one Group
+// (its receives filled with zeros), the CPU step's closing barrier returns at once, and any
+// other call is an error (run_stage_step makes none).
+class RecordingPeers final : public Communicator {
+ public:
+  RecordingPeers(int rank, int size) : rank_(rank), size_(size) {}
+  std::vector<Group> calls;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  std::unique_ptr<Work> send_recv(const std::vector<PeerTransfer>& transfers) override {
+    calls.emplace_back();
+    for (const PeerTransfer& t : transfers) {
+      calls.back().push_back({t.kind == PeerTransfer::Send, t.peer, {}});
+      if (t.kind == PeerTransfer::Recv) std::memset(t.tensor.raw_data(), 0, t.tensor.nbytes());
+    }
+    return std::make_unique<Done>();
+  }
+  void barrier() override {}
+  void all_reduce(const Tensor&, ReduceOp) override { unused("all_reduce"); }
+  std::unique_ptr<Work> all_reduce_async(const Tensor&, ReduceOp) override { unused("all_reduce_async"); }
+  void reduce_scatter(const Tensor&, const Tensor&, ReduceOp) override { unused("reduce_scatter"); }
+  std::unique_ptr<Work> reduce_scatter_async(const Tensor&, const Tensor&, ReduceOp) override {
+    unused("reduce_scatter_async");
+  }
+  void all_gather(const Tensor&, const Tensor&) override { unused("all_gather"); }
+  void all_to_all(const Tensor&, const Tensor&) override { unused("all_to_all"); }
+  void broadcast(const Tensor&, int) override { unused("broadcast"); }
+  void send(const Tensor&, int, int) override { unused("send"); }
+  void recv(const Tensor&, int, int) override { unused("recv"); }
+  std::unique_ptr<Communicator> split(int, int, const std::string&) override { unused("split"); }
+  [[noreturn]] void abort(const std::string& message, int) override { throw std::runtime_error(message); }
+
+ private:
+  struct Done final : Work {
+    void wait() override {}
+    bool test() override { return true; }
+  };
+  [[noreturn]] static void unused(const char* what) {
+    throw std::logic_error(std::string("RecordingPeers: run_stage_step called ") + what);
+  }
+  int rank_, size_;
+  std::string name_ = "pp";
+};
+
 }  // namespace
 
 // Every schedule: pp 2..8, m 1..16, interleaved v 2..4.
@@ -224,6 +280,46 @@ TEST_CASE("issue_order keeps the schedule's computes and each transfer's side", 
         if (op == PipeOp::SendActivation || op == PipeOp::SendGrad) CHECK(position[k] > position[k - 1]);
       }
       CHECK(std::is_sorted(computes.begin(), computes.end()));
+    }
+  }
+}
+
+// The runtime itself, not only issue_order: run_stage_step on each rank of a tiny dense model
+// (one block a virtual stage) issues exactly the rounds, each one send_recv with the round's
+// transfers (side and peer) in order. Split into one call a transfer, 1F1B would deadlock on
+// NCCL (above), which NCCL's emulated stand-in cannot show: its sends never wait.
+TEST_CASE("run_stage_step issues each round as one send_recv", "[pipeline]") {
+  const char* src = std::getenv("MOD_SOURCE_DIR");
+  for (const auto& [kind, pp, m, v] :
+       {std::tuple{PipelineScheduleKind::OneFOneB, 2, 2, 1},
+        std::tuple{PipelineScheduleKind::Interleaved1F1B, 2, 4, 2},
+        std::tuple{PipelineScheduleKind::Interleaved1F1B, 4, 4, 2}}) {
+    const modtrain::RunConfig cfg = mod::config::load(
+        std::string(src ? src : MOD_SOURCE_DIR) + "/configs/recipes/tiny_dense.textproto",
+        {"model.d_model=32", "model.n_heads=2", "model.d_ff=64", "model.seq_len=8",
+         "model.n_layers=" + std::to_string(pp * v), "parallel.pp=" + std::to_string(pp),
+         "parallel.virtual_stages=" + std::to_string(v), "train.grad_accum=" + std::to_string(m),
+         std::string("parallel.pp_schedule=") +
+             (v > 1 ? "INTERLEAVED_1F1B" : "ONE_F_ONE_B")});
+    const PipelineSchedule s = make_schedule(kind, pp, m, v);
+    const PipelinePartition part = plan_partition(cfg);
+    const std::vector<std::vector<Group>> rounds = groups_of(s, Grouping::Rounds);
+    const std::vector<PipelineMicroBatch> mbs(
+        m, {mod::Tensor::zeros({1, 8}, mod::DType::I64), mod::Tensor::zeros({1, 8}, mod::DType::I64)});
+    for (int r = 0; r < pp; ++r) {
+      INFO(schedule_name(kind) << " pp " << pp << " m " << m << " v " << v << ", rank " << r);
+      const mod::model::Transformer model(cfg.model(), 1);
+      RecordingPeers peers(r, pp);
+      run_stage_step(model, s, part, peers, mbs);
+      REQUIRE(peers.calls.size() == rounds[r].size());
+      for (size_t g = 0; g < rounds[r].size(); ++g) {
+        INFO("round " << g);
+        REQUIRE(peers.calls[g].size() == rounds[r][g].size());
+        for (size_t k = 0; k < rounds[r][g].size(); ++k) {
+          CHECK(peers.calls[g][k].send == rounds[r][g][k].send);
+          CHECK(peers.calls[g][k].peer == rounds[r][g][k].peer);
+        }
+      }
     }
   }
 }
