@@ -226,12 +226,16 @@ TEST_CASE("sequence parallelism matches one process and plain tp step by step wi
 // - every routed block's indices and every MoE layer's slots equal plain tp's, bitwise, at every
 //   step;
 // - step 1's loss (the MoE z-loss and balance loss included) equals plain tp's bitwise;
-// - later losses to kSpLossBound and parameters to kSpParamBound (relative), for the reason
+// - later losses to kSpLossBound and parameters to kSpMoeParamBound (relative), for the reason
 //   above: the dense norms' and MoD routers' gradients are summed in two halves. The MoE
 //   routers' gradients are whole on every rank, as under plain tp, and are not summed over tp.
 // (Plain tp against one process for these recipes: mode_parity_tests.)
 namespace {
 constexpr int kSpMoeSteps = 3;  // six runs at np2, two at np4: kept tiny for CI
+// Worst measured 4.4e-8 (staged; integrated and token choice 0): a tighter bound than
+// kSpParamBound, since AdamW hides a gradient's scale (MoE routers' gradients summed over tp,
+// twice too large, moved the parameters only 1.7e-5).
+constexpr double kSpMoeParamBound = 1e-6;
 }  // namespace
 
 TEST_CASE("sequence parallelism trains MoE and MoDE as plain tp does, routing bitwise",
@@ -284,7 +288,7 @@ TEST_CASE("sequence parallelism trains MoE and MoDE as plain tp does, routing bi
       INFO("parameter " << split.run.params[i].first);
       const double d =
           test::relative_norm_diff(split.run.params[i].second, plain.run.params[i].second);
-      CHECK(d < kSpParamBound);
+      CHECK(d < kSpMoeParamBound);
       worst_param = std::max(worst_param, d);
     }
     if (world.rank() == 0)
