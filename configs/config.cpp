@@ -336,9 +336,6 @@ void validate(const modtrain::RunConfig& cfg) {
                 "needs model.seq_len " + std::to_string(m.seq_len()) +
                     " divisible by parallel.tp " + std::to_string(p.tp()) +
                     " (each tp rank holds seq_len / tp positions)");
-    if (m.moe().enabled())
-      bad_field("parallel.sequence_parallel",
-                "does not support model.moe (MoE and MoDE blocks run under plain tp only)");
   }
   if (t.batch_size() % p.dp() != 0)
     bad_field("train.batch_size", std::to_string(t.batch_size()) +

@@ -57,6 +57,9 @@ enum class Op : uint16_t {
   // Sequence parallelism's pair (parallel/tp_mappings.h): the residual stream split over T.
   GatherSeqFromTp,
   ReduceScatterSeqToTp,
+  // Around a layer that runs whole on every tp rank (the MoE layer) under sequence parallelism.
+  GatherSeqWholeFromTp,
+  SplitSeqToTp,
   VocabParallelCrossEntropy,
   // Expert-parallel all-to-all pair (parallel/expert_parallel.h).
   ExpertDispatch,
@@ -120,6 +123,8 @@ inline constexpr OpInfo kOpInfo[] = {
     {Op::ScatterToTp, "scatter_to_tp", true, true},
     {Op::GatherSeqFromTp, "gather_seq_from_tp", true, true},
     {Op::ReduceScatterSeqToTp, "reduce_scatter_seq_to_tp", true, true},
+    {Op::GatherSeqWholeFromTp, "gather_seq_whole_from_tp", true, true},
+    {Op::SplitSeqToTp, "split_seq_to_tp", true, true},
     {Op::VocabParallelCrossEntropy, "vocab_parallel_cross_entropy", true, true},
     {Op::ExpertDispatch, "expert_dispatch", true, true},
     {Op::ExpertCombine, "expert_combine", true, true},

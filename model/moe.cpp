@@ -65,7 +65,7 @@ void resolve_moe_stats(std::vector<MoeStats>& stats) {
     s.unrouted_fraction = st.unrouted_fraction;
     s.dropped_fraction = st.dropped_fraction;
     s.max_load = st.max_load;
-    s.counts = s.share = Tensor();
+    s.counts = s.share = s.slots = Tensor();
     s.top_k = 0;
   }
 }
@@ -104,6 +104,13 @@ Tensor MoeMlp::aux_losses(const Tensor& logits_in, const Tensor& probs_in,
 }
 
 MoeOutput MoeMlp::forward(const Tensor& x) const {
+  if (!sequence_.gather) return forward_whole(x);
+  MoeOutput result = forward_whole(sequence_.gather(x));
+  result.out = sequence_.split(result.out);
+  return result;
+}
+
+MoeOutput MoeMlp::forward_whole(const Tensor& x) const {
   if (x.dim() != 3) throw std::invalid_argument("moe: input " + describe(x) + " must be [B,T,D]");
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2), e = cfg_.n_experts();
   MoeOutput result;
@@ -113,6 +120,7 @@ MoeOutput MoeMlp::forward(const Tensor& x) const {
   result.stats.noop_fraction = sel.noop_fraction;
   result.stats.counts = sel.counts;
   result.stats.share = sel.share;
+  result.stats.slots = sel.rows;
   result.stats.tokens = t;
   result.stats.token_choice = !sel.all_valid;
   result.stats.top_k = sel.all_valid ? 1 : cfg_.top_k();

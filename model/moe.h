@@ -53,6 +53,14 @@ struct ExpertExchange {
   std::function<Tensor(const Tensor&)> combine;   // [E_local, S', D] -> [E,S,D]
 };
 
+// Sequence parallelism (parallel/parallelize.h): a layer fed the split stream [B,T/n,D] gathers
+// it whole before routing, runs as on a whole stream, and keeps its own positions of the output,
+// so the routing, statistics and losses are those of all T positions. Unset, x is whole.
+struct SequenceGather {
+  std::function<Tensor(const Tensor&)> gather;  // [B,T/n,D] -> [B,T,D]
+  std::function<Tensor(const Tensor&)> split;   // [B,T,D] -> [B,T/n,D]
+};
+
 // One MoE layer's statistics from one forward (no gradient).
 struct MoeStats {
   int block = 0;
@@ -60,6 +68,7 @@ struct MoeStats {
   // Until resolve_moe_stats: the selection's per-sequence counts and shares, left on their
   // device so that the forward never waits for the host; top_k 0 once resolved.
   Tensor counts, share;
+  Tensor slots;  // the selection's rows [E,B,K] i64 (routing logs in tests); dropped when resolved
   int64_t tokens = 0, top_k = 0;
   bool token_choice = false;
 };
@@ -76,7 +85,8 @@ struct MoeOutput {
 class MoeMlp : public nn::Module {
  public:
   MoeMlp(const modtrain::ModelConfig& cfg, Rng& rng, DType dtype);
-  // Training routing: per-sequence expert choice or token choice over x [B,T,D].
+  // Training routing: per-sequence expert choice or token choice over x [B,T,D] ([B,T/n,D] with
+  // a sequence gather set: routed over the gathered T).
   MoeOutput forward(const Tensor& x) const;
   // Causal routing (sampling, causal evaluation; no autograd): each token alone picks its
   // top_k experts (1 under expert choice) among E'; a no-op pick contributes nothing.
@@ -85,8 +95,10 @@ class MoeMlp : public nn::Module {
   const modtrain::MoEConfig& config() const { return cfg_; }
   Experts& experts() { return *experts_; }
   void set_exchange(ExpertExchange exchange) { exchange_ = std::move(exchange); }
+  void set_sequence_gather(SequenceGather g) { sequence_ = std::move(g); }
 
  private:
+  MoeOutput forward_whole(const Tensor& x) const;  // x [B,T,D], every position
   Tensor aux_losses(const Tensor& logits, const Tensor& probs, const MoeSelection& sel) const;
 
   modtrain::MoEConfig cfg_;
@@ -94,6 +106,7 @@ class MoeMlp : public nn::Module {
   std::shared_ptr<nn::Linear> router_;
   std::shared_ptr<Experts> experts_;
   ExpertExchange exchange_;
+  SequenceGather sequence_;
 };
 
 }  // namespace mod::model

@@ -121,7 +121,15 @@ ShardMap parallelize_tensor(model::Transformer& model, const Mesh& mesh, bool se
     auto attn_in = std::make_shared<SharedCopyToTp>(mesh.tp(), split ? stream_in : copy_to_tp);
     for (const char* w : {"wq", "wk", "wv"}) s.column(blk + "attn." + w, attn_in);
     s.row(blk + "attn.wo", split);
-    if (model.moe(b)) continue;  // experts: parallelize_experts
+    if (model::MoeMlp* moe = model.moe(b)) {  // experts: parallelize_experts
+      // On the split stream the MoE layer runs on the gathered sequence exactly as under plain
+      // TP (whole, identical on every rank), then keeps its positions (tp_mappings.h).
+      Communicator* c = &mesh.tp();
+      if (split)
+        moe->set_sequence_gather({[c](const Tensor& x) { return gather_seq_whole_from_tp(x, *c); },
+                                  [c](const Tensor& y) { return split_seq_to_tp(y, *c); }});
+      continue;
+    }
     auto mlp_in = std::make_shared<SharedCopyToTp>(mesh.tp(), split ? stream_in : copy_to_tp);
     s.column(blk + "mlp.up", mlp_in);
     if (cfg.mlp() == modtrain::ModelConfig::SWIGLU) s.column(blk + "mlp.gate", mlp_in);
@@ -195,7 +203,9 @@ std::vector<Tensor> sequence_partial_parameters(const model::Transformer& model,
   std::vector<Tensor> out;
   for (const auto& [name, p] : model.named_parameters()) {
     if (specs.at(name).dim >= 0 || specs.at(name).expert) continue;
-    // A routed block's norms see its gathered rows, the same on every rank: whole gradients.
+    // A routed block's norms see its gathered rows and an MoE router the gathered sequence (or
+    // rows), the same on every rank: whole gradients.
+    if (name.find(".mlp.router.") != std::string::npos) continue;
     const size_t dot = name.find('.', 7);
     if (name.rfind("blocks.", 0) == 0 && model.routed(std::stoul(name.substr(7, dot - 7))) &&
         name.compare(dot + 1, 4, "norm") == 0)

@@ -17,9 +17,12 @@
 // replaces reduce_from_tp, and the embedding reduce-scatters. A routed block gathers its C rows
 // (gather_routed_rows), runs as under plain TP on them, and scatters back into the split stream
 // (scatter_add_routed_rows); its router scores are gathered (S scalars a sequence), so top-C is
-// taken from every position, identically on every rank. Replicated parameters that now see only
-// the rank's positions (dense blocks' norms, the final norm, routers, predictors) have their
-// gradients summed over tp after backward (ParallelPlan::sequence_grads).
+// taken from every position, identically on every rank. An MoE MLP outside a routed block
+// all-gathers the sequence (gather_seq_whole_from_tp), routes and runs as under plain TP, and
+// keeps its positions of the output (split_seq_to_tp). Replicated parameters that now see only
+// the rank's positions (dense blocks' norms, the final norm, MoD routers, predictors; not MoE
+// routers, which see the gathered sequence) have their gradients summed over tp after backward
+// (ParallelPlan::sequence_grads).
 //
 // Expert parallelism (parallelize_experts) splits the stacked expert weights of every MoE MLP
 // along dim 0, the global expert index: ep rank j keeps experts [j*E/ep, (j+1)*E/ep), replicated

@@ -61,6 +61,22 @@ Tensor all_gather_seq(const Tensor& x, Communicator& tp) {
   return all_gather_last_dim(x.view({b, x.numel() / b}), tp).view(out_shape);
 }
 
+// x [B, T, ...] -> this rank's positions [B, T/tp, ...] of each sequence (no autograd).
+Tensor own_seq(const Tensor& x, Communicator& tp) {
+  const int n = tp.size();
+  const int64_t b = x.size(0), t = x.dim() > 1 ? x.size(1) : 0;
+  if (x.dim() < 2 || t % n != 0)
+    throw std::invalid_argument("split_seq_to_tp: dim 1 (the sequence) of " + describe(x) +
+                                " is not divisible by tp " + std::to_string(n));
+  const size_t chunk_bytes = x.numel() / b / n * dtype_size(x.dtype());
+  Shape out_shape = x.shape();
+  out_shape[1] = t / n;
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  backend_of(out).copy_rows(x, tp.rank() * chunk_bytes, n * chunk_bytes, out, 0, chunk_bytes, b,
+                            chunk_bytes);
+  return out;
+}
+
 Tensor own_slice(const Tensor& x, Communicator& tp) {
   const int64_t d = x.size(-1);
   if (d % tp.size() != 0)
@@ -131,6 +147,24 @@ Tensor reduce_scatter_seq_to_tp(const Tensor& x, Communicator& tp) {
   Tensor out = reduce_scatter_seq(x, tp);
   if (any_requires_grad({x}))
     record(out, Op::ReduceScatterSeqToTp, {x}, [&tp](const Tensor& g, const NeedsGrad&) {
+      return std::vector<Tensor>{all_gather_seq(g, tp)};
+    });
+  return out;
+}
+
+Tensor gather_seq_whole_from_tp(const Tensor& x, Communicator& tp) {
+  Tensor out = all_gather_seq(x, tp);
+  if (any_requires_grad({x}))
+    record(out, Op::GatherSeqWholeFromTp, {x}, [&tp](const Tensor& g, const NeedsGrad&) {
+      return std::vector<Tensor>{own_seq(g, tp)};
+    });
+  return out;
+}
+
+Tensor split_seq_to_tp(const Tensor& x, Communicator& tp) {
+  Tensor out = own_seq(x, tp);
+  if (any_requires_grad({x}))
+    record(out, Op::SplitSeqToTp, {x}, [&tp](const Tensor& g, const NeedsGrad&) {
       return std::vector<Tensor>{all_gather_seq(g, tp)};
     });
   return out;

@@ -18,6 +18,15 @@
 //   gather_seq_from_tp        all-gather along dim 1       reduce-scatter   [B, T/tp, ...] -> [B, T, ...]
 //   reduce_scatter_seq_to_tp  reduce-scatter along dim 1   all-gather       [B, T, ...] -> [B, T/tp, ...]
 //
+// A layer that runs whole and identical on every tp rank (the MoE layer: its router, selection
+// and gates replicated, its expert slots de-duplicated over tp and all-gathered back) gets a
+// whole, identical input gradient on every rank, so under sequence parallelism it is wrapped by
+// the dim-1 analogues of gather_from_tp / scatter_to_tp, whose backward keeps or gathers instead
+// of summing:
+//
+//   gather_seq_whole_from_tp  all-gather along dim 1       keep own positions  [B, T/tp, ...] -> [B, T, ...]
+//   split_seq_to_tp           keep own positions of dim 1  all-gather          [B, T, ...] -> [B, T/tp, ...]
+//
 // MoD's routed rows under sequence parallelism (compositions of the ops above and below, so
 // their backward rules are those ops'): idx [B,C] holds global positions, the same on every rank.
 //   gather_routed_rows        [B, T/tp, D], idx -> [B, C, D] on every rank: each rank writes the
@@ -38,6 +47,8 @@ Tensor gather_from_tp(const Tensor& x, Communicator& tp);
 Tensor scatter_to_tp(const Tensor& x, Communicator& tp);
 Tensor gather_seq_from_tp(const Tensor& x, Communicator& tp);
 Tensor reduce_scatter_seq_to_tp(const Tensor& x, Communicator& tp);
+Tensor gather_seq_whole_from_tp(const Tensor& x, Communicator& tp);
+Tensor split_seq_to_tp(const Tensor& x, Communicator& tp);
 Tensor gather_routed_rows(const Tensor& x_BtD, const Tensor& idx_BC, Communicator& tp);
 Tensor scatter_add_routed_rows(const Tensor& x_BtD, const Tensor& idx_BC, const Tensor& y_BCD,
                                Communicator& tp);

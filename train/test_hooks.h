@@ -29,6 +29,9 @@ struct TestHooks {
   // is appended here (the parity tests compare layouts' routing step by step; under pp, each
   // micro-batch's routed blocks of this rank's chunks, in block order). Null: off.
   std::vector<std::vector<Tensor>>* routing_log = nullptr;
+  // Set by tests only, not under pp: every training forward's MoE selections (MoeStats::slots,
+  // [E*B*K] i64 per MoE layer, in block order), copied to the host. Null: off.
+  std::vector<std::vector<Tensor>>* moe_slots_log = nullptr;
   // Before step nan_step (1-based) the first weight is overwritten with NaN, so the step's loss
   // is non-finite whatever the machine's rounding (a real divergence depends on it). 0: none.
   int64_t nan_step = 0;

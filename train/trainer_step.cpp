@@ -168,6 +168,11 @@ Trainer::StepOutputs Trainer::enqueue_step(int64_t step) {
       hooks_.routing_log->emplace_back();
       for (const Tensor& idx : r.routed_idx) hooks_.routing_log->back().push_back(idx.to(Device::CPU));
     }
+    if (hooks_.moe_slots_log) {
+      hooks_.moe_slots_log->emplace_back();
+      for (const model::MoeStats& m : r.moe_stats)
+        hooks_.moe_slots_log->back().push_back(m.slots.defined() ? m.slots.to(Device::CPU) : Tensor());
+    }
     maybe_exit_for_test(hooks_, mesh_->world().rank(), step);
     const bool last = micro == accum - 1;
     // Buckets all-reduce during the last micro-batch's backward; earlier ones accumulate

@@ -102,7 +102,10 @@ int block_of_parameter(const std::string& name) {
 }
 
 bool seq_partial_parameter(const std::string& name, const std::vector<bool>& routed_block) {
-  if (tp_split_parameter(name) || name.find(".mlp.experts.") != std::string::npos) return false;
+  // Experts are sharded; an MoE router sees the gathered sequence (or rows): whole gradients.
+  if (tp_split_parameter(name) || name.find(".mlp.experts.") != std::string::npos ||
+      name.find(".mlp.router.") != std::string::npos)
+    return false;
   const int blk = block_of_parameter(name);
   return !(blk >= 0 && routed_block[blk] && name.compare(name.find('.', 7) + 1, 4, "norm") == 0);
 }
@@ -198,6 +201,9 @@ Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l, double valid_shar
     // Sequence parallelism: a routed block's rows gathered (forward) and their gradient
     // scattered (backward), one all-reduce of [b, C, D] each way.
     if (l.sp && routed_block[blk]) sum_w += 2 * tb;
+    // ... and an MoE MLP outside one gathers the sequence (forward) and its output's gradient
+    // (backward): two all-gathers of [b, T, D], one all-reduce's bytes.
+    if (l.sp && moe[blk] && !routed_block[blk]) sum_w += tb;
     sum_ek += e * slots[blk];
     if (routed_block[blk]) {
       ++routed;
@@ -219,6 +225,7 @@ Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l, double valid_shar
              static_cast<double>(sum_ek));
   w += routed == 0 ? fmt("; T_b = %.0f", t) : fmt("; T_b = %.0f or C %.0f", t, c);
   if (l.sp && routed > 0) w += "; sequence parallel: + 2 C per routed block, its rows";
+  if (l.sp && n_moe > 0) w += "; sequence parallel: + T per MoE block outside a routed one";
   n.tp_formula =
       fmt("2 (tp - 1) / tp x a x B / dp x [4 B x D x (sum_b w_b + 2 T) + 4 B x T x (tp / 2 + 1)] = "
           "2 x %.0f / "

@@ -127,9 +127,15 @@ TEST_CASE("sequence parallelism's errors name the fields", "[config][errors]") {
       config::load(r, {"parallel.tp=4", "parallel.sequence_parallel=true", "model.seq_len=250"}),
       Contains("parallel.sequence_parallel") && Contains("model.seq_len 250") &&
           Contains("divisible by parallel.tp 4"));
-  CHECK_THROWS_WITH(
-      config::load(kRecipes + "tiny_moe.textproto", {"parallel.tp=2", "parallel.sequence_parallel=true"}),
-      Contains("parallel.sequence_parallel") && Contains("model.moe"));
+  // MoE and MoDE train under it too, with tp and with ep (parity_test.cpp).
+  for (const char* recipe : {"tiny_moe", "tiny_mode_staged", "tiny_mode_integrated"}) {
+    INFO(recipe);
+    CHECK_NOTHROW(config::load(kRecipes + recipe + ".textproto",
+                               {"parallel.tp=2", "parallel.sequence_parallel=true"}));
+    CHECK_NOTHROW(config::load(kRecipes + recipe + ".textproto",
+                               {"parallel.tp=2", "parallel.dp=2", "parallel.ep=2",
+                                "parallel.sequence_parallel=true"}));
+  }
   for (const char* stage : {"1", "2", "3"})  // ZeRO at dp 2 (zero3_tp_test.cpp)
     CHECK_NOTHROW(config::load(r, {"parallel.tp=2", "parallel.dp=2", "train.batch_size=4",
                                    std::string("parallel.zero_stage=") + stage,

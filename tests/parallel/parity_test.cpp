@@ -2,7 +2,7 @@
 // world size allows, against one process (see parity_harness.h); ZeRO-1's overlapped gradient
 // reduce-scatter against a single bucket, and ZeRO-2 (gradients released, with and without
 // gradient accumulation) against ZeRO-1, bitwise; the predictor's detachment, bitwise; and
-// sequence parallelism against plain tp.
+// sequence parallelism against plain tp (tiny_dense, tiny_mod, MoE and MoDE).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -143,6 +143,7 @@ constexpr int kSpSteps = 10;  // three runs per case: kept short for CI
 struct LoggedRun {
   p::RunResult run;
   std::vector<std::vector<Tensor>> routing;  // per step, per routed block: idx [B,C]
+  std::vector<std::vector<Tensor>> moe_slots;  // per step, per MoE layer run: slots [E*B*K]
 };
 
 LoggedRun train_logged(const modtrain::RunConfig& cfg, parallel::Communicator& world) {
@@ -150,6 +151,7 @@ LoggedRun train_logged(const modtrain::RunConfig& cfg, parallel::Communicator& w
   train::TestHooks hooks;
   hooks.check_tp_routing = true;
   hooks.routing_log = &out.routing;
+  hooks.moe_slots_log = &out.moe_slots;
   train::Trainer trainer(cfg, test::temp_dir("sp_run"), /*quiet=*/true, world, hooks);
   trainer.run();
   out.run = {trainer.losses(), trainer.full_parameters()};
@@ -215,6 +217,89 @@ TEST_CASE("sequence parallelism matches one process and plain tp step by step wi
   }
 }
 
+// MoE and MoDE under sequence parallelism against plain tp on the same ranks, 3 steps (np4: 2)
+// (np2: tp 2, staged and integrated MoDE and tiny_moe with top-2 token choice, whose balance loss
+// reads every token's expert share; np4: dp 2 x tp 2 x ep 2, staged MoDE, the recipe with both
+// kinds of MoE layer: on the gathered sequence and on a routed block's rows). An MoE
+// layer outside a routed block gathers the sequence and runs exactly as under plain tp (one inside
+// a routed block runs on the gathered rows, as before), so:
+// - every routed block's indices and every MoE layer's slots equal plain tp's, bitwise, at every
+//   step;
+// - step 1's loss (the MoE z-loss and balance loss included) equals plain tp's bitwise;
+// - later losses to kSpLossBound and parameters to kSpMoeParamBound (relative), for the reason
+//   above: the dense norms' and MoD routers' gradients are summed in two halves. The MoE
+//   routers' gradients are whole on every rank, as under plain tp, and are not summed over tp.
+// (Plain tp against one process for these recipes: mode_parity_tests.)
+namespace {
+// Six runs at np2, two at np4 (four oversubscribed ranks, the slowest): kept tiny for CI.
+int sp_moe_steps(int world) { return world == 4 ? 2 : 3; }
+// Worst measured 4.4e-8 (staged; integrated and token choice 0): a tighter bound than
+// kSpParamBound, since AdamW hides a gradient's scale (MoE routers' gradients summed over tp,
+// twice too large, moved the parameters only 1.7e-5).
+constexpr double kSpMoeParamBound = 1e-6;
+}  // namespace
+
+TEST_CASE("sequence parallelism trains MoE and MoDE as plain tp does, routing bitwise",
+          "[mpi][parity]") {
+  auto& world = parallel::world();
+  if (world.size() != 2 && world.size() != 4) {
+    WARN("needs 2 or 4 processes (tp = 2)");
+    return;
+  }
+  const std::string tp = world.size() == 2 ? "dp=1 tp=2" : "dp=2 tp=2 ep=2";
+  const std::string sp = tp + " sequence_parallel=true";
+  std::vector<std::string> names = {"tiny_mode_staged"};
+  if (world.size() == 2) names = {"tiny_mode_staged", "tiny_mode_integrated", "tiny_moe_token_choice"};
+  for (const std::string& name : names) {
+    INFO(name << " [" << sp << "], world rank " << world.rank());
+    const int steps = sp_moe_steps(world.size());
+    const LoggedRun plain = train_logged(p::recipe(name, tp, steps), world);
+    const LoggedRun split = train_logged(p::recipe(name, sp, steps), world);
+    REQUIRE(split.run.losses.size() == static_cast<size_t>(steps));
+    REQUIRE(plain.run.losses.size() == split.run.losses.size());
+    CHECK(split.run.losses[0] == plain.run.losses[0]);
+    double worst_loss = 0, worst_param = 0;
+    for (size_t s = 0; s < split.run.losses.size(); ++s) {
+      INFO("step " << s + 1 << ": sp " << split.run.losses[s] << ", tp " << plain.run.losses[s]);
+      const double d = std::abs(split.run.losses[s] - plain.run.losses[s]) /
+                       std::abs(plain.run.losses[s]);
+      CHECK(d <= kSpLossBound);
+      worst_loss = std::max(worst_loss, d);
+    }
+    using Log = std::vector<std::vector<Tensor>> LoggedRun::*;
+    for (const Log logs : {&LoggedRun::routing, &LoggedRun::moe_slots}) {
+      const auto& got = split.*logs;
+      const auto& want = plain.*logs;
+      REQUIRE(got.size() == want.size());
+      REQUIRE(!got.empty());
+      for (size_t s = 0; s < got.size(); ++s) {
+        REQUIRE(got[s].size() == want[s].size());
+        for (size_t k = 0; k < got[s].size(); ++k) {
+          INFO((logs == &LoggedRun::routing ? "routed block " : "MoE layer ") << k << ", step "
+                                                                               << s + 1);
+          REQUIRE(got[s][k].defined() == want[s][k].defined());
+          if (got[s][k].defined())
+            test::check_bitwise(got[s][k].to_vector(), want[s][k].to_vector());
+        }
+      }
+    }
+    CHECK(!split.moe_slots.at(0).empty());
+    if (name == "tiny_mode_staged") CHECK(!split.routing.at(0).empty());
+    REQUIRE(split.run.params.size() == plain.run.params.size());
+    for (size_t i = 0; i < split.run.params.size(); ++i) {
+      INFO("parameter " << split.run.params[i].first);
+      const double d =
+          test::relative_norm_diff(split.run.params[i].second, plain.run.params[i].second);
+      CHECK(d < kSpMoeParamBound);
+      worst_param = std::max(worst_param, d);
+    }
+    if (world.rank() == 0)
+      std::printf("sequence parallel %s [%s]: against plain tp, losses %.2e, parameters %.2e "
+                  "(relative, worst of %d steps)\n",
+                  name.c_str(), sp.c_str(), worst_loss, worst_param, steps);
+  }
+}
+
 // What sequence parallelism sends on the tp group per step and rank, against plain tp at the
 // same layout (CountingCommunicator, one step as the difference of 2- and 1-step runs, so
 // start-up and the end-of-run gather cancel): the same bytes in all-gathers and reduce-scatters
@@ -223,7 +308,11 @@ TEST_CASE("sequence parallelism matches one process and plain tp step by step wi
 //     rows' gradient backward, 2 x 2(t-1)/t x 4bCD; the all-gather of its router scores,
 //     (t-1)/t x 4bT, and of the predictor's logits (predictor only) or the all-reduce of the
 //     causal loss scalar (AUX_BCE: 2(t-1)/t x 4 B; with the predictor both);
-//   once: the all-reduce of the sequence-partial gradients, 2(t-1)/t x 4 B x P_seq.
+//   per MoE layer outside a routed block: the all-gather of its input [b,T/t,D] -> [b,T,D]
+//     forward and of its output's gradient backward, 2 x (t-1)/t x 4bTD (plain tp's MoE layer
+//     reads the replicated stream and sends only its expert slots, which SP sends alike);
+//   once: the all-reduce of the sequence-partial gradients, 2(t-1)/t x 4 B x P_seq (the MoE
+//     routers see the gathered sequence: not partial).
 TEST_CASE("sequence parallelism sends plain tp's bytes plus the routed rows and partial gradients",
           "[mpi][parity]") {
   auto& world = parallel::world();
@@ -244,20 +333,25 @@ TEST_CASE("sequence parallelism sends plain tp's bytes plus the routed rows and 
     return bytes[1] - bytes[0];
   };
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
-      {"tiny_dense", {}}, {"tiny_mod", {}}, {"tiny_mod", {"model.mod.causal.method=AUX_BCE"}}};
+      {"tiny_dense", {}},
+      {"tiny_mod", {}},
+      {"tiny_mod", {"model.mod.causal.method=AUX_BCE"}},
+      {"tiny_mode_staged", {}}};  // MoE layers on the gathered sequence and on routed rows
   for (const auto& [name, extra] : cases) {
     const modtrain::RunConfig cfg = p::recipe(name, "dp=1 tp=2", 1, extra);
     const auto& m = cfg.model();
     const int64_t b = cfg.train().batch_size(), t = m.seq_len(), d = m.d_model();
-    // The sequence-partial parameters: dense blocks' norms, the final norm, routers, predictors.
+    // The sequence-partial parameters: dense blocks' norms, the final norm, MoD routers,
+    // predictors.
     model::Transformer shapes(m, 0);
-    int64_t p_seq = 0, routed_extra = 0;
+    int64_t p_seq = 0, routed_extra = 0, moe_extra = 0;
     for (const auto& [pname, param] : shapes.named_parameters()) {
       const bool in_routed = pname.rfind("blocks.", 0) == 0 &&
                              shapes.routed(std::stoul(pname.substr(7, pname.find('.', 7) - 7)));
       const bool norm = pname.find(".norm") != std::string::npos || pname.rfind("final_norm", 0) == 0;
-      if ((norm && !in_routed) || pname.find(".router.") != std::string::npos ||
-          pname.find(".predictor.") != std::string::npos)
+      const bool mod_router = pname.find(".router.") != std::string::npos &&
+                              pname.find(".mlp.router.") == std::string::npos;
+      if ((norm && !in_routed) || mod_router || pname.find(".predictor.") != std::string::npos)
         p_seq += param.numel();
     }
     const bool predictor = m.mod().enabled() &&
@@ -266,21 +360,25 @@ TEST_CASE("sequence parallelism sends plain tp's bytes plus the routed rows and 
         m.mod().causal().method() != modtrain::CausalRoutingConfig::NONE;
     const auto capacities = model::block_capacities(m);
     for (size_t k = 0; k < shapes.num_blocks(); ++k) {
+      if (shapes.moe(k) && !shapes.routed(k)) moe_extra += 2 * 4 * b * t * d / 2;
       if (!shapes.routed(k)) continue;
       routed_extra += 2 * 4 * b * capacities[k] * d + 4 * b * t / 2 +
                       (predictor ? 4 * b * t / 2 : 0) + (causal_loss ? 4 : 0);
     }
-    const int64_t expected = routed_extra + 4 * p_seq;  // t = 2: 2(t-1)/t = 1, (t-1)/t = 1/2
+    const int64_t expected =
+        routed_extra + moe_extra + 4 * p_seq;  // t = 2: 2(t-1)/t = 1, (t-1)/t = 1/2
     const int64_t plain = tp_bytes_per_step(name, "dp=1 tp=2", extra);
     const int64_t split = tp_bytes_per_step(name, "dp=1 tp=2 sequence_parallel=true", extra);
     INFO(name << (extra.empty() ? "" : " " + extra[0]) << ": plain tp " << plain
               << " B, sequence parallel " << split << " B, expected difference " << expected);
     if (world.rank() == 0)
       std::printf("tp bytes per step and rank, %s%s: plain tp %lld, sequence parallel %lld "
-                  "(+%lld: routed rows and scores %lld, partial gradients %lld of %lld parameters)\n",
+                  "(+%lld: routed rows and scores %lld, MoE layers' gathers %lld, partial "
+                  "gradients %lld of %lld parameters)\n",
                   name.c_str(), extra.empty() ? "" : (" " + extra[0]).c_str(),
                   static_cast<long long>(plain), static_cast<long long>(split),
                   static_cast<long long>(split - plain), static_cast<long long>(routed_extra),
+                  static_cast<long long>(moe_extra),
                   static_cast<long long>(4 * p_seq), static_cast<long long>(p_seq));
     CHECK(split - plain == expected);
   }

@@ -59,6 +59,12 @@ std::vector<test::GradCase> collective_cases() {
       {"reduce_scatter_seq_to_tp [2,3,4]", Op::ReduceScatterSeqToTp,
        [](Rng& r) { return std::vector<Tensor>{randn({2, 3, 4}, r, DType::F64).set_requires_grad(true)}; },
        [](const std::vector<Tensor>& in) { return reduce_scatter_seq_to_tp(in[0], local()); }},
+      {"gather_seq_whole_from_tp [2,3,4]", Op::GatherSeqWholeFromTp,
+       [](Rng& r) { return std::vector<Tensor>{randn({2, 3, 4}, r, DType::F64).set_requires_grad(true)}; },
+       [](const std::vector<Tensor>& in) { return gather_seq_whole_from_tp(in[0], local()); }},
+      {"split_seq_to_tp [2,3,4]", Op::SplitSeqToTp,
+       [](Rng& r) { return std::vector<Tensor>{randn({2, 3, 4}, r, DType::F64).set_requires_grad(true)}; },
+       [](const std::vector<Tensor>& in) { return split_seq_to_tp(in[0], local()); }},
       {"expert_dispatch [3,4,2]", Op::ExpertDispatch,
        [](Rng& r) { return std::vector<Tensor>{randn({3, 4, 2}, r, DType::F64).set_requires_grad(true)}; },
        [](const std::vector<Tensor>& in) { return dispatch_to_experts(in[0], local_ep(), local()); }},
@@ -227,10 +233,26 @@ TEST_CASE("sequence-parallel mappings: forward and backward across ranks", "[mpi
   backward(sum, own_rows(grad, tp));
   CHECK(max_abs_diff(part.grad(), grad) == 0.0);
 
+  // Around a layer run whole on every rank (the MoE layer): the gather's backward keeps the
+  // rank's positions of the whole, identical gradient; the split's backward all-gathers.
+  Tensor mine_whole = own_rows(whole, tp).set_requires_grad(true);
+  Tensor gathered = gather_seq_whole_from_tp(mine_whole, tp);
+  CHECK(max_abs_diff(gathered, whole) == 0.0);
+  backward(gathered, grad);
+  CHECK(max_abs_diff(mine_whole.grad(), own_rows(grad, tp)) == 0.0);
+  Tensor replicated = whole.clone().set_requires_grad(true);
+  Tensor kept = split_seq_to_tp(replicated, tp);
+  CHECK(max_abs_diff(kept, own_rows(whole, tp)) == 0.0);
+  backward(kept, own_rows(grad, tp));
+  CHECK(max_abs_diff(replicated.grad(), grad) == 0.0);
+
   // A sequence not divisible by tp is refused, naming the sizes.
-  if (n > 1)
+  if (n > 1) {
     CHECK_THROWS_WITH(reduce_scatter_seq_to_tp(randn({1, 3 * n + 1, 2}, rng, DType::F64), tp),
                       Catch::Contains("not divisible by tp " + std::to_string(n)));
+    CHECK_THROWS_WITH(split_seq_to_tp(randn({1, 3 * n + 1, 2}, rng, DType::F64), tp),
+                      Catch::Contains("not divisible by tp " + std::to_string(n)));
+  }
 }
 
 TEST_CASE("MoD's routed rows on a split sequence equal gather_rows and scatter_add_rows", "[mpi]") {
