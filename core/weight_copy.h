@@ -38,5 +38,13 @@ Tensor allocated_weight_copy(const Tensor& param);
 // After one pass wrote param and the copy allocated_weight_copy gave: the master takes a new
 // stamp and the copy is current at it.
 void mark_written_with_copy(const Tensor& param);
+// For a writer that fills the copy without the master (ZeRO-3 gathers a unit's bf16 part into
+// the copies while their masters stay released, parallel/zero3.h): param's copy in dtype,
+// allocated (contents undefined) if it has none on param's device yet. Throws, naming param,
+// when param keeps no copy in dtype.
+Tensor weight_copy_to_write(const Tensor& param, DType dtype);
+// After such a write: the copy is current at the master's stamp as it is (the master untouched),
+// so weight_copy_for hands it out instead of rewriting it from the master.
+void mark_copy_current(const Tensor& param);
 
 }  // namespace mod
