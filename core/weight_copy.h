@@ -9,6 +9,9 @@
 // (Tensor::copy_from and set: checkpoint loads, ZeRO-1's all-gather; any optimizer update)
 // takes a new stamp, and weight_copy_for rewrites a stale copy (convert) before handing it out.
 // Writes through raw data pointers are not seen: call Storage::mark_written after them.
+// ZeRO-3 writes the copies of a unit's copy part without their masters (weight_copy_to_write,
+// mark_copy_current): the copy is then cast(master) of the values the master would hold, the
+// master itself released; rewriting such a copy would read the released master and throw.
 // Checkpoints hold the masters only; a copy is state derived from them.
 // Tested by: tests/core/routing_loss_optim_test.cpp (a stale copy is rewritten before use),
 // tests/parallel/optimizer_test.cpp (runs with copies equal runs without, resume included).

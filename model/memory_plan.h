@@ -48,6 +48,10 @@ struct MemoryOptions {
   // train.fusions.router_scores: under bf16 the router reads (and keeps) the block input as it
   // is, not an f32 copy (core/ops/matmul.h row_scores).
   bool fused_router_scores = false;
+  // train.fusions.optimizer_weight_copies under bf16: the optimizer keeps bf16 weight copies,
+  // into which ZeRO-3 gathers each unit's copy part (parallel/zero3.h), the masters of that
+  // part never whole.
+  bool weight_copies = false;
 };
 
 // train.batch_size / dp, precision, recomputation and the parallel layout of a run config.

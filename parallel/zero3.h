@@ -24,6 +24,14 @@
 //             without prefetch (there the next block's gather buffer and parameters overlap).
 //             The gathered values are the same bytes either way, so results are bitwise equal.
 //
+// Under BF16 with the optimizer's weight copies each unit has two parts, each its own all-gather:
+// the copy part (what forward reads only through a bf16 copy: matrices, norms, experts) moves
+// at 2 bytes an element, each rank converting its owned f32 slice, straight into the copies,
+// marked current at their masters' stamps; its masters stay released through the step. The f32
+// part (read as masters: the embedding, routers, the predictor's logit layer) moves as f32.
+// convert(owned slice) is that slice of convert(master), so results are bitwise those of
+// gathering f32. gather_all moves both parts in f32: masters whole, copies rewritten from them.
+//
 // Released means the parameter's storage holds no bytes (the object stays: views of it saved for
 // backward see the values again once gathered), and any read throws, naming the parameter. The
 // gradients are reduce-scattered by the ZeRO-2 bucketer (data_parallel.h) with one bucket per
