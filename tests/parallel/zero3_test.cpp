@@ -17,7 +17,7 @@
 // - Under BF16's weight copies (the units alone: the CPU trains in f32), the copy part of each
 //   unit is gathered at 2 bytes an element straight into the copies, bit for bit the cast of
 //   the whole master, the masters left released; the rest at 4 (the embedding, the routers,
-//   the predictor's logit layer). The exact bytes a step gathers, from the shapes. gather_all
+//   the predictor's logit layer; an untied head is in the copy part). The exact bytes a step gathers, from the shapes. gather_all
 //   makes masters and copies whole and current; reshard_all keeps what was written into them.
 //   A rank splitting its units unlike the others is refused at construction.
 // - The layouts stage 3 does not reach are refused, naming the field.
@@ -176,7 +176,13 @@ TEST_CASE("ZeRO-3 under BF16 gathers each unit's copy part in bf16, into the cop
   const parallel::OptimizerFusion fusion{true, DType::BF16};
   for (const char* name : {"tiny_mod", "tiny_moe"}) {
     INFO(name);
-    const modtrain::RunConfig cfg = recipe(name, "", 1);
+    modtrain::RunConfig cfg = recipe(name, "", 1);
+    // Shrunk (the CPU converts to bf16 an element at a time): two blocks, the second routed
+    // under tiny_mod; tiny_moe's head untied, so the outer unit has a copy part too.
+    cfg.mutable_model()->set_d_model(64);
+    cfg.mutable_model()->set_d_ff(128);
+    cfg.mutable_model()->set_n_layers(2);
+    if (std::string(name) == "tiny_moe") cfg.mutable_model()->set_tie_embeddings(false);
     model::Transformer m(cfg.model(), 7);
     const auto named = m.named_parameters();
     std::vector<Tensor> whole, other;  // the values at the start, and others to resume from
