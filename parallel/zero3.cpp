@@ -82,6 +82,12 @@ ShardedUnits::ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator&
 // part everywhere (else the buffers' lengths differ and the all-gathers mix f32 and bf16).
 // One all-reduce a group, here at construction, before any gather.
 void ShardedUnits::check_same_split(Communicator* edp) {
+  Device device = Device::CPU;  // the members' (a pipeline stage may hold no outer unit)
+  for (const Unit& unit : units_)
+    if (!unit.members.empty()) {
+      device = unit.members.front().param.device();
+      break;
+    }
   for (Communicator* comm : {&dp_, edp}) {
     if (!comm || comm->size() == 1) continue;
     std::vector<double> mine;  // per unit: its copy part's elements over comm
@@ -94,9 +100,7 @@ void ShardedUnits::check_same_split(Communicator* edp) {
     const size_t k = mine.size();
     std::vector<double> both = mine;  // max of n and of -n: the largest and smallest
     for (double n : mine) both.push_back(-n);
-    Tensor t = Tensor::from_vector(both, {static_cast<int64_t>(2 * k)}, DType::F64)
-                   .to(units_.front().members.empty() ? Device::CPU
-                                                      : units_.front().members.front().param.device());
+    Tensor t = Tensor::from_vector(both, {static_cast<int64_t>(2 * k)}, DType::F64).to(device);
     comm->all_reduce(t, ReduceOp::Max);
     const std::vector<double> got = t.to(Device::CPU).to_vector();
     for (size_t u = 0; u < k; ++u)
@@ -214,7 +218,8 @@ void ShardedUnits::gather(size_t u, bool masters) {
 
 void ShardedUnits::release(size_t u) {
   Unit& unit = units_[u];
-  if (in_flight(u)) wait_gathers(unit);  // its buffers must outlive the collective, which every rank has started
+  // Its buffers must outlive the collective, which every rank has started.
+  if (in_flight(u)) wait_gathers(unit);
   for (Member& m : unit.members) {
     m.param.impl()->storage->resize(0);
     if (WeightCopy* copy = allocated_copy(m.param)) copy->value.impl()->storage->resize(0);
