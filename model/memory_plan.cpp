@@ -200,6 +200,15 @@ ReducedState reduced_state(const MemoryLayout& l, double dense, double experts) 
   return r;
 }
 
+double zero3_parameters(const MemoryLayout& l, double dense, double experts, double outer,
+                        double units) {
+  return dense / l.dp + experts / expert_shard_ranks(l) + outer + units;
+}
+
+double zero3_f32_units(const MemoryLayout& l, double largest_block) {
+  return (2 + 1.0 / l.dp) * largest_block;
+}
+
 MemoryPlan plan_memory(const modtrain::RunConfig& cfg) {
   return plan_memory(cfg.model(), memory_options(cfg));
 }
@@ -242,27 +251,28 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   plan.head_parameters = kMaster * (x.norm_vecs * x.d + (cfg.tie_embeddings() ? 0 : x.v * x.d));
   plan.parameters = param_elems * kMaster;
   plan.gradients = plan.parameters;
-  // ZeRO-3 (parallel/zero3.h): each rank keeps its 1/dp slices, the outer unit (embedding,
-  // final norm, head) whole through the step, one block whole at a time and the next one's
-  // all-gather in flight (prefetch: its receive buffer, a block, and send buffer, 1/dp of one);
-  // its gradient buckets are the units, so the largest unit bounds a bucket.
+  // ZeRO-3 (parallel/zero3.h, zero3_parameters): the rank's slices, the outer unit (embedding,
+  // final norm, head) whole, a block whole and the next in flight; its gradient buckets are the
+  // units, so the largest unit bounds a bucket.
   const bool stage3 = opt.layout.zero_stage >= 3;
   const double outer_elems = dense_elems + expert_elems -
                              std::accumulate(block_grads.begin(), block_grads.end(), 0.0) / kMaster;
   const double largest_block = *std::max_element(block_grads.begin(), block_grads.end());
   const int dp = opt.layout.dp;
-  const double edp = expert_shard_ranks(opt.layout);
   // One block whole and the next one's gather in flight: its receive buffer and 1/dp of it
   // sent. Under bf16 weight copies the outer unit's copy part (final norm, an untied head) is
   // whole only as copies (the head's counted with the head's activations).
-  double units = 0;
-  for (size_t b = 0; b < block_whole.size(); ++b)
-    units = std::max(units, block_whole[b] + (1 + 1.0 / dp) * block_in_flight[b]);
+  double units = zero3_f32_units(opt.layout, largest_block);
+  if (copy_part) {
+    units = 0;
+    for (size_t b = 0; b < block_whole.size(); ++b)
+      units = std::max(units, block_whole[b] + (1 + 1.0 / dp) * block_in_flight[b]);
+  }
   const double outer_copies =
       copy_part ? x.norm_vecs * x.d + (cfg.tie_embeddings() ? 0 : x.v * x.d) : 0;
   if (stage3)
-    plan.parameters =
-        kMaster * (dense_elems / dp + expert_elems / edp + outer_elems - outer_copies) + units;
+    plan.parameters = zero3_parameters(opt.layout, kMaster * dense_elems, kMaster * expert_elems,
+                                       kMaster * (outer_elems - outer_copies), units);
   const ReducedState reduced =
       reduced_state(opt.layout, kMaster * dense_elems, kMaster * expert_elems);
   plan.optimizer = reduced.optimizer;
@@ -360,7 +370,6 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   plan.head_backward_temp =
       x.bf16 ? std::max({dlogits32, dlogits16, dlogits16 + matmul - dlogits32})
              : dlogits32 + matmul;
-  double head_forward_temp = 0;  // above the end of forward: the fused head's chunk
   if (opt.fused_classifier) {
     // linear_cross_entropy keeps dx [n,D] and dW [V,D] (f32 under bf16) and not the logits, the
     // norm's output or the weight's bf16 copy; while it runs it holds one chunk of logits, the
@@ -372,7 +381,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
                         static_cast<int64_t>(x.v), x.bf16 ? DType::BF16 : DType::F32))) * x.v * x.a;
     plan.weight_copies -= head_copy;
     plan.head_kept = n * x.d * x.a + n * kStats * x.norm_stats + (n + x.v) * x.d * acc;
-    head_forward_temp = chunk + n * acc + n * x.d * x.a + head_copy;
+    plan.head_forward_temp = chunk + n * acc + n * x.d * x.a + head_copy;
     plan.head_backward_temp = x.bf16 ? (n + x.v) * x.d * x.a + x.v * x.d * kMaster : 0;
   }
   plan.activations = kept_total + plan.head_kept;
@@ -388,7 +397,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
       plan.peak_at = where;
     }
   };
-  visit(base + plan.activations + head_forward_temp, "forward of the fused LM head and loss");
+  visit(base + plan.activations + plan.head_forward_temp, "forward of the fused LM head and loss");
   kept -= causal_total;  // the causal-routing losses' backward, first
   visit(base + kept + plan.head_backward_temp, "backward of the LM head and loss");
   kept -= plan.head_kept;

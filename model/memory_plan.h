@@ -74,6 +74,7 @@ struct MemoryPlan {
   double weight_copies = 0; // compute-dtype copies of weights kept for backward (bf16 only)
   double head_kept = 0;  // final norm, logits, loss (the embedding output is block 0's input)
   double head_backward_temp = 0;             // dlogits and the LM head's weight gradient
+  double head_forward_temp = 0;  // the fused LM head's chunk of logits and buffers while it runs
   double embedding_parameters = 0;  // bytes, this rank's vocabulary rows (master dtype)
   double head_parameters = 0;       // the final norm and an untied LM head (tied: none)
   double stream_grad = 0;           // the residual stream's gradient between blocks [n, D]
@@ -101,6 +102,16 @@ struct ReducedState {
   bool releases = false; // stage 2: every full gradient is dropped once its bucket is packed
 };
 ReducedState reduced_state(const MemoryLayout& layout, double dense_bytes, double expert_bytes);
+// ZeRO-3's parameter bytes on a rank (parallel/zero3.h): its slices (dense_bytes over dp,
+// expert_bytes over expert_shard_ranks), the outer unit whole through the step (outer_bytes, part
+// of dense_bytes; its masters that are whole), and one block whole with the next one's
+// all-gather in flight (units_bytes).
+double zero3_parameters(const MemoryLayout& layout, double dense_bytes, double expert_bytes,
+                        double outer_bytes, double units_bytes);
+// units_bytes when every member gathers in f32: a block whole, the next one's receive buffer (a
+// block) and its send buffer (1/dp of one); largest_block_bytes bounds them. Under bf16 weight
+// copies plan_memory counts the copy part at 2 bytes and its masters never whole instead.
+double zero3_f32_units(const MemoryLayout& layout, double largest_block_bytes);
 MemoryPlan plan_memory(const modtrain::RunConfig& cfg);
 
 // The `memory` command's table (bytes shown in MiB/GiB).

@@ -19,7 +19,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kCollectiveNames[] = {
     "all_reduce", "all_reduce_async", "reduce_scatter", "reduce_scatter_async", "all_gather",
-    "all_gather_async", "all_to_all", "broadcast", "barrier", "send", "recv", "split"};
+    "all_gather_async", "all_to_all", "broadcast", "barrier", "send", "recv", "split", "send_recv"};
 static_assert(std::size(kCollectiveNames) == kCollectiveCount,
               "every Collective needs a name in kCollectiveNames");
 
@@ -53,6 +53,7 @@ int64_t bytes_sent(Collective c, int64_t s, int n, bool root) {
     case Collective::Broadcast:
       return root ? s : 0;
     case Collective::Send:
+    case Collective::SendRecv:
       return s;
     case Collective::Recv:
     case Collective::Barrier:
@@ -283,6 +284,24 @@ void CountingCommunicator::recv(const Tensor& t, int src, int tag) {
   const auto t0 = Clock::now();
   inner_->recv(t, src, tag);
   record(Collective::Recv, bytes_of(t), seconds_since(t0));
+}
+
+std::unique_ptr<Work> CountingCommunicator::send_async(const Tensor& t, int dst, int tag) {
+  const auto t0 = Clock::now();
+  std::unique_ptr<Work> work = inner_->send_async(t, dst, tag);
+  record(Collective::Send, bytes_of(t), seconds_since(t0));
+  return std::make_unique<CountingWork>(std::move(work), table_, name(), size(), Collective::Send);
+}
+
+std::unique_ptr<Work> CountingCommunicator::send_recv(const std::vector<PeerTransfer>& transfers) {
+  int64_t sent = 0;
+  for (const PeerTransfer& t : transfers)
+    if (t.kind == PeerTransfer::Send) sent += bytes_of(t.tensor);
+  const auto t0 = Clock::now();
+  std::unique_ptr<Work> work = inner_->send_recv(transfers);
+  record(Collective::SendRecv, sent, seconds_since(t0));
+  return std::make_unique<CountingWork>(std::move(work), table_, name(), size(),
+                                        Collective::SendRecv);
 }
 
 std::unique_ptr<Communicator> CountingCommunicator::split(int color, int key,

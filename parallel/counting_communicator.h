@@ -20,7 +20,8 @@
 //   all_gather(_async)             (n - 1) / n x S      S = bytes of out (n x in)
 //   all_to_all                     (n - 1) / n x S      S = bytes of in  (own chunk stays)
 //   broadcast                      S on the root, 0 elsewhere (what the root must send at least)
-//   send / recv                    S / 0
+//   send, send_async / recv        S / 0
+//   send_recv                      S = bytes of the batch's sends (its receives: 0)
 //   barrier, split                 0 (control messages only)
 // Each volume is rounded down to whole bytes per call; a group of one sends nothing.
 #pragma once
@@ -49,6 +50,7 @@ enum class Collective {
   Send,
   Recv,
   Split,
+  SendRecv,  // a batch of point-to-point sends and receives (pipeline stages' links)
   kCount
 };
 inline constexpr size_t kCollectiveCount = static_cast<size_t>(Collective::kCount);
@@ -127,6 +129,9 @@ class CountingCommunicator final : public Communicator {
   void barrier() override;
   void send(const Tensor& t, int dst, int tag = 0) override;
   void recv(const Tensor& t, int src, int tag = 0) override;
+  std::unique_ptr<Work> send_async(const Tensor& t, int dst, int tag = 0) override;  // as send
+  // Forwarded whole (NCCL groups it); counted as one send_recv call of its sends' bytes.
+  std::unique_ptr<Work> send_recv(const std::vector<PeerTransfer>& transfers) override;
   // A CountingCommunicator that owns the wrapped sub-communicator and shares this one's table.
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
   [[noreturn]] void abort(const std::string& message, int code = 1) override;

@@ -5,11 +5,16 @@
 //   (release_other_stages, pipeline_training.h): it holds only the parameters it owns (its
 //   tp/ep shards: its chunks' blocks, the embedding on the first stage, final norm and head on
 //   the last), their gradients, gradient buckets and AdamW's moments of only those, from ZeRO
-//   stage 1 sharded over the stage's dp group (experts over edp) as without pp;
+//   stage 1 sharded over the stage's dp group (experts over edp) as without pp; ZeRO-3 shards
+//   the stage's own units alone (make_sharded_units with its held set), whose outer unit is
+//   what the stage holds of the embedding, final norm and head (model::zero3_parameters);
 // - each forward's kept activations until its backward (so the micro-batches in flight), and
 //   every sent activation and input gradient [b, T, D] f32 until the step ends;
-// - ZeRO-2 drops a chunk's full gradients after its last micro-batch's backward; stages 1 and 2
-//   all-gather the owned slices after the update.
+// - every receive buffer [b, T, D] f32 from its round on, which may be issued computes ahead of
+//   its reader (pipeline_issue_order.h): an activation's until its forward keeps it, a
+//   gradient's until its backward ends; the last stage's fused LM head's chunk of logits;
+// - ZeRO-2 and -3 drop a chunk's full gradients after its last micro-batch's backward; stages 1
+//   and 2 all-gather the owned slices after the update.
 // docs/parallel.md "Pipeline parallelism" has the table; memory_layout_tests checks it.
 #pragma once
 
@@ -29,15 +34,15 @@ struct PipelineRankMemory {
   double buckets = 0;      // gradient buckets over the stage's dp group
   double activations = 0;  // the most kept for backward at once, over its micro-batches in flight
   double transfers = 0;    // sent activations and input gradients, held until the step ends
+  double receives = 0;     // receive buffers posted ahead of their compute, the most at once
   double peak = 0;
   std::string peak_at;     // e.g. "backward of micro-batch 0, block 2"
 };
 
-// One entry per pp rank. Throws std::invalid_argument for pp 1 or parallel.zero_stage 3 (which
-// the pipeline trainer does not run).
+// One entry per pp rank. Throws std::invalid_argument for pp 1.
 std::vector<PipelineRankMemory> plan_pipeline_memory(const modtrain::RunConfig& cfg);
 
-// The fullest rank's predicted peak of a run config: under pp (ZeRO stages 0-2) the largest of
+// The fullest rank's predicted peak of a run config: under pp the largest of
 // plan_pipeline_memory's, else model::plan_memory's (which is every rank's).
 double predicted_peak(const modtrain::RunConfig& cfg);
 

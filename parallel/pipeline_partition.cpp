@@ -8,7 +8,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "configs/config.h"
 #include "model/flops.h"
 #include "model/memory_plan.h"
 #include "model/parameter_shapes.h"
@@ -134,6 +133,17 @@ std::vector<double> stage_parameters(const modtrain::ModelConfig& model, const P
 
 }  // namespace
 
+std::vector<double> rank_step_flops(const modtrain::RunConfig& cfg) {
+  const auto& p = cfg.parallel();
+  const PipelinePartition part = plan_partition(cfg);
+  const double tokens = static_cast<double>(cfg.train().batch_size()) / p.dp() *
+                        cfg.model().seq_len() * cfg.train().grad_accum();
+  std::vector<double> out(p.pp(), 0.0);
+  for (int s = 0; s < part.stages(); ++s)
+    out[part.rank_of(s)] += 3 * part.forward_per_token[s] * tokens / std::max(1, p.tp());
+  return out;
+}
+
 std::string describe_pipeline(const modtrain::RunConfig& cfg) {
   const auto& p = cfg.parallel();
   if (p.pp() <= 1) return "";
@@ -190,10 +200,33 @@ std::string describe_pipeline(const modtrain::RunConfig& cfg) {
                 part.largest() / mean, equal.largest() / mean, predicted_bubble(pp, m, v),
                 sim.bubble_fraction());
   os << line;
-  if (config::zero_stage(p) >= 3)
-    os << "memory per rank: not predicted under parallel.zero_stage 3\n";
-  else
-    os << describe_pipeline_memory(plan_pipeline_memory(cfg));
+  // Per device: pp rank r is world ranks r x dp x tp .. (r + 1) x dp x tp - 1 (tp fastest, then
+  // dp, then pp: mesh.h), each doing its rank's share.
+  const std::vector<double> per_rank = rank_step_flops(cfg);
+  const int width = p.dp() * std::max(1, p.tp());
+  const double slowest = *std::max_element(per_rank.begin(), per_rank.end());
+  double step_total = 0;
+  std::snprintf(line, sizeof line,
+                "compute per device a step (%d micro-batches of %.0f tokens per dp rank, / tp %d):\n"
+                "pp rank  world ranks  stages  fwd+bwd GFLOP/step  vs slowest\n",
+                m, tokens, std::max(1, p.tp()));
+  os << line;
+  for (int r = 0; r < pp; ++r) {
+    std::string stages;
+    for (int c = 0; c < v; ++c) stages += (c ? "," : "") + std::to_string(c * pp + r);
+    const std::string ranks = width == 1 ? std::to_string(r)
+                                         : std::to_string(r * width) + "-" +
+                                               std::to_string((r + 1) * width - 1);
+    std::snprintf(line, sizeof line, "%7d  %11s  %6s  %18.4g  %10.3f\n", r, ranks.c_str(),
+                  stages.c_str(), per_rank[r] / 1e9, per_rank[r] / slowest);
+    os << line;
+    step_total += per_rank[r] * width;
+  }
+  std::snprintf(line, sizeof line,
+                "the step: %.4g GFLOP over %d devices; the slowest does %.3f of an even share\n",
+                step_total / 1e9, pp * width, slowest / (step_total / (pp * width)));
+  os << line;
+  os << describe_pipeline_memory(plan_pipeline_memory(cfg));
   return os.str();
 }
 

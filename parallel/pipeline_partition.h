@@ -45,11 +45,17 @@ PipelinePartition plan_partition(const modtrain::RunConfig& cfg);
 PipelinePartition partition_with(const modtrain::ModelConfig& model, int pp, int virtual_stages,
                                  const std::vector<int>& blocks, bool by_hand);
 
+// Training FLOPs of one step on one device of each pp rank: its virtual stages' forward and
+// backward (2 x forward) over train.grad_accum micro-batches of train.batch_size / dp sequences,
+// split over tp (as each block's matmuls are). Times dp x tp, they add up to one process's step.
+std::vector<double> rank_step_flops(const modtrain::RunConfig& cfg);
+
 // The table `modtrain flops` and `modtrain memory` print under pp > 1: each stage's blocks,
 // forward + backward FLOPs and time share per micro-batch, the activations of as many
 // micro-batches as the schedule keeps in flight on it, the bubble of equal stages and the one
-// simulated with these stages' costs, and each rank's predicted peak (pipeline_memory.h). Empty
-// when parallel.pp is 1.
+// simulated with these stages' costs, each pp rank's world ranks and FLOPs a step per device
+// (rank_step_flops), and each rank's predicted peak (pipeline_memory.h). Empty when
+// parallel.pp is 1.
 std::string describe_pipeline(const modtrain::RunConfig& cfg);
 
 }  // namespace mod::parallel

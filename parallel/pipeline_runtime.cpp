@@ -95,7 +95,10 @@ StageStep run_stage_step(const model::Transformer& model, const PipelineSchedule
             batch.push_back({PeerTransfer::Recv, grads[i][c], a.peer, link_tag(stage, true)});
             break;
           case PipeOp::SendActivation:
-            batch.push_back({PeerTransfer::Send, res[i][c].hidden, a.peer, link_tag(stage, false)});
+            // Detached: the Work holds the bytes until the step ends, not the chunk's graph,
+            // whose edges to the received input would keep that alive after the backward.
+            batch.push_back(
+                {PeerTransfer::Send, detach(res[i][c].hidden), a.peer, link_tag(stage, false)});
             break;
           case PipeOp::SendGrad:
             batch.push_back(

@@ -30,7 +30,7 @@ void check_evaluable(const data::ShardSet& tokens, int64_t seq_len, int64_t batc
 
 EvalResult evaluate(const model::Transformer& model, const data::ShardSet& tokens,
                     int64_t seq_len, int64_t batch, int64_t max_batches, model::RoutingMode mode,
-                    parallel::Communicator* dp) {
+                    parallel::Communicator* dp, bool lockstep) {
   NoGradGuard no_grad;
   check_evaluable(tokens, seq_len, batch);
   const auto batches = data::sequential_batches(tokens, seq_len, batch, max_batches);
@@ -38,7 +38,12 @@ EvalResult evaluate(const model::Transformer& model, const data::ShardSet& token
   Tensor sums = Tensor::zeros({2}, DType::F64);  // loss sum, tokens
   const Device device = model.parameters().front().device();
   double first_bad = -1;  // the first batch whose loss is not finite, on this rank
-  for (size_t i = first; i < batches.size(); i += stride) {
+  const size_t rounds = (batches.size() + stride - 1) / stride;
+  for (size_t i = first; i < (lockstep ? rounds * stride : batches.size()); i += stride) {
+    if (i >= batches.size()) {  // lockstep: the ep group's collectives need this rank's forward
+      model.forward(batches[0].inputs.to(device), batches[0].targets.to(device), mode);
+      continue;
+    }
     const double loss =
         model.forward(batches[i].inputs.to(device), batches[i].targets.to(device), mode)
             .lm_loss.item();

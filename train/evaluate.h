@@ -23,9 +23,11 @@ struct EvalResult {
   int64_t tokens = 0;
 };
 // Under data parallelism (dp given), rank r of dp evaluates batches r, r + dp, ... and the
-// result is reduced over dp; every rank returns the same value.
+// result is reduced over dp; every rank returns the same value. lockstep: every dp rank runs as
+// many forwards as the busiest one, since its forward is a collective over other dp ranks (experts
+// over ep, whose ranks are dp ranks): a rank out of batches runs batch 0 again and counts nothing.
 EvalResult evaluate(const model::Transformer& model, const data::ShardSet& tokens,
                     int64_t seq_len, int64_t batch, int64_t max_batches, model::RoutingMode mode,
-                    parallel::Communicator* dp = nullptr);
+                    parallel::Communicator* dp = nullptr, bool lockstep = false);
 
 }  // namespace mod::train

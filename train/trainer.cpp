@@ -292,13 +292,15 @@ void Trainer::evaluate_validation(int64_t step, StepMetrics& m) const {
   const auto stages = whole_across_stages(/*broadcast=*/true);
   const auto& t = cfg_.train();
   const auto& mc = cfg_.model();
+  // Experts over ep: a forward is a collective of dp ranks, so all run as many.
+  const bool lockstep = mc.moe().enabled() && mesh_->dims().ep > 1;
   m.val_loss = evaluate(*model_, data_.val, mc.seq_len(), t.batch_size(), t.eval_batches(),
-                        model::RoutingMode::TopC, &mesh_->dp())
+                        model::RoutingMode::TopC, &mesh_->dp(), lockstep)
                    .loss;
   // Causal routing needs a trained decision, and every expert on the rank (MoE's causal path).
   const bool no_decision =
       mc.mod().enabled() && mc.mod().causal().method() == modtrain::CausalRoutingConfig::NONE;
-  if (no_decision || (mc.moe().enabled() && mesh_->dims().ep > 1)) return;
+  if (no_decision || lockstep) return;
   if (mc.mod().enabled()) {
     // Every rank routes the same first sequences of the validation split, so all hold the same
     // shares; a few, since causal routing runs sequence by sequence.

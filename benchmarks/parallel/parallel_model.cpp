@@ -301,6 +301,8 @@ void print_pipeline(const Layout& l, const PipelinePrediction& pl, bool timed) {
       std::printf("; busy %.2f ms, last backward done at %.2f ms, gradients %.2f ms (%.2f ms after "
                   "it with overlap)",
                   1e3 * pr.busy, 1e3 * pr.finish, 1e3 * pr.grad_comm, 1e3 * pr.grad_exposed);
+    if (timed && pr.tp_step > 0)
+      std::printf("; sequence-partial gradients over tp %.2f ms", 1e3 * pr.tp_step);
     std::printf("\n");
   }
   if (timed)
@@ -415,8 +417,9 @@ void print_napkins(const modtrain::RunConfig& cfg, const std::vector<Layout>& la
                   }());
   std::printf(
       "(pipeline: the schedule simulated with each stage's compute and tp time and each transfer "
-      "of a [B/dp, T, D] f32 activation over the dp fabric; busy = the busiest rank's compute and "
-      "tp; exposed = what the gradients and ZeRO's all-gather add after the pipeline drains; "
+      "of a [B/dp, T, D] f32 activation ([B/dp, T/tp, D] with +sp) over the dp fabric; busy = the "
+      "busiest rank's compute and tp; exposed = what the gradients, ZeRO's all-gather and SP's "
+      "partial gradients add after the pipeline drains; "
       "state = f32 parameters, gradients and AdamW moments of the fullest GPU, no activations)\n");
 }
 

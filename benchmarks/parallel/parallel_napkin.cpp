@@ -101,6 +101,12 @@ int block_of_parameter(const std::string& name) {
   return std::stoi(name.substr(7));
 }
 
+bool seq_partial_parameter(const std::string& name, const std::vector<bool>& routed_block) {
+  if (tp_split_parameter(name) || name.find(".mlp.experts.") != std::string::npos) return false;
+  const int blk = block_of_parameter(name);
+  return !(blk >= 0 && routed_block[blk] && name.compare(name.find('.', 7) + 1, 4, "norm") == 0);
+}
+
 std::string fmt(const char* format, double a, double b, double c, double d, double e, double f) {
   char buf[512];
   std::snprintf(buf, sizeof buf, format, a, b, c, d, e, f);
@@ -141,10 +147,7 @@ Napkin napkin(const modtrain::RunConfig& cfg, const Layout& l, double valid_shar
     for (int64_t x : shape) numel *= x;
     const int blk = block_of_parameter(name);
     if (blk < 0) n.outer += numel;
-    if (tp_split_parameter(name) || name.find(".mlp.experts.") != std::string::npos) continue;
-    if (blk >= 0 && routed_block[blk] && name.compare(name.find('.', 7) + 1, 4, "norm") == 0)
-      continue;
-    n.seq_partial += numel;
+    if (seq_partial_parameter(name, routed_block)) n.seq_partial += numel;
   }
   n.local = static_cast<double>(n.split) / l.tp + static_cast<double>(n.replicated);
   n.expert_local = static_cast<double>(n.expert) / l.ep;

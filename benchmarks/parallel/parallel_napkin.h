@@ -63,6 +63,10 @@ std::vector<int64_t> expert_slots_by_block(const modtrain::ModelConfig& m);
 bool tp_split_parameter(const std::string& name);
 // "blocks.7.attn.wq.weight" -> 7; -1 for anything outside the blocks.
 int block_of_parameter(const std::string& name);
+// Sequence parallelism's partial parameters (P_seq, by name as parallel/parallelize.cpp picks
+// them): neither tp-split nor an expert's, and not a routed block's norm (it sees the block's
+// gathered rows, whole). routed_block: model::routed_blocks.
+bool seq_partial_parameter(const std::string& name, const std::vector<bool>& routed_block);
 
 // printf into a string (up to 6 numbers).
 std::string fmt(const char* format, double a = 0, double b = 0, double c = 0, double d = 0,

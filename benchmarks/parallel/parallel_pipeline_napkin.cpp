@@ -14,7 +14,7 @@ namespace mod::bench {
 double PipelinePrediction::step(bool overlap) const {
   double out = 0;
   for (const PipelineRank& r : ranks)
-    out = std::max(out, r.finish + (overlap ? r.grad_exposed : r.grad_comm) + r.gather);
+    out = std::max(out, r.finish + r.tp_step + (overlap ? r.grad_exposed : r.grad_comm) + r.gather);
   return out;
 }
 
@@ -28,7 +28,6 @@ std::string pipeline_misfit(const modtrain::RunConfig& cfg, const Layout& l) {
   const auto& m = cfg.model();
   if (m.moe().enabled()) return "MoE blocks under pp are not modelled here";
   if (l.ep > 1) return "ep under pp is not modelled here";
-  if (l.sp) return "sequence parallelism under pp is not modelled here";
   if (l.stage3()) return "ZeRO-3 under pp is not modelled here";
   if (m.n_layers() < l.pp * l.v)
     return fmt("model.n_layers %.0f < pp x v = %.0f stages of a block at least", m.n_layers(),
@@ -44,6 +43,7 @@ namespace {
 
 struct Stage {  // one virtual stage, per micro-batch on one GPU
   double split = 0, replicated = 0;  // parameter elements (tp splits the first)
+  double seq_partial = 0;  // of the replicated ones, those SP sums over tp once a step
   double tp_forward = 0, tp_backward = 0;  // bytes of its tp collectives
   int tp_calls_forward = 0, tp_calls_backward = 0;
 };
@@ -51,16 +51,24 @@ struct Stage {  // one virtual stage, per micro-batch on one GPU
 // Each virtual stage's parameters and tp traffic, the way parallel_napkin.cpp counts the whole
 // model's: 2 all-reduces of [B/dp, T_b, D] per block forward and 2 backward; the embedding's
 // output on the first stage (forward), the head's input (backward) and the vocabulary-parallel
-// loss's statistics on the last.
+// loss's statistics on the last. Sequence parallelism sends the same bytes as an all-gather and
+// a reduce-scatter for each all-reduce (twice the calls; the embedding's and the head's half
+// forward, half backward), plus per routed block its gathered rows [B/dp, C, D] all-reduced
+// forward and their gradient backward, and calls for its scores, predictor logits and causal
+// loss (4 B x T a sequence each, left out of the bytes as in parallel_napkin.cpp).
 std::vector<Stage> stages_of(const modtrain::RunConfig& cfg, const Layout& l,
                              const parallel::PipelinePartition& part) {
   const auto& m = cfg.model();
   const int n = part.stages(), last = n - 1;
+  const std::vector<bool> routed = model::routed_blocks(m);
   std::vector<Stage> out(n);
   for (const auto& [name, shape] : model::parameter_shapes(m)) {
     double elems = 1;
     for (int64_t d : shape) elems *= static_cast<double>(d);
-    auto add = [&](int s) { (tp_split_parameter(name) ? out[s].split : out[s].replicated) += elems; };
+    auto add = [&](int s) {
+      (tp_split_parameter(name) ? out[s].split : out[s].replicated) += elems;
+      if (l.sp && seq_partial_parameter(name, routed)) out[s].seq_partial += elems;
+    };
     if (name.rfind("blocks.", 0) == 0) {
       add(part.stage_of_block(std::stoi(name.substr(7))));
     } else if (name.rfind("embed.", 0) == 0) {
@@ -76,13 +84,31 @@ std::vector<Stage> stages_of(const modtrain::RunConfig& cfg, const Layout& l,
   const auto capacities = model::block_capacities(m);
   for (int s = 0; s < n; ++s) {
     double positions = 0;  // sum of T_b over its blocks
-    for (int b = part.first_block(s); b < part.first_block(s) + part.blocks[s]; ++b)
+    double routed_rows = 0;  // sum of C over its routed blocks
+    int routed_blocks = 0;
+    for (int b = part.first_block(s); b < part.first_block(s) + part.blocks[s]; ++b) {
       positions += static_cast<double>(capacities[b]);
+      if (routed[b]) {
+        routed_rows += static_cast<double>(capacities[b]);
+        ++routed_blocks;
+      }
+    }
     Stage& st = out[s];
-    st.tp_forward = ring * rows * row_bytes * (2 * positions + (s == 0 ? t : 0));
-    st.tp_backward = ring * rows * row_bytes * (2 * positions + (s == last ? t : 0));
-    st.tp_calls_forward = 2 * part.blocks[s] + (s == 0 ? 1 : 0);
-    st.tp_calls_backward = 2 * part.blocks[s] + (s == last ? 1 : 0);
+    if (l.sp) {
+      // The embedding's reduce-scatter forward and all-gather backward; the head's all-gather
+      // forward and reduce-scatter backward: each half an all-reduce's bytes.
+      const double ends = (s == 0 ? t / 2 : 0) + (s == last ? t / 2 : 0);
+      st.tp_forward = ring * rows * row_bytes * (2 * positions + routed_rows + ends);
+      st.tp_backward = ring * rows * row_bytes * (2 * positions + routed_rows + ends);
+      const int end_calls = (s == 0 ? 1 : 0) + (s == last ? 1 : 0);
+      st.tp_calls_forward = 4 * part.blocks[s] + end_calls + 4 * routed_blocks;
+      st.tp_calls_backward = 4 * part.blocks[s] + end_calls + routed_blocks;
+    } else {
+      st.tp_forward = ring * rows * row_bytes * (2 * positions + (s == 0 ? t : 0));
+      st.tp_backward = ring * rows * row_bytes * (2 * positions + (s == last ? t : 0));
+      st.tp_calls_forward = 2 * part.blocks[s] + (s == 0 ? 1 : 0);
+      st.tp_calls_backward = 2 * part.blocks[s] + (s == last ? 1 : 0);
+    }
     if (s == last) {
       st.tp_forward += ring * rows * 4 * t * (tp / 2 + 1);
       st.tp_calls_forward += 2;
@@ -120,7 +146,9 @@ PipelinePrediction predict_pipeline(const modtrain::RunConfig& cfg, const Layout
   PipelinePrediction out;
   out.microbatches = mb;
   const double rows = static_cast<double>(cfg.train().batch_size()) / l.dp;
-  const double activation = rows * m.seq_len() * m.d_model() * 4.0;  // f32, as the runtime sends
+  // f32, as the runtime sends: [B/dp, T, D], or under sequence parallelism each tp rank's
+  // [B/dp, T/tp, D] to the same tp rank of the next stage (parallel/pipeline_runtime.cpp).
+  const double activation = rows * m.seq_len() / (l.sp ? l.tp : 1) * m.d_model() * 4.0;
   out.transfer = activation / f.dp_busbw + f.dp_latency;
 
   // A stage's compute at the achieved rate (backward = 2 x forward) plus its tp collectives,
@@ -151,12 +179,19 @@ PipelinePrediction predict_pipeline(const modtrain::RunConfig& cfg, const Layout
   const double bucket_cap = std::max(1.0, cfg.parallel().bucket_mb() * 1024.0 * 1024.0);
   for (int r = 0; r < pp; ++r) {
     PipelineRank pr;
+    double seq_partial = 0;
     pr.blocks = block_ranges(part, r);
     for (int s = r; s < n; s += pp) {
       const Stage& st = stages[s];
       pr.local += st.split / l.tp + st.replicated;
       pr.tp_bytes += mb * (st.tp_forward + st.tp_backward);
+      seq_partial += st.seq_partial;
       pr.p2p_bytes += mb * activation * ((s < n - 1 ? 1 : 0) + (s > 0 ? 1 : 0));
+    }
+    if (seq_partial > 0) {  // SP: the partial gradients summed over tp once a step
+      const double bytes = 2 * (l.tp - 1.0) / l.tp * 4 * seq_partial;
+      pr.tp_bytes += bytes;
+      pr.tp_step = bytes / f.tp_busbw + f.tp_latency;
     }
     pr.busy = sim.busy[r];
     pr.finish = sim.finish[r];

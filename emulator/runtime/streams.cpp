@@ -8,10 +8,17 @@
 // as it could on a GPU, instead of being saved by issue order. Collectives (the NCCL stand-in)
 // keep their issue order among themselves, so ranks never wait on each other in different orders.
 // MOD_EMU_STREAMS=at_issue runs work when it is issued instead (the order a debugger follows).
+#include <pthread.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "emu/runtime.h"
@@ -76,10 +83,72 @@ bool g_running = false;                // run_pending is running (a queued item 
 // an issuing thread runs them, so its polling loops end.
 thread_local bool t_issued_work = false;
 
+// The device's own progress. CUDA C++ Programming Guide, "Asynchronous Concurrent Execution":
+// kernel launches, device-to-device copies and the like are asynchronous with respect to the
+// host ("control is returned to the host thread before the device completes the requested
+// task"), and a stream's work runs whether or not the host ever waits for it. The late order
+// holds work back until a synchronisation; a GPU does not wait for one. A rank whose host blocks
+// elsewhere (a host all-reduce over MPI, say) still runs the collectives it queued on a GPU, and
+// its peers' collectives wait on them. So while a collective is queued and no work has been
+// issued for kIdle, a thread of the runtime runs the queues as a synchronisation would (the
+// item issued last first). Items issued before that point still race in the late order, so a
+// missing event still shows; only a host that stops issuing lets the device catch up. Without a
+// collective queued nothing changes: no peer can wait on the rest.
+constexpr auto kIdle = std::chrono::milliseconds(100);
+
+using Clock = std::chrono::steady_clock;
+Clock::time_point g_last_issue;     // when work was last queued (under mutex())
+bool g_progress_started = false;    // this process has its progress thread (under mutex())
+std::atomic<bool> g_exiting{false};  // exit() has begun: the globals may be going
+// Leaked on purpose: a thread may wait on it while the process exits.
+std::condition_variable_any* g_progress = new std::condition_variable_any;
+
+void progress_loop() {
+  std::unique_lock lock(mutex());
+  for (;;) {
+    g_progress->wait(lock, [] { return g_exiting.load() || !g_collectives.empty(); });
+    if (g_exiting.load()) return;
+    const auto idle = Clock::now() - g_last_issue;
+    if (idle < kIdle) {
+      g_progress->wait_for(lock, kIdle - idle);
+      continue;
+    }
+    run_pending();  // the host holds mutex() while it runs them, so it is not running them now
+  }
+}
+
+void start_progress() {
+  if (g_progress_started) return;
+  g_progress_started = true;
+  static const bool registered = [] {
+    std::atexit([] {
+      g_exiting = true;
+      g_progress->notify_all();
+    });
+    // A forked child has no progress thread (fork copies only the calling thread) and must not
+    // inherit mutex() held by it: the fork waits for mutex(), and the child, whose thread has a
+    // new id and so cannot unlock the parent's hold, starts from a new mutex and its own thread.
+    pthread_atfork([] { mutex().lock(); }, [] { mutex().unlock(); },
+                   [] {
+                     g_progress_started = false;
+                     g_progress = new std::condition_variable_any;
+                     new (&mutex()) std::recursive_mutex;
+                   });
+    return true;
+  }();
+  (void)registered;
+  std::thread(progress_loop).detach();
+}
+
 void queue(CUstream_st* s, Pending p) {
   t_issued_work = true;
   p.seq = ++g_issued;
-  if (p.collective) g_collectives.push_back(p.seq);
+  g_last_issue = Clock::now();
+  if (p.collective) {
+    g_collectives.push_back(p.seq);
+    start_progress();
+    g_progress->notify_all();
+  }
   if (s->pending.empty() && std::find(g_busy.begin(), g_busy.end(), s) == g_busy.end())
     g_busy.push_back(s);
   s->pending.push_back(std::move(p));

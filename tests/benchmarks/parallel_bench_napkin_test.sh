@@ -53,6 +53,14 @@ for layout in dp8 dp4xpp2 dp2xpp4\\+v2; do
   done
 done
 
+# Sequence parallelism under pp: each tp rank sends its [B/dp, T/tp, D] part between stages,
+# half of plain tp's p2p bytes at tp 2, and sums its stages' partial gradients once a step.
+out=$("$bench" --napkin-only --fabric ib-400g --layouts dp2xtp2xpp2,dp2xtp2xpp2+sp --config "$small")
+grep -qE '^dp2xtp2xpp2 +1f1b, .* p2p 805\.306 MB$' <<<"$out" || fail "plain tp's p2p bytes"
+grep -qE '^dp2xtp2xpp2\+sp +1f1b, .* p2p 402\.653 MB$' <<<"$out" || fail "SP's p2p bytes are not 1/tp"
+grep -qE '^    rank 1: .*; sequence-partial gradients over tp [0-9.]+ ms$' <<<"$out" ||
+  fail "no partial-gradient time for dp2xtp2xpp2+sp"
+
 # Errors name the problem and exit 2.
 expect_error() {
   local want=$1

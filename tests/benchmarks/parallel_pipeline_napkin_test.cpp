@@ -47,13 +47,15 @@ TEST_CASE("pipeline prediction: stages add up to the whole model's napkin and co
   for (const char* name : {"gpt2_small_dense", "gpt2_small_mod"}) {
     const auto cfg = recipe(name);
     const auto& m = cfg.model();
-    for (const char* text : {"dp8xpp2", "dp4xtp2xpp2", "dp2xtp2xpp4+v2", "dp2xpp4+zero1"}) {
+    for (const char* text : {"dp8xpp2", "dp4xtp2xpp2", "dp2xtp2xpp4+v2", "dp2xpp4+zero1",
+                             "dp2xtp2xpp2+sp+zero1", "dp2xtp4xpp2+v2+sp"}) {
       INFO(name << " " << text);
       const Layout l = parse_layout(text);
       REQUIRE(mod::bench::pipeline_misfit(cfg, l).empty());
       const auto pl = mod::bench::predict_pipeline(cfg, l, f);
       REQUIRE(static_cast<int>(pl.ranks.size()) == l.pp);
-      const Layout flat{l.dp, l.tp, 1, l.zero_stage};
+      Layout flat{l.dp, l.tp, 1, l.zero_stage};
+      flat.sp = l.sp;
       const auto whole = mod::bench::napkin(cfg, flat);
       // Every parameter on exactly one stage, plus the tied embedding's copy as the last
       // stage's head (split by tp like the embedding).
@@ -72,10 +74,12 @@ TEST_CASE("pipeline prediction: stages add up to the whole model's napkin and co
         CHECK(busy == Approx(t.compute));
       }
       // p2p: each micro-batch's activation leaves every virtual stage but the last, its gradient
-      // every one but the first: 2 (pp v - 1) transfers a micro-batch in all.
+      // every one but the first: 2 (pp v - 1) transfers a micro-batch in all; under sequence
+      // parallelism each tp rank's [B/dp, T/tp, D].
       double p2p = 0;
       for (const auto& r : pl.ranks) p2p += r.p2p_bytes;
-      const double act = double(cfg.train().batch_size()) / l.dp * m.seq_len() * m.d_model() * 4;
+      const double act = double(cfg.train().batch_size()) / l.dp * m.seq_len() / (l.sp ? l.tp : 1) *
+                         m.d_model() * 4;
       CHECK(p2p == Approx(2.0 * (l.pp * l.v - 1) * cfg.train().grad_accum() * act));
       CHECK(pl.transfer == Approx(act / 40e9 + 30e-6));
       CHECK(pl.bubble_equal ==
@@ -91,6 +95,36 @@ TEST_CASE("pipeline prediction: stages add up to the whole model's napkin and co
         CHECK(r.finish <= pl.makespan * (1 + 1e-12));
         CHECK((r.gather > 0) == l.sharded());
       }
+    }
+  }
+}
+
+// Sequence parallelism under pp (parallel/pipeline_runtime.cpp link_shape): each tp rank sends
+// its [B/dp, T/tp, D] part to the same tp rank of the next stage, so a rank's p2p bytes and each
+// transfer's bandwidth term are 1/tp of plain tp's; its tp bytes are plain tp's plus the routed
+// rows (MoD) and, once a step, the partial gradients, as in the flat napkin.
+TEST_CASE("pipeline prediction: sequence parallelism sends 1/tp of the stream between stages",
+          "[bench]") {
+  const auto f = mod::bench::fabric_preset("ib-400g");
+  for (const char* name : {"gpt2_small_dense", "gpt2_small_mod"}) {
+    const auto cfg = recipe(name);
+    for (const char* text : {"dp2xtp2xpp2", "dp2xtp4xpp2+v2", "tp2xpp4"}) {
+      INFO(name << " " << text);
+      const Layout plain = parse_layout(text);
+      Layout sp = plain;
+      sp.sp = true;
+      REQUIRE(mod::bench::pipeline_misfit(cfg, sp).empty());
+      const auto a = mod::bench::predict_pipeline(cfg, plain, f);
+      const auto b = mod::bench::predict_pipeline(cfg, sp, f);
+      REQUIRE(a.ranks.size() == b.ranks.size());
+      for (size_t r = 0; r < a.ranks.size(); ++r) {
+        CHECK(b.ranks[r].p2p_bytes == Approx(a.ranks[r].p2p_bytes / plain.tp));
+        CHECK(b.ranks[r].tp_bytes > a.ranks[r].tp_bytes);  // partial gradients at least
+        CHECK(b.ranks[r].tp_step > 0);
+        CHECK(a.ranks[r].tp_step == 0);
+      }
+      CHECK(b.transfer - 30e-6 == Approx((a.transfer - 30e-6) / plain.tp));
+      CHECK(b.bubble <= a.bubble + 0.01);  // cheaper transfers; more tp calls on each stage
     }
   }
 }

@@ -7,6 +7,7 @@
 // stand-in adds where NCCL would hang: ranks calling different operations get an error naming
 // both. tests/parallel/nccl_test.cpp covers every collective through the communicator.
 #include <nccl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -100,6 +101,39 @@ TEST_CASE("NCCL stand-in: average over ranks, in f32 and bf16, the same bits on 
     ok = ok && host_copy(h, 1)[0] == 0x3fc0;  // 1.5
     return ok && ncclCommDestroy(comm) == ncclSuccess;
   });
+}
+
+// A GPU runs a stream's queued collective whether or not its host synchronises (emulator/
+// README.md "The runtime"): rank 1 queues an all-reduce on a stream and then blocks outside CUDA
+// (in read(), as a host all-reduce over MPI would) until rank 0, which synchronises, has its
+// result. Without the runtime's progress neither would move: rank 1 gives up after 20 s.
+TEST_CASE("NCCL stand-in: a queued collective runs while its host blocks outside CUDA", "[nccl]") {
+  int done[2];
+  REQUIRE(pipe(done) == 0);
+  two_ranks([&](int rank, ncclUniqueId id) {
+    ncclComm_t comm = init(rank, id);
+    cudaStream_t stream = nullptr;
+    if (comm == nullptr || cudaStreamCreate(&stream) != cudaSuccess) return false;
+    float* x = device_copy(std::vector<float>{1.0f + rank});
+    bool ok = ncclAllReduce(x, x, 1, ncclFloat32, ncclSum, comm, stream) == ncclSuccess;
+    if (rank == 0) {
+      ok = ok && cudaStreamSynchronize(stream) == cudaSuccess && host_copy(x, 1)[0] == 3.0f;
+      const char byte = ok ? 1 : 0;
+      ok = write(done[1], &byte, 1) == 1 && ok;
+    } else {
+      pollfd p{done[0], POLLIN, 0};
+      char byte = 0;
+      const int polled = ok ? poll(&p, 1, 20000) : -2;
+      ok = polled == 1 && read(done[0], &byte, 1) == 1 && byte == 1;
+      if (!ok)
+        std::fprintf(stderr, "rank 1: rank 0 did not get the sum while rank 1 waited (%d %d)\n",
+                     polled, int(byte));
+      cudaStreamSynchronize(stream);  // lets rank 0 finish either way
+    }
+    return ok && ncclCommDestroy(comm) == ncclSuccess;
+  });
+  close(done[0]);
+  close(done[1]);
 }
 
 TEST_CASE("NCCL stand-in: ranks calling different operations get an error naming both", "[nccl]") {

@@ -44,6 +44,7 @@ TEST_CASE("bytes_sent follows the ring formulas", "[mpi]") {
   CHECK(bytes_sent(Collective::Broadcast, 4000, 4, false) == 0);
   CHECK(bytes_sent(Collective::Send, 4000, 2) == 4000);
   CHECK(bytes_sent(Collective::Recv, 4000, 2) == 0);
+  CHECK(bytes_sent(Collective::SendRecv, 4000, 2) == 4000);  // S: the batch's sends
   CHECK(bytes_sent(Collective::Barrier, 0, 8) == 0);
   for (size_t k = 0; k < kCollectiveCount; ++k)
     CHECK(std::string(collective_name(static_cast<Collective>(k))) != "?");
@@ -180,6 +181,32 @@ TEST_CASE("calls and bytes per collective follow the header's table", "[mpi]") {
   comm.reset_stats();
   CHECK(comm.stats().total().calls == 0);
   CHECK(comm.stats().group("world").size == n);  // sizes survive a reset
+}
+
+// A pipeline stage's round of sends and receives (Communicator::send_recv, MPI's send_async
+// underneath): one send_recv call of its sends' bytes, the received tensor in place; the sends'
+// wait counted apart.
+TEST_CASE("send_recv: one call of its sends' bytes, results as unwrapped", "[mpi]") {
+  CountingCommunicator comm(world());
+  const int n = comm.size();
+  if (n < 2) return;
+  const int right = (comm.rank() + 1) % n, left = (comm.rank() + n - 1) % n;
+  Tensor mine = filled(1000, comm.rank()), got = filled(1000, -1), extra = filled(10, 2.0);
+  std::unique_ptr<Work> w = comm.send_recv({{PeerTransfer::Send, mine, right, 7},
+                                            {PeerTransfer::Send, extra, right, 8},
+                                            {PeerTransfer::Recv, got, left, 7}});
+  Tensor got_extra = filled(10, 0.0);
+  comm.recv(got_extra, left, 8);
+  w->wait();
+  CHECK(got.at(999) == left);
+  CHECK(got_extra.at(0) == 2.0);
+  const GroupStats g = comm.stats().group("world");
+  CHECK(g[Collective::SendRecv].calls == 1);
+  CHECK(g[Collective::SendRecv].tensor_bytes == 4 * 1010);
+  CHECK(g[Collective::SendRecv].bytes_sent == 4 * 1010);
+  CHECK(g[Collective::Send].calls == 0);  // the batch's sends are its own, not send's
+  CHECK(g[Collective::SendRecv].wait_seconds >= 0);
+  CHECK(std::string(collective_name(Collective::SendRecv)) == "send_recv");
 }
 
 TEST_CASE("a failed call is not counted", "[mpi]") {

@@ -14,7 +14,7 @@
 // against one process (to 1e-5: tp's partial sums); np2 trains tiny_mod with every block
 // recomputed (FULL) bit for bit as without, each rank's peak below the run without. Staged
 // MoDE (experts) interleaved at pp 2 (np2) and pp 2 x dp 2 x ep 2 (np4) against one process.
-// Every interleaved run's peak, per rank, within 10% of parallel/pipeline_memory.h's.
+// Every interleaved run's peak, per rank, within 5% of parallel/pipeline_memory.h's.
 // The one-process runs train on world rank 0 alone (np4 would otherwise train four on two
 // cores) and are broadcast.
 #include <algorithm>
@@ -50,7 +50,7 @@ struct Run {
 
 int world_size() { return parallel::world().size(); }
 
-// This rank's peak within 10% of the pipeline planner's for its pp rank (world rank = (pp rank
+// This rank's peak within 5% of the pipeline planner's for its pp rank (world rank = (pp rank
 // x dp + dp rank) x tp + tp rank): its chunks' activations in flight, its own parameters and
 // their moments (ZeRO: shards of them).
 void check_peak(const std::string& what, const modtrain::RunConfig& cfg, double measured) {
@@ -61,10 +61,10 @@ void check_peak(const std::string& what, const modtrain::RunConfig& cfg, double 
               what.c_str(), predicted / 1048576.0, measured / 1048576.0,
               100 * (predicted - measured) / measured);
   INFO(what << ": peak predicted " << predicted << ", measured " << measured);
-  // Plus 1 MiB: the planner leaves out about 0.7 MiB on pp 4's last rank here (measured the same
-  // before and after the stages' optimizers shrank to their own moments), 13% of a 5.9 MiB peak
-  // at this width; docs/parallel.md names the gap.
-  CHECK(predicted == Approx(measured).epsilon(0.10).margin(1048576.0));
+  // 5%, not the other layouts' 10%: every rank is within 3.4% here, and the terms that only
+  // pipelines have (receives posted ahead, the fused head's chunk on the last stage, a send
+  // holding its graph) are each 4-8% of these small peaks (docs/parallel.md).
+  CHECK(predicted == Approx(measured).epsilon(0.05));
 }
 
 modtrain::RunConfig recipe(const std::string& name, std::vector<std::string> extra) {

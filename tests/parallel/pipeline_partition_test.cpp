@@ -154,6 +154,41 @@ TEST_CASE("flops and memory print the partition, stage costs, memory and bubble"
   CHECK_THAT(table, Catch::Contains("(pp-1)/(v m+pp-1) = 0.1111 for equal stages"));
   CHECK_THAT(table, Catch::Contains("    3     1"));  // virtual stage 3 runs on rank 1
   CHECK_THAT(table, Catch::Contains("memory per rank (predicted;"));
+  // Per device under pp 2 x dp 2 x tp 2: pp rank r is world ranks 4r..4r+3, and the ranks' FLOPs
+  // times dp x tp are one process's step (3 x forward a token, 8 x 256 tokens a micro-batch).
+  const modtrain::RunConfig grid = recipe(
+      "tiny_mod", {"parallel.pp=2", "parallel.dp=2", "parallel.tp=2", "train.grad_accum=4",
+                   "parallel.pp_schedule=INTERLEAVED_1F1B", "parallel.virtual_stages=2"});
+  const std::vector<double> per_rank = parallel::rank_step_flops(grid);
+  REQUIRE(per_rank.size() == 2);
+  CHECK((per_rank[0] + per_rank[1]) * 4 ==
+        Approx(model::count_flops(grid.model()).training_per_token * 8 * 256 * 4));
+  const std::string grid_table = parallel::describe_pipeline(grid);
+  INFO(grid_table);
+  CHECK_THAT(grid_table, Catch::Contains("compute per device a step"));
+  CHECK_THAT(grid_table, Catch::Contains("      1          4-7     1,3"));
+}
+
+// pp 4 interleaved, pipeline_interleaved_tests' tiny_mod (width 64, 8 micro-batches of 4 x 64):
+// every rank holds at least one receive buffer [4, 64, 64] f32 posted before the compute that
+// reads it, and some rank several at once (the issue order posts a receive in its sender's round,
+// computes ahead); the last rank's peak is the fused LM head's forward of the last micro-batch,
+// where the CPU allocator's peak falls too (docs/parallel.md, "The pipeline planner's terms").
+TEST_CASE("pipeline memory: receive buffers posted ahead, the fused head's chunk", "[pipeline]") {
+  const modtrain::RunConfig cfg = recipe(
+      "tiny_mod", {"model.n_layers=8", "model.d_model=64", "model.d_ff=256", "model.seq_len=64",
+                   "train.batch_size=4", "train.grad_accum=8", "parallel.pp=4",
+                   "parallel.pp_schedule=INTERLEAVED_1F1B", "parallel.virtual_stages=2"});
+  const double link = 4.0 * 4 * 64 * 64;
+  const auto ranks = parallel::plan_pipeline_memory(cfg);
+  double most = 0;
+  for (const auto& r : ranks) {
+    INFO("rank " << r.rank);
+    CHECK(r.receives >= link);
+    most = std::max(most, r.receives);
+  }
+  CHECK(most >= 2 * link);
+  CHECK(ranks[3].peak_at == "forward of the fused LM head of micro-batch 7");
 }
 
 TEST_CASE("interleaved: rank r owns virtual stages r, r + pp, ... (stage_owns)", "[pipeline]") {
@@ -182,7 +217,8 @@ TEST_CASE("interleaved: rank r owns virtual stages r, r + pp, ... (stage_owns)",
 
 // The per-rank pipeline planner's rules (memory_layout_tests measures them): every rank holds
 // only the parameters it owns (the tied embedding on both ends); 1F1B keeps pp - r micro-batches in flight on rank r (m >= pp);
-// ZeRO-1 and ZeRO-2 shrink every rank's peak; predicted_peak is the fullest rank's.
+// ZeRO-1 and ZeRO-2 shrink every rank's peak, ZeRO-3 holds its own units' slices and gathered
+// units; predicted_peak is the fullest rank's.
 TEST_CASE("pipeline memory per rank: owned parameters, in-flight activations, ZeRO", "[pipeline]") {
   const std::vector<std::string> pp2 = {"parallel.pp=2", "parallel.dp=2", "train.grad_accum=4"};
   auto with = [&](std::vector<std::string> extra) {
@@ -214,6 +250,27 @@ TEST_CASE("pipeline memory per rank: owned parameters, in-flight activations, Ze
     CHECK(zero2[r].peak < zero1[r].peak);
     CHECK(zero1[r].optimizer == Approx(ranks[r].owned));  // m and v of half the owned
   }
+  // ZeRO-3: the stage's own units sharded (the moments as at stage 2), a block whole and the next
+  // in flight, the outer unit whole on the ends only (pp 4's middle ranks hold none of it); no
+  // all-gather after the update; `memory` prints the table.
+  const auto zero3 = parallel::plan_pipeline_memory(with({"parallel.zero_stage=3"}));
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(zero3[r].optimizer == Approx(zero2[r].optimizer));
+    CHECK(zero3[r].peak_at != "ZeRO all-gather");
+  }
+  const model::MemoryPlan blocks = model::plan_memory(cfg);
+  const auto pp4 = parallel::plan_pipeline_memory(recipe(
+      "tiny_dense", {"parallel.pp=4", "parallel.dp=2", "train.grad_accum=4", "model.n_layers=8",
+                     "parallel.zero_stage=3"}));
+  const double gathered = 2.5 * blocks.blocks[0].parameters;  // every block the same size
+  for (int r : {1, 2}) {
+    INFO("pp 4, middle rank " << r);
+    CHECK(pp4[r].parameters == Approx(pp4[r].owned / 2 + gathered));
+  }
+  CHECK(pp4[0].parameters == Approx(pp4[0].owned / 2 + blocks.embedding_parameters + gathered));
+  CHECK_THAT(parallel::describe_pipeline(with({"parallel.zero_stage=3"})),
+             Catch::Contains("memory per rank (predicted;"));
   CHECK(parallel::predicted_peak(recipe("tiny_dense", {})) == model::plan_memory(recipe("tiny_dense", {})).peak);
   CHECK_THROWS_WITH(parallel::plan_pipeline_memory(recipe("tiny_dense", {})),
                     Catch::Contains("parallel.pp is 1"));
