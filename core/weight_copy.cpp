@@ -46,6 +46,25 @@ Tensor allocated_weight_copy(const Tensor& param) {
   return copy->value;
 }
 
+Tensor weight_copy_to_write(const Tensor& param, DType dtype) {
+  WeightCopy* copy = param.defined() ? param.impl()->weight_copy.get() : nullptr;
+  if (!copy || copy->dtype != dtype)
+    throw std::logic_error("weight_copy_to_write: " + describe(param) +
+                           (param.defined() && !param.impl()->storage->label().empty()
+                                ? " (" + param.impl()->storage->label() + ")" : "") +
+                           " keeps no " + dtype_name(dtype) + " weight copy");
+  Tensor& value = copy->value;
+  if (!value.defined() || value.device() != param.device() || value.shape() != param.shape()) {
+    value = Tensor::empty(param.shape(), dtype, param.device());
+    copy->stamp = 0;  // no storage has stamp 0
+  }
+  return value;
+}
+
+void mark_copy_current(const Tensor& param) {
+  if (WeightCopy* copy = param.impl()->weight_copy.get()) copy->stamp = param.impl()->storage->stamp();
+}
+
 void mark_written_with_copy(const Tensor& param) {
   Storage& master = *param.impl()->storage;
   master.mark_written();

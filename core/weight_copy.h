@@ -9,6 +9,9 @@
 // (Tensor::copy_from and set: checkpoint loads, ZeRO-1's all-gather; any optimizer update)
 // takes a new stamp, and weight_copy_for rewrites a stale copy (convert) before handing it out.
 // Writes through raw data pointers are not seen: call Storage::mark_written after them.
+// ZeRO-3 writes the copies of a unit's copy part without their masters (weight_copy_to_write,
+// mark_copy_current): the copy is then cast(master) of the values the master would hold, the
+// master itself released; rewriting such a copy would read the released master and throw.
 // Checkpoints hold the masters only; a copy is state derived from them.
 // Tested by: tests/core/routing_loss_optim_test.cpp (a stale copy is rewritten before use),
 // tests/parallel/optimizer_test.cpp (runs with copies equal runs without, resume included).
@@ -38,5 +41,13 @@ Tensor allocated_weight_copy(const Tensor& param);
 // After one pass wrote param and the copy allocated_weight_copy gave: the master takes a new
 // stamp and the copy is current at it.
 void mark_written_with_copy(const Tensor& param);
+// For a writer that fills the copy without the master (ZeRO-3 gathers a unit's bf16 part into
+// the copies while their masters stay released, parallel/zero3.h): param's copy in dtype,
+// allocated (contents undefined) if it has none on param's device yet. Throws, naming param,
+// when param keeps no copy in dtype.
+Tensor weight_copy_to_write(const Tensor& param, DType dtype);
+// After such a write: the copy is current at the master's stamp as it is (the master untouched),
+// so weight_copy_for hands it out instead of rewriting it from the master.
+void mark_copy_current(const Tensor& param);
 
 }  // namespace mod

@@ -78,6 +78,18 @@ double largest_block_weight(const Dims& x, bool moe) {
   return moe ? x.experts_local * x.fe * x.d : std::max(x.d * x.w, x.d * x.f);
 }
 
+// Elements of block b that forward reads as f32 masters even under bf16 (model::read_as_master:
+// MoD's router, the predictor's logit layer, MoE's router); ZeRO-3 gathers the others in bf16.
+double block_master_read_elems(const ModelConfig& cfg, const Dims& x, bool routed, bool moe) {
+  double n = moe ? x.e_all * x.d + (cfg.moe().router_bias() ? x.e_all : 0) : 0;
+  if (routed) {
+    n += x.d + (cfg.mod().router().bias() ? 1 : 0);
+    if (cfg.mod().causal().method() == CausalRoutingConfig::PREDICTOR)
+      n += cfg.mod().causal().predictor_hidden() + 1;
+  }
+  return n;
+}
+
 // Bytes of the compute-dtype weight copies autocast makes and the block's matmuls keep
 // (bf16 only; in f32 autocast hands back the master itself).
 double block_weight_copies(const Dims& x, bool moe) {
@@ -164,6 +176,7 @@ MemoryOptions memory_options(const modtrain::RunConfig& cfg) {
                             cfg.train().recompute_blocks().end());
   o.fused_classifier = cfg.train().fusions().classifier() && o.layout.tp == 1;
   o.fused_router_scores = cfg.train().fusions().router_scores();
+  o.weight_copies = o.bf16 && cfg.train().fusions().optimizer_weight_copies();
   return o;
 }
 
@@ -188,8 +201,12 @@ ReducedState reduced_state(const MemoryLayout& l, double dense, double experts) 
 }
 
 double zero3_parameters(const MemoryLayout& l, double dense, double experts, double outer,
-                        double largest_block) {
-  return dense / l.dp + experts / expert_shard_ranks(l) + outer + (2 + 1.0 / l.dp) * largest_block;
+                        double units) {
+  return dense / l.dp + experts / expert_shard_ranks(l) + outer + units;
+}
+
+double zero3_f32_units(const MemoryLayout& l, double largest_block) {
+  return (2 + 1.0 / l.dp) * largest_block;
 }
 
 MemoryPlan plan_memory(const modtrain::RunConfig& cfg) {
@@ -214,8 +231,16 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
   double expert_elems = 0,
          dense_elems = x.v * x.d * (cfg.tie_embeddings() ? 1 : 2) + x.norm_vecs * x.d;
   std::vector<double> block_grads;
+  // ZeRO-3: a block's bytes while whole and while its gather is in flight (below).
+  std::vector<double> block_whole, block_in_flight;
+  const bool copy_part = opt.weight_copies && opt.layout.zero_stage >= 3;
   for (int b = 0; b < cfg.n_layers(); ++b) {
     const double e = block_param_elems(cfg, x, routed[b], moe[b]);
+    // Under bf16 weight copies the copy part travels at 2 bytes into the copies (counted with
+    // the block's activations, as ever), its masters never whole; the rest as f32 masters.
+    const double masters = copy_part ? block_master_read_elems(cfg, x, routed[b], moe[b]) : e;
+    block_whole.push_back(kMaster * masters);
+    block_in_flight.push_back(kMaster * masters + x.a * (e - masters));
     const double experts = moe[b] ? x.experts_local * mlp_mats(x) * x.fe * x.d : 0;
     expert_elems += experts;
     dense_elems += e - experts;
@@ -234,9 +259,20 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemoryOptions& opt) {
                              std::accumulate(block_grads.begin(), block_grads.end(), 0.0) / kMaster;
   const double largest_block = *std::max_element(block_grads.begin(), block_grads.end());
   const int dp = opt.layout.dp;
+  // One block whole and the next one's gather in flight: its receive buffer and 1/dp of it
+  // sent. Under bf16 weight copies the outer unit's copy part (final norm, an untied head) is
+  // whole only as copies (the head's counted with the head's activations).
+  double units = zero3_f32_units(opt.layout, largest_block);
+  if (copy_part) {
+    units = 0;
+    for (size_t b = 0; b < block_whole.size(); ++b)
+      units = std::max(units, block_whole[b] + (1 + 1.0 / dp) * block_in_flight[b]);
+  }
+  const double outer_copies =
+      copy_part ? x.norm_vecs * x.d + (cfg.tie_embeddings() ? 0 : x.v * x.d) : 0;
   if (stage3)
     plan.parameters = zero3_parameters(opt.layout, kMaster * dense_elems, kMaster * expert_elems,
-                                       kMaster * outer_elems, largest_block);
+                                       kMaster * (outer_elems - outer_copies), units);
   const ReducedState reduced =
       reduced_state(opt.layout, kMaster * dense_elems, kMaster * expert_elems);
   plan.optimizer = reduced.optimizer;

@@ -48,6 +48,10 @@ struct MemoryOptions {
   // train.fusions.router_scores: under bf16 the router reads (and keeps) the block input as it
   // is, not an f32 copy (core/ops/matmul.h row_scores).
   bool fused_router_scores = false;
+  // train.fusions.optimizer_weight_copies under bf16: the optimizer keeps bf16 weight copies,
+  // into which ZeRO-3 gathers each unit's copy part (parallel/zero3.h), the masters of that
+  // part never whole.
+  bool weight_copies = false;
 };
 
 // train.batch_size / dp, precision, recomputation and the parallel layout of a run config.
@@ -100,10 +104,14 @@ struct ReducedState {
 ReducedState reduced_state(const MemoryLayout& layout, double dense_bytes, double expert_bytes);
 // ZeRO-3's parameter bytes on a rank (parallel/zero3.h): its slices (dense_bytes over dp,
 // expert_bytes over expert_shard_ranks), the outer unit whole through the step (outer_bytes, part
-// of dense_bytes), and one block whole with the next one's all-gather in flight (its receive
-// buffer, a block, and send buffer, 1/dp of one; largest_block_bytes bounds them).
+// of dense_bytes; its masters that are whole), and one block whole with the next one's
+// all-gather in flight (units_bytes).
 double zero3_parameters(const MemoryLayout& layout, double dense_bytes, double expert_bytes,
-                        double outer_bytes, double largest_block_bytes);
+                        double outer_bytes, double units_bytes);
+// units_bytes when every member gathers in f32: a block whole, the next one's receive buffer (a
+// block) and its send buffer (1/dp of one); largest_block_bytes bounds them. Under bf16 weight
+// copies plan_memory counts the copy part at 2 bytes and its masters never whole instead.
+double zero3_f32_units(const MemoryLayout& layout, double largest_block_bytes);
 MemoryPlan plan_memory(const modtrain::RunConfig& cfg);
 
 // The `memory` command's table (bytes shown in MiB/GiB).

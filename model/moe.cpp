@@ -6,6 +6,7 @@
 
 #include "core/all_ops.h"
 #include "core/autograd.h"
+#include "core/weight_copy.h"
 #include "model/layers.h"
 
 namespace mod::model {
@@ -35,7 +36,12 @@ Tensor Experts::forward(const Tensor& x) const {
 Tensor Experts::forward_one(int64_t i, const Tensor& x) const {
   if (grad_enabled()) throw std::logic_error("Experts::forward_one is for NoGradGuard scopes");
   const int64_t f = up_.size(1), d = up_.size(2);
+  // Expert i's slice of the stacked weight's copy where it keeps one (the cast of the master's
+  // slice, bit for bit; under ZeRO-3 the copy is all that is gathered), else of the master.
   auto w = [&](const Tensor& t, int64_t rows, int64_t cols) {
+    const auto dtype = autocast_dtype();
+    if (const Tensor copy = dtype ? weight_copy_for(t, *dtype) : Tensor(); copy.defined())
+      return copy.narrow0(i, 1).view({rows, cols});
     return autocast(t.narrow0(i, 1).view({rows, cols}));
   };
   const Tensor xs = autocast(x);

@@ -20,4 +20,11 @@ bool is_causal_predictor(const std::string& name) {
   return name.rfind("blocks.", 0) == 0 && name.find(".predictor.") != std::string::npos;
 }
 
+bool read_as_master(const std::string& name) {
+  if (name.rfind("embed.", 0) == 0) return true;
+  if (name.rfind("blocks.", 0) != 0) return false;
+  return name.find(".router.") != std::string::npos ||  // MoD's router.proj, MoE's mlp.router
+         name.find(".predictor.out.") != std::string::npos;
+}
+
 }  // namespace mod::model

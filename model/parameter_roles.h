@@ -18,4 +18,12 @@ ParameterRole parameter_role(const std::string& name);
 // block input and clipped by its own norm, so the language model never sees it.
 bool is_causal_predictor(const std::string& name);
 
+// Read as its f32 master even under a narrower autocast, never only through its weight copy:
+// the embedding table (the lookup gathers master rows, then casts them; tied, the head also
+// reads its copy), MoD's router and the causal predictor's logit layer and MoE's router
+// (in_master_precision, model/layers.h: ranked and thresholded scores). Every other parameter
+// the forward reads only through autocast, so its bf16 weight copy stands for it: ZeRO-3
+// gathers those into the copies alone (parallel/zero3.h).
+bool read_as_master(const std::string& name);
+
 }  // namespace mod::model

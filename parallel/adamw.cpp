@@ -26,8 +26,7 @@ AdamW::AdamW(std::vector<std::pair<std::string, Tensor>> named_params,
     }
     slots_.push_back({name, p, Tensor::zeros(p.shape(), p.dtype(), p.device()),
                       Tensor::zeros(p.shape(), p.dtype(), p.device())});
-    if (fusion_.multi_tensor && fusion_.weight_copies && *fusion_.weight_copies != p.dtype())
-      keep_weight_copy(p, *fusion_.weight_copies);
+    if (const auto copy = fusion_.copy_dtype(p)) keep_weight_copy(p, *copy);
   }
 }
 

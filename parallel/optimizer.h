@@ -21,6 +21,13 @@ namespace mod::parallel {
 struct OptimizerFusion {
   bool multi_tensor = false;
   std::optional<DType> weight_copies;
+
+  // The dtype of the copy the optimizer keeps of `p` (keep_weight_copy), if it keeps one: ZeRO-3
+  // decides from it, before any copy is registered, which members it gathers into their copies.
+  std::optional<DType> copy_dtype(const Tensor& p) const {
+    if (multi_tensor && weight_copies && *weight_copies != p.dtype()) return weight_copies;
+    return std::nullopt;
+  }
 };
 
 class Optimizer {

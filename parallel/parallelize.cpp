@@ -238,7 +238,7 @@ ParallelPlan parallelize(model::Transformer& model, const Mesh& mesh,
   // Under pp the trainer shards each stage's own units (make_sharded_units with its held set).
   std::vector<int> unit_of;
   if (stage >= 3 && mesh.dims().pp == 1) {
-    make_sharded_units(plan, model, mesh);
+    make_sharded_units(plan, model, mesh, fusion);
     for (const auto& [name, t] : params) unit_of.push_back(zero3_unit(name));
   }
   make_grad_buckets(plan, params, mesh, cfg, unit_of);
@@ -283,21 +283,35 @@ int zero3_unit(const std::string& name) {
   return name.rfind("blocks.", 0) == 0 ? 1 + std::stoi(name.substr(7)) : 0;
 }
 
+std::vector<Tensor> zero3_copy_part(const std::vector<std::pair<std::string, Tensor>>& params,
+                                    const OptimizerFusion& fusion) {
+  std::vector<Tensor> part;
+  for (const auto& [name, t] : params)
+    if (fusion.copy_dtype(t) && !model::read_as_master(name)) part.push_back(t);
+  return part;
+}
+
 void make_sharded_units(ParallelPlan& plan, model::Transformer& model, const Mesh& mesh,
-                        const std::vector<bool>& held) {
+                        const OptimizerFusion& fusion, const std::vector<bool>& held) {
   // A block's experts live in its unit, sharded over edp like their moments and gradients.
   std::vector<std::vector<Tensor>> units(1 + model.num_blocks());
   std::vector<Tensor> experts;
+  std::vector<std::pair<std::string, Tensor>> sharded;
   const auto params = model.named_parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, t] = params[i];
     if (!held.empty() && !held.at(i)) continue;  // another stage's: left whole and alone
     units[zero3_unit(name)].push_back(t);
+    sharded.push_back(params[i]);
     t.impl()->storage->set_label(name);  // a read while released names the parameter
     if (plan.shards.at(name).expert) experts.push_back(t);
   }
+  // The copies are registered by the optimizer made next (make_sharded_optimizer), from the
+  // same fusion: its first gather finds each copy-part member's copy kept.
   plan.units = std::make_unique<ShardedUnits>(std::move(units), mesh.dp(), /*prefetch=*/true,
-                                              experts, &mesh.edp());
+                                              experts, &mesh.edp(),
+                                              zero3_copy_part(sharded, fusion),
+                                              fusion.weight_copies.value_or(DType::BF16));
   model.set_unit_hooks(plan.units->hooks());
 }
 

@@ -168,11 +168,17 @@ void make_grad_buckets(ParallelPlan& plan,
 // ZeRO-3's unit of a parameter by name: 0 the outer one (embedding, final norm, head), 1 + b
 // block b.
 int zero3_unit(const std::string& name);
+// ZeRO-3's copy part of `params` under `fusion`: those whose optimizer keeps a weight copy
+// (OptimizerFusion::copy_dtype) and that forward reads only through it (not
+// model::read_as_master), gathered in the copies' dtype into the copies alone.
+std::vector<Tensor> zero3_copy_part(const std::vector<std::pair<std::string, Tensor>>& params,
+                                    const OptimizerFusion& fusion);
 // ZeRO-3: plan.units over the model's parameters (named_parameters order) that `held` marks
 // (empty: all; a pipeline stage passes what it owns, and the other stages' stay whole and
 // untouched), sharded over dp (experts over edp), and the model's unit hooks set to them.
+// `fusion`: the optimizer's (made next), whose weight copies the copy part is gathered into.
 void make_sharded_units(ParallelPlan& plan, model::Transformer& model, const Mesh& mesh,
-                        const std::vector<bool>& held = {});
+                        const OptimizerFusion& fusion, const std::vector<bool>& held = {});
 
 // ZeRO's optimizer (Zero1Optimizer) over the model's parameters `params` (named_parameters
 // order), sharded over dp (experts over edp), reading the owned gradient slices from plan's

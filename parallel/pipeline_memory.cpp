@@ -70,7 +70,8 @@ std::vector<PipelineRankMemory> plan_pipeline_memory(const modtrain::RunConfig& 
     dense += outer;
     rm.owned = dense + experts;
     // The other stages' released after set-up; ZeRO-3 shards the rank's own over its dp group.
-    rm.parameters = zero >= 3 ? model::zero3_parameters(opt.layout, dense, experts, outer, largest_block)
+    rm.parameters = zero >= 3 ? model::zero3_parameters(opt.layout, dense, experts, outer,
+                                                        model::zero3_f32_units(opt.layout, largest_block))
                               : rm.owned;
     const model::ReducedState reduced = model::reduced_state(opt.layout, dense, experts);
     rm.optimizer = zero >= 1 ? reduced.optimizer : 2 * rm.owned;

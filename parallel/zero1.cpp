@@ -145,8 +145,7 @@ Zero1Optimizer::Zero1Optimizer(const std::vector<ShardedAdamW::Param>& params,
     if (here.back()) group.push_back(params[i]);
     const Tensor& p = params[i].tensor;
     params_.push_back(p);
-    if (fusion.multi_tensor && fusion.weight_copies && *fusion.weight_copies != p.dtype())
-      keep_weight_copy(p, *fusion.weight_copies);
+    if (const auto copy = fusion.copy_dtype(p)) keep_weight_copy(p, *copy);
   }
   const bool multi = fusion.multi_tensor;
   dense_ = std::make_unique<ShardedAdamW>(std::move(dense), hyper, dp, multi, dense_grads);

@@ -15,21 +15,35 @@ namespace mod::parallel {
 // A parameter keeps its Storage object, since the views its ops saved for backward (matmul's
 // reshaped weight) share it; only the bytes go and come back (Storage::resize), so every view
 // sees the gathered values. Under BF16 a parameter's weight copy (core/weight_copy.h) is what
-// its ops saved, so the copy's storage goes and comes back with the master's: rewritten from
-// the master as the unit is gathered (backward reads the saved copy without asking for it),
-// and no whole bf16 model stays on every rank between the units' uses.
+// its ops saved, so the copy's storage goes and comes back with the unit too, and no whole
+// bf16 model stays on every rank between the units' uses. The copy part (members the forward
+// reads only through their copies) is gathered in the copies' dtype straight into them, their
+// masters never whole; an f32 member with a copy (the tied embedding) has it rewritten from
+// the gathered master, since backward reads the saved copy without asking for it.
 namespace {
 WeightCopy* allocated_copy(const Tensor& p) {
   WeightCopy* copy = p.impl()->weight_copy.get();
   return copy && copy->value.defined() ? copy : nullptr;
 }
+
+// Rank r's slice of a member of n elements sits at r * L + at in a gather's receive buffer
+// `all` (L: the gather's per-rank length); each lands at r * chunk in the flat tensor.
+void unpack(const Tensor& all, int64_t per_rank, int64_t at, int size, const Tensor& flat) {
+  const int64_t n = flat.numel(), c = zero1_chunk(n, size);
+  for (int r = 0; r < size; ++r) {
+    const int64_t begin = std::min(n, r * c), len = std::min(n, begin + c) - begin;
+    if (len > 0) flat.narrow0(begin, len).copy_from(all.narrow0(r * per_rank + at, len));
+  }
+}
 }  // namespace
 
 ShardedUnits::ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator& dp,
-                           bool prefetch, const std::vector<Tensor>& experts, Communicator* edp)
-    : prefetch_(prefetch), dp_(dp) {
-  std::unordered_set<const TensorImpl*> is_expert;
+                           bool prefetch, const std::vector<Tensor>& experts, Communicator* edp,
+                           const std::vector<Tensor>& copy_part, DType copy_dtype)
+    : prefetch_(prefetch), copy_dtype_(copy_dtype), dp_(dp) {
+  std::unordered_set<const TensorImpl*> is_expert, into_copy;
   for (const Tensor& e : experts) is_expert.insert(e.impl());
+  for (const Tensor& c : copy_part) into_copy.insert(c.impl());
   if (!experts.empty() && !edp)
     throw std::logic_error("ZeRO-3: experts to shard but no expert data-parallel group");
   for (auto& params : units) {
@@ -39,25 +53,66 @@ ShardedUnits::ShardedUnits(std::vector<std::vector<Tensor>> units, Communicator&
         throw std::logic_error("ZeRO-3: parameter " + describe(p) + " is a view into a larger storage");
       where_[p.impl()] = {units_.size(), unit.members.size()};
       Communicator* comm = is_expert.count(p.impl()) ? edp : &dp_;
-      auto group = std::find_if(unit.groups.begin(), unit.groups.end(),
-                                [comm](const Group& g) { return g.comm == comm; });
+      const bool copy = into_copy.count(p.impl()) > 0;
+      auto group = std::find_if(unit.groups.begin(), unit.groups.end(), [&](const Group& g) {
+        return g.comm == comm && g.copies == copy;
+      });
       if (group == unit.groups.end()) {
         unit.groups.emplace_back();
         group = unit.groups.end() - 1;
         group->comm = comm;
+        group->copies = copy;
       }
       const auto [begin, end] = zero1_owned(p.numel(), comm->rank(), comm->size());
       unit.members.push_back({p, Tensor::empty({end - begin}, p.dtype(), p.device()), comm,
-                              group->chunk_total});
+                              group->chunk_total, copy});
       group->chunk_total += zero1_chunk(p.numel(), comm->size());
     }
     units_.push_back(std::move(unit));
   }
+  if (!copy_part.empty()) check_same_split(experts.empty() ? nullptr : edp);
   for (Unit& unit : units_) {
     take_owned(unit);
-    unit.gathered = true;
+    unit.gathered = unit.masters_whole = true;
   }
   release_all();
+}
+
+// The gathers of a unit must match on every rank of a group: the same members in the copy
+// part everywhere (else the buffers' lengths differ and the all-gathers mix f32 and bf16).
+// One all-reduce a group, here at construction, before any gather.
+void ShardedUnits::check_same_split(Communicator* edp) {
+  Device device = Device::CPU;  // the members' (a pipeline stage may hold no outer unit)
+  for (const Unit& unit : units_)
+    if (!unit.members.empty()) {
+      device = unit.members.front().param.device();
+      break;
+    }
+  for (Communicator* comm : {&dp_, edp}) {
+    if (!comm || comm->size() == 1) continue;
+    std::vector<double> mine;  // per unit: its copy part's elements over comm
+    for (const Unit& unit : units_) {
+      int64_t n = 0;
+      for (const Member& m : unit.members)
+        if (m.group == comm && m.into_copy) n += m.param.numel();
+      mine.push_back(static_cast<double>(n));
+    }
+    const size_t k = mine.size();
+    std::vector<double> both = mine;  // max of n and of -n: the largest and smallest
+    for (double n : mine) both.push_back(-n);
+    Tensor t = Tensor::from_vector(both, {static_cast<int64_t>(2 * k)}, DType::F64).to(device);
+    comm->all_reduce(t, ReduceOp::Max);
+    const std::vector<double> got = t.to(Device::CPU).to_vector();
+    for (size_t u = 0; u < k; ++u)
+      if (got[u] != -got[k + u])
+        throw std::logic_error(
+            "ZeRO-3: unit " + std::to_string(u) + " gathers " +
+            std::to_string(static_cast<int64_t>(mine[u])) + " elements into weight copies over " +
+            comm->name() + " rank " + std::to_string(comm->rank()) + ", but from " +
+            std::to_string(static_cast<int64_t>(-got[k + u])) + " to " +
+            std::to_string(static_cast<int64_t>(got[u])) +
+            " across the group: every rank must split its units alike");
+  }
 }
 
 void ShardedUnits::take_owned(Unit& unit) {
@@ -67,19 +122,33 @@ void ShardedUnits::take_owned(Unit& unit) {
   }
 }
 
-void ShardedUnits::start_gather(size_t u) {
+void ShardedUnits::start_gather(size_t u, bool masters) {
   Unit& unit = units_[u];
-  if (in_flight(u)) return;
+  if (in_flight(u)) {
+    if (unit.in_flight_as_masters == masters) return;
+    wait_gathers(unit);  // a prefetch of the other kind: every rank started it, so finish it
+  }
   const Tensor& first = unit.members.front().param;
   for (Group& g : unit.groups) {
+    // The copy part travels in the copies' dtype, converted from the owned f32 slices (each
+    // element as converting the whole master would: the same bits); gather_all's in f32.
+    const DType dtype = g.copies && !masters ? copy_dtype_ : first.dtype();
     // send [L]: each member's owned slice at its chunk's offset (the padding is never read).
-    g.send = Tensor::empty({g.chunk_total}, first.dtype(), first.device());
-    for (const Member& m : unit.members)
-      if (m.group == g.comm && m.owned.numel() > 0)
-        g.send.narrow0(m.at, m.owned.numel()).copy_from(m.owned);
-    g.all = Tensor::empty({g.comm->size() * g.chunk_total}, first.dtype(), first.device());
+    g.send = Tensor::empty({g.chunk_total}, dtype, first.device());
+    for (const Member& m : unit.members) {
+      if (m.group != g.comm || m.into_copy != g.copies || m.owned.numel() == 0) continue;
+      Tensor slot = g.send.narrow0(m.at, m.owned.numel());
+      if (dtype == m.owned.dtype())
+        slot.copy_from(m.owned);
+      else
+        backend_of(m.owned).convert(m.owned, slot);
+    }
+    g.all = Tensor::empty({g.comm->size() * g.chunk_total}, dtype, first.device());
     g.work = g.comm->all_gather_async(g.send, g.all);
+    (masters ? gathered_bytes_.masters : g.copies ? gathered_bytes_.copies : gathered_bytes_.f32) +=
+        g.all.nbytes();
   }
+  unit.in_flight_as_masters = masters;
 }
 
 bool ShardedUnits::in_flight(size_t u) const {
@@ -94,33 +163,47 @@ void ShardedUnits::wait_gathers(Unit& unit) {
       g.work->wait();
       g.work.reset();
     }
+  for (Group& g : unit.groups) g.send = g.all = Tensor();
 }
 
 void ShardedUnits::prefetch(size_t u) {
   if (u >= units_.size() || units_[u].members.empty() || units_[u].gathered) return;
-  start_gather(u);
+  start_gather(u, /*masters=*/false);
 }
 
-void ShardedUnits::gather(size_t u) {
+void ShardedUnits::gather(size_t u, bool masters) {
   Unit& unit = units_[u];
   if (unit.members.empty()) return;
-  start_gather(u);
+  start_gather(u, masters);
+  std::vector<Tensor> received;  // each group's receive buffer, kept past wait_gathers
+  for (Group& g : unit.groups) received.push_back(g.all);
   wait_gathers(unit);
-  for (Group& g : unit.groups) {
-    const Tensor all = g.all;
-    g.send = g.all = Tensor();
-    const int size = g.comm->size();
+  for (size_t k = 0; k < unit.groups.size(); ++k) {
+    const Group& g = unit.groups[k];
+    const bool into_copies = g.copies && !masters;
     for (Member& m : unit.members) {
-      if (m.group != g.comm) continue;
-      m.param.impl()->storage->resize(m.param.nbytes());  // a parameter spans its storage
-      Tensor flat = m.param.view({m.param.numel()});
-      const int64_t n = m.param.numel(), c = zero1_chunk(n, size);
-      // Rank r's slice of this member sits at r * L + at in `all`.
-      for (int r = 0; r < size; ++r) {
-        const int64_t begin = std::min(n, r * c), len = std::min(n, begin + c) - begin;
-        if (len > 0) flat.narrow0(begin, len).copy_from(all.narrow0(r * g.chunk_total + m.at, len));
+      if (m.group != g.comm || m.into_copy != g.copies) continue;
+      if (into_copies) {
+        // The copy written from the received bf16 slices and current at the master's stamp:
+        // weight_copy_for hands it out, never reading the master, which stays released.
+        m.param.impl()->storage->resize(0);  // whole only under gather_all
+        Tensor copy = weight_copy_to_write(m.param, copy_dtype_);
+        copy.impl()->storage->resize(copy.nbytes());
+        copy.impl()->storage->set_label(m.param.impl()->storage->label() + " (weight copy)");
+        unpack(received[k], g.chunk_total, m.at, g.comm->size(), copy.view({copy.numel()}));
+        mark_copy_current(m.param);
+        continue;
       }
-      if (WeightCopy* copy = allocated_copy(m.param)) {
+      m.param.impl()->storage->resize(m.param.nbytes());  // a parameter spans its storage
+      unpack(received[k], g.chunk_total, m.at, g.comm->size(), m.param.view({m.param.numel()}));
+      // Its copy rewritten from the gathered master: the copy part's allocated if need be
+      // (gather_all: whole copies beside whole masters), any other's if a forward made it.
+      WeightCopy* copy = allocated_copy(m.param);
+      if (m.into_copy && !copy) {
+        weight_copy_to_write(m.param, copy_dtype_);
+        copy = allocated_copy(m.param);
+      }
+      if (copy) {
         copy->value.impl()->storage->resize(copy->value.nbytes());
         backend_of(m.param).convert(m.param, copy->value);
         mark_written_with_copy(m.param);
@@ -128,15 +211,15 @@ void ShardedUnits::gather(size_t u) {
     }
   }
   unit.gathered = true;
+  unit.masters_whole = masters || std::none_of(unit.members.begin(), unit.members.end(),
+                                               [](const Member& m) { return m.into_copy; });
   unit.pending = static_cast<int>(unit.members.size());
 }
 
 void ShardedUnits::release(size_t u) {
   Unit& unit = units_[u];
-  if (in_flight(u)) {  // its buffers must outlive the collective, which every rank has started
-    wait_gathers(unit);
-    for (Group& g : unit.groups) g.send = g.all = Tensor();
-  }
+  // Its buffers must outlive the collective, which every rank has started.
+  if (in_flight(u)) wait_gathers(unit);
   for (Member& m : unit.members) {
     m.param.impl()->storage->resize(0);
     if (WeightCopy* copy = allocated_copy(m.param)) copy->value.impl()->storage->resize(0);
@@ -157,13 +240,13 @@ const Tensor& ShardedUnits::owned_values(const Tensor& p) const {
 }
 
 void ShardedUnits::gather_all() {
-  for (size_t u = 0; u < units_.size(); ++u) gather(u);
+  for (size_t u = 0; u < units_.size(); ++u) gather(u, /*masters=*/true);
   all_whole_ = true;
 }
 
 void ShardedUnits::reshard_all() {
   for (Unit& unit : units_)
-    if (unit.gathered) take_owned(unit);
+    if (unit.gathered && unit.masters_whole) take_owned(unit);
   release_all();
   all_whole_ = false;
 }

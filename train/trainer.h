@@ -76,6 +76,8 @@ class Trainer {
   // tp and ep groups.
   std::vector<std::pair<std::string, Tensor>> full_parameters() const;
   const parallel::Mesh& mesh() const { return *mesh_; }
+  // ZeRO-3's units (null below stage 3 and before the plan): tests read what they gathered.
+  const parallel::ShardedUnits* sharded_units() const { return plan_.units.get(); }
   // Under pp > 1, after run(): the pipeline's measured bubble, the fraction of the stages' time
   // in the steps run here spent blocked on receives and on sends' completion (idle), against
   // that plus their forwards and backwards; per stage of this rank's pp group, and over them

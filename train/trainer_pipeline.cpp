@@ -38,7 +38,8 @@ void Trainer::setup_pipeline() {
   }
   // ZeRO-3: the stage's units alone (its blocks; the embedding on the first stage, the final
   // norm and head on the last, the tied embedding on both) are sharded over its dp group.
-  if (zero >= 3) parallel::make_sharded_units(plan_, *model_, *mesh_, held);
+  if (zero >= 3)
+    parallel::make_sharded_units(plan_, *model_, *mesh_, optimizer_fusion(cfg_.train()), held);
   parallel::make_grad_buckets(plan_, owned, *mesh_, cfg_.parallel(), unit_of);
   // ZeRO: the stage's dp group shards the moments (stage 2: also the gradients) of what it owns.
   // Without ZeRO: AdamW's moments for what the stage owns only.

@@ -13,6 +13,7 @@
 #include <numbers>
 
 #include "core/all_ops.h"
+#include "core/weight_copy.h"
 #include "model/flops.h"
 #include "model/moe_routing.h"
 #include "model/transformer.h"
@@ -680,4 +681,34 @@ TEST_CASE("tiny MoE, staged and integrated MoDE models overfit a fixed batch", "
       CHECK(last < 0.3);   // about 0.005 when written
     }
   }
+}
+
+// Causal evaluation runs one expert at a time on its slice of the stacked weights. Where the
+// optimizer keeps weight copies it slices the copy (under ZeRO-3's BF16 gathers the copy is all
+// that is whole, parallel/zero3.h): the same values as casting the master's slice, and no read
+// of a released master. F64 copies of f32 masters stand in for bf16 (the CPU computes in f32
+// and f64 only).
+TEST_CASE("an expert on its own reads its slice of the weight copy, not of the master", "[moe]") {
+  Rng rng(11);
+  const Experts experts(3, 8, 12, /*swiglu=*/true, 0.2, 0.2, rng, DType::F32);
+  Rng xr(12);
+  const Tensor x = randn({5, 8}, xr, DType::F32, 1.0);
+  NoGradGuard no_grad;
+  AutocastGuard f64(DType::F64);
+  std::vector<Tensor> cast;  // each expert on the master's slices, cast
+  for (int64_t e = 0; e < 3; ++e) cast.push_back(experts.forward_one(e, x));
+  const auto params = experts.named_parameters();
+  for (const auto& [name, p] : params) keep_weight_copy(p, DType::F64);
+  for (const auto& [name, p] : params) (void)weight_copy_for(p, DType::F64);  // written now
+  for (const auto& [name, p] : params) {  // the masters released, the copies current
+    p.impl()->storage->resize(0);
+    mark_copy_current(p);
+  }
+  for (int64_t e = 0; e < 3; ++e) {
+    INFO("expert " << e);
+    const Tensor y = experts.forward_one(e, x);
+    REQUIRE(y.dtype() == cast[e].dtype());
+    CHECK(max_diff(y, cast[e]) == 0.0);
+  }
+  for (const auto& [name, p] : params) drop_weight_copy(p);
 }

@@ -10,11 +10,15 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "parallel/parallelize.h"
 #include "parallel/world.h"
+#include "parallel/zero1.h"
+#include "parallel/zero3.h"
 #include "tests/parallel/nccl_layouts_runs.h"
 #include "tests/support/shared_dir.h"
 #include "tests/support/tiny_runs.h"
@@ -81,9 +85,11 @@ TEST_CASE("ZeRO-3 on the GPU over NCCL: eager as the CPU and graphed and resumed
 }
 
 // Under BF16 forward reads the optimizer's bf16 weight copies, whose storage ZeRO-3 releases
-// and regathers with the unit (rewritten from the gathered master, since backward reads the
-// copy its matmuls saved): bit for bit ZeRO-2, where the copies stay whole; graphed, with an
-// evaluation between replays, as eager.
+// and regathers with the unit: the copy part (every matrix and norm; not the embedding, the
+// routers or the predictor's logit layer) all-gathered in bf16 straight into the copies, its
+// masters never whole. Bit for bit ZeRO-2, where the copies stay whole and are cast from the
+// whole masters; the eager run's gathers moved exactly the bytes the shapes give (the copy
+// part at 2 bytes an element); graphed, with an evaluation between replays, as eager.
 TEST_CASE("ZeRO-3 on the GPU under BF16: weight copies gathered with their unit",
           "[mpi][cuda]") {
   if (parallel::world().size() != 2) {
@@ -103,6 +109,31 @@ TEST_CASE("ZeRO-3 on the GPU under BF16: weight copies gathered with their unit"
     train::Trainer trainer(cfg, test::shared_dir("nccl_layouts_bf16"), /*quiet=*/true,
                            parallel::world());
     trainer.run();
+    if (stage == 3 && !graphed) {
+      // Per step the outer unit gathered once, each block twice (forward, backward): both
+      // ranks' padded chunks of each parameter, at 2 bytes an element in the copy part.
+      const auto named = trainer.model().named_parameters();
+      const std::vector<Tensor> part =
+          parallel::zero3_copy_part(named, parallel::OptimizerFusion{true, DType::BF16});
+      int64_t copies = 0, f32 = 0;
+      for (const auto& [name, t] : named) {
+        const int64_t times = parallel::zero3_unit(name) == 0 ? 1 : 2;
+        const bool in_part = std::any_of(part.begin(), part.end(),
+                                         [&t = t](const Tensor& p) { return p.same(t); });
+        (in_part ? copies : f32) += times * 2 * parallel::zero1_chunk(t.numel(), 2) * (in_part ? 2 : 4);
+      }
+      const auto& got = trainer.sharded_units()->gathered_bytes();
+      if (parallel::world().rank() == 0)
+        std::printf("ZeRO-3 under BF16 at dp2: a step gathers %lld bytes into the weight copies and "
+                    "%lld in f32 (all in f32: %lld)\n", static_cast<long long>(got.copies / kSteps),
+                    static_cast<long long>(got.f32 / kSteps),
+                    static_cast<long long>(2 * copies + f32));
+      INFO("per step: " << got.copies / kSteps << " bytes gathered into the copies, " << got.f32 / kSteps
+                        << " in f32; from the shapes " << copies << " and " << f32);
+      CHECK(got.copies == kSteps * copies);
+      CHECK(got.f32 == kSteps * f32);
+      CHECK(copies > 4 * f32);  // nearly everything moves at 2 bytes
+    }
     return std::pair{Run{trainer.losses(), ""}, trainer.full_parameters()};
   };
   const auto [stage2, stage2_params] = run(2, false);

@@ -16,14 +16,29 @@
 //   planner, below ZeRO-2's (prefetch included); under FULL recomputation within 10% and lower again;
 //   at dp 2 under SELECTIVE within 10%, between FULL and none.
 // - A parameter read outside its unit throws, naming it.
+// - Under BF16's weight copies (the units alone: the CPU trains in f32), the copy part of each
+//   unit is gathered at 2 bytes an element straight into the copies, bit for bit the cast of
+//   the whole master, the masters left released; the rest at 4 (the embedding, the routers,
+//   the predictor's logit layer; an untied head is in the copy part). The exact bytes a step gathers, from the shapes. gather_all
+//   makes masters and copies whole and current; reshard_all keeps what was written into them.
+//   A rank splitting its units unlike the others is refused at construction.
 // - The layouts stage 3 does not reach are refused, naming the field.
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
+#include <unordered_set>
 
 #include "core/backend.h"
+#include "core/weight_copy.h"
 #include "model/memory_plan.h"
+#include "model/parameter_roles.h"
+#include "parallel/counting_communicator.h"
+#include "parallel/parallelize.h"
+#include "parallel/zero1.h"
+#include "parallel/zero3.h"
 #include "tests/support/errors.h"
 #include "tests/support/bitwise.h"
 #include "tests/support/shared_dir.h"
@@ -128,6 +143,168 @@ TEST_CASE("a ZeRO-3 parameter read outside its unit throws, naming it", "[mpi][z
     INFO(name);
     const std::string e = test::error_of([&p = p] { (void)p.raw_data(); });
     CHECK_THAT(e, Catch::Contains("(" + name + ") whose storage is released"));
+  }
+}
+
+namespace {
+// The units parallelize makes (zero3_unit), each parameter labelled with its name.
+std::vector<std::vector<Tensor>> units_of(const std::vector<std::pair<std::string, Tensor>>& named,
+                                          size_t blocks) {
+  std::vector<std::vector<Tensor>> units(1 + blocks);
+  for (const auto& [name, t] : named) {
+    units[parallel::zero3_unit(name)].push_back(t);
+    t.impl()->storage->set_label(name);
+  }
+  return units;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.to(Device::CPU), y = b.to(Device::CPU);
+  return x.dtype() == y.dtype() && x.nbytes() == y.nbytes() &&
+         std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
+}
+
+Tensor bf16_of(const Tensor& t) {
+  Tensor out = Tensor::empty(t.shape(), DType::BF16, t.device());
+  backend_of(t).convert(t, out);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("ZeRO-3 under BF16 gathers each unit's copy part in bf16, into the copies alone",
+          "[mpi][zero3][bf16]") {
+  auto& world = parallel::world();
+  if (world.size() != 2) return;
+  const parallel::OptimizerFusion fusion{true, DType::BF16};
+  for (const char* name : {"tiny_mod", "tiny_moe"}) {
+    INFO(name);
+    modtrain::RunConfig cfg = recipe(name, "", 1);
+    // Shrunk (the CPU converts to bf16 an element at a time): two blocks, the second routed
+    // under tiny_mod; tiny_moe's head untied, so the outer unit has a copy part too.
+    cfg.mutable_model()->set_d_model(64);
+    cfg.mutable_model()->set_d_ff(128);
+    cfg.mutable_model()->set_n_layers(2);
+    if (std::string(name) == "tiny_moe") cfg.mutable_model()->set_tie_embeddings(false);
+    model::Transformer m(cfg.model(), 7);
+    const auto named = m.named_parameters();
+    std::vector<Tensor> whole, other;  // the values at the start, and others to resume from
+    model::Transformer m2(cfg.model(), 8);
+    for (const auto& [n, t] : named) whole.push_back(t.clone());
+    for (const auto& [n, t] : m2.named_parameters()) other.push_back(t);
+    const std::vector<Tensor> part = parallel::zero3_copy_part(named, fusion);
+    std::unordered_set<const TensorImpl*> in_part;
+    for (const Tensor& t : part) in_part.insert(t.impl());
+    for (const auto& [n, t] : named) {
+      INFO(n);  // the parameters read as f32 masters under bf16, and only those, stay f32
+      CHECK(in_part.count(t.impl()) == !model::read_as_master(n));
+    }
+    CHECK(!in_part.count(named.front().second.impl()));  // embed.weight
+
+    {
+      INFO("a rank splitting its units unlike the other is refused, on both");
+      model::Transformer skew(cfg.model(), 7);
+      const auto skew_named = skew.named_parameters();
+      std::vector<Tensor> skew_part = parallel::zero3_copy_part(skew_named, fusion);
+      if (world.rank() == 1) skew_part.pop_back();  // one member in the f32 part here only
+      const std::string e = test::error_of([&] {
+        parallel::ShardedUnits su(units_of(skew_named, skew.num_blocks()), world, false, {},
+                                  nullptr, skew_part);
+      });
+      CHECK_THAT(e, Catch::Contains("every rank must split its units alike"));
+    }
+
+    parallel::CountingCommunicator dp(world);
+    parallel::ShardedUnits su(units_of(named, m.num_blocks()), dp, /*prefetch=*/false, {}, nullptr,
+                              part, DType::BF16);
+    for (const auto& [n, t] : named) keep_weight_copy(t, DType::BF16);  // as its optimizer does
+    // Each unit's gathers receive both ranks' padded chunks: 2 bytes an element in the copy
+    // part, 4 in the f32 part.
+    std::vector<int64_t> unit_bytes(su.size()), unit_f32(su.size());
+    for (const auto& [n, t] : named) {
+      const int64_t chunks = 2 * parallel::zero1_chunk(t.numel(), 2);
+      const size_t u = static_cast<size_t>(parallel::zero3_unit(n));
+      unit_bytes[u] += chunks * (in_part.count(t.impl()) ? 2 : 4);
+      unit_f32[u] += chunks * 4;
+    }
+    int64_t step = 0, step_f32 = 0;  // a training step: the outer unit once, each block twice
+    for (size_t u = 0; u < su.size(); ++u) {
+      step += (u == 0 ? 1 : 2) * unit_bytes[u];
+      step_f32 += (u == 0 ? 1 : 2) * unit_f32[u];
+    }
+    std::printf("%s: a ZeRO-3 step at dp2 under BF16 all-gathers %lld bytes (%lld all f32)\n", name,
+                static_cast<long long>(step), static_cast<long long>(step_f32));
+    CHECK(step < step_f32 * 0.6);  // the matrices are nearly all of it
+
+    int64_t gathered = 0;
+    for (size_t u = 0; u < su.size(); ++u) {
+      INFO("unit " << u);
+      dp.reset_stats();
+      const int64_t before = su.gathered_bytes().f32 + su.gathered_bytes().copies;
+      su.gather(u);
+      const int64_t moved =
+          dp.stats().group(dp.name())[parallel::Collective::AllGatherAsync].tensor_bytes;
+      gathered += (u == 0 ? 1 : 2) * moved;
+      CHECK(moved == unit_bytes[u]);
+      CHECK(su.gathered_bytes().f32 + su.gathered_bytes().copies - before == unit_bytes[u]);
+      for (size_t i = 0; i < named.size(); ++i) {
+        const auto& [n, t] = named[i];
+        if (static_cast<size_t>(parallel::zero3_unit(n)) != u) continue;
+        INFO(n);
+        if (!in_part.count(t.impl())) {
+          CHECK(same_bytes(t, whole[i]));
+          continue;
+        }
+        // The master stays released: a read throws, naming it; the copy is its cast.
+        CHECK_THAT(test::error_of([&t = t] { (void)t.raw_data(); }),
+                   Catch::Contains("(" + n + ") whose storage is released"));
+        CHECK(same_bytes(weight_copy_for(t, DType::BF16), bf16_of(whole[i])));
+      }
+      su.release(u);
+    }
+    CHECK(gathered == step);
+
+    {
+      INFO("a copy gone stale over its released master is not rewritten silently");
+      const auto stale = std::find_if(named.begin(), named.end(), [&](const auto& np) {
+        return parallel::zero3_unit(np.first) > 0 && in_part.count(np.second.impl());
+      });
+      REQUIRE(stale != named.end());
+      su.gather(static_cast<size_t>(parallel::zero3_unit(stale->first)));
+      stale->second.impl()->storage->mark_written();  // as a write the copy never saw
+      CHECK_THAT(test::error_of([&] { (void)weight_copy_for(stale->second, DType::BF16); }),
+                 Catch::Contains("(" + stale->first + ") whose storage is released"));
+      su.release_all();
+    }
+
+    {
+      INFO("gather_all: every master whole and every copy current; reshard_all keeps writes");
+      su.gather_all();
+      for (size_t i = 0; i < named.size(); ++i) {
+        const auto& [n, t] = named[i];
+        INFO(n);
+        CHECK(same_bytes(t, whole[i]));
+        if (!in_part.count(t.impl())) continue;
+        CHECK(same_bytes(allocated_weight_copy(t), bf16_of(whole[i])));
+        CHECK(same_bytes(weight_copy_for(t, DType::BF16), bf16_of(whole[i])));
+      }
+      for (size_t i = 0; i < named.size(); ++i) {  // a resume writes every master
+        Tensor t = named[i].second;
+        t.copy_from(other[i]);
+      }
+      su.reshard_all();
+      for (size_t u = 0; u < su.size(); ++u) {
+        su.gather(u);
+        for (size_t i = 0; i < named.size(); ++i) {
+          const auto& [n, t] = named[i];
+          if (static_cast<size_t>(parallel::zero3_unit(n)) != u) continue;
+          INFO(n << " after the resume");
+          CHECK(same_bytes(in_part.count(t.impl()) ? weight_copy_for(t, DType::BF16) : t,
+                           in_part.count(t.impl()) ? bf16_of(other[i]) : other[i]));
+        }
+        su.release(u);
+      }
+    }
+    for (const auto& [n, t] : named) drop_weight_copy(t);
   }
 }
 
