@@ -192,9 +192,9 @@ std::vector<std::string> csv_column(const std::string& path, const std::string& 
 
 // Recomputation under sequence parallelism (tp 2): FULL (each block reruns from its
 // [b, T/2, D] input, gathering again) and SELECTIVE (each block keeps its input and its GEMM
-// and attention outputs) against SP keeping every activation, bit for bit: the losses, the
-// gradient norms (and the predictor's) before clipping, every routed block's choices and the
-// parameters. The reruns repeat the same ops on the same values, collectives included.
+// and attention outputs) against SP keeping every activation, bit for bit: the losses, every
+// routed block's choices and the parameters; the gradient norms (and the predictor's) before
+// clipping as metrics.csv prints them (9 digits). The reruns repeat the same ops on the same values, collectives included.
 void check_sp_recompute(const std::string& name, const std::string& sp, const LoggedRun& kept) {
   for (const char* mode : {"FULL", "SELECTIVE"}) {
     INFO("sequence parallelism with train.recompute=" << mode);
