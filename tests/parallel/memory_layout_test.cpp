@@ -2,9 +2,10 @@
 // (the CPU allocator's bytes in use) within 10% of the planner's prediction for its layout
 // (model/memory_plan.h). The layout follows the world size: 1 alone; 2: tp 2, and dp 2 x ep 2
 // for MoDE; 4: dp 2 x tp 2 (x ep 2 for MoDE) with ZeRO-1; each with train.recompute NONE, FULL
-// and SELECTIVE. Sequence parallelism at tp 2: predicted within 10% too, and below plain tp's
-// peak, measured and predicted (its norm and residual regions hold half the positions). ZeRO-2
-// at dp = the world size against ZeRO-1. Pipeline stages (np4, pp 2 x dp 2, ZeRO 0 to 3):
+// and SELECTIVE. Sequence parallelism at tp 2 (NONE, FULL; np2 also SELECTIVE): predicted
+// within 10% too, and below plain tp's peak, measured and predicted (its norm and residual
+// regions hold half the positions). ZeRO-2 at dp = the world size against ZeRO-1. Pipeline
+// stages (np4, pp 2 x dp 2, ZeRO 0 to 3):
 // each rank's peak within 10% of parallel/pipeline_memory.h's prediction for its pp rank.
 #include <catch2/catch.hpp>
 
@@ -57,8 +58,10 @@ TEST_CASE("sequence parallelism: the planner's peak within 10%, below plain tp's
     return std::pair{model::plan_memory(cfg).peak,
                      static_cast<double>(trainer.peak_memory_bytes()) - before};
   };
+  std::vector<const char*> modes = {"NONE", "FULL"};
+  if (world == 2) modes.push_back("SELECTIVE");  // tp 2 alone: np4's runs cost twice as much
   for (const char* recipe : {"tiny_dense", "tiny_mod"})
-    for (const char* mode : {"NONE", "FULL"}) {
+    for (const char* mode : modes) {
       const std::string recompute = std::string("train.recompute=") + mode;
       const auto [tp_predicted, tp_measured] = peaks(test::tiny_recipe(recipe, 1, tp, {recompute}));
       const auto [predicted, measured] =

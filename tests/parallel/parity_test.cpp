@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "model/parameter_roles.h"
 #include "model/routing_schedule.h"
@@ -135,15 +137,19 @@ TEST_CASE("tiny_mod: the causal predictor leaves the language model's training u
 // - later losses to kSpLossBound and parameters to kSpParamBound (relative): the replicated
 //   norm, router and predictor weights' gradients are summed over each rank's half of the
 //   positions and then over tp, where plain tp sums all positions in one loop.
+// - np2, tiny_mod for 2 steps: SP with FULL and with SELECTIVE recomputation bit for bit as SP
+//   keeping every activation (losses, gradient norms, routing, parameters).
 namespace {
 namespace p = test::parity;
 constexpr double kSpLossBound = 2e-6, kSpParamBound = 1e-5;
 constexpr int kSpSteps = 10;  // three runs per case: kept short for CI
+constexpr int kSpRecomputeSteps = 2;  // SP keeping everything, with FULL, with SELECTIVE
 
 struct LoggedRun {
   p::RunResult run;
   std::vector<std::vector<Tensor>> routing;  // per step, per routed block: idx [B,C]
   std::vector<std::vector<Tensor>> moe_slots;  // per step, per MoE layer run: slots [E*B*K]
+  std::string dir;                             // its run directory (metrics.csv)
 };
 
 LoggedRun train_logged(const modtrain::RunConfig& cfg, parallel::Communicator& world) {
@@ -152,11 +158,66 @@ LoggedRun train_logged(const modtrain::RunConfig& cfg, parallel::Communicator& w
   hooks.check_tp_routing = true;
   hooks.routing_log = &out.routing;
   hooks.moe_slots_log = &out.moe_slots;
-  train::Trainer trainer(cfg, test::temp_dir("sp_run"), /*quiet=*/true, world, hooks);
+  out.dir = test::temp_dir("sp_run");
+  train::Trainer trainer(cfg, out.dir, /*quiet=*/true, world, hooks);
   trainer.run();
   out.run = {trainer.losses(), trainer.full_parameters()};
   for (auto& [name, t] : out.run.params) t = t.to(Device::CPU);
   return out;
+}
+
+// One column of a metrics.csv as text, a cell per step row (bitwise comparisons of its values).
+std::vector<std::string> csv_column(const std::string& path, const std::string& column) {
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  auto cells = [](const std::string& line) {
+    std::vector<std::string> out;
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) out.push_back(cell);
+    return out;
+  };
+  std::string line;
+  std::getline(in, line);
+  const std::vector<std::string> header = cells(line);
+  const size_t at = std::find(header.begin(), header.end(), column) - header.begin();
+  INFO(path << ": column " << column);
+  REQUIRE(at < header.size());
+  std::vector<std::string> out;
+  while (std::getline(in, line)) {
+    const std::vector<std::string> row = cells(line);
+    out.push_back(at < row.size() ? row[at] : "");
+  }
+  return out;
+}
+
+// Recomputation under sequence parallelism (tp 2): FULL (each block reruns from its
+// [b, T/2, D] input, gathering again) and SELECTIVE (each block keeps its input and its GEMM
+// and attention outputs) against SP keeping every activation, bit for bit: the losses, every
+// routed block's choices and the parameters; the gradient norms (and the predictor's) before
+// clipping as metrics.csv prints them (9 digits). The reruns repeat the same ops on the same values, collectives included.
+void check_sp_recompute(const std::string& name, const std::string& sp, const LoggedRun& kept) {
+  for (const char* mode : {"FULL", "SELECTIVE"}) {
+    INFO("sequence parallelism with train.recompute=" << mode);
+    const LoggedRun re = train_logged(
+        p::recipe(name, sp, kSpRecomputeSteps, {std::string("train.recompute=") + mode}),
+        parallel::world());
+    test::check_runs_bitwise(re.run.losses, re.run.params, kept.run.losses, kept.run.params);
+    for (const char* column : {"grad_norm", "predictor_grad_norm"}) {  // rank 0 writes metrics.csv
+      if (parallel::world().rank() != 0) break;
+      const std::vector<std::string> got = csv_column(re.dir + "/metrics.csv", column);
+      INFO(column);
+      CHECK(got.size() == static_cast<size_t>(kSpRecomputeSteps));
+      CHECK(got == csv_column(kept.dir + "/metrics.csv", column));
+    }
+    REQUIRE(re.routing.size() == kept.routing.size());
+    for (size_t s = 0; s < re.routing.size(); ++s) {
+      REQUIRE(re.routing[s].size() == kept.routing[s].size());
+      for (size_t k = 0; k < re.routing[s].size(); ++k) {
+        INFO("step " << s + 1 << ", routed block " << k);
+        test::check_bitwise(re.routing[s][k].to_vector(), kept.routing[s][k].to_vector());
+      }
+    }
+  }
 }
 }  // namespace
 
@@ -215,6 +276,8 @@ TEST_CASE("sequence parallelism matches one process and plain tp step by step wi
                   name.c_str(), extra.empty() ? "" : (" " + extra[0]).c_str(), sp.c_str(),
                   worst_loss, worst_param, kSpSteps);
   }
+  if (world.size() == 2)  // tiny_mod with its predictor, at tp 2
+    check_sp_recompute("tiny_mod", sp, train_logged(p::recipe("tiny_mod", sp, kSpRecomputeSteps), world));
 }
 
 // MoE and MoDE under sequence parallelism against plain tp on the same ranks, 3 steps (np4: 2)

@@ -13,11 +13,13 @@
 // continuing as the pp 2 x dp 2 run did (the same bound).
 // tiny_mod also trains under pp 4 (two middle stages that read no data) and pp 2 x tp 2 against
 // one process (the same bound), and under pp 2 x dp 2 with ZeRO-1, 2 and 3 (each stage's dp
-// pair sharding what the stage owns) bitwise as without ZeRO; ZeRO-1's step-2 checkpoint
-// resumes on one process; so does ZeRO-3's (each stage's dp pair sharding the parameters of
-// its own units). pp 2 x tp 2 with sequence parallelism equals pp 2 x tp 2 without it (routing
-// bitwise, losses and parameters within SP's bounds) and one process, and each rank's peak of
-// both within 10% of the pipeline planner's (parallel/pipeline_memory.h). tiny_mode_staged trains
+// pair sharding what the stage owns) bitwise as without ZeRO, ZeRO-3 under GPipe and 1F1B and
+// bitwise to ZeRO-2; under interleaved 1F1B (2 chunks a rank) ZeRO-3 bitwise to ZeRO-2 and
+// both against one process (the same bound); ZeRO-1's step-2 checkpoint resumes on one process;
+// so does ZeRO-3's (GPipe; each stage's dp pair sharding the parameters of its own units).
+// pp 2 x tp 2 with sequence parallelism equals pp 2 x tp 2 without it (routing bitwise, losses
+// and parameters within SP's bounds) and one process, and each rank's peak of both within 10%
+// of the pipeline planner's (parallel/pipeline_memory.h). tiny_mode_staged trains
 // under pp 2 x dp 2 x ep 2 as one process. At np8, the 3-D layout pp 2 x dp 2 x tp 2 (SP,
 // ZeRO-1): the mesh's ranks and groups, and tiny_mod against one process step by step (losses,
 // gradient norms, routing), the stages' links at 1/tp of the stream, and its checkpoint resumed
@@ -424,13 +426,18 @@ TEST_CASE(
       // same clip factor here); so one process's bound. ZeRO-1's and ZeRO-3's step-2
       // checkpoints (moments gathered over the stage's dp pair, stage 3's units gathered, by
       // global name) resume on one process.
-      for (const int zero : {1, 2, 3}) {
-        INFO("ZeRO stage " << zero);
+      // Stage 3 under each schedule: GPipe (the last stage holds both micro-batches in
+      // flight, so the head's unit must stay whole until the last one's backward) and 1F1B
+      // (stage 0 holds two in flight: the blocks go after each backward, the embedding's unit
+      // stays), each bitwise to 1F1B without ZeRO and to ZeRO-2.
+      const std::pair<int, const char*> zero_runs[] = {
+          {1, "ONE_F_ONE_B"}, {2, "ONE_F_ONE_B"}, {3, "GPIPE"}, {3, "ONE_F_ONE_B"}};
+      Run zero2;
+      for (const auto& [zero, schedule] : zero_runs) {
+        INFO("ZeRO stage " << zero << " under " << schedule);
         std::vector<std::string> layout = kLayout;
         layout.push_back("parallel.zero_stage=" + std::to_string(zero));
-        // GPipe: the last stage then holds both micro-batches in flight, so the head's unit
-        // must stay whole until the last one's backward (1F1B runs one at a time there).
-        if (zero == 3) layout.push_back("parallel.pp_schedule=GPIPE");
+        layout.push_back(std::string("parallel.pp_schedule=") + schedule);
         const std::string zdir = test::shared_dir("ppdp_zero");
         const Run z = train_run(name, world, zdir, layout);
         test::check_bitwise(z.losses, ppdp.losses);
@@ -442,10 +449,43 @@ TEST_CASE(
           test::check_bitwise(z.params[i].second.to_vector(), ppdp.params[i].second.to_vector());
         }
         check_close(z, one, 0);
-        if (zero != 2 && rank == 0) {
+        if (zero == 2) zero2 = z;
+        if (zero == 3) {
+          test::check_bitwise(z.losses, zero2.losses);
+          for (size_t i = 0; i < zero2.params.size(); ++i) {
+            INFO("parameter " << zero2.params[i].first << " against ZeRO-2");
+            test::check_bitwise(z.params[i].second.to_vector(), zero2.params[i].second.to_vector());
+          }
+        }
+        if ((zero == 1 || std::string(schedule) == "GPIPE") && rank == 0) {
           const Run resumed = train_run(name, test::self_group(), test::temp_dir("ppdp_zero_resumed"), {},
                                         ckpt::checkpoints_dir(zdir) + "/" + ckpt::step_dir_name(2));
           check_close(resumed, z, 2);
+        }
+      }
+      // Interleaved 1F1B, 2 chunks a rank (blocks 0-1 and 4 on stage 0, 2-3 and 5 on stage 1):
+      // each dp pair shards the units of both its chunks. Stage 3 bitwise to ZeRO-2 under the
+      // same schedule, both against one process (the bound above: the stages' squares add in
+      // another order than under 1F1B).
+      {
+        std::vector<std::string> interleaved = kLayout;
+        interleaved.insert(interleaved.end(), {"parallel.pp_schedule=INTERLEAVED_1F1B",
+                                               "parallel.virtual_stages=2"});
+        Run by_stage[2];
+        for (const int zero : {2, 3}) {
+          INFO("interleaved 1F1B, ZeRO stage " << zero);
+          std::vector<std::string> layout = interleaved;
+          layout.push_back("parallel.zero_stage=" + std::to_string(zero));
+          by_stage[zero - 2] = train_run(name, world, test::shared_dir("ppdp_zero"), layout);
+          check_close(by_stage[zero - 2], one, 0);
+        }
+        INFO("interleaved 1F1B: ZeRO-3 against ZeRO-2");
+        test::check_bitwise(by_stage[1].losses, by_stage[0].losses);
+        CHECK(by_stage[1].released == all_names);
+        for (size_t i = 0; i < by_stage[0].params.size(); ++i) {
+          INFO("parameter " << by_stage[0].params[i].first);
+          test::check_bitwise(by_stage[1].params[i].second.to_vector(),
+                              by_stage[0].params[i].second.to_vector());
         }
       }
       // pp 4: stages 1 and 2 read neither tokens nor targets; pp 2 x tp 2: each stage's tp pair

@@ -1,11 +1,11 @@
 // The pipeline runtime (parallel/pipeline_runtime.h) against one process, at the model level:
 // pp = the world size (np2: pp2, np4: pp4), tiny_dense and tiny_mod (predictor), GPipe and
-// 1F1B (np4: 1F1B only, for CI time), 1 and 4 micro-batches, and (np2) interleaved 1F1B with 2
-// chunks per rank and 4 micro-batches, 2 AdamW steps. Every rank also trains the whole model alone on
-// the same micro-batches. Checked every step: the summed losses (lm from the last stage, aux
-// from every stage; to 1e-5, 1e-6, the first step's lm bitwise), each routed block's top-C
-// choices per micro-batch, bitwise; each owned
-// parameter's gradient (bitwise in the first step of one micro-batch, the tied embedding
+// 1F1B (np4: 1F1B, and GPipe for tiny_dense at 4 micro-batches only, for CI time), 1 and 4
+// micro-batches, and (np2) interleaved 1F1B with 2 chunks per rank and 4 micro-batches, 2 AdamW
+// steps. Every rank also trains the whole model alone on the same micro-batches. Checked every
+// step: the summed losses (lm from the last stage, aux from every stage; to 1e-5, 1e-6, the
+// first step's lm bitwise), each routed block's top-C choices per micro-batch, bitwise; each
+// owned parameter's gradient (bitwise in the first step of one micro-batch, the tied embedding
 // aside; else to a relative 1e-5 in norm: the tied embedding's halves are summed per stage);
 // no gradient on the parameters a stage does not own; the gradient norm summed over stages
 // (1e-5); the parameters after the last step.
@@ -163,6 +163,9 @@ TEST_CASE("pipeline: tiny_dense stages equal one process step by step", "[mpi][p
   // Interleaved, 2 chunks of the 6 blocks per rank (np2 only: pp 4 x 2 would need 8 blocks).
   if (parallel::world().size() == 2)
     check_pipeline("tiny_dense", parallel::PipelineScheduleKind::Interleaved1F1B, 4);
+  // GPipe at pp 4 too, where every stage holds all 4 micro-batches in flight (one case for time).
+  if (parallel::world().size() == 4)
+    check_pipeline("tiny_dense", parallel::PipelineScheduleKind::GPipe, 4);
 }
 
 TEST_CASE("pipeline: tiny_mod stages equal one process step by step", "[mpi][parity]") {

@@ -10,10 +10,11 @@
 // pipeline trainer does not run are refused naming the fields. Every pp run reports a measured
 // bubble per stage inside (0, 1). tiny_mod under pp with train.recompute (FULL; SELECTIVE of
 // blocks 2 and 3, one per stage) equals the pp run without it bitwise, in less memory on every
-// stage; the MoDE recipes (MoE in every block) train under pp as on one process, aux losses
-// included. Each rank holds the bytes of only its stage's parameters (after the run, its
-// weights and a resume), a read of another's names it, and keeping them all instead (the
-// trainer before) is bitwise the same at a step peak higher by their bytes.
+// stage; the MoDE recipes (MoE in every block) and tiny_mod with AUX_BCE (2 steps) train under
+// pp as on one process, aux losses included. Each rank holds the bytes of only its stage's
+// parameters (after the run, its weights and a resume), a read of another's names it, and
+// keeping them all instead (the trainer before) is bitwise the same at a step peak higher by
+// their bytes.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -227,6 +228,24 @@ TEST_CASE("pp = world size trains as one process and resumes on one process", "[
     if (name == std::string("tiny_mod") && schedule == std::string("ONE_F_ONE_B")) {
       check_recompute(name, pp_set, pp, one);
       check_release_saves(name, pp_set, pp);
+    }
+  }
+  // tiny_mod with AUX_BCE (each routed block's router trains on its own causal BCE, an aux
+  // loss of the block's stage) under 1F1B for 2 steps: losses and parameters as above, and every
+  // step's aux loss, summed over pp, to relative 1e-6 (f64 sums of f32 terms, in another order).
+  {
+    INFO("tiny_mod with AUX_BCE under ONE_F_ONE_B");
+    const std::vector<std::string> aux = {"model.mod.causal.method=AUX_BCE", "train.steps=2"};
+    const Run one = train_run("tiny_mod", test::self_group(), test::temp_dir("pp_one"), aux);
+    std::vector<std::string> pp_set = aux;
+    pp_set.insert(pp_set.end(), {pp_field(), "parallel.pp_schedule=ONE_F_ONE_B"});
+    const Run pp = train_run("tiny_mod", parallel::world(), test::shared_dir("pp_run"), pp_set);
+    check_close(pp, one, 0);
+    REQUIRE(pp.aux_losses.size() == one.aux_losses.size());
+    for (size_t s = 0; s < one.aux_losses.size(); ++s) {
+      INFO("step " << s + 1 << ": aux loss " << pp.aux_losses[s] << " against " << one.aux_losses[s]);
+      CHECK(one.aux_losses[s] != 0);
+      CHECK(std::abs(pp.aux_losses[s] - one.aux_losses[s]) <= 1e-6 * std::abs(one.aux_losses[s]));
     }
   }
 }
