@@ -202,6 +202,7 @@ StepMetrics Trainer::timed_step(int64_t step) {
   m.peak_memory_mb = static_cast<double>(peak) / (1 << 20);
   losses_.push_back(*m.lm_loss);
   aux_losses_.push_back(m.aux_loss.value_or(0.0));
+  grad_norms_.push_back(m.grad_norm.value_or(0.0));
   const double tokens_per_step =
       static_cast<double>(t.batch_size()) * t.grad_accum() * cfg_.model().seq_len();
   m.tokens_per_s = tokens_per_step / seconds_since(t0);

@@ -70,6 +70,8 @@ class Trainer {
   const std::vector<double>& losses() const { return losses_; }  // one per step run here
   // The auxiliary losses (routers, predictors, MoE balance) of those steps, 0 without any.
   const std::vector<double>& aux_losses() const { return aux_losses_; }
+  // The gradient norms (before clipping, reduced over dp) of those steps, as metrics.csv's.
+  const std::vector<double>& grad_norms() const { return grad_norms_; }
   // This rank's highest bytes in use during any step run here (the device allocator's count).
   size_t peak_memory_bytes() const { return peak_memory_bytes_; }
   // Every parameter in full (tensor-parallel shards and experts gathered). Collective over the
@@ -196,7 +198,7 @@ class Trainer {
   int64_t start_step_ = 0;
   double elapsed_before_ = 0;  // seconds trained before a resume
   bool stopped_ = false;
-  std::vector<double> losses_, aux_losses_;
+  std::vector<double> losses_, aux_losses_, grad_norms_;
   size_t peak_memory_bytes_ = 0;
   // Set by run(): metrics.csv and tb/ (world rank 0), a token's training FLOPs and the rate MFU
   // is measured against (every process's share of the machine).

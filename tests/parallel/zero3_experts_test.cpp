@@ -11,6 +11,14 @@
 // - np4, staged MoDE (shrunk) at dp2 x tp2 x ep2 (edp the tp pair: experts halved over it, each
 //   tp shard of the dense parameters halved over dp): stage 3 against stage 2 bit for bit, and
 //   one process to 1e-5.
+// - np2, staged and integrated MoDE at dp2 x ep2 under stage 3 with train.recompute FULL and
+//   SELECTIVE (every block: each a recompute region holding experts), 2 steps, against stage 3
+//   keeping every activation at the same layout bit for bit: losses, gradient norms, every
+//   routed block's chosen tokens and every MoE layer's expert slots per step, final parameters.
+//   The region reruns the same ops (the all-to-alls included) on the unit gathered again for
+//   the block's backward, so anything read from a released or stale expert shows.
+
+#include <cstring>
 
 #include "tests/support/bitwise.h"
 #include "tests/support/parity_harness.h"
@@ -23,6 +31,44 @@ constexpr int kSteps = 3;
 
 RunResult run_layout(const std::string& name, const std::string& layout) {
   return test::parity::train(test::parity::recipe(name, layout, kSteps), parallel::world());
+}
+
+// A run with what else it logs per step: gradient norms, the routed blocks' chosen indices and
+// the MoE layers' expert slots (host copies).
+struct LoggedRun {
+  RunResult run;
+  std::vector<double> grad_norms;
+  std::vector<std::vector<Tensor>> routing, moe_slots;
+};
+
+LoggedRun run_logged(const std::string& name, const std::string& layout, int steps,
+                     const std::vector<std::string>& extra) {
+  LoggedRun out;
+  train::TestHooks hooks;
+  hooks.routing_log = &out.routing;
+  hooks.moe_slots_log = &out.moe_slots;
+  train::Trainer trainer(test::parity::recipe(name, layout, steps, extra),
+                         test::temp_dir("zero3_experts"), /*quiet=*/true, parallel::world(), hooks);
+  trainer.run();
+  out.run = {trainer.losses(), trainer.full_parameters()};
+  for (auto& [n, p] : out.run.params) p = p.to(Device::CPU);
+  out.grad_norms = trainer.grad_norms();
+  return out;
+}
+
+// Per step, per layer: the same shapes and bytes.
+void check_logged_bits(const std::vector<std::vector<Tensor>>& got,
+                       const std::vector<std::vector<Tensor>>& want, const char* what) {
+  REQUIRE(got.size() == want.size());
+  for (size_t s = 0; s < got.size(); ++s) {
+    REQUIRE(got[s].size() == want[s].size());
+    for (size_t l = 0; l < got[s].size(); ++l) {
+      INFO(what << " at step " << s + 1 << ", layer " << l);
+      const Tensor a = got[s][l].to(Device::CPU), b = want[s][l].to(Device::CPU);
+      REQUIRE(a.shape() == b.shape());
+      CHECK(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0);
+    }
+  }
 }
 
 void check_bits(const RunResult& got, const RunResult& want) {
@@ -62,6 +108,31 @@ TEST_CASE("ZeRO-2 and ZeRO-3 with experts over edp equal plain dp x ep bitwise a
   const RunResult moe3 = run_layout("tiny_moe", "dp=2 zero_stage=3");
   check_bits(moe3, run_layout("tiny_moe", "dp=2"));
   check_close(moe3, test::parity::reference("tiny_moe", kSteps));
+}
+
+// Recomputation is bitwise to keeping everything at the same layout and stage (the same ops on
+// the same values, in the same order), which the case above holds to plain dp2 x ep2 bitwise.
+TEST_CASE("ZeRO-3 with experts under recomputation gathers again: bitwise to keeping everything",
+          "[mpi][zero3][experts][recompute]") {
+  auto& world = parallel::world();
+  if (world.size() != 2) return;
+  constexpr int kRecomputeSteps = 2;
+  const std::string layout = "dp=2 ep=2 zero_stage=3";
+  for (const char* name : {"tiny_mode_staged", "tiny_mode_integrated"}) {
+    const LoggedRun kept = run_logged(name, layout, kRecomputeSteps, {});
+    REQUIRE(!kept.routing.empty());
+    REQUIRE(!kept.moe_slots.empty());
+    for (const char* mode : {"FULL", "SELECTIVE"}) {
+      INFO(name << " at dp2 x ep2 stage 3, train.recompute=" << mode << ", world rank "
+                << world.rank());
+      const LoggedRun got =
+          run_logged(name, layout, kRecomputeSteps, {std::string("train.recompute=") + mode});
+      check_bits(got.run, kept.run);
+      test::check_bitwise(got.grad_norms, kept.grad_norms);
+      check_logged_bits(got.routing, kept.routing, "chosen tokens");
+      check_logged_bits(got.moe_slots, kept.moe_slots, "expert slots");
+    }
+  }
 }
 
 TEST_CASE("ZeRO-3 with experts halved over edp at dp4 x ep2 equals ZeRO-2 and one process",
