@@ -13,7 +13,8 @@
 // tiny_mod there with ZeRO-1 and ZeRO-2 bit for bit as without, and pp 2 x tp 2 interleaved
 // against one process (to 1e-5: tp's partial sums); np2 trains tiny_mod with every block
 // recomputed (FULL) bit for bit as without, each rank's peak below the run without. Staged
-// MoDE (experts) interleaved at pp 2 (np2) and pp 2 x dp 2 x ep 2 (np4) against one process.
+// MoDE (experts) interleaved at pp 2 (np2) and pp 2 x dp 2 x ep 2 (np4) against one process,
+// and (np4) under 1F1B at pp 4, its aux losses and gradient norms checked step by step too.
 // Every interleaved run's peak, per rank, within 5% of parallel/pipeline_memory.h's.
 // The one-process runs train on world rank 0 alone (np4 would otherwise train four on two
 // cores) and are broadcast.
