@@ -3,7 +3,8 @@
 // one group a round): pp 2 x tp 2 with sequence parallelism (each tp rank sends its [b, T/2, D]
 // part), staged MoDE at pp 2 x dp 2 x ep 2 (the all-to-all inside each stage) and pp 4 under
 // interleaved 1F1B (2 chunks a rank: the last rank feeds the first's second chunk) at 4 ranks;
-// pp 2 under interleaved 1F1B (two links each way between the ranks) at 2. Part of
+// pp 2 under interleaved 1F1B (two links each way between the ranks) and under GPipe (every
+// forward, then every backward) at 2. Part of
 // nccl_layouts_tests_emulated (the real CUDA code on the SIMT emulator, NCCL's stand-in between
 // processes); nccl_layouts_test.cpp has pp 2 alone and pp 2 x dp 2 with ZeRO-3.
 //
@@ -77,8 +78,8 @@ void check_close(const Run& got, const Run& want, double rtol) {
 
 }  // namespace
 
-TEST_CASE("pp with tp, ep and interleaving trains on the GPU over NCCL as one process, eager "
-          "and graphed",
+TEST_CASE("pp with tp, ep, interleaving and GPipe trains on the GPU over NCCL as one process, "
+          "eager and graphed",
           "[mpi][cuda]") {
   const int n = parallel::world().size();
   // Checkpoints off: 3 steps, nothing resumes.
@@ -101,12 +102,17 @@ TEST_CASE("pp with tp, ep and interleaving trains on the GPU over NCCL as one pr
        {"train.grad_accum=4", "checkpoint.every_steps=0", "train.batch_size=4",
         "model.n_layers=8", "model.d_model=64", "model.d_ff=256", "model.seq_len=32"},
        interleaved},
-      {"tiny_mod", "dp=1 pp=2", 2, with(micro2, {"train.batch_size=2"}), interleaved}};
+      {"tiny_mod", "dp=1 pp=2", 2, with(micro2, {"train.batch_size=2"}), interleaved},
+      // GPipe: the last stage runs both forwards before its backwards (1F1B alternates them
+      // there), so both micro-batches' activations are in flight on each rank.
+      {"tiny_mod", "dp=1 pp=2", 2, with(micro2, {"train.batch_size=2"}),
+       {"parallel.pp_schedule=GPIPE"}}};
   int ran = 0;
   for (const PipelineLayout& l : layouts) {
     if (l.ranks != n) continue;
     ++ran;
-    INFO(l.recipe << ", layout " << l.layout << (l.schedule.empty() ? ", 1F1B" : ", interleaved"));
+    INFO(l.recipe << ", layout " << l.layout << ", "
+                  << (l.schedule.empty() ? "parallel.pp_schedule=ONE_F_ONE_B" : l.schedule[0]));
     const Run one = one_process(l);
     const std::vector<std::string> sets = with(l.sets, l.schedule);
     const Run eager = train_run(l.recipe, l.layout, "CUDA", false, sets, parallel::world(), "",

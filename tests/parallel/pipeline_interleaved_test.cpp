@@ -13,7 +13,8 @@
 // tiny_mod there with ZeRO-1 and ZeRO-2 bit for bit as without, and pp 2 x tp 2 interleaved
 // against one process (to 1e-5: tp's partial sums); np2 trains tiny_mod with every block
 // recomputed (FULL) bit for bit as without, each rank's peak below the run without. Staged
-// MoDE (experts) interleaved at pp 2 (np2) and pp 2 x dp 2 x ep 2 (np4) against one process.
+// MoDE (experts) interleaved at pp 2 (np2) and pp 2 x dp 2 x ep 2 (np4) against one process,
+// and (np4) under 1F1B at pp 4, its aux losses and gradient norms checked step by step too.
 // Every interleaved run's peak, per rank, within 5% of parallel/pipeline_memory.h's.
 // The one-process runs train on world rank 0 alone (np4 would otherwise train four on two
 // cores) and are broadcast.
@@ -46,6 +47,7 @@ struct Run {
   std::vector<std::pair<std::string, Tensor>> params;
   std::vector<std::vector<Tensor>> routing;  // per micro-batch: per routed block run here, [B,C]
   double peak_bytes = 0;  // this rank's peak over the steps, above what it held before
+  std::vector<double> aux_losses;  // per step, summed over the stages (every rank)
 };
 
 int world_size() { return parallel::world().size(); }
@@ -88,6 +90,7 @@ Run train_run(const modtrain::RunConfig& cfg, parallel::Communicator& comm, cons
   trainer.run();
   out.peak_bytes = static_cast<double>(trainer.peak_memory_bytes()) - before;
   out.losses = trainer.losses();
+  out.aux_losses = trainer.aux_losses();
   out.params = trainer.full_parameters();
   return out;
 }
@@ -172,6 +175,26 @@ std::vector<std::string> csv_column(const std::string& path, const std::string& 
   }
   return out;
 }
+// Rank r's log lists, per micro-batch, the routed blocks of its chunks in block order: each
+// bitwise one process's choice for that block.
+void check_routing(const modtrain::RunConfig& cfg, const Run& got, const Run& one) {
+  const parallel::PipelinePartition part = parallel::plan_partition(cfg);
+  const std::vector<bool> routed = model::routed_blocks(cfg.model());
+  std::vector<size_t> here;  // indices into one process's list of routed blocks
+  for (size_t b = 0, k = 0; b < routed.size(); ++b)
+    if (routed[b]) {
+      if (part.rank_of(part.stage_of_block(static_cast<int>(b))) == parallel::world().rank())
+        here.push_back(k);
+      ++k;
+    }
+  REQUIRE(got.routing.size() == one.routing.size());
+  for (size_t i = 0; i < one.routing.size(); ++i) {
+    INFO("micro-batch " << i);
+    REQUIRE(got.routing[i].size() == here.size());
+    for (size_t k = 0; k < here.size(); ++k)
+      test::check_bitwise(got.routing[i][k].to_vector(), one.routing[i][here[k]].to_vector());
+  }
+}
 }  // namespace
 
 TEST_CASE("interleaved 1F1B equals one process and 1F1B, and resumes on one process",
@@ -243,23 +266,8 @@ TEST_CASE("interleaved 1F1B equals one process and 1F1B, and resumes on one proc
                  ppdp.peak_bytes);
     }
 
-    // Rank r's log lists, per micro-batch, the routed blocks of its chunks in block order.
-    const parallel::PipelinePartition part = parallel::plan_partition(cfg);
-    REQUIRE(part.virtual_stages == 2);
-    const std::vector<bool> routed = model::routed_blocks(cfg.model());
-    std::vector<size_t> here;  // indices into one process's list of routed blocks
-    for (size_t b = 0, k = 0; b < routed.size(); ++b)
-      if (routed[b]) {
-        if (part.rank_of(part.stage_of_block(static_cast<int>(b))) == rank) here.push_back(k);
-        ++k;
-      }
-    REQUIRE(interleaved.routing.size() == one.routing.size());
-    for (size_t i = 0; i < one.routing.size(); ++i) {
-      INFO("micro-batch " << i);
-      REQUIRE(interleaved.routing[i].size() == here.size());
-      for (size_t k = 0; k < here.size(); ++k)
-        test::check_bitwise(interleaved.routing[i][k].to_vector(), one.routing[i][here[k]].to_vector());
-    }
+    REQUIRE(parallel::plan_partition(cfg).virtual_stages == 2);
+    check_routing(cfg, interleaved, one);
 
     // Rank 0: one process continues the interleaved run's step-2 checkpoint; the pipelined run's
     // metrics.csv has the bubble, one process's has none.
@@ -298,4 +306,52 @@ TEST_CASE("interleaved 1F1B with experts equals one process", "[mpi][pipeline][m
   check_close(got, broadcast_run(mine, got), 0,
               world_size() == 4 ? "pp 2 x dp 2 x ep 2 interleaved against one process"
                                 : "pp 2 interleaved against one process");
+}
+
+// Staged MoDE at pp 4 under 1F1B (np4), shrunk to 4 blocks of width 64 (one a stage, each with
+// its expert-choice MoE layer; the routed blocks 1 and 3 on stages 1 and 3), 4 micro-batches of
+// one sequence of 64, 2 steps, against one process step by step: the LM losses (the first
+// step's bitwise) and the parameters to the bound above; the aux losses (the MoE z losses and
+// the predictors' BCE, each stage's summed over pp: f64 sums of f32 terms in another order) and
+// the gradient norms (metrics.csv; the stages' squares summed over pp) to relative 1e-6; every
+// routed block's top-C choices per micro-batch, bitwise. Measured: both LM losses bitwise, the
+// aux losses 1.2e-8, the gradient norms 1.9e-9, the parameters 1.0e-8.
+TEST_CASE("1F1B with experts at pp 4 equals one process with aux losses summed over the stages",
+          "[mpi][pipeline][moe]") {
+  if (world_size() != 4) return;
+  auto& world = parallel::world();
+  const int rank = world.rank();
+  auto cfg = [](std::vector<std::string> fields) {
+    fields.insert(fields.begin(), {"model.n_layers=4", "model.d_model=64", "model.d_ff=256",
+                                   "model.seq_len=64", "train.grad_accum=4",
+                                   "checkpoint.every_steps=0"});
+    return test::tiny_recipe("tiny_mode_staged", 2, "", fields);
+  };
+  test::self_group();
+  Run mine;
+  const std::string one_dir = rank == 0 ? test::temp_dir("ppv_moe4_one") : "";
+  if (rank == 0) mine = train_run(cfg({}), test::self_group(), one_dir);
+  const modtrain::RunConfig pp_cfg = cfg({"parallel.pp=4", "parallel.pp_schedule=ONE_F_ONE_B"});
+  const std::string dir = test::shared_dir("ppv_moe4");
+  const Run got = train_run(pp_cfg, world, dir);
+  const Run one = broadcast_run(mine, got);
+  check_close(got, one, 0, "staged MoDE, pp 4 1F1B against one process");
+  // The first step's LM loss comes from the same parameters through the same ops: bitwise.
+  CHECK(got.losses.at(0) == one.losses.at(0));
+  check_routing(pp_cfg, got, one);
+  if (rank != 0) return;  // one process's aux losses and metrics.csv are rank 0's
+  const std::vector<std::string> norms = csv_column(dir + "/metrics.csv", "grad_norm"),
+                                 one_norms = csv_column(one_dir + "/metrics.csv", "grad_norm");
+  REQUIRE(got.aux_losses.size() == mine.aux_losses.size());
+  REQUIRE(norms.size() == one_norms.size());
+  REQUIRE(norms.size() == got.losses.size());
+  for (size_t s = 0; s < norms.size(); ++s) {
+    const double a = got.aux_losses[s], b = mine.aux_losses[s];
+    const double g = std::stod(norms[s]), w = std::stod(one_norms[s]);
+    INFO("step " << s + 1 << ": aux loss " << a << " against " << b << ", gradient norm " << g
+                 << " against " << w);
+    CHECK(b != 0);
+    CHECK(std::abs(a - b) <= 1e-6 * std::abs(b));
+    CHECK(std::abs(g - w) <= 1e-6 * std::abs(w));
+  }
 }
