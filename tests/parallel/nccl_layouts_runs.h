@@ -6,13 +6,12 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "parallel/communicator.h"
 #include "parallel/world.h"
+#include "tests/support/metrics_csv.h"
 #include "tests/support/shared_dir.h"
 #include "tests/support/tiny_runs.h"
 #include "train/trainer.h"
@@ -31,32 +30,6 @@ struct Run {
   std::string dir;
   std::vector<double> grad_norms = {};  // metrics.csv's, per step: world rank 0 only (else empty)
 };
-
-// metrics.csv's column `name`, one value a row.
-inline std::vector<double> csv_column(const std::string& path, const std::string& name) {
-  std::ifstream in(path);
-  auto cells = [](const std::string& line) {
-    std::vector<std::string> out;
-    std::stringstream ss(line);
-    for (std::string cell; std::getline(ss, cell, ',');) out.push_back(cell);
-    return out;
-  };
-  std::string line;
-  REQUIRE(std::getline(in, line));
-  const std::vector<std::string> header = cells(line);
-  size_t col = 0;
-  while (col < header.size() && header[col] != name) ++col;
-  INFO(path << " has no column " << name);
-  REQUIRE(col < header.size());
-  std::vector<double> out;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    const std::vector<std::string> row = cells(line);
-    REQUIRE(col < row.size());
-    out.push_back(std::stod(row[col]));
-  }
-  return out;
-}
 
 // `extra` comes last, so it may override the defaults (the batch, the checkpoint cadence).
 inline Run train_run(const std::string& recipe, const std::string& layout,
@@ -79,7 +52,8 @@ inline Run train_run(const std::string& recipe, const std::string& layout,
   if (!resume_from.empty()) trainer.resume(resume_from);
   trainer.run();
   r.losses = trainer.losses();
-  if (parallel::world().rank() == 0) r.grad_norms = csv_column(r.dir + "/metrics.csv", "grad_norm");
+  if (parallel::world().rank() == 0)
+    r.grad_norms = test::metrics_values(r.dir + "/metrics.csv", "grad_norm");
   return r;
 }
 

@@ -14,12 +14,11 @@
 // seconds.
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "parallel/world.h"
+#include "tests/support/metrics_csv.h"
 #include "tests/support/shared_dir.h"
 #include "tests/support/tiny_runs.h"
 #include "train/trainer.h"
@@ -41,29 +40,6 @@ struct Zero3Run {
   std::vector<double> val_losses;  // metrics.csv's val_loss column (world rank 0 only)
 };
 
-// metrics.csv's non-empty cells of `column`, in step order.
-std::vector<double> csv_column(const std::string& path, const std::string& column) {
-  std::ifstream in(path);
-  auto cells = [](const std::string& line) {
-    std::vector<std::string> out;
-    std::stringstream ss(line);
-    for (std::string cell; std::getline(ss, cell, ',');) out.push_back(cell);
-    return out;
-  };
-  std::string line;
-  std::getline(in, line);
-  const auto header = cells(line);
-  size_t at = 0;
-  while (at < header.size() && header[at] != column) ++at;
-  REQUIRE(at < header.size());
-  std::vector<double> values;
-  while (std::getline(in, line)) {
-    const auto row = cells(line);
-    if (at < row.size() && !row[at].empty()) values.push_back(std::stod(row[at]));
-  }
-  return values;
-}
-
 // stage3 false: the layout without ZeRO, the reference (sharding code is shared by both devices).
 Zero3Run train_zero3(const Zero3Layout& l, const std::string& device, bool graphed,
                      bool stage3 = true) {
@@ -80,7 +56,9 @@ Zero3Run train_zero3(const Zero3Layout& l, const std::string& device, bool graph
   train::Trainer trainer(cfg, dir, /*quiet=*/true, parallel::world());
   trainer.run();
   Zero3Run r{trainer.losses(), {}};
-  if (parallel::world().rank() == 0) r.val_losses = csv_column(dir + "/metrics.csv", "val_loss");
+  if (parallel::world().rank() == 0)  // its evaluation rows only
+    for (double v : test::metrics_values(dir + "/metrics.csv", "val_loss"))
+      if (!std::isnan(v)) r.val_losses.push_back(v);
   return r;
 }
 

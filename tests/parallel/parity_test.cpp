@@ -7,13 +7,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "model/parameter_roles.h"
 #include "model/routing_schedule.h"
 #include "parallel/counting_communicator.h"
 #include "tests/support/bitwise.h"
+#include "tests/support/metrics_csv.h"
 #include "tests/support/parity_harness.h"
 
 using namespace mod;
@@ -166,30 +165,6 @@ LoggedRun train_logged(const modtrain::RunConfig& cfg, parallel::Communicator& w
   return out;
 }
 
-// One column of a metrics.csv as text, a cell per step row (bitwise comparisons of its values).
-std::vector<std::string> csv_column(const std::string& path, const std::string& column) {
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  auto cells = [](const std::string& line) {
-    std::vector<std::string> out;
-    std::stringstream ss(line);
-    for (std::string cell; std::getline(ss, cell, ',');) out.push_back(cell);
-    return out;
-  };
-  std::string line;
-  std::getline(in, line);
-  const std::vector<std::string> header = cells(line);
-  const size_t at = std::find(header.begin(), header.end(), column) - header.begin();
-  INFO(path << ": column " << column);
-  REQUIRE(at < header.size());
-  std::vector<std::string> out;
-  while (std::getline(in, line)) {
-    const std::vector<std::string> row = cells(line);
-    out.push_back(at < row.size() ? row[at] : "");
-  }
-  return out;
-}
-
 // Recomputation under sequence parallelism (tp 2): FULL (each block reruns from its
 // [b, T/2, D] input, gathering again) and SELECTIVE (each block keeps its input and its GEMM
 // and attention outputs) against SP keeping every activation, bit for bit: the losses, every
@@ -204,10 +179,10 @@ void check_sp_recompute(const std::string& name, const std::string& sp, const Lo
     test::check_runs_bitwise(re.run.losses, re.run.params, kept.run.losses, kept.run.params);
     for (const char* column : {"grad_norm", "predictor_grad_norm"}) {  // rank 0 writes metrics.csv
       if (parallel::world().rank() != 0) break;
-      const std::vector<std::string> got = csv_column(re.dir + "/metrics.csv", column);
+      const std::vector<std::string> got = test::metrics_cells(re.dir + "/metrics.csv", column);
       INFO(column);
       CHECK(got.size() == static_cast<size_t>(kSpRecomputeSteps));
-      CHECK(got == csv_column(kept.dir + "/metrics.csv", column));
+      CHECK(got == test::metrics_cells(kept.dir + "/metrics.csv", column));
     }
     REQUIRE(re.routing.size() == kept.routing.size());
     for (size_t s = 0; s < re.routing.size(); ++s) {

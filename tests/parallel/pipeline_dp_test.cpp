@@ -27,9 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
-#include <sstream>
 #include <stdexcept>
 
 #include "core/backend.h"
@@ -43,6 +41,7 @@
 #include "parallel/pipeline_runtime.h"
 #include "parallel/world.h"
 #include "tests/support/bitwise.h"
+#include "tests/support/metrics_csv.h"
 #include "tests/support/shared_dir.h"
 #include "tests/support/tiny_runs.h"
 #include "train/checkpoint/checkpoint.h"
@@ -227,30 +226,6 @@ std::vector<int64_t> members(parallel::Communicator& group) {
   group.all_gather(mine, all);
   std::vector<int64_t> out;
   for (double x : all.to_vector()) out.push_back(static_cast<int64_t>(x));
-  return out;
-}
-
-// One column of a metrics.csv, a value per step row (empty cells: NaN).
-std::vector<double> csv_column(const std::string& path, const std::string& column) {
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  auto cells = [](const std::string& line) {
-    std::vector<std::string> out;
-    std::stringstream ss(line);
-    for (std::string cell; std::getline(ss, cell, ',');) out.push_back(cell);
-    return out;
-  };
-  std::string line;
-  std::getline(in, line);
-  const std::vector<std::string> header = cells(line);
-  const size_t at = std::find(header.begin(), header.end(), column) - header.begin();
-  INFO(path << ": column " << column);
-  REQUIRE(at < header.size());
-  std::vector<double> out;
-  while (std::getline(in, line)) {
-    const std::vector<std::string> row = cells(line);
-    out.push_back(at < row.size() && !row[at].empty() ? std::stod(row[at]) : std::nan(""));
-  }
   return out;
 }
 
@@ -621,8 +596,8 @@ TEST_CASE("pp 2 x dp 2 x tp 2 with sequence parallelism and ZeRO-1 trains as one
     std::vector<std::string> columns = {"grad_norm"};
     if (predictor) columns.push_back("predictor_grad_norm");
     for (const std::string& column : columns) {
-      const std::vector<double> got = csv_column(dir + "/metrics.csv", column),
-                                want = csv_column(one.dir + "/metrics.csv", column);
+      const std::vector<double> got = test::metrics_values(dir + "/metrics.csv", column),
+                                want = test::metrics_values(one.dir + "/metrics.csv", column);
       REQUIRE(want.size() == static_cast<size_t>(steps));
       REQUIRE(got.size() == want.size());
       for (size_t s = 0; s < want.size(); ++s) {

@@ -21,14 +21,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "core/backend.h"
 #include "model/routing_schedule.h"
 #include "parallel/pipeline_memory.h"
 #include "parallel/pipeline_partition.h"
 #include "tests/support/bitwise.h"
+#include "tests/support/metrics_csv.h"
 #include "tests/support/shared_dir.h"
 #include "tests/support/tiny_runs.h"
 #include "train/checkpoint/checkpoint.h"
@@ -157,24 +156,6 @@ void check_close(const Run& got, const Run& want, size_t first_step, const std::
   }
 }
 
-// The values of metrics.csv's column `name`, one per row; empty when there is no such column.
-std::vector<std::string> csv_column(const std::string& path, const std::string& name) {
-  std::ifstream in(path);
-  std::string line, cell;
-  std::getline(in, line);
-  std::stringstream header(line);
-  int at = -1;
-  for (int i = 0; std::getline(header, cell, ','); ++i)
-    if (cell == name) at = i;
-  std::vector<std::string> out;
-  while (at >= 0 && std::getline(in, line)) {
-    std::stringstream row(line);
-    for (int i = 0; i <= at && std::getline(row, cell, ','); ++i) {
-    }
-    out.push_back(cell);
-  }
-  return out;
-}
 // Rank r's log lists, per micro-batch, the routed blocks of its chunks in block order: each
 // bitwise one process's choice for that block.
 void check_routing(const modtrain::RunConfig& cfg, const Run& got, const Run& one) {
@@ -275,14 +256,14 @@ TEST_CASE("interleaved 1F1B equals one process and 1F1B, and resumes on one proc
       const Run resumed = train_run(recipe(name, {}), test::self_group(), test::temp_dir("ppv_resumed"),
                                     ckpt::checkpoints_dir(dir) + "/" + ckpt::step_dir_name(2));
       check_close(resumed, interleaved, 2, "one process resuming the interleaved checkpoint");
-      const std::vector<std::string> bubble = csv_column(dir + "/metrics.csv", "pp_bubble");
+      const std::vector<std::string> bubble = test::metrics_cells(dir + "/metrics.csv", "pp_bubble");
       REQUIRE(bubble.size() == static_cast<size_t>(kSteps));
       for (const std::string& b : bubble) {
         INFO("pp_bubble '" << b << "'");
         REQUIRE(!b.empty());
         CHECK((std::stod(b) > 0 && std::stod(b) < 1));
       }
-      CHECK(csv_column(one_dir + "/metrics.csv", "pp_bubble").empty());
+      CHECK_FALSE(test::metrics_has_column(one_dir + "/metrics.csv", "pp_bubble"));
     }
     world.barrier();
   }
@@ -340,8 +321,8 @@ TEST_CASE("1F1B with experts at pp 4 equals one process with aux losses summed o
   CHECK(got.losses.at(0) == one.losses.at(0));
   check_routing(pp_cfg, got, one);
   if (rank != 0) return;  // one process's aux losses and metrics.csv are rank 0's
-  const std::vector<std::string> norms = csv_column(dir + "/metrics.csv", "grad_norm"),
-                                 one_norms = csv_column(one_dir + "/metrics.csv", "grad_norm");
+  const std::vector<std::string> norms = test::metrics_cells(dir + "/metrics.csv", "grad_norm"),
+                                 one_norms = test::metrics_cells(one_dir + "/metrics.csv", "grad_norm");
   REQUIRE(got.aux_losses.size() == mine.aux_losses.size());
   REQUIRE(norms.size() == one_norms.size());
   REQUIRE(norms.size() == got.losses.size());

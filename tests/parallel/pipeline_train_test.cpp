@@ -18,8 +18,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -30,6 +28,7 @@
 #include "parallel/pipeline_partition.h"
 #include "parallel/pipeline_runtime.h"
 #include "tests/support/bitwise.h"
+#include "tests/support/metrics_csv.h"
 #include "tests/support/shared_dir.h"
 #include "tests/support/tiny_runs.h"
 #include "train/checkpoint/checkpoint.h"
@@ -275,26 +274,6 @@ TEST_CASE("experts train under pp as on one process, their aux losses summed ove
   }
 }
 
-namespace {
-// metrics.csv as (header, last row) of cells.
-std::pair<std::vector<std::string>, std::vector<std::string>> csv_header_and_last_row(
-    const std::string& path) {
-  std::ifstream in(path);
-  auto cells = [](const std::string& line) {
-    std::vector<std::string> out;
-    std::stringstream ss(line);
-    for (std::string cell; std::getline(ss, cell, ',');) out.push_back(cell);
-    return out;
-  };
-  std::string line, last;
-  std::getline(in, line);
-  const auto header = cells(line);
-  while (std::getline(in, line))
-    if (!line.empty()) last = line;
-  return {header, cells(last)};
-}
-}  // namespace
-
 // One evaluation (tiny_mod, 2 steps, eval_every 2: val_loss, every routed block's agreement,
 // val_loss_causal) under pp reports what one process's does: every column one process writes
 // sits at the same position in the pp run's metrics.csv (pp_bubble, which only pp has, last),
@@ -314,8 +293,12 @@ TEST_CASE("pp: an evaluation reports one process's agreement and routing columns
   const Run pp = train_run("tiny_mod", parallel::world(), dir, pp_set);
   check_close(pp, one, 0);
   if (parallel::world().rank() != 0) return;  // world rank 0 writes metrics.csv
-  const auto [one_header, one_row] = csv_header_and_last_row(one_dir + "/metrics.csv");
-  const auto [pp_header, pp_row] = csv_header_and_last_row(dir + "/metrics.csv");
+  const auto one_rows = test::metrics_rows(one_dir + "/metrics.csv");
+  const auto pp_rows = test::metrics_rows(dir + "/metrics.csv");
+  const std::vector<std::string>& one_header = one_rows.front();
+  const std::vector<std::string>& one_row = one_rows.back();
+  const std::vector<std::string>& pp_header = pp_rows.front();
+  const std::vector<std::string>& pp_row = pp_rows.back();
   REQUIRE(pp_header.size() == one_header.size() + 1);
   CHECK(pp_header.back() == "pp_bubble");
   REQUIRE(one_row.size() == one_header.size());
